@@ -1,0 +1,17 @@
+# Compiler flags shared by every qtrain target, applied through one interface target.
+add_library(qtrain_flags INTERFACE)
+target_compile_options(qtrain_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${QTRAIN_NATIVE}>>:-march=native>
+  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
+# We use the C API of MPI; keep the deprecated C++ bindings out of every translation unit.
+target_compile_definitions(qtrain_flags INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+if(QTRAIN_ASAN)
+  target_compile_options(qtrain_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address -fno-omit-frame-pointer>)
+  target_link_options(qtrain_flags INTERFACE -fsanitize=address)
+endif()
+if(QTRAIN_HAS_CUDA)
+  target_compile_definitions(qtrain_flags INTERFACE QTRAIN_HAS_CUDA=1)
+else()
+  target_compile_definitions(qtrain_flags INTERFACE QTRAIN_HAS_CUDA=0)
+endif()

@@ -1,0 +1,291 @@
+// ConfigNode implementation: typed reads, range checks, unknown-key detection, located errors.
+#include "framework/config_node.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+namespace qtrain {
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string scalar_text(const YAML::Node& n) {
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+std::string join(const std::set<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+ConfigNode::ConfigNode(YAML::Node node, std::string path, std::shared_ptr<const ConfigSource> source)
+    : node_(std::move(node)), path_(std::move(path)), source_(std::move(source)) {
+  if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap())
+    fail("", fmt::format("expected a mapping of keys, got {}", scalar_text(node_)));
+}
+
+YAML::Node ConfigNode::lookup(const std::string& key) const {
+  // Const access: a non-const operator[] would insert the key.
+  const YAML::Node& n = node_;
+  if (!n.IsDefined() || !n.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+  YAML::Node v = n[key];
+  return v;
+}
+
+bool ConfigNode::has(const std::string& key) const {
+  YAML::Node v = lookup(key);
+  return v.IsDefined() && !v.IsNull();
+}
+
+std::string ConfigNode::location(const std::string& key) const {
+  const std::string full = key.empty() ? path_ : key_path(key);
+  for (const auto& o : source_->overridden)
+    if (!full.empty() && (full == o || full.rfind(o + ".", 0) == 0))
+      return fmt::format("command line (--set {})", o);
+  YAML::Node v = key.empty() ? node_ : lookup(key);
+  const YAML::Node& at = v.IsDefined() ? v : node_;
+  if (at.IsDefined() && at.Mark().line >= 0)
+    return fmt::format("{}:{}:{}", source_->file, at.Mark().line + 1, at.Mark().column + 1);
+  return source_->file;
+}
+
+void ConfigNode::fail(const std::string& key, const std::string& message) const {
+  const std::string full = key.empty() ? path_ : key_path(key);
+  throw InputError(fmt::format("{}: {}{}", location(key), full.empty() ? "" : full + " ", message));
+}
+
+template <typename T>
+T ConfigNode::convert(const std::string& key, const YAML::Node& value, const char* expected) const {
+  if (!value.IsScalar()) fail(key, fmt::format("must be {}, got {}", expected, scalar_text(value)));
+  try {
+    return value.as<T>();
+  } catch (const YAML::Exception&) {
+    fail(key, fmt::format("must be {}, got {}", expected, scalar_text(value)));
+  }
+}
+
+template <typename T> T ConfigNode::get(const std::string& key, T fallback) {
+  known_.insert(key);
+  YAML::Node v = lookup(key);
+  if (!v.IsDefined() || v.IsNull()) return fallback;
+  if constexpr (std::is_same_v<T, bool>) return convert<bool>(key, v, "true or false");
+  else if constexpr (std::is_same_v<T, std::string>) return convert<std::string>(key, v, "a string");
+  else if constexpr (std::is_integral_v<T>) {
+    // yaml-cpp accepts "1e3" for integers inconsistently; require digits only.
+    const std::string& s = v.IsScalar() ? v.Scalar() : std::string();
+    const bool digits = !s.empty() && std::all_of(s.begin() + (s[0] == '-' ? 1 : 0), s.end(), ::isdigit) &&
+                        s != "-";
+    if (!digits) fail(key, fmt::format("must be an integer, got {}", scalar_text(v)));
+    return convert<T>(key, v, "an integer");
+  } else {
+    return convert<T>(key, v, "a number");
+  }
+}
+
+template <typename T> T ConfigNode::require(const std::string& key) {
+  known_.insert(key);
+  if (!has(key)) fail(key, "is required but missing");
+  return get<T>(key, T{});
+}
+
+template bool ConfigNode::get<bool>(const std::string&, bool);
+template std::string ConfigNode::get<std::string>(const std::string&, std::string);
+template int ConfigNode::get<int>(const std::string&, int);
+template int64_t ConfigNode::get<int64_t>(const std::string&, int64_t);
+template uint64_t ConfigNode::get<uint64_t>(const std::string&, uint64_t);
+template double ConfigNode::get<double>(const std::string&, double);
+template std::string ConfigNode::require<std::string>(const std::string&);
+template int64_t ConfigNode::require<int64_t>(const std::string&);
+template double ConfigNode::require<double>(const std::string&);
+
+std::optional<double> ConfigNode::get_optional_double(const std::string& key) {
+  known_.insert(key);
+  if (!has(key)) return std::nullopt;
+  return get<double>(key, 0.0);
+}
+
+double ConfigNode::get_double(const std::string& key, double fallback, double min, double max, bool min_exclusive) {
+  const double v = get<double>(key, fallback);
+  if (!std::isfinite(v)) fail(key, fmt::format("must be a finite number, got {}", v));
+  if (min_exclusive ? !(v > min) : !(v >= min))
+    fail(key, fmt::format("must be {} {}, got {}", min_exclusive ? ">" : ">=", min, v));
+  if (!(v <= max)) fail(key, fmt::format("must be <= {}, got {}", max, v));
+  return v;
+}
+
+int64_t ConfigNode::get_int(const std::string& key, int64_t fallback, int64_t min, int64_t max) {
+  const int64_t v = get<int64_t>(key, fallback);
+  if (v < min) fail(key, fmt::format("must be >= {}, got {}", min, v));
+  if (v > max) fail(key, fmt::format("must be <= {}, got {}", max, v));
+  return v;
+}
+
+std::string ConfigNode::get_choice(const std::string& key, const std::string& fallback,
+                                   std::initializer_list<const char*> choices) {
+  const std::string v = get<std::string>(key, fallback);
+  for (const char* c : choices)
+    if (v == c) return v;
+  std::string list;
+  for (const char* c : choices) list += (list.empty() ? "" : ", ") + std::string(c);
+  fail(key, fmt::format("must be one of {}, got '{}'", list, v));
+}
+
+std::vector<int64_t> ConfigNode::get_int_list(const std::string& key, std::vector<int64_t> fallback, int64_t min,
+                                              int64_t max) {
+  known_.insert(key);
+  YAML::Node v = lookup(key);
+  if (!v.IsDefined() || v.IsNull()) return fallback;
+  if (!v.IsSequence()) fail(key, fmt::format("must be a list of integers, got {}", scalar_text(v)));
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string& s = v[i].IsScalar() ? v[i].Scalar() : std::string();
+    const bool digits = !s.empty() && std::all_of(s.begin() + (s[0] == '-' ? 1 : 0), s.end(), ::isdigit);
+    if (!digits) fail(key, fmt::format("entry {} must be an integer, got {}", i, scalar_text(v[i])));
+    const int64_t x = v[i].as<int64_t>();
+    if (x < min || x > max) fail(key, fmt::format("entry {} must be in [{}, {}], got {}", i, min, max, x));
+    out.push_back(x);
+  }
+  return out;
+}
+
+std::vector<double> ConfigNode::get_double_list(const std::string& key, std::vector<double> fallback) {
+  known_.insert(key);
+  YAML::Node v = lookup(key);
+  if (!v.IsDefined() || v.IsNull()) return fallback;
+  if (!v.IsSequence()) fail(key, fmt::format("must be a list of numbers, got {}", scalar_text(v)));
+  std::vector<double> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    try {
+      out.push_back(v[i].as<double>());
+    } catch (const YAML::Exception&) {
+      fail(key, fmt::format("entry {} must be a number, got {}", i, scalar_text(v[i])));
+    }
+  }
+  return out;
+}
+
+ConfigNode ConfigNode::child(const std::string& key) {
+  known_.insert(key);
+  YAML::Node v = lookup(key);
+  if (v.IsDefined() && !v.IsNull() && !v.IsMap())
+    fail(key, fmt::format("must be a mapping of keys, got {}", scalar_text(v)));
+  return ConfigNode(v.IsDefined() && !v.IsNull() ? v : YAML::Node(YAML::NodeType::Map), key_path(key), source_);
+}
+
+std::vector<ConfigNode> ConfigNode::items(const std::string& key) {
+  known_.insert(key);
+  YAML::Node v = lookup(key);
+  std::vector<ConfigNode> out;
+  if (!v.IsDefined() || v.IsNull()) return out;
+  if (!v.IsSequence()) fail(key, fmt::format("must be a list, got {}", scalar_text(v)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string p = key_path(key) + "." + std::to_string(i);
+    if (!v[i].IsMap()) ConfigNode(YAML::Node(YAML::NodeType::Map), p, source_).fail("", "must be a mapping");
+    out.emplace_back(v[i], p, source_);
+  }
+  return out;
+}
+
+void ConfigNode::accept(const std::string& key) { known_.insert(key); }
+
+void ConfigNode::finish() {
+  if (!node_.IsDefined() || !node_.IsMap()) return;
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    if (known_.count(key)) continue;
+    std::string best;
+    size_t best_d = 3;  // suggest only close matches
+    for (const auto& k : known_) {
+      const size_t d = edit_distance(key, k);
+      if (d < best_d) best_d = d, best = k;
+    }
+    const std::string hint = best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best);
+    throw InputError(fmt::format("{}: unknown key '{}'{}{}; known keys here: {}", location(key), key_path(key), hint,
+                                 "", join(known_)));
+  }
+}
+
+LoadedConfig load_config_file(const std::string& file, const std::vector<std::string>& overrides) {
+  LoadedConfig out;
+  out.source = std::make_shared<ConfigSource>();
+  out.source->file = file;
+  if (!std::filesystem::is_regular_file(file)) input_error("{}: config file not found", file);
+  try {
+    out.root = YAML::LoadFile(file);
+  } catch (const YAML::ParserException& e) {
+    input_error("{}:{}:{}: YAML syntax error: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg);
+  } catch (const YAML::Exception& e) {
+    input_error("{}: cannot read config: {}", file, e.what());
+  }
+  if (!out.root.IsMap()) input_error("{}: a config must be a YAML mapping of sections (name, data, model, ...)", file);
+  for (const auto& o : overrides) apply_override(out.root, *out.source, o);
+  return out;
+}
+
+void apply_override(YAML::Node root, ConfigSource& source, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    input_error("--set {}: expected key.path=value, e.g. --set train.epochs=2", assignment);
+  const std::string path = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    input_error("--set {}: the value '{}' is not valid YAML: {}", path, text, e.what());
+  }
+  // Walk with explicit node handles; yaml-cpp's assignment semantics make `cur = cur[k]` rebind.
+  std::vector<YAML::Node> chain{root};
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node cur = chain.back();
+    const std::string& k = parts[i];
+    if (cur.IsSequence()) {
+      const bool numeric = !k.empty() && std::all_of(k.begin(), k.end(), ::isdigit);
+      if (!numeric || std::stoul(k) >= cur.size())
+        input_error("--set {}: '{}' must index the list (0..{})", path, k, cur.size() - 1);
+      chain.push_back(cur[std::stoul(k)]);
+    } else {
+      if (!cur[k].IsDefined() || cur[k].IsNull()) cur[k] = YAML::Node(YAML::NodeType::Map);
+      if (cur[k].IsScalar()) input_error("--set {}: '{}' is a value, not a section", path, k);
+      chain.push_back(cur[k]);
+    }
+  }
+  YAML::Node parent = chain.back();
+  const std::string& last = parts.back();
+  if (parent.IsSequence()) {
+    const bool numeric = !last.empty() && std::all_of(last.begin(), last.end(), ::isdigit);
+    if (!numeric || std::stoul(last) >= parent.size())
+      input_error("--set {}: '{}' must index the list (0..{})", path, last, parent.size() - 1);
+    parent[std::stoul(last)] = value;
+  } else {
+    parent[last] = value;
+  }
+  source.overridden.insert(path);
+}
+
+}  // namespace qtrain

@@ -1,0 +1,46 @@
+// Context construction (the CUDA half lives in context_cuda.cpp / context_nocuda.cpp).
+#include "framework/context.h"
+
+#include <cblas.h>
+
+#include "framework/check.h"
+
+namespace qtrain {
+
+CudaHandles* make_cuda_handles(int index, uint64_t seed);  // context_(no)cuda.cpp
+void synchronize_cuda_handles(CudaHandles& handles);
+
+int set_blas_threads(int threads) {
+  if (threads > 0) openblas_set_num_threads(threads);
+  return openblas_get_num_threads();
+}
+
+Context Context::cpu(uint64_t seed, int cpu_threads) {
+  Context ctx;
+  ctx.seed_ = seed;
+  ctx.cpu_threads_ = set_blas_threads(cpu_threads);
+  return ctx;
+}
+
+Context Context::cuda(int index, uint64_t seed) {
+  Context ctx;
+  ctx.device_ = Device::cuda(index);
+  ctx.seed_ = seed;
+  ctx.cuda_.reset(make_cuda_handles(index, seed));
+  return ctx;
+}
+
+Context::Context(Context&&) noexcept = default;
+Context& Context::operator=(Context&&) noexcept = default;
+Context::~Context() = default;
+
+CudaHandles& Context::cuda() {
+  QT_CHECK(cuda_ != nullptr, "this context is on {}, not a CUDA device", device_.str());
+  return *cuda_;
+}
+
+void Context::synchronize() {
+  if (cuda_) synchronize_cuda_handles(*cuda_);
+}
+
+}  // namespace qtrain

@@ -1,0 +1,83 @@
+// The layer contract. A layer owns its configuration and its shapes; its parameters and their
+// gradients are views into Net's flat arenas (bound once after setup), so the optimizer and the
+// gradient exchange see one contiguous buffer each.
+//
+// Shapes passed to setup() exclude the batch dimension; tensors passed to forward/backward include it
+// as dimension 0. forward() and backward() dispatch on the tensor's device: the CPU path is the
+// reference (plain loops or BLAS, templated on float/double so gradient checks run in float64), the
+// CUDA path lives in the layer's .cu file. A CUDA tensor reaching a layer without a CUDA path is an
+// error, never a silent CPU fallback.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/config_node.h"
+#include "framework/context.h"
+#include "framework/registry.h"
+#include "framework/tensor.h"
+
+namespace qtrain {
+
+// How a parameter is initialized (PyTorch's defaults are the reference).
+enum class Init {
+  zeros,
+  ones,
+  uniform_fan_in,  // U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's nn.Linear weight and bias
+  he_normal,       // N(0, 2/fan_in)
+  glorot_uniform,  // U(-a, a), a = sqrt(6/(fan_in+fan_out))
+};
+
+struct ParamSpec {
+  std::string name;  // "weight", "bias"; Net prefixes the layer name: "dense1.weight"
+  Shape shape;
+  Init init = Init::zeros;
+  int64_t fan_in = 1;
+  int64_t fan_out = 1;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  virtual const char* type() const = 0;
+  const std::string& name() const { return name_; }
+  // Position in the net; part of the random key of stochastic layers (dropout).
+  int index() const { return index_; }
+  void set_identity(std::string name, int index) {
+    name_ = std::move(name);
+    index_ = index;
+  }
+
+  // Validates the input shape (per sample) and returns the output shape (per sample).
+  virtual Shape setup(const Shape& input) = 0;
+  virtual std::vector<ParamSpec> param_specs() const { return {}; }
+  // Views into the arenas, in param_specs() order, on the net's device and dtype.
+  void bind(std::vector<Tensor> params, std::vector<Tensor> grads) {
+    params_ = std::move(params);
+    grads_ = std::move(grads);
+  }
+  std::vector<Tensor>& params() { return params_; }
+  std::vector<Tensor>& grads() { return grads_; }
+
+  // x: (B, input...), y: (B, output...) allocated by the caller; y is overwritten.
+  virtual void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) = 0;
+  // Given dy, overwrites this layer's parameter gradients and, when dx is defined, writes dx.
+  // x and y are the tensors of the matching forward call (training mode).
+  virtual void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+
+ protected:
+  std::vector<Tensor> params_;
+  std::vector<Tensor> grads_;
+
+ private:
+  std::string name_;
+  int index_ = 0;
+};
+
+// A layer factory reads the layer's own keys from its config block ("type" and "name" are read by
+// Net) and leaves unknown keys to ConfigNode::finish().
+using LayerRegistry = Registry<Layer, ConfigNode&>;
+
+}  // namespace qtrain

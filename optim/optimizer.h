@@ -1,0 +1,36 @@
+// The optimizer contract: one update over the flat parameter arena, given the (already averaged)
+// flat gradient arena. State is named, so checkpoints store "rmsprop.square_avg" rather than
+// positions in a list.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/config_node.h"
+#include "framework/context.h"
+#include "framework/tensor.h"
+
+namespace qtrain {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual const char* type() const = 0;
+  // Allocates the state for an arena of `numel` values of `dtype` on `device` (zero-initialized).
+  virtual void init(int64_t numel, DType dtype, Device device) = 0;
+  // params <- update(params, grads) with learning rate `lr` (the schedule's value for this step).
+  virtual void step(Context& ctx, Tensor& params, const Tensor& grads, double lr) = 0;
+  // Named state tensors (views of the live buffers: copying into them restores the state). Scalar
+  // state such as Adam's step count is a one-element f64 tensor.
+  virtual std::vector<std::pair<std::string, Tensor>> state() = 0;
+  // The base learning rate from the config (the schedule scales it).
+  virtual double base_lr() const = 0;
+};
+
+// Parses the `optimizer` section (type: sgd | rmsprop | adam and their options). The `schedule`
+// sub-key is left for make_schedule().
+std::unique_ptr<Optimizer> make_optimizer(ConfigNode& section);
+
+}  // namespace qtrain

@@ -1,0 +1,74 @@
+// ConfigNode: typed reads, ranges, choices, unknown keys with suggestions, located messages, --set.
+#include <catch2/catch.hpp>
+
+#include "framework/config_node.h"
+
+using namespace qtrain;
+
+namespace {
+ConfigNode parse(const std::string& text, std::shared_ptr<ConfigSource> source = nullptr) {
+  if (!source) {
+    source = std::make_shared<ConfigSource>();
+    source->file = "test.yaml";
+  }
+  return ConfigNode(YAML::Load(text), "", source);
+}
+}  // namespace
+
+TEST_CASE("typed reads and defaults", "[config]") {
+  ConfigNode n = parse("a: 3\nb: 0.5\nc: hello\nd: true\n");
+  REQUIRE(n.get_int("a", 0, 0, 10) == 3);
+  REQUIRE(n.get_double("b", 0, 0, 1) == 0.5);
+  REQUIRE(n.get<std::string>("c", "") == "hello");
+  REQUIRE(n.get<bool>("d", false));
+  REQUIRE(n.get_int("missing", 7, 0, 10) == 7);
+  n.finish();
+}
+
+TEST_CASE("errors name file, line and key path", "[config]") {
+  ConfigNode root = parse("optimizer:\n  lr: -1\n");
+  ConfigNode opt = root.child("optimizer");
+  REQUIRE_THROWS_WITH(opt.get_double("lr", 0.1, 0, 1e9, true),
+                      Catch::Contains("test.yaml:2:7") && Catch::Contains("optimizer.lr must be > 0, got -1"));
+}
+
+TEST_CASE("wrong types are reported with the expected type", "[config]") {
+  ConfigNode n = parse("epochs: many\nlr: 1.5\n");
+  REQUIRE_THROWS_WITH(n.get_int("epochs", 1, 1, 100), Catch::Contains("epochs must be an integer, got 'many'"));
+  REQUIRE_THROWS_WITH(n.get_int("lr", 1, 1, 100), Catch::Contains("lr must be an integer, got '1.5'"));
+}
+
+TEST_CASE("unknown keys are rejected with a suggestion", "[config]") {
+  ConfigNode n = parse("optimiser: {}\nname: x\n");
+  n.get<std::string>("name", "");
+  n.child("optimizer");
+  REQUIRE_THROWS_WITH(n.finish(), Catch::Contains("test.yaml:1:1") && Catch::Contains("unknown key 'optimiser'") &&
+                                      Catch::Contains("did you mean 'optimizer'"));
+}
+
+TEST_CASE("choices list the allowed values", "[config]") {
+  ConfigNode n = parse("type: rmsprp\n");
+  REQUIRE_THROWS_WITH(n.get_choice("type", "sgd", {"sgd", "rmsprop", "adam"}),
+                      Catch::Contains("must be one of sgd, rmsprop, adam, got 'rmsprp'"));
+}
+
+TEST_CASE("--set overrides values and is named in errors", "[config]") {
+  auto source = std::make_shared<ConfigSource>();
+  source->file = "x.yaml";
+  YAML::Node root = YAML::Load("train: {epochs: 2}\nmodel: {layers: [{type: dense, units: 4}]}\n");
+  apply_override(root, *source, "train.epochs=-3");
+  apply_override(root, *source, "model.layers.0.units=8");
+  apply_override(root, *source, "data.path=/tmp/x");
+  ConfigNode n(root, "", source);
+  ConfigNode train = n.child("train");
+  REQUIRE_THROWS_WITH(train.get_int("epochs", 1, 1, 1000),
+                      Catch::Contains("command line (--set train.epochs)") && Catch::Contains("must be >= 1"));
+  REQUIRE(n.child("data").get<std::string>("path", "") == "/tmp/x");
+  REQUIRE(n.child("model").items("layers")[0].get_int("units", 0, 1, 100) == 8);
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "model.layers.5.units=1"), Catch::Contains("must index the list"));
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "novalue"), Catch::Contains("expected key.path=value"));
+}
+
+TEST_CASE("missing file and YAML syntax errors", "[config]") {
+  REQUIRE_THROWS_WITH(load_config_file("/nonexistent/x.yaml", {}), Catch::Contains("config file not found"));
+}
