@@ -8,6 +8,8 @@ find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(Catch2 REQUIRED)
 find_package(Threads REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(ZLIB REQUIRED)
 
 # OpenBLAS: link it by name (not the generic libblas alternative) so that openblas_set_num_threads and
 # openblas_get_corename are available; tools and the trainer use them.
@@ -38,8 +40,14 @@ if(QTRAIN_HAS_CUDA)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
   endif()
-  set(CMAKE_CUDA_STANDARD 20)
   enable_language(CUDA)
+  # Kernels include the same C++20 core headers as the CPU code. CMake 3.25 knows no C++20 flag for
+  # nvcc (CUDA_STANDARD 20 fails with "does not support this"), although nvcc has -std=c++20 since
+  # CUDA 12: tell CMake the flag once, for every target.
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)
   find_library(CUDNN_LIBRARY NAMES cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
   find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)

@@ -27,6 +27,8 @@ struct ConfigSource {
 class ConfigNode {
  public:
   ConfigNode(YAML::Node node, std::string path, std::shared_ptr<const ConfigSource> source);
+  // An empty mapping with no source (a placeholder before a section is assigned).
+  ConfigNode() : ConfigNode(YAML::Node(YAML::NodeType::Map), "", std::make_shared<ConfigSource>()) {}
 
   const std::string& path() const { return path_; }
   std::string key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
@@ -49,6 +51,11 @@ class ConfigNode {
   // A nested mapping (an empty one when absent) and a sequence of mappings.
   ConfigNode child(const std::string& key);
   std::vector<ConfigNode> items(const std::string& key);
+  // An empty mapping standing for `key` (same file, path key_path(key)); for optional blocks given
+  // in a short scalar form.
+  ConfigNode empty_child(const std::string& key) const {
+    return ConfigNode(YAML::Node(YAML::NodeType::Map), key_path(key), source_);
+  }
   // Marks `key` as known without reading it (a section another parser owns).
   void accept(const std::string& key);
 

@@ -23,7 +23,8 @@ class Optimizer {
   // params <- update(params, grads) with learning rate `lr` (the schedule's value for this step).
   virtual void step(Context& ctx, Tensor& params, const Tensor& grads, double lr) = 0;
   // Named state tensors (views of the live buffers: copying into them restores the state). Scalar
-  // state such as Adam's step count is a one-element f64 tensor.
+  // state such as Adam's step count is a one-element f64 tensor on the CPU, whatever the arena's
+  // device. A CUDA step runs asynchronously on ctx's stream: synchronize ctx before reading state.
   virtual std::vector<std::pair<std::string, Tensor>> state() = 0;
   // The base learning rate from the config (the schedule scales it).
   virtual double base_lr() const = 0;

@@ -1,0 +1,50 @@
+// The dataset contract: a fixed number of samples, each a float tensor of one shape and an integer
+// label, readable by index from any thread. Readers validate their files once, at open, and report a
+// missing or malformed file with its path and what was expected.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/config_node.h"
+#include "framework/tensor.h"
+
+namespace qtrain {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual Shape sample_shape() const = 0;  // e.g. [1, 28, 28]
+  virtual int num_classes() const = 0;
+  // Writes sample `index` (normalized floats, shape_numel(sample_shape()) values) and its label.
+  // Must be safe to call concurrently.
+  virtual void read(int64_t index, float* x, int32_t* label) const = 0;
+};
+
+enum class Split { train, test };
+
+// The `data` section of a config (docs/config-reference.md lists every key).
+struct DataConfig {
+  std::string dataset = "mnist";  // mnist | fashion_mnist
+  std::string path;               // folder with the dataset's files (required)
+  int64_t batch_size = 128;       // per replica
+  int64_t eval_batch_size = 1000;
+  bool shuffle = true;
+  bool drop_last = false;
+  int prefetch = 2;               // batches the loader thread prepares ahead
+  std::vector<double> mean, std;  // per-channel normalization; empty = the dataset's standard values
+  int64_t limit_train = 0;        // use only the first N training samples (0 = all)
+  int64_t limit_test = 0;         // use only the first N test samples (0 = all)
+};
+
+// Parses and validates the `data` section (calls finish()).
+DataConfig parse_data_config(ConfigNode& section);
+
+// Opens one split; a missing folder or file, a wrong magic number, a truncated file or mismatched
+// image/label counts are InputErrors naming the file and what was expected.
+std::unique_ptr<Dataset> open_dataset(const DataConfig& config, Split split);
+
+}  // namespace qtrain

@@ -1,0 +1,97 @@
+// IDX reading: whole-file reads through zlib (which passes uncompressed files through unchanged),
+// then header and size validation with messages that say what was found and what was expected.
+#include "data/idx.h"
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "framework/check.h"
+
+namespace qtrain {
+namespace {
+
+uint32_t read_be32(const uint8_t* p) {
+  return (static_cast<uint32_t>(p[0]) << 24) | (static_cast<uint32_t>(p[1]) << 16) |
+         (static_cast<uint32_t>(p[2]) << 8) | static_cast<uint32_t>(p[3]);
+}
+
+// Checks the magic number and that the file holds exactly header + payload bytes.
+// `what` is "image" or "label", `layout` the element type and dimensions the magic stands for.
+void check_layout(const std::string& path, const std::vector<uint8_t>& bytes, uint32_t magic, const char* what,
+                  const char* layout, size_t header_bytes) {
+  if (bytes.size() < 4) input_error("{}: truncated: {} bytes, too short for an IDX header", path, bytes.size());
+  const uint32_t found = read_be32(bytes.data());
+  if (found != magic)
+    input_error("{}: not an IDX {} file ({}): magic number 0x{:08x}, expected 0x{:08x}", path, what, layout, found,
+                magic);
+  if (bytes.size() < header_bytes)
+    input_error("{}: truncated: {} bytes, the IDX {} header alone needs {}", path, bytes.size(), what, header_bytes);
+}
+
+void check_size(const std::string& path, size_t found, uint64_t expected, const std::string& announced) {
+  if (found < expected)
+    input_error("{}: truncated: the header announces {}, so {} bytes are expected, found {}", path, announced, expected,
+                found);
+  if (found > expected)
+    input_error("{}: the header announces {}, so {} bytes are expected, found {} (trailing data)", path, announced,
+                expected, found);
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_file_bytes(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) input_error("{}: file not found", path);
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) input_error("{}: cannot open: {}", path, std::strerror(errno));
+  gzbuffer(f, 1 << 20);
+  std::vector<uint8_t> out;
+  constexpr size_t kChunk = 1 << 20;
+  for (;;) {
+    const size_t old = out.size();
+    out.resize(old + kChunk);
+    const int n = gzread(f, out.data() + old, static_cast<unsigned>(kChunk));
+    if (n < 0) {
+      int code = 0;
+      const std::string message = gzerror(f, &code);
+      gzclose(f);
+      input_error("{}: cannot read: {}", path, code == Z_ERRNO ? std::strerror(errno) : message);
+    }
+    out.resize(old + static_cast<size_t>(n));
+    if (static_cast<size_t>(n) < kChunk) break;
+  }
+  // A gzip stream cut short reads as a shorter file; zlib reports it here.
+  int code = 0;
+  const std::string message = gzerror(f, &code);
+  gzclose(f);
+  if (code != Z_OK && code != Z_STREAM_END) input_error("{}: damaged or truncated gzip data: {}", path, message);
+  return out;
+}
+
+IdxImages read_idx_images(const std::string& path) {
+  std::vector<uint8_t> bytes = read_file_bytes(path);
+  check_layout(path, bytes, kIdxImagesMagic, "image", "unsigned bytes, 3 dimensions", 16);
+  IdxImages out;
+  out.count = read_be32(bytes.data() + 4);
+  out.rows = read_be32(bytes.data() + 8);
+  out.cols = read_be32(bytes.data() + 12);
+  const uint64_t expected = 16 + static_cast<uint64_t>(out.count) * out.rows * out.cols;
+  check_size(path, bytes.size(), expected, fmt::format("{} images of {}x{}", out.count, out.rows, out.cols));
+  bytes.erase(bytes.begin(), bytes.begin() + 16);
+  out.pixels = std::move(bytes);
+  return out;
+}
+
+std::vector<uint8_t> read_idx_labels(const std::string& path) {
+  std::vector<uint8_t> bytes = read_file_bytes(path);
+  check_layout(path, bytes, kIdxLabelsMagic, "label", "unsigned bytes, 1 dimension", 8);
+  const uint64_t count = read_be32(bytes.data() + 4);
+  check_size(path, bytes.size(), 8 + count, fmt::format("{} labels", count));
+  bytes.erase(bytes.begin(), bytes.begin() + 8);
+  return bytes;
+}
+
+}  // namespace qtrain

@@ -1,0 +1,27 @@
+// Reader for the IDX format of MNIST and Fashion-MNIST: a big-endian header (magic 0x00000803 for
+// unsigned-byte images with 3 dimensions, 0x00000801 for unsigned-byte labels with 1), then the raw
+// bytes. gzip-compressed files are read transparently (recognized by their content, whatever the
+// name). Every malformed file is an InputError naming the path and what was expected.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qtrain {
+
+constexpr uint32_t kIdxImagesMagic = 0x00000803;  // u8, 3 dimensions: count, rows, cols
+constexpr uint32_t kIdxLabelsMagic = 0x00000801;  // u8, 1 dimension: count
+
+struct IdxImages {
+  int64_t count = 0, rows = 0, cols = 0;
+  std::vector<uint8_t> pixels;  // (count, rows, cols) row-major
+};
+
+// The whole (decompressed when gzip) content of a file.
+std::vector<uint8_t> read_file_bytes(const std::string& path);
+
+IdxImages read_idx_images(const std::string& path);
+std::vector<uint8_t> read_idx_labels(const std::string& path);
+
+}  // namespace qtrain

@@ -1,0 +1,176 @@
+// Loader: the epoch permutation (Philox-driven Fisher-Yates), this rank's shard of it, and a prefetch
+// thread that assembles batches ahead of the trainer. The thread is stopped and joined before a new
+// epoch starts and in the destructor; a reader exception travels to next().
+#include "data/loader.h"
+
+#include <limits>
+#include <numeric>
+
+#include "framework/philox.h"
+
+namespace qtrain {
+namespace {
+
+// Consecutive 32-bit words of the Philox stream under `key`: word k is word k % 4 of the block at
+// counter k / 4.
+class PhiloxWords {
+ public:
+  explicit PhiloxWords(PhiloxKey key) : key_(key) {}
+  uint32_t next() {
+    if (used_ == 4) {
+      block_ = philox4x32_10(static_cast<uint32_t>(counter_), static_cast<uint32_t>(counter_ >> 32), 0, 0, key_);
+      ++counter_;
+      used_ = 0;
+    }
+    return block_.v[used_++];
+  }
+
+ private:
+  PhiloxKey key_;
+  uint64_t counter_ = 0;
+  PhiloxBlock block_{};
+  int used_ = 4;
+};
+
+// An unbiased integer in [0, range), range >= 1 (Lemire, "Fast random integer generation in an
+// interval", 2019): the high word of word * range, rejecting the few low words that would bias it.
+uint32_t bounded(PhiloxWords& words, uint32_t range) {
+  uint64_t m = static_cast<uint64_t>(words.next()) * range;
+  uint32_t low = static_cast<uint32_t>(m);
+  if (low < range) {
+    const uint32_t threshold = static_cast<uint32_t>(-range) % range;  // 2^32 mod range
+    while (low < threshold) {
+      m = static_cast<uint64_t>(words.next()) * range;
+      low = static_cast<uint32_t>(m);
+    }
+  }
+  return static_cast<uint32_t>(m >> 32);
+}
+
+}  // namespace
+
+std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {
+  QT_CHECK(n >= 0 && n <= static_cast<int64_t>(std::numeric_limits<uint32_t>::max()),
+           "epoch_permutation: {} samples, supported up to 2^32 - 1", n);
+  QT_CHECK(epoch >= 0, "epoch_permutation: negative epoch {}", epoch);
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), int64_t{0});
+  if (!shuffle) return p;
+  PhiloxWords words(derive_philox_key(seed, static_cast<uint64_t>(epoch), kShuffleStream));
+  for (int64_t i = n - 1; i > 0; --i) {
+    const int64_t j = bounded(words, static_cast<uint32_t>(i + 1));
+    std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(j)]);
+  }
+  return p;
+}
+
+Loader::Loader(const Dataset& dataset, LoaderOptions options) : dataset_(dataset), options_(options) {
+  QT_CHECK(options_.batch_size >= 1, "loader: batch_size must be >= 1, got {}", options_.batch_size);
+  QT_CHECK(options_.world_size >= 1 && options_.rank >= 0 && options_.rank < options_.world_size,
+           "loader: rank {} of world size {}", options_.rank, options_.world_size);
+  QT_CHECK(options_.prefetch >= 1, "loader: prefetch must be >= 1, got {}", options_.prefetch);
+  shard_size_ = dataset_.size() / options_.world_size;
+  shard_begin_ = options_.rank * shard_size_;
+}
+
+Loader::~Loader() { stop(); }
+
+int64_t Loader::batches_per_epoch() const {
+  const int64_t b = options_.batch_size;
+  return options_.drop_last ? shard_size_ / b : (shard_size_ + b - 1) / b;
+}
+
+int64_t Loader::samples_per_epoch() const {
+  return options_.drop_last ? batches_per_epoch() * options_.batch_size : shard_size_;
+}
+
+void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
+  QT_CHECK(epoch >= 0, "loader: negative epoch {}", epoch);
+  QT_CHECK(first_batch >= 0 && first_batch <= batches_per_epoch(), "loader: first batch {} of an epoch of {}",
+           first_batch, batches_per_epoch());
+  stop();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready_.clear();
+    done_ = false;
+    stopping_ = false;
+    error_ = nullptr;
+    started_ = true;
+  }
+  worker_ = std::thread(&Loader::produce, this, epoch, first_batch);
+}
+
+std::optional<Batch> Loader::next() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  QT_CHECK(started_, "loader: next() before start_epoch()");
+  cv_.wait(lock, [&] { return !ready_.empty() || done_; });
+  if (!ready_.empty()) {
+    Batch batch = std::move(ready_.front());
+    ready_.pop_front();
+    lock.unlock();
+    cv_.notify_all();  // a prefetch slot is free
+    return batch;
+  }
+  if (error_) std::rethrow_exception(error_);
+  return std::nullopt;
+}
+
+Batch Loader::assemble(const std::vector<int64_t>& permutation, int64_t epoch, int64_t index) const {
+  const int64_t begin = index * options_.batch_size;
+  const int64_t rows = std::min(options_.batch_size, shard_size_ - begin);
+  const Shape sample = dataset_.sample_shape();
+  const int64_t sample_numel = shape_numel(sample);
+  Shape x_shape{rows};
+  x_shape.insert(x_shape.end(), sample.begin(), sample.end());
+  Batch batch;
+  batch.x = Tensor::empty(x_shape, DType::f32);        // (B, sample...)
+  batch.labels = Tensor::empty({rows}, DType::i32);   // (B)
+  batch.epoch = epoch;
+  batch.index = index;
+  float* x = batch.x.data<float>();
+  int32_t* labels = batch.labels.data<int32_t>();
+  for (int64_t r = 0; r < rows; ++r)
+    dataset_.read(permutation[static_cast<size_t>(shard_begin_ + begin + r)], x + r * sample_numel, labels + r);
+  return batch;
+}
+
+void Loader::produce(int64_t epoch, int64_t first_batch) {
+  try {
+    const std::vector<int64_t> permutation = epoch_permutation(dataset_.size(), options_.seed, epoch, options_.shuffle);
+    const int64_t batches = batches_per_epoch();
+    for (int64_t index = first_batch; index < batches; ++index) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stopping_ || static_cast<int>(ready_.size()) < options_.prefetch; });
+        if (stopping_) break;
+      }
+      // Assembled outside the lock so next() can hand out earlier batches meanwhile.
+      Batch batch = assemble(permutation, epoch, index);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_) break;
+        ready_.push_back(std::move(batch));
+      }
+      cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Loader::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+}  // namespace qtrain

@@ -1,0 +1,36 @@
+// metrics.csv: one row per evaluation (end of an epoch, or the end of a run stopped by max_steps).
+// Appends on resume, after checking that the existing header is the one this version writes.
+#pragma once
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "framework/phase_timers.h"
+
+namespace qtrain {
+
+struct MetricsRow {
+  int64_t epoch = 0;  // epochs completed (fractional progress is in `step`)
+  int64_t step = 0;
+  double wall_time_s = 0;
+  double lr = 0;
+  double train_loss = 0, train_accuracy = 0;
+  double test_loss = 0, test_accuracy = 0;
+  double samples_per_s = 0;
+  PhaseTimers phases;  // seconds spent in each phase since the previous row
+  double bytes_sent = 0;  // gradient bytes this rank sent since the previous row
+};
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);
+  void append(const MetricsRow& row);
+  static std::string header();
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace qtrain

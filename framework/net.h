@@ -1,0 +1,80 @@
+// Net: a sequence of layers built from the `model` section, with every parameter and every gradient
+// living in one flat arena each (params(), grads()). Layers see named views into the arenas; the
+// optimizer and the gradient exchange see the whole arenas; buckets are contiguous ranges of them.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/layer.h"
+#include "framework/loss.h"
+#include "framework/run_config.h"
+
+namespace qtrain {
+
+// One parameter tensor's place in the arenas.
+struct ParamEntry {
+  std::string name;        // "dense1.weight"
+  std::string layer_name;  // "dense1"
+  std::string layer_type;  // "dense"
+  int layer_index = 0;
+  int64_t offset = 0;      // in elements, 64-byte aligned
+  int64_t numel = 0;
+  Shape shape;
+};
+
+class Net {
+ public:
+  Net(const ModelConfig& config, DType dtype, Device device, const LayerRegistry& layers,
+      const LossRegistry& losses);
+
+  // Deterministic initialization from `seed` (identical on every rank and device).
+  void init_parameters(uint64_t seed);
+
+  // x: (B, input...) on the net's device. Returns the logits (B, classes), valid until the next call.
+  const Tensor& forward(Context& ctx, const Tensor& x, bool training);
+  // Loss of the last forward; with `with_gradient`, also prepares backward().
+  LossStats loss(Context& ctx, const Tensor& labels, bool with_gradient);
+  // Backpropagates the last loss into grads(); `on_layer_done(i)` runs after layer i's gradients are
+  // final (layers complete in reverse order), so communication can start while backward continues.
+  void backward(Context& ctx, const std::function<void(int layer_index)>& on_layer_done = {});
+
+  Tensor& params() { return params_; }
+  Tensor& grads() { return grads_; }
+  const std::vector<ParamEntry>& param_entries() const { return entries_; }
+  int64_t num_parameters() const;  // without alignment padding
+  const Shape& input_shape() const { return input_shape_; }
+  const Shape& output_shape() const { return shapes_.back(); }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  Layer& layer(int i) { return *layers_[static_cast<size_t>(i)]; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  // A table of layers, output shapes and parameter counts.
+  std::string summary() const;
+
+ private:
+  void ensure_batch_capacity(int64_t batch);
+
+  DType dtype_;
+  Device device_;
+  Shape input_shape_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Shape> shapes_;  // shapes_[i] is layer i's output (per sample)
+  std::unique_ptr<Loss> loss_;
+  std::vector<ParamEntry> entries_;
+  std::vector<ParamSpec> specs_;  // parallel to entries_
+  Tensor params_, grads_;
+  int64_t capacity_ = 0;          // batch size the activation buffers hold
+  std::vector<Tensor> acts_;      // acts_[i]: output of layer i, (capacity, shape_i)
+  std::vector<Tensor> dacts_;     // gradient w.r.t. acts_[i]
+  Tensor input_;                  // the last forward's input (a reference, not a copy)
+  Tensor logits_;                 // view of the last forward's logits
+  int64_t batch_ = 0;
+};
+
+// Fills `values` (CPU, f64) per `init` from a Philox stream keyed by `key_seed`.
+void initialize_values(std::vector<double>& values, const ParamSpec& spec, uint64_t key_seed);
+
+}  // namespace qtrain

@@ -1,0 +1,73 @@
+// Parsing of the top-level config sections (name, seed, device, model, train, output).
+#include "framework/run_config.h"
+
+#include <filesystem>
+
+namespace qtrain {
+namespace {
+
+ModelConfig parse_model(ConfigNode section) {
+  ModelConfig m;
+  m.input = section.get_int_list("input", {}, 1, 1 << 20);
+  if (m.input.empty()) section.fail("input", "is required: the per-sample input shape, e.g. [1, 28, 28]");
+  m.layers = section.items("layers");
+  if (m.layers.empty()) section.fail("layers", "is required: a list of layers, e.g. - {type: dense, units: 10}");
+  // `loss` is either a type name or a mapping with a `type` and the loss's own keys.
+  if (section.has("loss") && section.yaml()["loss"].IsMap()) {
+    m.loss_section = section.child("loss");
+    m.loss = m.loss_section.require<std::string>("type");
+  } else {
+    m.loss = section.get<std::string>("loss", m.loss);
+    m.loss_section = section.empty_child("loss");
+  }
+  section.finish();
+  return m;
+}
+
+TrainConfig parse_train(ConfigNode section) {
+  TrainConfig t;
+  t.epochs = section.get_int("epochs", t.epochs, 1, 1000000);
+  t.max_steps = section.get_int("max_steps", t.max_steps, 0, INT64_MAX);
+  t.log_every_steps = section.get_int("log_every_steps", t.log_every_steps, 1, INT64_MAX);
+  t.threads = static_cast<int>(section.get_int("threads", t.threads, 0, 1024));
+  t.eval_every_epoch = section.get<bool>("eval_every_epoch", t.eval_every_epoch);
+  section.finish();
+  return t;
+}
+
+OutputConfig parse_output(ConfigNode section, const std::string& name) {
+  OutputConfig o;
+  o.dir = section.get<std::string>("dir", "runs/" + name);
+  if (o.dir.empty()) section.fail("dir", "must not be empty");
+  o.checkpoint_every_epochs = section.get_int("checkpoint_every_epochs", o.checkpoint_every_epochs, 0, INT64_MAX);
+  o.checkpoint_every_steps = section.get_int("checkpoint_every_steps", o.checkpoint_every_steps, 0, INT64_MAX);
+  o.progress = section.get_choice("progress", o.progress, {"auto", "bar", "lines", "none"});
+  section.finish();
+  return o;
+}
+
+}  // namespace
+
+RunConfig parse_run_config(const std::string& file, const std::vector<std::string>& overrides) {
+  LoadedConfig loaded = load_config_file(file, overrides);
+  RunConfig rc;
+  rc.file = file;
+  rc.resolved = loaded.root;
+  ConfigNode root(loaded.root, "", loaded.source);
+  rc.name = root.get<std::string>("name", std::filesystem::path(file).stem().string());
+  if (rc.name.empty() || rc.name.find('/') != std::string::npos)
+    root.fail("name", fmt::format("must be a non-empty name without '/', got '{}'", rc.name));
+  rc.seed = static_cast<uint64_t>(root.get_int("seed", 1, 0, INT64_MAX));
+  rc.device = root.get_choice("device", rc.device, {"cpu", "cuda", "auto"});
+  ConfigNode data = root.child("data");
+  rc.data = parse_data_config(data);
+  rc.model = parse_model(root.child("model"));
+  rc.optimizer = root.child("optimizer");
+  rc.train = parse_train(root.child("train"));
+  rc.output = parse_output(root.child("output"), rc.name);
+  root.finish();  // before the required-section check, so that a misspelt section is named as such
+  if (!root.has("optimizer")) root.fail("optimizer", "is required, e.g. optimizer: {type: sgd, lr: 0.1}");
+  return rc;
+}
+
+}  // namespace qtrain

@@ -1,0 +1,205 @@
+// safetensors reading and atomic writing, with a CRC-32 over the data to catch corrupted files.
+#include "framework/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace qtrain {
+namespace {
+
+const char* st_dtype(DType d) {
+  switch (d) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+    case DType::u8: return "U8";
+    case DType::i32: return "I32";
+  }
+  return "?";
+}
+
+bool parse_st_dtype(const std::string& s, DType& out) {
+  static const std::map<std::string, DType> table{{"F32", DType::f32}, {"F64", DType::f64}, {"F16", DType::f16},
+                                                  {"BF16", DType::bf16}, {"U8", DType::u8}, {"I32", DType::i32}};
+  auto it = table.find(s);
+  if (it == table.end()) return false;
+  out = it->second;
+  return true;
+}
+
+uint32_t crc32_of(const uint8_t* data, size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (n > 0) {  // zlib takes uInt lengths
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    crc = crc32(crc, data, chunk);
+    data += chunk;
+    n -= chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+void write_all(int fd, const char* data, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) input_error("{}: write failed: {}", path, std::strerror(errno));
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  fs::create_directories(folder);
+  const std::string tmp = (folder / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) input_error("{}: cannot create: {}", tmp, std::strerror(errno));
+  try {
+    write_all(fd, bytes.data(), bytes.size(), tmp);
+    if (::fsync(fd) != 0) input_error("{}: fsync failed: {}", tmp, std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    input_error("{}: cannot rename into place: {}", path, std::strerror(errno));
+  }
+  // Make the rename itself durable.
+  const int dfd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  std::string data;
+  for (const auto& nt : tensors) {
+    QT_CHECK(nt.name != "__metadata__" && !nt.name.empty(), "invalid tensor name '{}'", nt.name);
+    const Tensor host = nt.tensor.device().is_cpu() ? nt.tensor : nt.tensor.to(Device::cpu());
+    const size_t begin = data.size();
+    data.append(static_cast<const char*>(host.raw()), host.nbytes());
+    header[nt.name] = {{"dtype", st_dtype(host.dtype())}, {"shape", host.shape()}, {"data_offsets", {begin, data.size()}}};
+  }
+  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : metadata) meta[k] = v;
+  meta["qtrain.crc32"] = std::to_string(crc32_of(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
+  header["__metadata__"] = meta;
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');  // the format pads the header to 8 bytes with spaces
+  std::string bytes(8, '\0');
+  const uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  bytes += json;
+  bytes += data;
+  write_file_atomically(path, bytes);
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) input_error("{}: checkpoint not found or unreadable", path);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 8) input_error("{}: corrupt checkpoint: {} bytes, shorter than the 8-byte header length", path, bytes.size());
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(bytes[static_cast<size_t>(i)]) << (8 * i);
+  if (n > bytes.size() - 8)
+    input_error("{}: corrupt checkpoint: header length {} exceeds the file size {}", path, n, bytes.size());
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+  } catch (const nlohmann::json::exception& e) {
+    input_error("{}: corrupt checkpoint: the JSON header does not parse ({})", path, e.what());
+  }
+  if (!header.is_object()) input_error("{}: corrupt checkpoint: the header is not a JSON object", path);
+  data_.assign(bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n), bytes.end());
+  size_t covered = 0;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it->is_object()) input_error("{}: corrupt checkpoint: __metadata__ is not an object", path);
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string()) input_error("{}: corrupt checkpoint: metadata '{}' is not a string", path, m.key());
+        metadata_[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    const auto& v = it.value();
+    Entry e{};
+    try {
+      if (!parse_st_dtype(v.at("dtype").get<std::string>(), e.dtype))
+        input_error("{}: tensor '{}' has unsupported dtype {}", path, it.key(), v.at("dtype").dump());
+      e.shape = v.at("shape").get<Shape>();
+      const auto offsets = v.at("data_offsets").get<std::vector<uint64_t>>();
+      if (offsets.size() != 2) input_error("{}: corrupt checkpoint: tensor '{}' needs 2 data_offsets", path, it.key());
+      e.begin = offsets[0];
+      e.end = offsets[1];
+    } catch (const nlohmann::json::exception& ex) {
+      input_error("{}: corrupt checkpoint: tensor '{}' has a malformed entry ({})", path, it.key(), ex.what());
+    }
+    for (int64_t d : e.shape)
+      if (d < 0) input_error("{}: corrupt checkpoint: tensor '{}' has a negative dimension", path, it.key());
+    const size_t expected = static_cast<size_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
+    if (e.begin > e.end || e.end > data_.size() || e.end - e.begin != expected)
+      input_error("{}: corrupt checkpoint: tensor '{}' spans bytes [{}, {}) but needs {} bytes within {} bytes of data",
+                  path, it.key(), e.begin, e.end, expected, data_.size());
+    covered += expected;
+    entries_.emplace(it.key(), e);
+  }
+  if (covered != data_.size())
+    input_error("{}: corrupt checkpoint: tensors cover {} of {} data bytes (truncated or padded file)", path, covered,
+                data_.size());
+  auto crc = metadata_.find("qtrain.crc32");
+  if (crc != metadata_.end() && crc->second != std::to_string(crc32_of(data_.data(), data_.size())))
+    input_error("{}: corrupt checkpoint: the CRC-32 of the tensor data does not match the header", path);
+}
+
+std::string SafetensorsFile::metadata_value(const std::string& key) const {
+  auto it = metadata_.find(key);
+  if (it == metadata_.end()) input_error("{}: checkpoint metadata lacks '{}'", path_, key);
+  return it->second;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, e] : entries_) out.push_back(name);
+  return out;
+}
+
+const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) input_error("{}: checkpoint has no tensor '{}'", path_, name);
+  return it->second;
+}
+
+void SafetensorsFile::read_into(const std::string& name, Tensor& dst) const {
+  const Entry& e = entry(name);
+  if (e.dtype != dst.dtype() || e.shape != dst.shape())
+    input_error("{}: tensor '{}' is {} {} in the checkpoint but {} {} in this model", path_, name, dtype_name(e.dtype),
+                shape_str(e.shape), dtype_name(dst.dtype()), shape_str(dst.shape()));
+  device_copy(dst.device(), dst.raw(), Device::cpu(), data_.data() + e.begin, e.end - e.begin);
+}
+
+Tensor SafetensorsFile::read(const std::string& name) const {
+  const Entry& e = entry(name);
+  Tensor t = Tensor::empty(e.shape, e.dtype);
+  read_into(name, t);
+  return t;
+}
+
+}  // namespace qtrain

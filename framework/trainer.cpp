@@ -1,0 +1,289 @@
+// The training loop of one replica (see trainer.h).
+#include "framework/trainer.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cblas.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "framework/progress.h"
+#include "framework/safetensors.h"
+#include "layers/register_all.h"
+
+namespace qtrain {
+namespace fs = std::filesystem;
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A batch moved to the net's device and dtype; CPU f32 batches are used in place.
+struct DeviceBatch {
+  Tensor x, labels;
+};
+DeviceBatch to_device(const Batch& b, Device device) {
+  if (device.is_cpu()) return {b.x, b.labels};
+  return {b.x.to(device), b.labels.to(device)};
+}
+}  // namespace
+
+const LayerRegistry& layer_registry() {
+  static const LayerRegistry registry = [] {
+    LayerRegistry r("layer type");
+    register_layers(r);
+    return r;
+  }();
+  return registry;
+}
+
+const LossRegistry& loss_registry() {
+  static const LossRegistry registry = [] {
+    LossRegistry r("loss");
+    register_losses(r);
+    return r;
+  }();
+  return registry;
+}
+
+Device select_device(const std::string& setting, int local_rank) {
+  if (setting == "cpu") return Device::cpu();
+  const int gpus = cuda_device_count();
+  if (setting == "cuda") {
+    if (gpus == 0)
+      input_error("device: cuda was requested but no CUDA GPU is available{}; use device: cpu or auto",
+                  QTRAIN_HAS_CUDA ? "" : " (this qtrain was built without CUDA)");
+    return Device::cuda(local_rank % gpus);
+  }
+  return gpus > 0 ? Device::cuda(local_rank % gpus) : Device::cpu();
+}
+
+Context make_context(Device device, uint64_t seed, int threads) {
+  return device.is_cuda() ? Context::cuda(device.index, seed) : Context::cpu(seed, threads);
+}
+
+EvalResult evaluate(Net& net, Context& ctx, Loader& loader) {
+  loader.start_epoch(0);
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0;
+  while (auto batch = loader.next()) {
+    DeviceBatch b = to_device(*batch, net.device());
+    net.forward(ctx, b.x, /*training=*/false);
+    const LossStats s = net.loss(ctx, b.labels, /*with_gradient=*/false);
+    loss_sum += s.loss_sum;
+    correct += s.correct;
+    count += s.count;
+  }
+  EvalResult r;
+  r.samples = count;
+  if (count > 0) {
+    r.loss = loss_sum / static_cast<double>(count);
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(count);
+  }
+  return r;
+}
+
+Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(config)), options_(std::move(options)) {
+  if (options_.world_size > 1)
+    input_error("this build trains one replica per process; run without mpirun or with -np 1 (got {} ranks)",
+                options_.world_size);
+  run_dir_ = options_.resume_dir.empty() ? config_.output.dir : options_.resume_dir;
+  checkpoint_path_ = (fs::path(run_dir_) / "checkpoint.safetensors").string();
+
+  // Everything that can be validated without data is validated first: model, optimizer, schedule keys.
+  device_ = select_device(config_.device, options_.local_rank);
+  net_ = std::make_unique<Net>(config_.model, DType::f32, device_, layer_registry(), loss_registry());
+  ConfigNode opt_section = config_.optimizer;
+  optimizer_ = make_optimizer(opt_section);
+  optimizer_->init(net_->params().numel(), DType::f32, device_);
+
+  train_set_ = open_dataset(config_.data, Split::train);
+  test_set_ = open_dataset(config_.data, Split::test);
+  if (train_set_->sample_shape() != net_->input_shape())
+    input_error("{}: model.input is {} but the {} samples are {}", config_.file, shape_str(net_->input_shape()),
+                config_.data.dataset, shape_str(train_set_->sample_shape()));
+  if (net_->output_shape()[0] != train_set_->num_classes())
+    input_error("{}: the last layer produces {} scores but {} has {} classes", config_.file, net_->output_shape()[0],
+                config_.data.dataset, train_set_->num_classes());
+
+  LoaderOptions lo;
+  lo.batch_size = config_.data.batch_size;
+  lo.shuffle = config_.data.shuffle;
+  lo.drop_last = config_.data.drop_last;
+  lo.seed = config_.seed;
+  lo.rank = options_.rank;
+  lo.world_size = options_.world_size;
+  lo.prefetch = config_.data.prefetch;
+  train_loader_ = std::make_unique<Loader>(*train_set_, lo);
+  LoaderOptions eo = lo;
+  eo.batch_size = config_.data.eval_batch_size;
+  eo.shuffle = false;
+  eo.drop_last = false;
+  eo.rank = 0;
+  eo.world_size = 1;
+  test_loader_ = std::make_unique<Loader>(*test_set_, eo);
+
+  const int64_t steps_per_epoch = train_loader_->batches_per_epoch();
+  if (steps_per_epoch == 0)
+    input_error("{}: data.batch_size {} leaves no batch in an epoch of {} samples", config_.file,
+                config_.data.batch_size, train_loader_->samples_per_epoch());
+  // The schedule spans the configured epochs; train.max_steps only stops early, so a run stopped at
+  // step k and resumed follows the same learning rates as one that never stopped.
+  const int64_t total_steps = steps_per_epoch * config_.train.epochs;
+  ConfigNode sched_section = config_.optimizer.child("schedule");
+  schedule_ = make_schedule(sched_section, steps_per_epoch, total_steps);
+
+  ctx_ = std::make_unique<Context>(make_context(device_, config_.seed, config_.train.threads));
+  net_->init_parameters(config_.seed);
+
+  fs::create_directories(run_dir_);
+  YAML::Emitter emitter;
+  emitter << config_.resolved;
+  resolved_yaml_ = std::string(emitter.c_str()) + "\n";
+  if (options_.rank == 0) write_file_atomically((fs::path(run_dir_) / "config.resolved.yaml").string(), resolved_yaml_);
+
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((fs::path(run_dir_) / "train.log").string());
+  log_ = std::make_shared<spdlog::logger>("qtrain", spdlog::sinks_init_list{console, file});
+  log_->set_pattern("[%Y-%m-%d %H:%M:%S.%e] %v");
+  log_->flush_on(spdlog::level::info);
+
+  if (!options_.resume_dir.empty()) {
+    if (!fs::exists(checkpoint_path_))
+      input_error("--resume {}: no checkpoint.safetensors in that run directory", options_.resume_dir);
+    start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get());
+  }
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::log_info(const std::string& line) {
+  if (options_.rank == 0) log_->info(line);
+}
+
+void Trainer::write_checkpoint(const TrainingPosition& position) {
+  ctx_->synchronize();
+  if (options_.rank == 0) save_checkpoint(checkpoint_path_, *net_, *optimizer_, position, config_.seed, resolved_yaml_);
+}
+
+TrainSummary Trainer::run() {
+  const TrainConfig& tc = config_.train;
+  const int64_t steps_per_epoch = train_loader_->batches_per_epoch();
+  const int64_t max_steps = tc.max_steps > 0 ? tc.max_steps : INT64_MAX;
+  MetricsWriter metrics((fs::path(run_dir_) / "metrics.csv").string());
+  Progress progress(config_.output.progress, tc.log_every_steps);
+
+  log_info(fmt::format("qtrain {}: run '{}' on {} (OpenBLAS {} kernels, {} threads), {} parameters, {} steps per epoch",
+                       config_.file, config_.name, device_.str(), openblas_get_corename(), ctx_->cpu_threads(),
+                       net_->num_parameters(), steps_per_epoch));
+  if (options_.rank == 0) {
+    std::string summary = net_->summary();
+    if (!summary.empty() && summary.back() == '\n') summary.pop_back();
+    log_info("model:\n" + summary);
+  }
+  if (start_.step > 0)
+    log_info(fmt::format("resumed from {} at step {} (epoch {}, batch {})", checkpoint_path_, start_.step,
+                         start_.epoch + 1, start_.batch_in_epoch));
+
+  TrainingPosition pos = start_;
+  const auto t_start = std::chrono::steady_clock::now();
+  TrainSummary summary;
+  summary.run_dir = run_dir_;
+  bool stop = pos.step >= max_steps;
+
+  for (int64_t epoch = pos.epoch; epoch < tc.epochs && !stop; ++epoch) {
+    pos.epoch = epoch;
+    train_loader_->start_epoch(epoch, pos.batch_in_epoch);
+    PhaseTimers timers;
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    const auto t_epoch = std::chrono::steady_clock::now();
+    double lr = 0;
+    for (;;) {
+      ScopedPhase data_phase(timers, Phase::data);
+      std::optional<Batch> batch = train_loader_->next();
+      if (!batch) break;
+      DeviceBatch b = to_device(*batch, device_);
+      data_phase.stop();
+
+      ctx_->set_step(static_cast<uint64_t>(pos.step));
+      {
+        ScopedPhase p(timers, Phase::forward);
+        net_->forward(*ctx_, b.x, /*training=*/true);
+        const LossStats s = net_->loss(*ctx_, b.labels, /*with_gradient=*/true);
+        if (!std::isfinite(s.loss_sum))
+          input_error("step {}: the training loss is {} (diverged); lower optimizer.lr or check the data", pos.step,
+                      s.loss_sum);
+        loss_sum += s.loss_sum;
+        correct += s.correct;
+        seen += s.count;
+      }
+      {
+        ScopedPhase p(timers, Phase::backward);
+        net_->backward(*ctx_);
+      }
+      {
+        ScopedPhase p(timers, Phase::optimizer);
+        lr = schedule_->lr(pos.step, optimizer_->base_lr());
+        optimizer_->step(*ctx_, net_->params(), net_->grads(), lr);
+      }
+      ++pos.step;
+      ++pos.batch_in_epoch;
+      const double elapsed = seconds_since(t_epoch);
+      progress.update(epoch, tc.epochs, pos.batch_in_epoch, steps_per_epoch, pos.step, loss_sum / seen,
+                      static_cast<double>(correct) / seen, seen / std::max(elapsed, 1e-9), 0.0);
+      if (config_.output.checkpoint_every_steps > 0 && pos.step % config_.output.checkpoint_every_steps == 0)
+        write_checkpoint(pos);
+      if (pos.step >= max_steps) {
+        stop = true;
+        break;
+      }
+    }
+    const bool epoch_done = pos.batch_in_epoch >= steps_per_epoch;
+    const double epoch_time = seconds_since(t_epoch);
+    progress.clear();
+
+    MetricsRow row;
+    row.epoch = epoch_done ? epoch + 1 : epoch;
+    row.step = pos.step;
+    row.lr = lr;
+    row.train_loss = seen ? loss_sum / seen : 0;
+    row.train_accuracy = seen ? static_cast<double>(correct) / seen : 0;
+    row.samples_per_s = seen / std::max(epoch_time, 1e-9);
+    row.phases = timers;
+    if (tc.eval_every_epoch || stop || epoch + 1 == tc.epochs) {
+      summary.test = evaluate(*net_, *ctx_, *test_loader_);
+      row.test_loss = summary.test.loss;
+      row.test_accuracy = summary.test.accuracy;
+    }
+    row.wall_time_s = seconds_since(t_start);
+    if (options_.rank == 0) metrics.append(row);
+    log_info(fmt::format("epoch {}/{}{} step {}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | "
+                         "{:.0f} samples/s | data {:.2f}s fwd {:.2f}s bwd {:.2f}s opt {:.2f}s",
+                         epoch + 1, tc.epochs, epoch_done ? "" : " (partial)", pos.step, row.train_loss,
+                         100 * row.train_accuracy, row.test_loss, 100 * row.test_accuracy, row.samples_per_s,
+                         timers.seconds(Phase::data), timers.seconds(Phase::forward), timers.seconds(Phase::backward),
+                         timers.seconds(Phase::optimizer)));
+    if (epoch_done) {
+      pos.epoch = epoch + 1;
+      pos.batch_in_epoch = 0;
+      summary.epochs_completed = epoch + 1;
+    }
+    const bool last = stop || pos.epoch >= tc.epochs;
+    if (last || (config_.output.checkpoint_every_epochs > 0 && epoch_done &&
+                 (epoch + 1) % config_.output.checkpoint_every_epochs == 0))
+      write_checkpoint(pos);
+  }
+  summary.steps = pos.step;
+  summary.wall_time_s = seconds_since(t_start);
+  log_info(fmt::format("done: {} steps in {:.1f}s, test accuracy {:.2f}%, run directory {}", summary.steps,
+                       summary.wall_time_s, 100 * summary.test.accuracy, run_dir_));
+  return summary;
+}
+
+}  // namespace qtrain

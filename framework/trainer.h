@@ -1,0 +1,84 @@
+// Trainer: the training loop of one replica. Builds the net, optimizer, schedule and data loaders
+// from a RunConfig, then runs epochs of forward / loss / backward / optimizer steps with per-phase
+// timing, evaluation, metrics.csv, progress output and atomic checkpoints; resumes exactly.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "data/loader.h"
+#include "framework/checkpoint.h"
+#include "framework/metrics.h"
+#include "framework/net.h"
+#include "framework/phase_timers.h"
+#include "framework/run_config.h"
+#include "optim/schedule.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace qtrain {
+
+struct TrainOptions {
+  std::string resume_dir;  // continue the run in this directory from its checkpoint
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;      // GPU index on this host
+};
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;
+  int64_t samples = 0;
+};
+
+struct TrainSummary {
+  int64_t steps = 0;
+  int64_t epochs_completed = 0;
+  EvalResult test;
+  double wall_time_s = 0;
+  std::string run_dir;
+};
+
+// The device a config's `device:` key selects on this rank (auto: CUDA when a GPU is present).
+Device select_device(const std::string& setting, int local_rank);
+// Builds a Context for `device`.
+Context make_context(Device device, uint64_t seed, int threads);
+// Registries of every layer and loss qtrain knows.
+const LayerRegistry& layer_registry();
+const LossRegistry& loss_registry();
+
+// Evaluates `net` over all batches of `loader` for `epoch` 0 (no shuffling needed for evaluation).
+EvalResult evaluate(Net& net, Context& ctx, Loader& loader);
+
+class Trainer {
+ public:
+  Trainer(RunConfig config, TrainOptions options);
+  ~Trainer();
+  TrainSummary run();
+
+  Net& net() { return *net_; }
+  const std::string& run_dir() const { return run_dir_; }
+  const std::string& checkpoint_path() const { return checkpoint_path_; }
+
+ private:
+  void write_checkpoint(const TrainingPosition& position);
+  void log_info(const std::string& line);
+
+  RunConfig config_;
+  TrainOptions options_;
+  std::string run_dir_, checkpoint_path_;
+  Device device_;
+  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<Net> net_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Dataset> train_set_, test_set_;
+  std::unique_ptr<Loader> train_loader_, test_loader_;
+  std::unique_ptr<Schedule> schedule_;
+  std::shared_ptr<spdlog::logger> log_;
+  TrainingPosition start_;
+  std::string resolved_yaml_;
+};
+
+}  // namespace qtrain

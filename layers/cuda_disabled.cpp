@@ -1,0 +1,37 @@
+// Builds without the CUDA toolkit link this file instead of the layers' .cu files: every CUDA entry
+// point is a clear error naming the layer. (A CUDA tensor cannot be allocated in such a build either;
+// this keeps the link complete and the message honest if one ever arrives.)
+#include "framework/check.h"
+#include "layers/activation.h"
+#include "layers/dense.h"
+#include "layers/dropout.h"
+#include "layers/flatten.h"
+#include "layers/softmax_cross_entropy.h"
+
+namespace qtrain {
+namespace {
+[[noreturn]] void no_cuda(const char* layer) {
+  throw Error(fmt::format("{}: this qtrain was built without CUDA", layer));
+}
+}  // namespace
+
+void flatten_copy_cuda(Context&, const Tensor&, Tensor&) { no_cuda("flatten"); }
+
+void dense_forward_cuda(Context&, const Tensor&, const Tensor&, const Tensor*, Tensor&) { no_cuda("dense"); }
+void dense_backward_cuda(Context&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor*, Tensor*) {
+  no_cuda("dense");
+}
+
+void activation_forward_cuda(Context&, ActivationKind kind, const Tensor&, Tensor&) { no_cuda(activation_name(kind)); }
+void activation_backward_cuda(Context&, ActivationKind kind, const Tensor&, const Tensor&, Tensor&) {
+  no_cuda(activation_name(kind));
+}
+
+void dropout_apply_cuda(Context&, PhiloxKey, float, float, const Tensor&, Tensor&) { no_cuda("dropout"); }
+void dropout_copy_cuda(Context&, const Tensor&, Tensor&) { no_cuda("dropout"); }
+
+LossStats softmax_cross_entropy_cuda(Context&, const Tensor&, const Tensor&, Tensor*, SoftmaxCrossEntropyScratch&) {
+  no_cuda("softmax_cross_entropy");
+}
+
+}  // namespace qtrain

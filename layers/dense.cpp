@@ -1,0 +1,157 @@
+// dense: configuration, shapes and the CPU reference through OpenBLAS. Row-major throughout:
+// x (B, in), W (out, in), y (B, out). Forward pre-fills y with the bias rows and lets the GEMM
+// accumulate into it (beta = 1), as PyTorch's addmm does; backward is dW = dy^T x, dx = dy W and
+// db = column sums of dy, with no scratch memory and no allocation per call.
+#include "layers/dense.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "layers/dispatch.h"
+
+namespace qtrain {
+
+using layer_detail::batch_of;
+using layer_detail::check_batch;
+using layer_detail::check_float;
+using layer_detail::dispatch_float;
+using layer_detail::describe;
+
+namespace {
+
+// C (m, n) = alpha op(A) op(B) + beta C, row-major, in T.
+template <typename T>
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
+                1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
+                1.0, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  }
+}
+
+template <typename T>
+void forward_cpu(const T* __restrict x, const T* __restrict w, const T* __restrict b, T* __restrict y, int64_t batch,
+                 int64_t in, int64_t out) {
+  if (batch == 0) return;
+  if (b) {
+    for (int64_t r = 0; r < batch; ++r) std::copy_n(b, out, y + r * out);
+  }
+  // y (B, out) = x (B, in) . W^T (in, out) [+ y]
+  gemm<T>(CblasNoTrans, CblasTrans, batch, out, in, x, in, w, in, b ? T(1) : T(0), y, out);
+}
+
+template <typename T>
+void backward_cpu(const T* __restrict x, const T* __restrict w, const T* __restrict dy, T* __restrict dw,
+                  T* __restrict db, T* __restrict dx, int64_t batch, int64_t in, int64_t out) {
+  if (batch == 0) {
+    // An empty batch contributes nothing; the gradients are still overwritten.
+    std::fill_n(dw, out * in, T(0));
+    if (db) std::fill_n(db, out, T(0));
+    return;
+  }
+  // dW (out, in) = dy^T (out, B) . x (B, in)
+  gemm<T>(CblasTrans, CblasNoTrans, out, in, batch, dy, out, x, in, T(0), dw, in);
+  if (db) {
+    // Row by row so the inner loop runs over contiguous memory and vectorizes.
+    std::copy_n(dy, out, db);
+    for (int64_t r = 1; r < batch; ++r) {
+      const T* __restrict row = dy + r * out;
+      for (int64_t o = 0; o < out; ++o) db[o] += row[o];
+    }
+  }
+  // dx (B, in) = dy (B, out) . W (out, in); skipped for the first layer, whose input needs no gradient.
+  if (dx) gemm<T>(CblasNoTrans, CblasNoTrans, batch, in, out, dy, out, w, in, T(0), dx, in);
+}
+
+}  // namespace
+
+Dense::Dense(int64_t units, bool bias) : units_(units), bias_(bias) {
+  QT_CHECK(units > 0, "dense: units must be > 0, got {}", units);
+}
+
+Shape Dense::setup(const Shape& input) {
+  if (input.size() != 1)
+    throw Error(fmt::format("dense expects one feature dimension per sample, got input shape {}; "
+                            "add a {{type: flatten}} layer before it",
+                            shape_str(input)));
+  if (input[0] <= 0) throw Error(fmt::format("dense got an input with {} features", input[0]));
+  in_ = input[0];
+  return {units_};
+}
+
+std::vector<ParamSpec> Dense::param_specs() const {
+  QT_CHECK(in_ > 0, "{}: param_specs() before setup()", describe(*this));
+  std::vector<ParamSpec> specs;
+  specs.push_back({"weight", {units_, in_}, Init::uniform_fan_in, in_, units_});
+  // PyTorch bounds the bias by 1/sqrt(fan_in) of the weight, so fan_in is the layer's input size.
+  if (bias_) specs.push_back({"bias", {units_}, Init::uniform_fan_in, in_, units_});
+  return specs;
+}
+
+void Dense::check_bound(const Context& ctx, DType dtype) const {
+  QT_CHECK(in_ > 0, "{}: called before setup()", describe(*this));
+  QT_CHECK(params_.size() == (bias_ ? 2u : 1u) && grads_.size() == params_.size(),
+           "{}: parameters not bound (call bind() after setup())", describe(*this));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const char* what = i == 0 ? "weight" : "bias";
+    for (const Tensor* t : {&params_[i], &grads_[i]}) {
+      check_float(*this, what, *t, ctx);
+      const bool shape_ok = i == 0 ? t->ndim() == 2 && t->shape()[0] == units_ && t->shape()[1] == in_
+                                   : t->ndim() == 1 && t->shape()[0] == units_;
+      QT_CHECK(shape_ok && t->dtype() == dtype, "{}: {} (or its gradient) is {} {}, expected {} {}", describe(*this),
+               what, dtype_name(t->dtype()), shape_str(t->shape()), dtype_name(dtype),
+               shape_str(i == 0 ? Shape{units_, in_} : Shape{units_}));
+    }
+  }
+}
+
+void Dense::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  const int64_t batch = batch_of(*this, x);
+  check_float(*this, "x", x, ctx);
+  check_batch(*this, "x", x, batch, in_, x.dtype());
+  check_float(*this, "y", y, ctx);
+  check_batch(*this, "y", y, batch, units_, x.dtype());
+  check_bound(ctx, x.dtype());
+  const Tensor* b = bias_ ? &params_[1] : nullptr;
+  if (x.device().is_cuda()) return dense_forward_cuda(ctx, x, params_[0], b, y);
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    forward_cpu<T>(x.data<T>(), params_[0].data<T>(), b ? b->data<T>() : nullptr, y.data<T>(), batch, in_, units_);
+  });
+}
+
+void Dense::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  const int64_t batch = batch_of(*this, x);
+  check_float(*this, "x", x, ctx);
+  check_batch(*this, "x", x, batch, in_, x.dtype());
+  check_float(*this, "dy", dy, ctx);
+  check_batch(*this, "dy", dy, batch, units_, x.dtype());
+  if (dx.defined()) {
+    check_float(*this, "dx", dx, ctx);
+    check_batch(*this, "dx", dx, batch, in_, x.dtype());
+  }
+  check_bound(ctx, x.dtype());
+  Tensor* db = bias_ ? &grads_[1] : nullptr;
+  Tensor* dxp = dx.defined() ? &dx : nullptr;
+  if (x.device().is_cuda()) return dense_backward_cuda(ctx, x, params_[0], dy, grads_[0], db, dxp);
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    backward_cpu<T>(x.data<T>(), params_[0].data<T>(), dy.data<T>(), grads_[0].data<T>(),
+                    db ? db->data<T>() : nullptr, dxp ? dxp->data<T>() : nullptr, batch, in_, units_);
+  });
+}
+
+std::unique_ptr<Layer> make_dense(ConfigNode& cfg) {
+  const int64_t units = cfg.require<int64_t>("units");
+  if (units <= 0) cfg.fail("units", fmt::format("must be > 0, got {}", units));
+  const bool bias = cfg.get<bool>("bias", true);
+  cfg.accept("type");
+  cfg.accept("name");
+  cfg.finish();
+  return std::make_unique<Dense>(units, bias);
+}
+
+}  // namespace qtrain

@@ -1,0 +1,30 @@
+// flatten: (B, d1, d2, ...) -> (B, d1*d2*...), the bridge from image-shaped inputs to dense layers.
+// Tensors are contiguous, so forward and backward are plain copies of the same bytes under another
+// shape (the caller owns y and dx, so a view cannot be returned).
+#pragma once
+
+#include <memory>
+
+#include "framework/layer.h"
+
+namespace qtrain {
+
+class Flatten : public Layer {
+ public:
+  const char* type() const override { return "flatten"; }
+  Shape setup(const Shape& input) override;
+  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+ private:
+  Shape input_;
+  int64_t features_ = -1;  // -1 until setup()
+};
+
+// Factory for the layer registry: no keys besides type and name.
+std::unique_ptr<Layer> make_flatten(ConfigNode& cfg);
+
+// CUDA entry point (flatten.cu; cuda_disabled.cpp without CUDA): a device-to-device copy on ctx's stream.
+void flatten_copy_cuda(Context& ctx, const Tensor& src, Tensor& dst);
+
+}  // namespace qtrain

@@ -1,0 +1,74 @@
+// Internal to optim/: the per-step coefficients each optimizer computes once on the host (in double,
+// then rounded to the arena's type) and hands to both its CPU loop and its CUDA kernel, so the two
+// paths do the same arithmetic in the same order. Also declares the CUDA launchers (sgd.cu,
+// rmsprop.cu, adam.cu; optim/cuda_disabled.cpp in builds without the toolkit).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "framework/context.h"
+#include "framework/tensor.h"
+
+namespace qtrain::optim_detail {
+
+template <typename T>
+struct SgdCoeffs {
+  T lr = 0, weight_decay = 0, momentum = 0;
+  // buf <- buf_scale * buf + grad_scale * d. PyTorch copies the gradient into the buffer on the first
+  // step (buf_scale 0, grad_scale 1) and applies dampening afterwards (momentum, 1 - dampening).
+  T buf_scale = 0, grad_scale = 1;
+  bool decay = false, use_momentum = false, nesterov = false;
+};
+
+template <typename T>
+struct RmsPropCoeffs {
+  T lr = 0, weight_decay = 0, alpha = 0, one_minus_alpha = 0, eps = 0, momentum = 0;
+  bool decay = false, centered = false, use_momentum = false;
+};
+
+template <typename T>
+struct AdamCoeffs {
+  T weight_decay = 0, beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0, eps = 0;
+  T step_size = 0;         // lr / (1 - beta1^t)
+  T bias_correction2_sqrt = 0;  // sqrt(1 - beta2^t)
+  bool decay = false, amsgrad = false;
+};
+
+// Calls f(std::true_type) or f(std::false_type): turns a loop-invariant flag into a template constant
+// so the CPU loops carry no per-element branches and vectorize.
+template <typename F>
+void with_flag(bool flag, F&& f) {
+  if (flag) f(std::true_type{});
+  else f(std::false_type{});
+}
+
+// The checks every step() makes before touching memory: init() was called and the arenas match it.
+inline void check_step_args(const char* type, int64_t numel, DType dtype, Device device, const Tensor& params,
+                            const Tensor& grads) {
+  QT_CHECK(numel >= 0, "{}: step() before init()", type);
+  QT_CHECK(params.numel() == numel && grads.numel() == numel, "{}: initialized for {} values, got params {} grads {}",
+           type, numel, params.numel(), grads.numel());
+  QT_CHECK(params.dtype() == dtype && grads.dtype() == dtype, "{}: initialized for {}, got params {} grads {}", type,
+           dtype_name(dtype), dtype_name(params.dtype()), dtype_name(grads.dtype()));
+  QT_CHECK(params.device() == device && grads.device() == device, "{}: initialized on {}, got params on {} grads on {}",
+           type, device.str(), params.device().str(), grads.device().str());
+}
+
+// init()'s check: the CPU loops exist for f32 and f64 (f64 for the gradient checks), the kernels for f32.
+inline void check_arena_kind(const char* type, int64_t numel, DType dtype, Device device) {
+  QT_CHECK(numel >= 0, "{}: negative arena size {}", type, numel);
+  QT_CHECK(dtype == DType::f32 || (dtype == DType::f64 && device.is_cpu()),
+           "{}: arenas must be f32 (CPU or CUDA) or f64 (CPU), got {} on {}", type, dtype_name(dtype), device.str());
+}
+
+// CUDA launchers (f32 arenas, on ctx's stream, asynchronous). `buf`/`grad_avg`/`max_sq` may be null
+// when the corresponding option is off.
+void sgd_step_cuda(Context& ctx, const SgdCoeffs<float>& c, float* params, const float* grads, float* momentum_buffer,
+                   int64_t n);
+void rmsprop_step_cuda(Context& ctx, const RmsPropCoeffs<float>& c, float* params, const float* grads,
+                       float* square_avg, float* grad_avg, float* momentum_buffer, int64_t n);
+void adam_step_cuda(Context& ctx, const AdamCoeffs<float>& c, float* params, const float* grads, float* exp_avg,
+                    float* exp_avg_sq, float* max_exp_avg_sq, int64_t n);
+
+}  // namespace qtrain::optim_detail

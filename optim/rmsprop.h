@@ -1,0 +1,41 @@
+// RMSprop with optional momentum, centering and L2 weight decay, with exactly the semantics of
+// PyTorch 1.13's torch.optim.RMSprop:
+//   d = g + weight_decay * p;  sq = alpha * sq + (1 - alpha) * d * d;
+//   avg = sqrt(sq - ga * ga) + eps with ga = alpha * ga + (1 - alpha) * d when centered, else sqrt(sq) + eps;
+//   momentum > 0: buf = momentum * buf + d / avg, p -= lr * buf;  otherwise p -= lr * d / avg.
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace qtrain {
+
+struct RmsPropOptions {
+  double lr = 0.01;
+  double alpha = 0.99;  // [0, 1]
+  double eps = 1e-8;    // added after the square root, as in PyTorch (not inside it as in Keras)
+  double weight_decay = 0;
+  double momentum = 0;  // [0, 1)
+  bool centered = false;
+};
+
+class RmsProp final : public Optimizer {
+ public:
+  explicit RmsProp(RmsPropOptions options);
+  const char* type() const override { return "rmsprop"; }
+  void init(int64_t numel, DType dtype, Device device) override;
+  void step(Context& ctx, Tensor& params, const Tensor& grads, double lr) override;
+  // "rmsprop.square_avg", plus "rmsprop.momentum_buffer" with momentum and "rmsprop.grad_avg" when
+  // centered; all arena-shaped. No step count: RMSprop's update does not depend on it.
+  std::vector<std::pair<std::string, Tensor>> state() override;
+  double base_lr() const override { return options_.lr; }
+  const RmsPropOptions& options() const { return options_; }
+
+ private:
+  RmsPropOptions options_;
+  int64_t numel_ = -1;
+  DType dtype_ = DType::f32;
+  Device device_;
+  Tensor square_avg_, grad_avg_, momentum_buffer_;  // (numel) arena dtype and device
+};
+
+}  // namespace qtrain

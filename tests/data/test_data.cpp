@@ -1,0 +1,522 @@
+// data/: the IDX reader on files written here (good, wrong magic, truncated, mismatched counts, bad
+// labels, gzip), MNIST normalization and limits, the data config section, and the Loader: the epoch
+// permutation (deterministic, a permutation, pinned to golden values), shards, resume, prefetch
+// errors and restarts. The real MNIST / Fashion-MNIST files are checked when present.
+#include <catch2/catch.hpp>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+
+#include "data/dataset.h"
+#include "data/idx.h"
+#include "data/loader.h"
+#include "data/mnist.h"
+
+using namespace qtrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh folder under the system temp directory, removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() / ("qtrain_test_data_" + std::to_string(::getpid()) + "_" +
+                                         std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+using Bytes = std::vector<uint8_t>;
+
+void put_be32(Bytes& b, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
+}
+
+void write_bytes(const std::string& path, const Bytes& bytes, bool gzip = false) {
+  if (gzip) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+    REQUIRE(gzclose(f) == Z_OK);
+  } else {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+}
+
+// An IDX image file of `count` images of rows x cols: pixel j of image i is (i * 7 + j) % 256.
+Bytes idx_images(uint32_t count, uint32_t rows = 28, uint32_t cols = 28) {
+  Bytes b;
+  put_be32(b, kIdxImagesMagic);
+  put_be32(b, count);
+  put_be32(b, rows);
+  put_be32(b, cols);
+  for (uint32_t i = 0; i < count; ++i)
+    for (uint32_t j = 0; j < rows * cols; ++j) b.push_back(static_cast<uint8_t>((i * 7 + j) % 256));
+  return b;
+}
+
+Bytes idx_labels(const Bytes& labels) {
+  Bytes b;
+  put_be32(b, kIdxLabelsMagic);
+  put_be32(b, static_cast<uint32_t>(labels.size()));
+  b.insert(b.end(), labels.begin(), labels.end());
+  return b;
+}
+
+// A complete MNIST-style folder: 5 training and 3 test samples.
+void write_mnist_folder(const TempDir& dir, bool gzip = false) {
+  const std::string ext = gzip ? ".gz" : "";
+  write_bytes(dir.file("train-images-idx3-ubyte" + ext), idx_images(5), gzip);
+  write_bytes(dir.file("train-labels-idx1-ubyte" + ext), idx_labels({5, 0, 4, 1, 9}), gzip);
+  write_bytes(dir.file("t10k-images-idx3-ubyte" + ext), idx_images(3), gzip);
+  write_bytes(dir.file("t10k-labels-idx1-ubyte" + ext), idx_labels({7, 2, 1}), gzip);
+}
+
+ConfigNode parse(const std::string& text) {
+  auto source = std::make_shared<ConfigSource>();
+  source->file = "test.yaml";
+  return ConfigNode(YAML::Load(text), "", source);
+}
+
+DataConfig data_config_from(const std::string& yaml) {
+  ConfigNode root = parse(yaml);
+  ConfigNode section = root.child("data");
+  return parse_data_config(section);
+}
+
+// Sample i is [1, 2, 2] filled with i; its label is i % 10. Throws at `fail_at` when set.
+class CountingDataset final : public Dataset {
+ public:
+  explicit CountingDataset(int64_t n, int64_t fail_at = -1) : n_(n), fail_at_(fail_at) {}
+  int64_t size() const override { return n_; }
+  Shape sample_shape() const override { return {1, 2, 2}; }
+  int num_classes() const override { return 10; }
+  void read(int64_t index, float* x, int32_t* label) const override {
+    if (index == fail_at_) input_error("sample {}: cannot decode", index);
+    std::fill_n(x, 4, static_cast<float>(index));
+    *label = static_cast<int32_t>(index % 10);
+  }
+
+ private:
+  int64_t n_, fail_at_;
+};
+
+// The sample ids of one batch (read back from x), checking that labels and every value agree.
+std::vector<int64_t> batch_ids(const Batch& b) {
+  std::vector<int64_t> ids;
+  const int64_t rows = b.x.dim(0);
+  REQUIRE(b.labels.numel() == rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = b.x.data<float>() + r * 4;
+    const auto id = static_cast<int64_t>(x[0]);
+    REQUIRE(x[3] == x[0]);
+    REQUIRE(b.labels.data<int32_t>()[r] == id % 10);
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+// Every batch of one epoch, flattened to sample ids.
+std::vector<int64_t> epoch_ids(Loader& loader, int64_t epoch, int64_t first_batch = 0) {
+  loader.start_epoch(epoch, first_batch);
+  std::vector<int64_t> ids;
+  int64_t expected_index = first_batch;
+  while (auto b = loader.next()) {
+    REQUIRE(b->epoch == epoch);
+    REQUIRE(b->index == expected_index++);
+    for (int64_t id : batch_ids(*b)) ids.push_back(id);
+  }
+  REQUIRE(expected_index == loader.batches_per_epoch());
+  return ids;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------- IDX files
+
+TEST_CASE("idx: a good image and label file", "[data][idx]") {
+  TempDir dir;
+  write_bytes(dir.file("images"), idx_images(3, 4, 5));
+  write_bytes(dir.file("labels"), idx_labels({3, 1, 4}));
+  const IdxImages images = read_idx_images(dir.file("images"));
+  REQUIRE(images.count == 3);
+  REQUIRE(images.rows == 4);
+  REQUIRE(images.cols == 5);
+  REQUIRE(images.pixels.size() == 60);
+  REQUIRE(images.pixels[0] == 0);
+  REQUIRE(images.pixels[20 + 1] == 8);  // image 1, pixel 1: (7 + 1) % 256
+  REQUIRE(read_idx_labels(dir.file("labels")) == Bytes{3, 1, 4});
+}
+
+TEST_CASE("idx: gzip files read the same as plain ones", "[data][idx]") {
+  TempDir dir;
+  write_bytes(dir.file("images"), idx_images(4));
+  write_bytes(dir.file("images.gz"), idx_images(4), /*gzip=*/true);
+  write_bytes(dir.file("labels.gz"), idx_labels({0, 9, 8, 7}), /*gzip=*/true);
+  REQUIRE(fs::file_size(dir.file("images.gz")) < fs::file_size(dir.file("images")));
+  REQUIRE(read_idx_images(dir.file("images.gz")).pixels == read_idx_images(dir.file("images")).pixels);
+  REQUIRE(read_idx_labels(dir.file("labels.gz")) == Bytes{0, 9, 8, 7});
+}
+
+TEST_CASE("idx: wrong magic numbers print found and expected", "[data][idx]") {
+  TempDir dir;
+  write_bytes(dir.file("labels"), idx_labels({1, 2}));
+  write_bytes(dir.file("images"), idx_images(1));
+  REQUIRE_THROWS_AS(read_idx_images(dir.file("labels")), InputError);
+  REQUIRE_THROWS_WITH(read_idx_images(dir.file("labels")),
+                      Catch::Contains(dir.file("labels")) && Catch::Contains("not an IDX image file") &&
+                          Catch::Contains("magic number 0x00000801, expected 0x00000803"));
+  REQUIRE_THROWS_WITH(read_idx_labels(dir.file("images")),
+                      Catch::Contains("not an IDX label file") &&
+                          Catch::Contains("magic number 0x00000803, expected 0x00000801"));
+}
+
+TEST_CASE("idx: truncated files say how many bytes were expected and found", "[data][idx]") {
+  TempDir dir;
+  Bytes images = idx_images(3);  // 16 + 3 * 784 = 2368 bytes
+  images.resize(2000);
+  write_bytes(dir.file("images"), images);
+  REQUIRE_THROWS_WITH(read_idx_images(dir.file("images")),
+                      Catch::Contains(dir.file("images")) && Catch::Contains("truncated") &&
+                          Catch::Contains("3 images of 28x28") && Catch::Contains("2368 bytes are expected, found 2000"));
+  Bytes labels = idx_labels({1, 2, 3, 4});  // 8 + 4 bytes
+  labels.pop_back();
+  write_bytes(dir.file("labels"), labels);
+  REQUIRE_THROWS_WITH(read_idx_labels(dir.file("labels")),
+                      Catch::Contains("truncated") && Catch::Contains("4 labels") &&
+                          Catch::Contains("12 bytes are expected, found 11"));
+  write_bytes(dir.file("header"), Bytes{0, 0, 8, 3, 0, 0});
+  REQUIRE_THROWS_WITH(read_idx_images(dir.file("header")),
+                      Catch::Contains("truncated: 6 bytes, the IDX image header alone needs 16"));
+  Bytes long_labels = idx_labels({1, 2});
+  long_labels.push_back(0);
+  write_bytes(dir.file("long"), long_labels);
+  REQUIRE_THROWS_WITH(read_idx_labels(dir.file("long")), Catch::Contains("trailing data"));
+}
+
+TEST_CASE("idx: a truncated gzip stream is reported", "[data][idx]") {
+  TempDir dir;
+  write_bytes(dir.file("images.gz"), idx_images(20), /*gzip=*/true);
+  Bytes gz;
+  {
+    std::ifstream in(dir.file("images.gz"), std::ios::binary);
+    gz.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  gz.resize(gz.size() / 2);
+  write_bytes(dir.file("cut.gz"), gz);
+  REQUIRE_THROWS_WITH(read_idx_images(dir.file("cut.gz")),
+                      Catch::Contains(dir.file("cut.gz")) && Catch::Contains("truncated"));
+}
+
+TEST_CASE("idx: a missing file names its path", "[data][idx]") {
+  REQUIRE_THROWS_WITH(read_idx_labels("/nonexistent/labels"), Catch::Contains("/nonexistent/labels: file not found"));
+}
+
+// -------------------------------------------------------------------------------------------- MNIST
+
+TEST_CASE("mnist: samples are pixel/255 normalized with the standard mean and std", "[data][mnist]") {
+  TempDir dir;
+  write_mnist_folder(dir);
+  auto train = open_mnist(dir.str(), Split::train, {});
+  REQUIRE(train->size() == 5);
+  REQUIRE(train->sample_shape() == Shape{1, 28, 28});
+  REQUIRE(train->num_classes() == 10);
+  std::vector<float> x(784);
+  int32_t label = -1;
+  train->read(1, x.data(), &label);
+  REQUIRE(label == 0);
+  // Image 1, pixel j is (7 + j) % 256: pixel 0 is 7, pixel 248 is 255, pixel 249 is 0.
+  // (7/255 - 0.1307) / 0.3081 = -0.335115; (1 - 0.1307) / 0.3081 = 2.821487; (0 - 0.1307) / 0.3081 = -0.424213.
+  REQUIRE(x[0] == Approx((7 / 255.0 - 0.1307) / 0.3081));
+  REQUIRE(x[0] == Approx(-0.335115).epsilon(1e-5));
+  REQUIRE(x[248] == Approx(2.821487).epsilon(1e-5));
+  REQUIRE(x[249] == Approx(-0.424213).epsilon(1e-5));
+
+  MnistOptions fashion;
+  fashion.variant = MnistVariant::fashion_mnist;
+  auto test = open_mnist(dir.str(), Split::test, fashion);
+  REQUIRE(test->size() == 3);
+  test->read(0, x.data(), &label);
+  REQUIRE(label == 7);
+  REQUIRE(x[0] == Approx((0 - 0.2860) / 0.3530));  // image 0, pixel 0 is 0
+
+  // Custom values from the config.
+  DataConfig config = data_config_from("data: {path: " + dir.str() + ", mean: [0.5], std: [0.25]}\n");
+  auto custom = open_dataset(config, Split::train);
+  custom->read(0, x.data(), &label);
+  REQUIRE(x[0] == Approx(-2.0));   // (0 - 0.5) / 0.25
+  REQUIRE(x[255] == Approx(2.0));  // (1 - 0.5) / 0.25
+}
+
+TEST_CASE("mnist: gzipped folders and limits", "[data][mnist]") {
+  TempDir dir;
+  write_mnist_folder(dir, /*gzip=*/true);
+  DataConfig config = data_config_from("data: {path: " + dir.str() + ", limit_train: 2, limit_test: 100}\n");
+  auto train = open_dataset(config, Split::train);
+  REQUIRE(train->size() == 2);
+  auto test = open_dataset(config, Split::test);
+  REQUIRE(test->size() == 3);  // a limit above the size keeps everything
+  std::vector<float> x(784);
+  int32_t label = -1;
+  train->read(1, x.data(), &label);
+  REQUIRE(label == 0);
+}
+
+TEST_CASE("mnist: missing folder and files", "[data][mnist]") {
+  REQUIRE_THROWS_AS(open_mnist("/nonexistent/mnist", Split::train, {}), InputError);
+  REQUIRE_THROWS_WITH(open_mnist("/nonexistent/mnist", Split::train, {}),
+                      Catch::Contains("data folder '/nonexistent/mnist' for dataset mnist does not exist") &&
+                          Catch::Contains("tools/fetch_mnist.sh"));
+  MnistOptions fashion;
+  fashion.variant = MnistVariant::fashion_mnist;
+  REQUIRE_THROWS_WITH(open_mnist("/nonexistent/f", Split::train, fashion),
+                      Catch::Contains("dataset-fashion-mnist"));
+  TempDir dir;
+  write_mnist_folder(dir);
+  fs::remove(dir.file("t10k-labels-idx1-ubyte"));
+  REQUIRE_NOTHROW(open_mnist(dir.str(), Split::train, {}));
+  REQUIRE_THROWS_WITH(open_mnist(dir.str(), Split::test, {}),
+                      Catch::Contains(dir.str()) && Catch::Contains("missing t10k-labels-idx1-ubyte (or "
+                                                                    "t10k-labels-idx1-ubyte.gz)") &&
+                          Catch::Contains("train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte "
+                                          "and t10k-labels-idx1-ubyte"));
+}
+
+TEST_CASE("mnist: image/label count mismatch, bad labels, wrong image size", "[data][mnist]") {
+  TempDir dir;
+  write_mnist_folder(dir);
+  write_bytes(dir.file("train-labels-idx1-ubyte"), idx_labels({1, 2, 3, 4}));
+  REQUIRE_THROWS_WITH(open_mnist(dir.str(), Split::train, {}),
+                      Catch::Contains("holds 5 images but") && Catch::Contains("holds 4 labels"));
+  write_bytes(dir.file("train-labels-idx1-ubyte"), idx_labels({1, 2, 10, 4, 5}));
+  REQUIRE_THROWS_WITH(open_mnist(dir.str(), Split::train, {}),
+                      Catch::Contains("train-labels-idx1-ubyte: label 10 at index 2 is out of range for 10 classes"));
+  write_bytes(dir.file("t10k-images-idx3-ubyte"), idx_images(3, 32, 32));
+  REQUIRE_THROWS_WITH(open_mnist(dir.str(), Split::test, {}), Catch::Contains("must be 28x28, found 32x32"));
+}
+
+// ------------------------------------------------------------------------------------------- config
+
+TEST_CASE("data config: defaults and values", "[data][config]") {
+  DataConfig c = data_config_from("data: {path: data/mnist}\n");
+  REQUIRE(c.dataset == "mnist");
+  REQUIRE(c.path == "data/mnist");
+  REQUIRE(c.batch_size == 128);
+  REQUIRE(c.eval_batch_size == 1000);
+  REQUIRE(c.shuffle);
+  REQUIRE(!c.drop_last);
+  REQUIRE(c.prefetch == 2);
+  REQUIRE(c.mean.empty());
+  REQUIRE(c.std.empty());
+  DataConfig f = data_config_from(
+      "data: {dataset: fashion_mnist, path: x, batch_size: 64, shuffle: false, drop_last: true, prefetch: 4, "
+      "mean: [0.3], std: [0.4], limit_train: 1000, limit_test: 500, eval_batch_size: 10}\n");
+  REQUIRE(f.dataset == "fashion_mnist");
+  REQUIRE(f.batch_size == 64);
+  REQUIRE(!f.shuffle);
+  REQUIRE(f.drop_last);
+  REQUIRE(f.prefetch == 4);
+  REQUIRE(f.mean == std::vector<double>{0.3});
+  REQUIRE(f.std == std::vector<double>{0.4});
+  REQUIRE(f.limit_train == 1000);
+  REQUIRE(f.limit_test == 500);
+  REQUIRE(f.eval_batch_size == 10);
+}
+
+TEST_CASE("data config: errors", "[data][config]") {
+  REQUIRE_THROWS_WITH(data_config_from("data: {batch_size: 8}\n"), Catch::Contains("data.path is required"));
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, dataset: cifar10}\n"),
+                      Catch::Contains("data.dataset must be one of mnist, fashion_mnist, got 'cifar10'"));
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, batch_size: 0}\n"),
+                      Catch::Contains("data.batch_size must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, mean: [0.1, 0.2, 0.3]}\n"),
+                      Catch::Contains("data.mean has 3 value(s) but dataset mnist has 1 channel(s)"));
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, std: [0]}\n"),
+                      Catch::Contains("data.std entry 0 must be > 0, got 0"));
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, std: []}\n"), Catch::Contains("got an empty list"));
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, limit_train: -1}\n"),
+                      Catch::Contains("data.limit_train must be >= 0, got -1"));
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, prefetch: 0}\n"),
+                      Catch::Contains("data.prefetch must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, batchsize: 8}\n"),
+                      Catch::Contains("unknown key 'data.batchsize'") && Catch::Contains("did you mean 'batch_size'"));
+}
+
+// ------------------------------------------------------------------------------------------- loader
+
+TEST_CASE("epoch permutation: deterministic, a permutation, and pinned", "[data][loader]") {
+  const auto a = epoch_permutation(1000, 7, 3, true);
+  REQUIRE(a == epoch_permutation(1000, 7, 3, true));
+  REQUIRE(a != epoch_permutation(1000, 7, 4, true));
+  REQUIRE(a != epoch_permutation(1000, 8, 3, true));
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> identity(1000);
+  std::iota(identity.begin(), identity.end(), int64_t{0});
+  REQUIRE(sorted == identity);
+  REQUIRE(epoch_permutation(1000, 7, 3, false) == identity);
+  REQUIRE(epoch_permutation(0, 1, 0, true).empty());
+  REQUIRE(epoch_permutation(1, 1, 0, true) == std::vector<int64_t>{0});
+  // Golden values from an independent Python implementation of the same definition (Philox4x32-10
+  // under derive_philox_key(seed, epoch, kShuffleStream), words in counter order, Lemire bounded
+  // integers, Fisher-Yates from the top). A change here changes every run's data order.
+  REQUIRE(epoch_permutation(10, 1, 0, true) == std::vector<int64_t>{9, 3, 8, 6, 5, 4, 0, 2, 1, 7});
+  REQUIRE(epoch_permutation(10, 1, 1, true) == std::vector<int64_t>{7, 5, 4, 2, 6, 9, 1, 8, 3, 0});
+  REQUIRE(epoch_permutation(10, 42, 3, true) == std::vector<int64_t>{9, 1, 7, 0, 8, 4, 3, 6, 5, 2});
+}
+
+TEST_CASE("loader: shards are disjoint contiguous slices covering m * W samples", "[data][loader]") {
+  // 103 samples over 4 ranks: m = 25 each, 3 dropped; batches of 10 are 10, 10, 5.
+  CountingDataset data(103);
+  const auto permutation = epoch_permutation(103, 5, 2, true);
+  std::set<int64_t> seen;
+  for (int rank = 0; rank < 4; ++rank) {
+    Loader loader(data, {.batch_size = 10, .seed = 5, .rank = rank, .world_size = 4});
+    REQUIRE(loader.batches_per_epoch() == 3);
+    REQUIRE(loader.samples_per_epoch() == 25);
+    const auto ids = epoch_ids(loader, 2);
+    REQUIRE(ids == std::vector<int64_t>(permutation.begin() + rank * 25, permutation.begin() + (rank + 1) * 25));
+    for (int64_t id : ids) REQUIRE(seen.insert(id).second);
+  }
+  REQUIRE(seen.size() == 100);
+
+  Loader dropping(data, {.batch_size = 10, .drop_last = true, .seed = 5, .rank = 1, .world_size = 4});
+  REQUIRE(dropping.batches_per_epoch() == 2);
+  REQUIRE(dropping.samples_per_epoch() == 20);
+  REQUIRE(epoch_ids(dropping, 2) == std::vector<int64_t>(permutation.begin() + 25, permutation.begin() + 45));
+}
+
+TEST_CASE("loader: batch shapes and the final partial batch", "[data][loader]") {
+  CountingDataset data(23);
+  Loader loader(data, {.batch_size = 8, .shuffle = false});
+  loader.start_epoch(0);
+  std::vector<int64_t> rows;
+  while (auto b = loader.next()) {
+    REQUIRE(b->x.dtype() == DType::f32);
+    REQUIRE(b->labels.dtype() == DType::i32);
+    REQUIRE(b->x.device().is_cpu());
+    REQUIRE(b->x.shape() == Shape{b->x.dim(0), 1, 2, 2});
+    rows.push_back(b->x.dim(0));
+  }
+  REQUIRE(rows == std::vector<int64_t>{8, 8, 7});
+  REQUIRE(!loader.next());  // stays at the end
+  REQUIRE(epoch_ids(loader, 1) == epoch_permutation(23, 1, 1, false));
+}
+
+TEST_CASE("loader: resuming at first_batch gives the tail of the full epoch", "[data][loader]") {
+  CountingDataset data(200);
+  Loader loader(data, {.batch_size = 16, .seed = 11, .rank = 1, .world_size = 2, .prefetch = 3});
+  const auto full = epoch_ids(loader, 4);
+  REQUIRE(full.size() == 100);
+  const auto tail = epoch_ids(loader, 4, 3);
+  REQUIRE(tail == std::vector<int64_t>(full.begin() + 48, full.end()));
+  REQUIRE(epoch_ids(loader, 4, loader.batches_per_epoch()).empty());
+  REQUIRE(epoch_ids(loader, 5) != full);
+}
+
+TEST_CASE("loader: a reader error is rethrown from next()", "[data][loader]") {
+  CountingDataset data(50, /*fail_at=*/17);
+  Loader loader(data, {.batch_size = 4, .shuffle = false, .prefetch = 2});
+  loader.start_epoch(0);
+  int batches = 0;
+  auto drain = [&] {
+    while (loader.next()) ++batches;
+  };
+  REQUIRE_THROWS_WITH(drain(), Catch::Contains("sample 17: cannot decode"));
+  REQUIRE(batches == 4);  // batches 0-3 (samples 0-15) arrived before the failing batch 4
+  // A new epoch starts cleanly after an error.
+  loader.start_epoch(1, 5);
+  REQUIRE(loader.next()->index == 5);
+}
+
+TEST_CASE("loader: restarting mid-epoch and destroying mid-epoch are clean", "[data][loader]") {
+  CountingDataset data(1000);
+  {
+    Loader loader(data, {.batch_size = 10, .prefetch = 2});
+    loader.start_epoch(0);
+    REQUIRE(loader.next()->index == 0);
+    // The prefetch thread is now blocked on a full queue; a new epoch stops it and starts over.
+    const auto ids = epoch_ids(loader, 1);
+    const auto expected = epoch_permutation(1000, 1, 1, true);
+    REQUIRE(ids == expected);
+    loader.start_epoch(2);
+    REQUIRE(loader.next()->epoch == 2);
+  }  // destroyed with the thread waiting for a free slot
+  Loader never_started(data, {});
+  REQUIRE_THROWS_WITH(never_started.next(), Catch::Contains("next() before start_epoch()"));
+}
+
+// ------------------------------------------------------------------------------------ real datasets
+
+TEST_CASE("the real MNIST in data/mnist", "[data][mnist][real]") {
+  const std::string folder = std::string(QTRAIN_SOURCE_DIR) + "/data/mnist";
+  if (!fs::is_directory(folder)) {
+    WARN("SKIPPED: " << folder << " not found; run tools/fetch_mnist.sh to fetch MNIST and check it");
+    return;
+  }
+  auto train = open_mnist(folder, Split::train, {});
+  auto test = open_mnist(folder, Split::test, {});
+  REQUIRE(train->size() == 60000);
+  REQUIRE(test->size() == 10000);
+  std::vector<float> x(784);
+  std::vector<int32_t> train_labels, test_labels;
+  for (int i = 0; i < 5; ++i) {
+    int32_t label = -1;
+    train->read(i, x.data(), &label);
+    train_labels.push_back(label);
+    test->read(i, x.data(), &label);
+    test_labels.push_back(label);
+  }
+  REQUIRE(train_labels == std::vector<int32_t>{5, 0, 4, 1, 9});
+  REQUIRE(test_labels == std::vector<int32_t>{7, 2, 1, 0, 4});
+}
+
+TEST_CASE("the real Fashion-MNIST of Debian's dataset-fashion-mnist (gzipped)", "[data][mnist][real]") {
+  const std::string folder = "/usr/share/datasets/fashion-mnist";
+  if (!fs::is_directory(folder)) {
+    WARN("SKIPPED: " << folder << " not found; apt-get install dataset-fashion-mnist to check it");
+    return;
+  }
+  DataConfig config = data_config_from("data: {dataset: fashion_mnist, path: " + folder + "}\n");
+  auto train = open_dataset(config, Split::train);
+  auto test = open_dataset(config, Split::test);
+  REQUIRE(train->size() == 60000);
+  REQUIRE(test->size() == 10000);
+  std::vector<float> x(784);
+  std::vector<int32_t> train_labels, test_labels;
+  for (int i = 0; i < 5; ++i) {
+    int32_t label = -1;
+    train->read(i, x.data(), &label);
+    train_labels.push_back(label);
+    test->read(i, x.data(), &label);
+    test_labels.push_back(label);
+  }
+  REQUIRE(train_labels == std::vector<int32_t>{9, 0, 0, 3, 0});
+  REQUIRE(test_labels == std::vector<int32_t>{9, 2, 1, 1, 6});
+  // The first training image's pixels sum to 76247 (of 784 * 255): its normalized mean follows.
+  int32_t label = -1;
+  train->read(0, x.data(), &label);
+  double sum = 0;
+  for (float v : x) sum += v;
+  REQUIRE(sum / 784 == Approx((76247.0 / 784 / 255 - 0.2860) / 0.3530).epsilon(1e-5));
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The qtrain CLI on bad input: each case must exit non-zero with ONE line on stderr that names what is
+# wrong and where, and never crash (no signal, no "terminate called"). Also: --help of every
+# subcommand, and a world of size 1 both without mpirun and under `mpirun -np 1`.
+# Usage: cli_errors.sh QTRAIN_BINARY SOURCE_DIR
+set -uo pipefail
+qtrain=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+expect_error() {  # expect_error "what" "expected text" command...
+  local what=$1 expected=$2
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$tmp/err")
+  if [[ $rc -eq 0 || $rc -gt 128 ]] || ! grep -qF -- "$expected" "$tmp/err" || [[ $lines -ne 1 ]] ||
+     grep -q "terminate called" "$tmp/err"; then
+    echo "FAIL: $what: exit $rc, $lines line(s) on stderr, expected one line containing '$expected':"
+    sed 's/^/    /' "$tmp/err"
+    failures=$((failures + 1))
+  else
+    echo "ok: $what: $(cat "$tmp/err")"
+  fi
+}
+
+cfg="$src/configs/mnist_mlp.yaml"
+expect_error "missing data directory" "/nonexistent/mnist" \
+  "$qtrain" train "$cfg" --set data.path=/nonexistent/mnist --set output.dir="$tmp/r1"
+sed 's/^optimizer:/optimiser:/' "$cfg" >"$tmp/typo.yaml"
+line=$(grep -n '^optimizer:' "$cfg" | cut -d: -f1)
+expect_error "config typo" "$tmp/typo.yaml:$line:1: unknown key 'optimiser' (did you mean 'optimizer'?)" \
+  "$qtrain" train "$tmp/typo.yaml"
+expect_error "negative learning rate" "optimizer.lr must be > 0, got -1" \
+  "$qtrain" train "$cfg" --set optimizer.lr=-1
+expect_error "missing config file" "$tmp/none.yaml: config file not found" "$qtrain" train "$tmp/none.yaml"
+expect_error "bad --set syntax" "expected key.path=value" "$qtrain" train "$cfg" --set train.epochs
+mkdir -p "$tmp/run"
+cp "$cfg" "$tmp/run/config.resolved.yaml"
+printf 'not a checkpoint' >"$tmp/run/checkpoint.safetensors"
+expect_error "corrupt checkpoint" "$tmp/run/checkpoint.safetensors: corrupt checkpoint" "$qtrain" eval "$tmp/run"
+expect_error "resume without checkpoint" "no checkpoint.safetensors" \
+  "$qtrain" train "$cfg" --resume "$tmp/empty" --set data.path="$src/data/mnist"
+
+for sub in "" train eval; do
+  if ! "$qtrain" $sub --help >/dev/null 2>&1; then echo "FAIL: qtrain $sub --help"; failures=$((failures + 1)); fi
+done
+
+if [[ -f "$src/data/mnist/train-images-idx3-ubyte" ]]; then
+  for launcher in "" "mpirun -np 1"; do
+    if $launcher "$qtrain" train "$cfg" --set data.path="$src/data/mnist" --set train.max_steps=3 \
+         --set data.limit_test=500 --set output.dir="$tmp/w1" --set output.progress=none >"$tmp/log" 2>&1; then
+      echo "ok: world of size 1 ${launcher:-without mpirun}"
+    else
+      echo "FAIL: world of size 1 ${launcher:-without mpirun}:"; sed 's/^/    /' "$tmp/log"; failures=$((failures + 1))
+    fi
+    rm -rf "$tmp/w1"
+  done
+else
+  echo "note: $src/data/mnist absent; skipped the world-of-size-1 runs"
+fi
+
+[[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }

@@ -1,0 +1,91 @@
+// safetensors: round trip, atomic replacement, and every kind of corruption reported clearly.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "framework/safetensors.h"
+
+using namespace qtrain;
+namespace fs = std::filesystem;
+
+namespace {
+std::string temp_path(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("qtrain_st_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+std::string slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+void spit(const std::string& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+std::string write_sample(const std::string& name) {
+  Tensor a = Tensor::empty({2, 3}, DType::f32);
+  for (int i = 0; i < 6; ++i) a.data<float>()[i] = 0.5f * i;
+  Tensor b = Tensor::empty({4}, DType::f64);
+  b.fill_(-1.25);
+  const std::string p = temp_path(name);
+  save_safetensors(p, {{"layer.weight", a}, {"opt/state", b}}, {{"step", "7"}});
+  return p;
+}
+}  // namespace
+
+TEST_CASE("safetensors round trip", "[safetensors]") {
+  const std::string p = write_sample("ok.safetensors");
+  SafetensorsFile f(p);
+  REQUIRE(f.metadata_value("step") == "7");
+  Tensor a = f.read("layer.weight");
+  REQUIRE(a.shape() == Shape{2, 3});
+  REQUIRE(a.data<float>()[5] == 2.5f);
+  Tensor b = Tensor::empty({4}, DType::f64);
+  f.read_into("opt/state", b);
+  REQUIRE(b.data<double>()[3] == -1.25);
+  Tensor wrong = Tensor::empty({3, 2}, DType::f32);
+  REQUIRE_THROWS_WITH(f.read_into("layer.weight", wrong), Catch::Contains("[2, 3] in the checkpoint"));
+  REQUIRE_THROWS_WITH(f.read("missing"), Catch::Contains("no tensor 'missing'"));
+  // The header length is a multiple of 8 (format rule) and no temporary file is left behind.
+  const std::string bytes = slurp(p);
+  REQUIRE(static_cast<unsigned char>(bytes[0]) % 8 == 0);
+  for (const auto& entry : fs::directory_iterator(fs::path(p).parent_path()))
+    REQUIRE(entry.path().filename().string().find(".tmp.") == std::string::npos);
+}
+
+TEST_CASE("corrupt safetensors files are rejected with the file name", "[safetensors]") {
+  const std::string p = write_sample("src.safetensors");
+  const std::string good = slurp(p);
+  const std::string q = temp_path("bad.safetensors");
+
+  spit(q, good.substr(0, 5));
+  REQUIRE_THROWS_WITH(SafetensorsFile(q), Catch::Contains(q) && Catch::Contains("shorter than the 8-byte"));
+
+  spit(q, good.substr(0, good.size() - 3));  // truncated data
+  REQUIRE_THROWS_WITH(SafetensorsFile(q), Catch::Contains("corrupt checkpoint"));
+
+  std::string flipped = good;
+  flipped[flipped.size() - 2] ^= 0x40;  // one bit in the data
+  spit(q, flipped);
+  REQUIRE_THROWS_WITH(SafetensorsFile(q), Catch::Contains("CRC-32"));
+
+  std::string huge = good;
+  huge[6] = 0x7f;  // header length far beyond the file
+  spit(q, huge);
+  REQUIRE_THROWS_WITH(SafetensorsFile(q), Catch::Contains("exceeds the file size"));
+
+  std::string garbage = good;
+  garbage[8] = '#';  // the opening brace: the JSON no longer parses
+  spit(q, garbage);
+  REQUIRE_THROWS_WITH(SafetensorsFile(q), Catch::Contains("JSON header does not parse"));
+
+  REQUIRE_THROWS_WITH(SafetensorsFile(temp_path("absent.safetensors")), Catch::Contains("not found"));
+}
+
+TEST_CASE("atomic write replaces the old file", "[safetensors]") {
+  const std::string p = temp_path("atomic.bin");
+  write_file_atomically(p, "first");
+  write_file_atomically(p, "second");
+  REQUIRE(slurp(p) == "second");
+}

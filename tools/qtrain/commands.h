@@ -1,0 +1,13 @@
+// The subcommands of the qtrain CLI; each adds itself to the CLI11 app with its options, --help text
+// and callback. main.cpp lists them. Callbacks throw qtrain::Error; main prints it as one line.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace qtrain::cli {
+
+void add_train_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
+void add_bench_quant_command(CLI::App& app);
+
+}  // namespace qtrain::cli

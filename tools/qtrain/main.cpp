@@ -1,0 +1,63 @@
+// qtrain: the command-line entry point. Sets up the CPU environment and MPI, dispatches to the
+// subcommands (train, eval, bench-quant, ...), and turns any qtrain::Error into one line on stderr
+// and a non-zero exit status.
+#include <cblas.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "comm/mpi_runtime.h"
+#include "framework/check.h"
+#include "tools/qtrain/commands.h"
+
+namespace {
+
+// Debian's OpenBLAS 0.3.21 detects AVX-512 Xeons as "Prescott" (SSE3) and runs sgemm about 4x slower
+// (../docs/performance.md). The core type is read once when the library loads, so when the detection
+// is wrong we re-execute ourselves with OPENBLAS_CORETYPE set. This happens before MPI_Init, so under
+// mpirun the re-executed process is the one that joins the job. QTRAIN_NO_REEXEC=1 disables it.
+void fix_openblas_core_type(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("QTRAIN_NO_REEXEC") != nullptr) return;
+  const char* core = openblas_get_corename();
+  if (core == nullptr) return;
+  const std::string name = core;
+  const bool weak_core = name == "Prescott" || name == "Core2" || name == "Nehalem" || name == "Sandybridge";
+  std::string wanted;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) wanted = "SkylakeX";
+  else if (__builtin_cpu_supports("avx2")) wanted = "Haswell";
+  if (!weak_core || wanted.empty() || wanted == name) return;
+  setenv("OPENBLAS_CORETYPE", wanted.c_str(), 1);
+  execv("/proc/self/exe", argv);  // only returns on failure: then continue with the slow kernels
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fix_openblas_core_type(argv);
+  // Spinning OpenMP pools would fight OpenBLAS's threads on small machines (netbed.md).
+  setenv("OMP_WAIT_POLICY", "passive", 0);
+
+  CLI::App app{"qtrain: data-parallel training with quantized gradient exchange"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Print the help of every subcommand");
+  qtrain::cli::add_train_command(app);
+  qtrain::cli::add_eval_command(app);
+  try {
+    qtrain::MpiRuntime mpi(&argc, &argv);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
+    return 0;
+  } catch (const qtrain::Error& e) {
+    std::fprintf(stderr, "qtrain: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qtrain: unexpected error: %s\n", e.what());
+    return 2;
+  }
+}
