@@ -218,8 +218,13 @@ void ConfigNode::finish() {
       if (d < best_d) best_d = d, best = k;
     }
     const std::string hint = best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best);
-    throw InputError(fmt::format("{}: unknown key '{}'{}{}; known keys here: {}", location(key), key_path(key), hint,
-                                 "", join(known_)));
+    // Point at the key itself (location(key) would point at its value).
+    const YAML::Mark mark = it->first.Mark();
+    const std::string where = location(key).rfind("command line", 0) == 0 || mark.line < 0
+                                  ? location(key)
+                                  : fmt::format("{}:{}:{}", source_->file, mark.line + 1, mark.column + 1);
+    throw InputError(fmt::format("{}: unknown key '{}'{}; known keys here: {}", where, key_path(key), hint,
+                                 join(known_)));
   }
 }
 

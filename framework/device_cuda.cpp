@@ -34,14 +34,20 @@ void free(int index, void* ptr) noexcept {
   cudaFree(ptr);  // errors at teardown are not actionable
 }
 
+// These helpers run on the legacy default stream, which is NOT ordered with the contexts' non-blocking
+// streams, and a pageable host-to-device cudaMemcpy (or any cudaMemset) may return before the device
+// has the data. Synchronizing the legacy stream makes them truly synchronous, so a kernel queued on a
+// context stream afterwards always sees the data. Hot paths use async copies on the context stream.
 void copy(Device dst_device, void* dst, Device src_device, const void* src, size_t bytes) {
   CUDA_CHECK(cudaSetDevice(dst_device.is_cuda() ? dst_device.index : src_device.index));
   CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 void memset_zero(int index, void* ptr, size_t bytes) {
   CUDA_CHECK(cudaSetDevice(index));
   CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+  CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 }  // namespace cuda_memory

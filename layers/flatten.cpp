@@ -1,5 +1,6 @@
 // flatten: shape bookkeeping and the CPU copy. The copy is a memcpy of the whole batch; the CUDA
-// twin (flatten.cu) issues the same copy on the context's stream.
+// twin (flatten.cu) issues the same copy on the context's stream. Backward without a dx (flatten as
+// the first layer) has nothing to do: there are no parameters.
 #include "layers/flatten.h"
 
 #include <cstring>

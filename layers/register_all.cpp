@@ -1,5 +1,6 @@
 // The table of layer and loss type names: the only place a new layer has to be added besides its own
-// files and layers/CMakeLists.txt.
+// files and layers/CMakeLists.txt. The three activations share one class and differ only by the
+// kind captured in their factory.
 #include "layers/register_all.h"
 
 #include "layers/activation.h"

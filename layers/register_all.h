@@ -1,5 +1,6 @@
 // Registration of every layer and loss of this folder under its config type name. Explicit calls,
 // not static initializers, so nothing depends on link order or on the linker keeping an object file.
+// Called by the trainer (and tests) on registries they own; there is no global registry.
 #pragma once
 
 #include "framework/layer.h"

@@ -111,7 +111,7 @@ TEST_CASE("MNIST subset reaches 95% test accuracy in 2 epochs", "[e2e][mnist]") 
   }
   TempDir dir;
   const TrainSummary s = train(std::string(QTRAIN_SOURCE_DIR) + "/configs/mnist_mlp.yaml",
-                               {"data.path=" + mnist, "data.limit_train=12800", "data.limit_test=2000",
+                               {"data.path=" + mnist, "data.limit_train=25600", "data.limit_test=2000",
                                 "train.epochs=2", "output.dir=" + dir.file("run"), "output.progress=none",
                                 "device=cpu"});
   INFO("test accuracy " << s.test.accuracy);

@@ -1,5 +1,6 @@
 // dropout: the kept fraction and the scaling, evaluation as the identity, the mask as a pure function
-// of (seed, step, layer index) shared by forward and backward, and the documented Philox mapping.
+// of (seed, step, layer index) shared by forward and backward, and the documented Philox mapping
+// that the CUDA kernel reproduces (its bit-for-bit check is in test_layers_cuda.cpp).
 #include <catch2/catch.hpp>
 
 #include <cmath>

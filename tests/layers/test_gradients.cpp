@@ -1,5 +1,6 @@
 // Float64 central-difference gradient checks of every layer and loss on the CPU reference path
-// (tests/support/gradcheck.h): dx and every parameter gradient, in training mode.
+// (tests/support/gradcheck.h): dx and every parameter gradient, in training mode. The CUDA paths are
+// held to these through the CPU/CUDA parity tests.
 #include <catch2/catch.hpp>
 
 #include "layers/activation.h"

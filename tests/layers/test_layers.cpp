@@ -1,5 +1,6 @@
 // Forward values, shapes, the backward contract (overwrite, optional dx) and configuration errors of
-// the layers on the CPU path, in f32 and f64, through the registry as Net uses it.
+// the layers on the CPU path, in f32 and f64. Configuration goes through the registry and ConfigNode
+// exactly as Net does, so the messages tested here are the ones a user sees.
 #include <catch2/catch.hpp>
 
 #include <cmath>

@@ -1,5 +1,6 @@
 // softmax_cross_entropy: values against a direct formula, numerical stability for large logits,
-// accuracy with ties, the gradient's row sums, and label errors.
+// accuracy with ties, the gradient's row sums, and label errors. Its gradient check is in
+// test_gradients.cpp with the layers'.
 #include <catch2/catch.hpp>
 
 #include <cmath>
