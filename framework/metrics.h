@@ -20,6 +20,10 @@ struct MetricsRow {
   double samples_per_s = 0;
   PhaseTimers phases;  // seconds spent in each phase since the previous row
   double bytes_sent = 0;  // gradient bytes this rank sent since the previous row
+  double bytes_sent_per_step = 0;
+  double hidden_comm_s = 0;   // exchange time overlapped with backward (not waited for)
+  double exposed_comm_s = 0;  // time the training loop waited for the exchange after backward
+  double fraction_quantized = 0;  // of all gradient values, those not sent as fp32
 };
 
 class MetricsWriter {

@@ -65,6 +65,10 @@ RunConfig parse_run_config(const std::string& file, const std::vector<std::strin
   rc.optimizer = root.child("optimizer");
   rc.train = parse_train(root.child("train"));
   rc.output = parse_output(root.child("output"), rc.name);
+  ConfigNode quantization = root.child("quantization");
+  rc.quantization = QuantizationConfig::parse(quantization);
+  ConfigNode communication = root.child("communication");
+  rc.communication = CommunicationConfig::parse(communication);
   root.finish();  // before the required-section check, so that a misspelt section is named as such
   if (!root.has("optimizer")) root.fail("optimizer", "is required, e.g. optimizer: {type: sgd, lr: 0.1}");
   return rc;

@@ -6,9 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "comm/exchange_config.h"
 #include "data/dataset.h"
 #include "framework/config_node.h"
 #include "framework/tensor.h"
+#include "quant/policy.h"
 
 namespace qtrain {
 
@@ -43,6 +45,8 @@ struct RunConfig {
   ConfigNode optimizer;  // parsed by make_optimizer / make_schedule
   TrainConfig train;
   OutputConfig output;
+  QuantizationConfig quantization;     // fp32 everywhere when the section is absent
+  CommunicationConfig communication;
   YAML::Node resolved;   // the config after --set overrides, written to config.resolved.yaml
   std::string file;      // where it came from
 };

@@ -89,15 +89,20 @@ EvalResult evaluate(Net& net, Context& ctx, Loader& loader) {
 }
 
 Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(config)), options_(std::move(options)) {
-  if (options_.world_size > 1)
-    input_error("this build trains one replica per process; run without mpirun or with -np 1 (got {} ranks)",
-                options_.world_size);
   run_dir_ = options_.resume_dir.empty() ? config_.output.dir : options_.resume_dir;
   checkpoint_path_ = (fs::path(run_dir_) / "checkpoint.safetensors").string();
 
   // Everything that can be validated without data is validated first: model, optimizer, schedule keys.
   device_ = select_device(config_.device, options_.local_rank);
   net_ = std::make_unique<Net>(config_.model, DType::f32, device_, layer_registry(), loss_registry());
+  // The transport comes next: everything after it may need the other ranks (config check, errors).
+  comm_ = make_communicator(config_.communication.backend, device_);
+  QT_CHECK_EQ(comm_->size(), options_.world_size, "communicator size and MPI world size differ");
+  YAML::Emitter emitter;
+  emitter << config_.resolved;
+  resolved_yaml_ = std::string(emitter.c_str()) + "\n";
+  check_same_config();
+
   ConfigNode opt_section = config_.optimizer;
   optimizer_ = make_optimizer(opt_section);
   optimizer_->init(net_->params().numel(), DType::f32, device_);
@@ -116,8 +121,8 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   lo.shuffle = config_.data.shuffle;
   lo.drop_last = config_.data.drop_last;
   lo.seed = config_.seed;
-  lo.rank = options_.rank;
-  lo.world_size = options_.world_size;
+  lo.rank = comm_->rank();
+  lo.world_size = comm_->size();
   lo.prefetch = config_.data.prefetch;
   train_loader_ = std::make_unique<Loader>(*train_set_, lo);
   LoaderOptions eo = lo;
@@ -141,15 +146,28 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   ctx_ = std::make_unique<Context>(make_context(device_, config_.seed, config_.train.threads));
   net_->init_parameters(config_.seed);
 
+  // Every gradient tensor goes through the exchange, also in a world of one: quantization then
+  // still applies (its effect on accuracy can be studied on one process).
+  std::vector<ExchangeTensor> tensors;
+  tensors_of_layer_.assign(static_cast<size_t>(net_->num_layers()), {});
+  for (const ParamEntry& e : net_->param_entries()) {
+    tensors_of_layer_[static_cast<size_t>(e.layer_index)].push_back(static_cast<int>(tensors.size()));
+    tensors.push_back({e.name, e.layer_name, e.layer_type, e.offset, e.numel, e.shape.empty() ? 1 : e.shape.back()});
+  }
+  exchange_ = std::make_unique<GradientExchange>(*comm_, device_, config_.seed, config_.communication,
+                                                 config_.quantization, std::move(tensors));
+
   fs::create_directories(run_dir_);
-  YAML::Emitter emitter;
-  emitter << config_.resolved;
-  resolved_yaml_ = std::string(emitter.c_str()) + "\n";
   if (options_.rank == 0) write_file_atomically((fs::path(run_dir_) / "config.resolved.yaml").string(), resolved_yaml_);
 
-  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((fs::path(run_dir_) / "train.log").string());
-  log_ = std::make_shared<spdlog::logger>("qtrain", spdlog::sinks_init_list{console, file});
+  // Rank 0 speaks for the job; the other ranks only report errors (through main()).
+  if (options_.rank == 0) {
+    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((fs::path(run_dir_) / "train.log").string());
+    log_ = std::make_shared<spdlog::logger>("qtrain", spdlog::sinks_init_list{console, file});
+  } else {
+    log_ = std::make_shared<spdlog::logger>("qtrain");
+  }
   log_->set_pattern("[%Y-%m-%d %H:%M:%S.%e] %v");
   log_->flush_on(spdlog::level::info);
 
@@ -157,7 +175,49 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
     if (!fs::exists(checkpoint_path_))
       input_error("--resume {}: no checkpoint.safetensors in that run directory", options_.resume_dir);
     start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get());
+    load_rank_state();
   }
+}
+
+std::string Trainer::rank_state_path(int rank) const {
+  return (fs::path(run_dir_) / fmt::format("checkpoint.rank{}.safetensors", rank)).string();
+}
+
+void Trainer::load_rank_state() {
+  auto state = exchange_->state();
+  if (state.empty()) return;  // no error-feedback residuals in this configuration
+  const std::string path = rank_state_path(options_.rank);
+  if (!fs::exists(path))
+    input_error("--resume {}: {} is missing (the error-feedback state of rank {})", run_dir_, path, options_.rank);
+  SafetensorsFile f(path);
+  for (auto& [name, t] : state) f.read_into(name, t);
+}
+
+void Trainer::check_same_config() {
+  // Ranks that parsed different configs (a different file or --set on one host) would train
+  // different models and hang or diverge later: compare a hash of the resolved config at start-up.
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (unsigned char ch : resolved_yaml_) h = (h ^ ch) * 1099511628211ull;
+  const std::vector<uint64_t> all = comm_->all_gather_u64(h);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r] != all[0])
+      input_error("rank {} was started with a different config than rank 0 (resolved-config hashes {:016x} vs {:016x}); "
+                  "every rank must get the same config file and --set options",
+                  r, all[r], all[0]);
+}
+
+void Trainer::check_replicas(int64_t step) {
+  ctx_->synchronize();
+  const Tensor host = net_->params().device().is_cpu() ? net_->params() : net_->params().to(Device::cpu());
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(host.raw());
+  for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  const std::vector<uint64_t> all = comm_->all_gather_u64(h);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw Error(fmt::format("replica check at step {}: the parameters of rank {} differ from rank 0's "
+                              "(checksums {:016x} vs {:016x})",
+                              step, r, all[r], all[0]));
 }
 
 Trainer::~Trainer() = default;
@@ -168,7 +228,17 @@ void Trainer::log_info(const std::string& line) {
 
 void Trainer::write_checkpoint(const TrainingPosition& position) {
   ctx_->synchronize();
+  // Parameters and optimizer state are identical on every rank: rank 0 writes them. Error-feedback
+  // residuals are per rank: each rank writes its own file.
   if (options_.rank == 0) save_checkpoint(checkpoint_path_, *net_, *optimizer_, position, config_.seed, resolved_yaml_);
+  std::vector<NamedTensor> state;
+  for (auto& [name, t] : exchange_->state()) state.push_back({name, t});
+  if (!state.empty())
+    save_safetensors(rank_state_path(options_.rank), state,
+                     {{"format", "qtrain-rank-state-1"}, {"step", std::to_string(position.step)},
+                      {"rank", std::to_string(options_.rank)}});
+  // Nobody continues (or exits) before every rank's file is in place.
+  comm_->barrier();
 }
 
 TrainSummary Trainer::run() {
@@ -186,6 +256,15 @@ TrainSummary Trainer::run() {
     if (!summary.empty() && summary.back() == '\n') summary.pop_back();
     log_info("model:\n" + summary);
   }
+  log_info(fmt::format("data parallel: {} rank(s) over {}, {:.2f}% of gradient values quantized, {} bucket(s), "
+                       "overlap {}",
+                       comm_->size(), comm_->name(), 100 * exchange_->fraction_quantized(), exchange_->num_buckets(),
+                       config_.communication.overlap ? "on" : "off"));
+  if (options_.rank == 0) {
+    std::string plan = exchange_->describe();
+    if (!plan.empty() && plan.back() == '\n') plan.pop_back();
+    log_info("gradient exchange:\n" + plan);
+  }
   if (start_.step > 0)
     log_info(fmt::format("resumed from {} at step {} (epoch {}, batch {})", checkpoint_path_, start_.step,
                          start_.epoch + 1, start_.batch_in_epoch));
@@ -200,7 +279,7 @@ TrainSummary Trainer::run() {
     pos.epoch = epoch;
     train_loader_->start_epoch(epoch, pos.batch_in_epoch);
     PhaseTimers timers;
-    double loss_sum = 0;
+    double loss_sum = 0, exposed_s = 0;
     int64_t correct = 0, seen = 0;
     const auto t_epoch = std::chrono::steady_clock::now();
     double lr = 0;
@@ -225,7 +304,16 @@ TrainSummary Trainer::run() {
       }
       {
         ScopedPhase p(timers, Phase::backward);
-        net_->backward(*ctx_);
+        exchange_->begin_step(net_->grads(), static_cast<uint64_t>(pos.step));
+        net_->backward(*ctx_, [&](int layer) {
+          for (int t : tensors_of_layer_[static_cast<size_t>(layer)]) exchange_->tensor_ready(*ctx_, t);
+        });
+      }
+      {
+        // What remains of the exchange after backward: the communication not hidden under it.
+        const auto t_wait = std::chrono::steady_clock::now();
+        exchange_->finish_step();
+        exposed_s += seconds_since(t_wait);
       }
       {
         ScopedPhase p(timers, Phase::optimizer);
@@ -234,9 +322,12 @@ TrainSummary Trainer::run() {
       }
       ++pos.step;
       ++pos.batch_in_epoch;
+      if (options_.check_replicas_every > 0 && pos.step % options_.check_replicas_every == 0) check_replicas(pos.step);
       const double elapsed = seconds_since(t_epoch);
+      // Global samples/s: every rank processes its own shard at the same pace.
       progress.update(epoch, tc.epochs, pos.batch_in_epoch, steps_per_epoch, pos.step, loss_sum / seen,
-                      static_cast<double>(correct) / seen, seen / std::max(elapsed, 1e-9), 0.0);
+                      static_cast<double>(correct) / seen, seen * comm_->size() / std::max(elapsed, 1e-9),
+                      exposed_s / std::max(elapsed, 1e-9));
       if (config_.output.checkpoint_every_steps > 0 && pos.step % config_.output.checkpoint_every_steps == 0)
         write_checkpoint(pos);
       if (pos.step >= max_steps) {
@@ -254,8 +345,16 @@ TrainSummary Trainer::run() {
     row.lr = lr;
     row.train_loss = seen ? loss_sum / seen : 0;
     row.train_accuracy = seen ? static_cast<double>(correct) / seen : 0;
-    row.samples_per_s = seen / std::max(epoch_time, 1e-9);
+    row.samples_per_s = seen * comm_->size() / std::max(epoch_time, 1e-9);
+    const ExchangeStats ex = exchange_->take_stats();
+    for (Phase p : {Phase::encode, Phase::communicate, Phase::decode}) timers.add(p, ex.phases.seconds(p));
     row.phases = timers;
+    row.bytes_sent = ex.bytes_sent;
+    row.bytes_sent_per_step = ex.steps > 0 ? ex.bytes_sent / static_cast<double>(ex.steps) : 0;
+    row.exposed_comm_s = exposed_s;
+    row.hidden_comm_s = std::max(0.0, ex.phases.seconds(Phase::encode) + ex.phases.seconds(Phase::communicate) +
+                                          ex.phases.seconds(Phase::decode) - exposed_s);
+    row.fraction_quantized = exchange_->fraction_quantized();
     if (tc.eval_every_epoch || stop || epoch + 1 == tc.epochs) {
       summary.test = evaluate(*net_, *ctx_, *test_loader_);
       row.test_loss = summary.test.loss;
@@ -264,11 +363,21 @@ TrainSummary Trainer::run() {
     row.wall_time_s = seconds_since(t_start);
     if (options_.rank == 0) metrics.append(row);
     log_info(fmt::format("epoch {}/{}{} step {}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | "
-                         "{:.0f} samples/s | data {:.2f}s fwd {:.2f}s bwd {:.2f}s opt {:.2f}s",
+                         "{:.0f} samples/s | data {:.2f}s fwd {:.2f}s bwd {:.2f}s opt {:.2f}s | exchange: encode "
+                         "{:.2f}s comm {:.2f}s decode {:.2f}s, {:.2f}s hidden, {:.2f}s exposed, {:.2f} MB sent per step",
                          epoch + 1, tc.epochs, epoch_done ? "" : " (partial)", pos.step, row.train_loss,
                          100 * row.train_accuracy, row.test_loss, 100 * row.test_accuracy, row.samples_per_s,
                          timers.seconds(Phase::data), timers.seconds(Phase::forward), timers.seconds(Phase::backward),
-                         timers.seconds(Phase::optimizer)));
+                         timers.seconds(Phase::optimizer), timers.seconds(Phase::encode),
+                         timers.seconds(Phase::communicate), timers.seconds(Phase::decode), row.hidden_comm_s,
+                         row.exposed_comm_s, row.bytes_sent_per_step / 1e6));
+    if (options_.rank == 0 && ex.steps > 0 && comm_->size() > 1) {
+      std::string per_layer = "bytes sent per step by tensor:";
+      for (size_t t = 0; t < exchange_->tensors().size(); ++t)
+        per_layer += fmt::format(" {} {:.0f}", exchange_->tensors()[t].name,
+                                 ex.bytes_sent_per_tensor[t] / static_cast<double>(ex.steps));
+      log_info(per_layer);
+    }
     if (epoch_done) {
       pos.epoch = epoch + 1;
       pos.batch_in_epoch = 0;

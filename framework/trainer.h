@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "comm/communicator.h"
+#include "comm/gradient_exchange.h"
 #include "data/loader.h"
 #include "framework/checkpoint.h"
 #include "framework/metrics.h"
@@ -25,6 +27,7 @@ struct TrainOptions {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;      // GPU index on this host
+  int64_t check_replicas_every = 0;  // verify bit-identical parameters on every rank every N steps
 };
 
 struct EvalResult {
@@ -64,14 +67,21 @@ class Trainer {
 
  private:
   void write_checkpoint(const TrainingPosition& position);
+  void load_rank_state();
   void log_info(const std::string& line);
+  void check_replicas(int64_t step);
+  void check_same_config();
+  std::string rank_state_path(int rank) const;
 
   RunConfig config_;
   TrainOptions options_;
   std::string run_dir_, checkpoint_path_;
   Device device_;
   std::unique_ptr<Context> ctx_;
+  std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Net> net_;
+  std::unique_ptr<GradientExchange> exchange_;
+  std::vector<std::vector<int>> tensors_of_layer_;  // exchange tensor indices per layer
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Dataset> train_set_, test_set_;
   std::unique_ptr<Loader> train_loader_, test_loader_;

@@ -4,10 +4,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "comm/mpi_runtime.h"
+
 namespace qtrain::cli {
 
-void add_train_command(CLI::App& app);
+void add_train_command(CLI::App& app, const MpiRuntime& mpi);
 void add_eval_command(CLI::App& app);
 void add_bench_quant_command(CLI::App& app);
+void add_bench_allreduce_command(CLI::App& app);
 
 }  // namespace qtrain::cli

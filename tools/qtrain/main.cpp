@@ -2,11 +2,13 @@
 // subcommands (train, eval, bench-quant, ...), and turns any qtrain::Error into one line on stderr
 // and a non-zero exit status.
 #include <cblas.h>
+#include <mpi.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "comm/mpi_runtime.h"
@@ -40,13 +42,33 @@ int main(int argc, char** argv) {
   // Spinning OpenMP pools would fight OpenBLAS's threads on small machines (netbed.md).
   setenv("OMP_WAIT_POLICY", "passive", 0);
 
+  std::unique_ptr<qtrain::MpiRuntime> mpi;
+  try {
+    mpi = std::make_unique<qtrain::MpiRuntime>(&argc, &argv);
+  } catch (const qtrain::Error& e) {
+    std::fprintf(stderr, "qtrain: error: cannot start MPI: %s\n", e.what());
+    return 1;
+  }
   CLI::App app{"qtrain: data-parallel training with quantized gradient exchange"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Print the help of every subcommand");
-  qtrain::cli::add_train_command(app);
+  qtrain::cli::add_train_command(app, *mpi);
   qtrain::cli::add_eval_command(app);
+  qtrain::cli::add_bench_quant_command(app);
+  qtrain::cli::add_bench_allreduce_command(app);
+  // One line per error; in a job of several ranks the failing rank aborts the whole job, so that the
+  // other ranks do not wait forever in a collective for it.
+  auto report = [&](const char* kind, const char* what) {
+    if (mpi->size() > 1) {
+      std::fprintf(stderr, "qtrain: %s (rank %d of %d on %s): %s\n", kind, mpi->rank(), mpi->size(),
+                   mpi->host().c_str(), what);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    std::fprintf(stderr, "qtrain: %s: %s\n", kind, what);
+    return 1;
+  };
   try {
-    qtrain::MpiRuntime mpi(&argc, &argv);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -54,10 +76,8 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const qtrain::Error& e) {
-    std::fprintf(stderr, "qtrain: error: %s\n", e.what());
-    return 1;
+    return report("error", e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "qtrain: unexpected error: %s\n", e.what());
-    return 2;
+    return report("unexpected error", e.what()) + 1;
   }
 }

@@ -1,0 +1,14 @@
+// Builds without CUDA: the CUDA helpers are never reachable (no CUDA context can exist), but a clear
+// error beats a link failure.
+#include "comm/buffer_ops.h"
+#include "framework/check.h"
+
+namespace qtrain::cuda_ops {
+[[noreturn]] static void unavailable() { throw Error("gradient exchange on CUDA: this qtrain was built without CUDA"); }
+void copy_buffer(Context&, void*, const void*, size_t) { unavailable(); }
+void copy_to_host(Context&, void*, const void*, size_t) { unavailable(); }
+void copy_from_host(Context&, void*, const void*, size_t) { unavailable(); }
+void scale_buffer(Context&, float*, int64_t, float) { unavailable(); }
+void pack_16bit(Context&, const float*, uint16_t*, int64_t, bool) { unavailable(); }
+void unpack_16bit(Context&, const uint16_t*, float*, int64_t, bool, float) { unavailable(); }
+}  // namespace qtrain::cuda_ops

@@ -1,0 +1,112 @@
+// make_communicator: turns communication.backend into a transport. Every decision that depends on
+// more than this rank (is there a GPU everywhere? does a GPU serve two ranks?) is agreed on with one
+// small collective, so all ranks build the same backend or all raise the same InputError; a rank
+// that decided alone would leave the others waiting in NCCL's setup forever.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "comm/communicator.h"
+#include "comm/cuda_staging.h"
+#include "comm/local_comm.h"
+#include "comm/mpi_comm.h"
+#include "comm/nccl_comm.h"
+#include "framework/check.h"
+
+namespace qtrain {
+namespace {
+
+// The ranks of MPI_COMM_WORLD, or 0 when MPI is not running (a process without an MpiRuntime).
+int mpi_world_size() {
+  int initialized = 0, finalized = 0;
+  MPI_CHECK(MPI_Initialized(&initialized));
+  MPI_CHECK(MPI_Finalized(&finalized));
+  if (!initialized || finalized) return 0;
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  return size;
+}
+
+// Why NCCL cannot run, in increasing order of severity: the world reports the worst.
+enum NcclProblem : int { kNcclOk = 0, kRunOnCpu = 1, kSharedGpu = 2, kNoGpu = 3 };
+
+// This rank's problem, then the worst over all ranks (`mine` keeps this rank's own).
+int nccl_problem(Device device, int world, int& mine) {
+  mine = !cuda_available() ? kNoGpu : (device.is_cuda() ? kNcclOk : kRunOnCpu);
+  if (world <= 1) return mine;
+  // Two ranks of one host on the same physical GPU (more ranks than GPUs) would fail inside NCCL's
+  // setup; compare PCI bus ids, because device indices differ under per-rank CUDA_VISIBLE_DEVICES.
+  constexpr int kIdBytes = 32;
+  char id[kIdBytes] = {};
+  if (mine == kNcclOk) {
+    const std::string bus = comm_detail::gpu_bus_id(device.index);
+    std::memcpy(id, bus.data(), std::min(bus.size(), size_t{kIdBytes - 1}));
+  }
+  MPI_Comm host;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+  int host_size = 0;
+  MPI_CHECK(MPI_Comm_size(host, &host_size));
+  std::vector<char> ids(static_cast<size_t>(host_size) * kIdBytes);
+  MPI_CHECK(MPI_Allgather(id, kIdBytes, MPI_CHAR, ids.data(), kIdBytes, MPI_CHAR, host));
+  MPI_CHECK(MPI_Comm_free(&host));
+  if (mine == kNcclOk) {
+    int users = 0;
+    for (int r = 0; r < host_size; ++r) users += std::memcmp(ids.data() + r * kIdBytes, id, kIdBytes) == 0;
+    if (users > 1) mine = kSharedGpu;
+  }
+  int worst = mine;
+  MPI_CHECK(MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return worst;
+}
+
+[[noreturn]] void nccl_impossible(int problem, int mine) {
+  const bool here = problem == mine;
+  switch (problem) {
+    case kNoGpu:
+      input_error("communication.backend: nccl needs a CUDA GPU on every rank; {}",
+                  here ? "this machine has none" : "another rank's machine has none (use backend mpi)");
+    case kSharedGpu:
+      input_error("communication.backend: nccl needs one GPU per rank, but {} runs more ranks than it has GPUs; "
+                  "start fewer ranks per host or use backend mpi",
+                  here ? "this host" : "another host");
+    default:
+      input_error("communication.backend: nccl runs on GPUs, but {} device is cpu; set device: cuda (or auto), "
+                  "or use backend mpi",
+                  here ? "this rank's" : "another rank's");
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, Device device) {
+  if (backend != "auto" && backend != "local" && backend != "mpi" && backend != "nccl")
+    input_error("communication.backend: unknown backend '{}' (known: auto, local, mpi, nccl)", backend);
+  const int world = mpi_world_size();
+  if (backend == "local") {
+    if (world > 1)
+      input_error("communication.backend: local is a world of one process, but {} ranks are running; use auto, "
+                  "mpi or nccl",
+                  world);
+    return std::make_unique<LocalComm>(device);
+  }
+  if (backend == "auto" && world <= 1) return std::make_unique<LocalComm>(device);
+
+  if (backend == "nccl") {
+    if (!nccl_built())
+      input_error("communication.backend: nccl: this qtrain was built without CUDA/NCCL; use mpi or auto");
+    int mine = kNcclOk;
+    const int problem = nccl_problem(device, world, mine);
+    if (problem != kNcclOk) nccl_impossible(problem, mine);
+  }
+  QT_CHECK(world > 0, "make_communicator: backend {} needs MPI running; create an MpiRuntime first", backend);
+  if (backend == "nccl") return make_nccl_comm(device);
+  if (backend == "auto" && nccl_built()) {
+    // NCCL only when every rank can use it; otherwise MPI (staging CUDA buffers) on all of them.
+    int mine = kNcclOk;
+    if (nccl_problem(device, world, mine) == kNcclOk) return make_nccl_comm(device);
+  }
+  return std::make_unique<MpiComm>(device);
+}
+
+}  // namespace qtrain

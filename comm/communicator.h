@@ -1,0 +1,74 @@
+// Communicator: the narrow, typed transport under the gradient exchange (style.md §3.7). Counts come
+// from typed spans (never bytes-vs-elements confusion); arguments are checked once at the entry and
+// errors name the operation. Implementations: LocalComm (a world of one), MpiComm (Open MPI; CUDA
+// buffers staged through pinned host memory unless the MPI is CUDA-aware), NcclComm (one GPU per
+// rank, unique id broadcast over MPI). All calls are collective unless stated otherwise, and every
+// rank must make the same calls in the same order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "framework/context.h"
+#include "framework/tensor.h"
+
+namespace qtrain {
+
+// Element types a reduction can work on. Sums of 16-bit values accumulate in fp32 where the library
+// allows it (a custom MPI operation does: each combine adds in fp32 and rounds to nearest even; NCCL
+// reduces in the type itself).
+enum class ReduceType { f32, f16, bf16, f64 };
+
+const char* reduce_type_name(ReduceType type);
+size_t reduce_type_size(ReduceType type);
+
+// Where buffers live: `data` and `send` may be host memory or GPU memory (looked up per pointer);
+// GPU memory needs a CUDA context on that GPU, whose stream orders the copies with the kernels that
+// produce and consume the data. Received bytes always land in host vectors, and the size and offset
+// vectors are host values, complete when a call returns. MpiComm stages GPU buffers through pinned
+// host memory (unless the MPI is CUDA-aware) and returns with all results in place; NcclComm stages
+// host buffers through device memory and leaves in-place GPU results (all_reduce_sum,
+// broadcast_bytes) enqueued on ctx's stream.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual const char* name() const = 0;  // "local", "mpi", "nccl"
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The run's device: where buffers best live (CPU for local/mpi on a CPU run, the rank's GPU for
+  // nccl); every transport accepts both kinds as described above.
+  virtual Device device() const = 0;
+
+  // In-place sum of `count` elements of `type` at `data` across ranks.
+  virtual void all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceType type) = 0;
+  // Every rank contributes `send` (sizes may differ per rank); `recv` receives the concatenation in
+  // rank order and `sizes[r]` / `offsets[r]` say where rank r's bytes are. `recv` is resized (its
+  // capacity is kept, so a steady state allocates nothing); `send` must not point into it.
+  virtual void all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
+                                std::vector<size_t>& sizes, std::vector<size_t>& offsets) = 0;
+  // Personalized exchange: rank r sends `send[send_offsets[d] .. + send_sizes[d])` to every rank d and
+  // receives rank s's bytes for it at recv[recv_offsets[s] ..] (sizes are exchanged first; recv is
+  // resized; recv_offsets are the prefix sums of recv_sizes).
+  virtual void all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
+                                const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
+                                std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) = 0;
+  // `data` of root is copied to every rank (the same size everywhere).
+  virtual void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) = 0;
+  // Host-side helpers for control data (checksums, config hashes, metrics): always on the CPU.
+  virtual std::vector<uint64_t> all_gather_u64(uint64_t value) = 0;
+  virtual void all_reduce_sum_f64(std::span<double> values) = 0;
+  virtual void barrier() = 0;
+};
+
+// The backend the config asks for: "local", "mpi", "nccl" or "auto" (nccl for CUDA devices when
+// there is more than one rank and every rank runs on a GPU, else mpi; a world of one always gets
+// LocalComm). mpi and nccl need an MpiRuntime (MPI initialized); "mpi" also works in a world of one.
+// An impossible request (nccl without a GPU on every rank or without NCCL in this build, local with
+// several ranks, an unknown name) is an InputError saying why, raised on every rank alike.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, Device device);
+
+}  // namespace qtrain

@@ -1,0 +1,29 @@
+// cuda_staging.h in builds without CUDA: every pointer is host memory, so the transports never stage
+// and these bodies only reject requests that cannot be served.
+#include "comm/cuda_staging.h"
+
+#include "framework/check.h"
+
+namespace qtrain::comm_detail {
+
+Device pointer_device(const void*) { return Device::cpu(); }
+
+std::string gpu_bus_id(int index) {
+  QT_CHECK(false, "the bus id of cuda:{} requested, but this qtrain was built without CUDA", index);
+  return {};
+}
+
+Device buffer_location(const char*, const char*, const void*, size_t, const Context&) { return Device::cpu(); }
+
+PinnedBuffer::~PinnedBuffer() = default;
+
+uint8_t* PinnedBuffer::reserve(size_t bytes) {
+  QT_CHECK(false, "pinned staging of {} bytes requested, but this qtrain was built without CUDA", bytes);
+  return nullptr;
+}
+
+void copy_async(Context&, void*, const void*, size_t bytes) {
+  QT_CHECK(false, "a CUDA copy of {} bytes requested, but this qtrain was built without CUDA", bytes);
+}
+
+}  // namespace qtrain::comm_detail

@@ -1,0 +1,34 @@
+// The `communication:` config section: which transport, which reduction algorithm, how gradients
+// are grouped into buckets, and whether communication overlaps backward.
+//
+//   communication: {backend: auto, algorithm: auto, bucket_mb: 25, overlap: true, reduce: mean}
+#pragma once
+
+#include <string>
+
+#include "framework/config_node.h"
+#include "quant/quantizer.h"
+
+namespace qtrain {
+
+enum class ReduceAlgorithm { allreduce, allgather, reduce_scatter_allgather };
+
+const char* reduce_algorithm_name(ReduceAlgorithm a);
+// quantizers.md part A's default per method: native allreduce for fp32/fp16/bf16, allgather for
+// dettmers8 and topk, reduce-scatter + allgather for onebit, qsgd and adaptive.
+ReduceAlgorithm default_algorithm(QuantMethod method);
+
+struct CommunicationConfig {
+  std::string backend = "auto";    // auto | local | mpi | nccl
+  std::string algorithm = "auto";  // auto | allreduce | allgather | reduce_scatter_allgather
+  double bucket_mb = 25;           // gradient bytes (fp32) per bucket
+  bool overlap = true;             // exchange buckets on a communication thread during backward
+  bool mean = true;                // reduce: mean (divide by the world size) or sum
+
+  static CommunicationConfig parse(ConfigNode& section);
+  // The algorithm for a tensor quantized with `spec` (errors when the configured algorithm cannot
+  // carry the method, e.g. allreduce of qsgd payloads).
+  ReduceAlgorithm algorithm_for(const QuantSpec& spec) const;
+};
+
+}  // namespace qtrain

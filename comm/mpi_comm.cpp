@@ -1,0 +1,332 @@
+// MpiComm: Open MPI collectives on a duplicate of MPI_COMM_WORLD. Every entry checks its arguments,
+// then maps the call onto host (or CUDA-aware) buffers: GPU data is copied to pinned memory on the
+// context's stream, the stream is drained, MPI runs, and in-place results are copied back. Buffers
+// larger than max_message_bytes() go in several MPI calls because MPI counts and displacements are
+// int.
+#include "comm/mpi_comm.h"
+
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's MPIX_CUDA_AWARE_SUPPORT and MPIX_Query_cuda_support()
+#endif
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "comm/transport_common.h"
+#include "framework/check.h"
+#include "quant/numerics.h"
+
+namespace qtrain {
+
+using namespace comm_detail;
+
+namespace {
+
+// The 16-bit sums: inout[i] = round(float(in[i]) + float(inout[i])), with quant's conversions (one
+// implementation of fp16/bf16 rounding in qtrain). fp32 has at least 2p + 2 bits for both formats,
+// so the double rounding (fp32, then 16 bits) gives the correctly rounded 16-bit sum. Loads go
+// through memcpy because MPI may hand over buffers without 2-byte alignment.
+void sum_f16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint8_t*>(in);
+  auto* b = static_cast<uint8_t*>(inout);
+  for (size_t i = 0, n = static_cast<size_t>(*len); i < n; ++i) {
+    uint16_t x, y;
+    std::memcpy(&x, a + 2 * i, 2);
+    std::memcpy(&y, b + 2 * i, 2);
+    const uint16_t sum = quant_detail::float_to_half(quant_detail::half_to_float(x) + quant_detail::half_to_float(y));
+    std::memcpy(b + 2 * i, &sum, 2);
+  }
+}
+
+void sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint8_t*>(in);
+  auto* b = static_cast<uint8_t*>(inout);
+  for (size_t i = 0, n = static_cast<size_t>(*len); i < n; ++i) {
+    uint16_t x, y;
+    std::memcpy(&x, a + 2 * i, 2);
+    std::memcpy(&y, b + 2 * i, 2);
+    const uint16_t sum = quant_detail::float_to_bf16(quant_detail::bf16_to_float(x) + quant_detail::bf16_to_float(y));
+    std::memcpy(b + 2 * i, &sum, 2);
+  }
+}
+
+bool mpi_is_cuda_aware() {
+#if QTRAIN_HAS_CUDA && defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  // Compiled with CUDA support; the library may still have it switched off at run time.
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
+
+// One tag for every point-to-point piece: messages between a pair on one communicator match in
+// posting order (MPI's non-overtaking rule), which is the order of the pieces.
+constexpr int kPieceTag = 0;
+
+}  // namespace
+
+MpiComm::MpiComm(Device device) : device_(device) {
+  int initialized = 0, finalized = 0;
+  MPI_CHECK(MPI_Initialized(&initialized));
+  MPI_CHECK(MPI_Finalized(&finalized));
+  QT_CHECK(initialized && !finalized, "MpiComm: MPI is not running; create an MpiRuntime first");
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  // Errors come back to MPI_CHECK as codes instead of aborting the job (MpiRuntime sets this on
+  // MPI_COMM_WORLD, but MPI may have been started by someone else).
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &half_type_));
+  MPI_CHECK(MPI_Type_commit(&half_type_));
+  MPI_CHECK(MPI_Op_create(&sum_f16, /*commute=*/1, &f16_sum_));
+  MPI_CHECK(MPI_Op_create(&sum_bf16, /*commute=*/1, &bf16_sum_));
+  cuda_aware_ = mpi_is_cuda_aware();
+}
+
+MpiComm::~MpiComm() {
+  int finalized = 1;
+  // After MPI_Finalize every MPI call is erroneous, and MPI has released these objects itself.
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  // Teardown errors are not actionable. MPI_Comm_free marks the communicator for deallocation and
+  // Open MPI does not wait for the other ranks there, so a rank unwinding from an error cannot hang.
+  if (bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
+  if (f16_sum_ != MPI_OP_NULL) MPI_Op_free(&f16_sum_);
+  if (half_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&half_type_);
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiComm::set_max_message_bytes(size_t bytes) {
+  QT_CHECK(bytes >= 1 && bytes <= static_cast<size_t>(INT_MAX),
+           "set_max_message_bytes: {} is outside 1 .. {} (MPI counts are int)", bytes, INT_MAX);
+  max_message_bytes_ = bytes;
+}
+
+// ---- staging ---------------------------------------------------------------------------------------
+
+const uint8_t* MpiComm::send_view(Context& ctx, Device where, const uint8_t* data, size_t bytes) {
+  if (where.is_cpu()) return data;
+  if (cuda_aware_) {
+    ctx.synchronize();  // MPI reads device memory directly, so the kernels writing it must be done
+    return data;
+  }
+  uint8_t* host = stage_.reserve(bytes);
+  copy_async(ctx, host, data, bytes);
+  ctx.synchronize();
+  return host;
+}
+
+// ---- collectives -------------------------------------------------------------------------------------
+
+void MpiComm::all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceType type) {
+  const char* op = "all_reduce_sum";
+  check_reduce_args(op, data, count, type);
+  const size_t element = reduce_type_size(type);
+  const size_t bytes = static_cast<size_t>(count) * element;
+  const Device where = buffer_location(op, "data", data, bytes, ctx);
+  if (count == 0) return;
+  if (where.is_cpu()) return reduce_host(data, static_cast<size_t>(count), type);
+
+  // GPU buffers are staged even with a CUDA-aware MPI, because the 16-bit operations run on the
+  // host. Pieces of one message each keep the pinned buffer bounded.
+  const size_t piece = std::max(element, max_message_bytes_ / element * element);
+  uint8_t* host = stage_.reserve(std::min(bytes, piece));
+  auto* device_data = static_cast<uint8_t*>(data);
+  for (size_t done = 0; done < bytes; done += piece) {
+    const size_t n = std::min(piece, bytes - done);
+    copy_async(ctx, host, device_data + done, n);
+    // Also completes the previous piece's copy back (same stream) before MPI overwrites `host`.
+    ctx.synchronize();
+    reduce_host(host, n / element, type);
+    copy_async(ctx, device_data + done, host, n);
+  }
+  ctx.synchronize();
+}
+
+void MpiComm::reduce_host(void* data, size_t count, ReduceType type) {
+  MPI_Datatype datatype = MPI_FLOAT;
+  MPI_Op sum = MPI_SUM;
+  switch (type) {
+    case ReduceType::f32: datatype = MPI_FLOAT; break;
+    case ReduceType::f64: datatype = MPI_DOUBLE; break;
+    case ReduceType::f16:
+      datatype = half_type_;
+      sum = f16_sum_;
+      break;
+    case ReduceType::bf16:
+      datatype = half_type_;
+      sum = bf16_sum_;
+      break;
+  }
+  const size_t element = reduce_type_size(type);
+  const size_t per_call = std::max<size_t>(1, max_message_bytes_ / element);
+  auto* bytes = static_cast<uint8_t*>(data);
+  for (size_t done = 0; done < count; done += per_call) {
+    const size_t n = std::min(per_call, count - done);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + done * element, static_cast<int>(n), datatype, sum, comm_));
+  }
+}
+
+void MpiComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
+                               std::vector<size_t>& sizes, std::vector<size_t>& offsets) {
+  const char* op = "all_gather_bytes";
+  const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
+  check_send_outside(op, send, recv);
+
+  const std::vector<uint64_t> all = all_gather_u64(send.size());
+  sizes.assign(all.begin(), all.end());
+  const size_t total = exclusive_offsets(sizes, offsets);
+  recv.resize(total);
+  if (total == 0) return;  // the same decision on every rank: the total is global
+  gather_host(send_view(ctx, where, send.data(), send.size()), sizes, offsets, total, recv.data());
+}
+
+void MpiComm::gather_host(const uint8_t* send, const std::vector<size_t>& sizes, const std::vector<size_t>& offsets,
+                          size_t total, uint8_t* recv) {
+  // The output is cut into windows of max_message_bytes_; in each window every rank contributes the
+  // part of its block that falls inside it (often nothing), so counts and displacements relative to
+  // the window's start always fit an int.
+  const auto ranks = static_cast<size_t>(size_);
+  const auto me = static_cast<size_t>(rank_);
+  counts_.resize(ranks);
+  displs_.resize(ranks);
+  for (size_t window = 0; window < total; window += max_message_bytes_) {
+    const size_t end = std::min(total, window + max_message_bytes_);
+    for (size_t r = 0; r < ranks; ++r) {
+      const size_t lo = std::max(offsets[r], window);
+      const size_t hi = std::min(offsets[r] + sizes[r], end);
+      counts_[r] = hi > lo ? static_cast<int>(hi - lo) : 0;
+      displs_[r] = hi > lo ? static_cast<int>(lo - window) : 0;
+    }
+    const uint8_t* mine = counts_[me] > 0 ? send + (std::max(offsets[me], window) - offsets[me]) : send;
+    MPI_CHECK(MPI_Allgatherv(mine, counts_[me], MPI_BYTE, recv + window, counts_.data(), displs_.data(), MPI_BYTE,
+                             comm_));
+  }
+}
+
+void MpiComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
+                               const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
+                               std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) {
+  const char* op = "all_to_all_bytes";
+  check_all_to_all_args(op, send.size(), send_sizes, send_offsets, size_);
+  const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
+  check_send_outside(op, send, recv);
+
+  // Every rank sends each peer (its block size, whether its blocks need splitting). All flags reach
+  // every rank, so all take the same path. Without a flag, every displacement and count fits an int:
+  // a rank receives at most size_ blocks of max_message_bytes_ / size_ bytes.
+  const auto ranks = static_cast<size_t>(size_);
+  const size_t per_peer = max_message_bytes_ / ranks;
+  bool split = false;
+  for (size_t d = 0; d < ranks; ++d)
+    split = split || send_sizes[d] > per_peer || send_offsets[d] + send_sizes[d] > max_message_bytes_;
+  std::vector<uint64_t> announce(2 * ranks), heard(2 * ranks);
+  for (size_t d = 0; d < ranks; ++d) {
+    announce[2 * d] = send_sizes[d];
+    announce[2 * d + 1] = split ? 1 : 0;
+  }
+  MPI_CHECK(MPI_Alltoall(announce.data(), 2, MPI_UINT64_T, heard.data(), 2, MPI_UINT64_T, comm_));
+  recv_sizes.resize(ranks);
+  bool any_split = false;
+  for (size_t s = 0; s < ranks; ++s) {
+    recv_sizes[s] = heard[2 * s];
+    any_split = any_split || heard[2 * s + 1] != 0;
+  }
+  recv.resize(exclusive_offsets(recv_sizes, recv_offsets));
+  exchange_host(send_view(ctx, where, send.data(), send.size()), send_sizes, send_offsets, recv.data(), recv_sizes,
+                recv_offsets, any_split);
+}
+
+void MpiComm::exchange_host(const uint8_t* send, const std::vector<size_t>& send_sizes,
+                            const std::vector<size_t>& send_offsets, uint8_t* recv,
+                            const std::vector<size_t>& recv_sizes, const std::vector<size_t>& recv_offsets,
+                            bool point_to_point) {
+  const auto ranks = static_cast<size_t>(size_);
+  if (!point_to_point) {
+    counts_.resize(ranks);
+    displs_.resize(ranks);
+    recv_counts_.resize(ranks);
+    recv_displs_.resize(ranks);
+    for (size_t r = 0; r < ranks; ++r) {
+      counts_[r] = static_cast<int>(send_sizes[r]);
+      displs_[r] = static_cast<int>(send_offsets[r]);
+      recv_counts_[r] = static_cast<int>(recv_sizes[r]);
+      recv_displs_[r] = static_cast<int>(recv_offsets[r]);
+    }
+    MPI_CHECK(MPI_Alltoallv(send, counts_.data(), displs_.data(), MPI_BYTE, recv, recv_counts_.data(),
+                            recv_displs_.data(), MPI_BYTE, comm_));
+    return;
+  }
+  // Split path: nonblocking messages of at most max_message_bytes_, addressed by pointer, so no
+  // displacement has to fit an int. Self-messages are legal and keep the code uniform.
+  requests_.clear();
+  for (size_t s = 0; s < ranks; ++s) {
+    for (size_t done = 0; done < recv_sizes[s]; done += max_message_bytes_) {
+      const size_t n = std::min(max_message_bytes_, recv_sizes[s] - done);
+      MPI_Request& request = requests_.emplace_back(MPI_REQUEST_NULL);
+      MPI_CHECK(MPI_Irecv(recv + recv_offsets[s] + done, static_cast<int>(n), MPI_BYTE, static_cast<int>(s),
+                          kPieceTag, comm_, &request));
+    }
+  }
+  for (size_t d = 0; d < ranks; ++d) {
+    for (size_t done = 0; done < send_sizes[d]; done += max_message_bytes_) {
+      const size_t n = std::min(max_message_bytes_, send_sizes[d] - done);
+      MPI_Request& request = requests_.emplace_back(MPI_REQUEST_NULL);
+      MPI_CHECK(MPI_Isend(send + send_offsets[d] + done, static_cast<int>(n), MPI_BYTE, static_cast<int>(d),
+                          kPieceTag, comm_, &request));
+    }
+  }
+  MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+}
+
+void MpiComm::broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) {
+  const char* op = "broadcast_bytes";
+  check_root(op, root, size_);
+  const Device where = buffer_location(op, "data", data.data(), data.size(), ctx);
+  if (data.empty()) return;
+  if (where.is_cpu() || cuda_aware_) {
+    if (where.is_cuda()) ctx.synchronize();  // MPI touches device memory the stream may still use
+    return broadcast_host(data.data(), data.size(), root);
+  }
+  uint8_t* host = stage_.reserve(data.size());
+  if (rank_ == root) {
+    copy_async(ctx, host, data.data(), data.size());
+    ctx.synchronize();
+  }
+  broadcast_host(host, data.size(), root);
+  if (rank_ != root) {
+    copy_async(ctx, data.data(), host, data.size());
+    ctx.synchronize();  // the result is in place when the call returns, and `host` is reused
+  }
+}
+
+void MpiComm::broadcast_host(uint8_t* data, size_t bytes, int root) {
+  for (size_t done = 0; done < bytes; done += max_message_bytes_) {
+    const size_t n = std::min(max_message_bytes_, bytes - done);
+    MPI_CHECK(MPI_Bcast(data + done, static_cast<int>(n), MPI_BYTE, root, comm_));
+  }
+}
+
+// ---- host helpers ------------------------------------------------------------------------------------
+
+std::vector<uint64_t> MpiComm::all_gather_u64(uint64_t value) {
+  std::vector<uint64_t> values(static_cast<size_t>(size_));
+  MPI_CHECK(MPI_Allgather(&value, 1, MPI_UINT64_T, values.data(), 1, MPI_UINT64_T, comm_));
+  return values;
+}
+
+std::vector<uint64_t> MpiComm::all_to_all_u64(const std::vector<uint64_t>& values) {
+  QT_CHECK(values.size() == static_cast<size_t>(size_), "all_to_all_u64: {} values, expected one per rank ({})",
+           values.size(), size_);
+  std::vector<uint64_t> received(values.size());
+  MPI_CHECK(MPI_Alltoall(values.data(), 1, MPI_UINT64_T, received.data(), 1, MPI_UINT64_T, comm_));
+  return received;
+}
+
+void MpiComm::all_reduce_sum_f64(std::span<double> values) {
+  if (!values.empty()) reduce_host(values.data(), values.size(), ReduceType::f64);
+}
+
+void MpiComm::barrier() { MPI_CHECK(MPI_Barrier(comm_)); }
+
+}  // namespace qtrain

@@ -1,0 +1,82 @@
+// MpiComm: the Open MPI transport over a duplicate of MPI_COMM_WORLD (so qtrain's messages never
+// match anyone else's). f32/f64 sums use MPI_SUM; f16/bf16 sums use a commutative user operation
+// that adds in fp32 and rounds to nearest even. Counts above the int range of MPI are split into
+// several calls. CUDA buffers go through pinned host memory unless the MPI is CUDA-aware.
+#pragma once
+
+#include <mpi.h>
+
+#include "comm/communicator.h"
+#include "comm/cuda_staging.h"
+
+namespace qtrain {
+
+class MpiComm final : public Communicator {
+ public:
+  // Needs MPI initialized (an MpiRuntime); collective over MPI_COMM_WORLD. `device` is the run's
+  // device, reported by device().
+  explicit MpiComm(Device device = Device::cpu());
+  // Frees the duplicate communicator, datatype and operations (skipped after MPI_Finalize).
+  ~MpiComm() override;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  const char* name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Device device() const override { return device_; }
+
+  void all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceType type) override;
+  void all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
+                        std::vector<size_t>& sizes, std::vector<size_t>& offsets) override;
+  void all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
+                        const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
+                        std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) override;
+  void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) override;
+  std::vector<uint64_t> all_gather_u64(uint64_t value) override;
+  void all_reduce_sum_f64(std::span<double> values) override;
+  void barrier() override;
+
+  // values[d] goes to rank d; returns what every rank sent to this one (NcclComm's size exchange).
+  std::vector<uint64_t> all_to_all_u64(const std::vector<uint64_t>& values);
+
+  // The most bytes handed to one MPI call (default 1 GiB, safely inside MPI's int counts); larger
+  // buffers are split. Tests set a few bytes to exercise the split paths. Same value on every rank.
+  void set_max_message_bytes(size_t bytes);
+  size_t max_message_bytes() const { return max_message_bytes_; }
+  // Whether GPU buffers go to MPI directly (byte movement only; sums are always staged because the
+  // 16-bit operations run on the host).
+  bool cuda_aware() const { return cuda_aware_; }
+  // The duplicated communicator, for bootstrap traffic of other transports (the NCCL unique id).
+  MPI_Comm mpi_comm() const { return comm_; }
+
+ private:
+  // The MPI side of the collectives, on host pointers (or device pointers with a CUDA-aware MPI),
+  // one call per max_message_bytes_.
+  void reduce_host(void* data, size_t count, ReduceType type);
+  void gather_host(const uint8_t* send, const std::vector<size_t>& sizes, const std::vector<size_t>& offsets,
+                   size_t total, uint8_t* recv);
+  void exchange_host(const uint8_t* send, const std::vector<size_t>& send_sizes,
+                     const std::vector<size_t>& send_offsets, uint8_t* recv, const std::vector<size_t>& recv_sizes,
+                     const std::vector<size_t>& recv_offsets, bool point_to_point);
+  void broadcast_host(uint8_t* data, size_t bytes, int root);
+  // The pointer MPI reads `bytes` of `data` from: data itself (host memory, or GPU memory with a
+  // CUDA-aware MPI, once ctx's stream is drained) or a pinned copy.
+  const uint8_t* send_view(Context& ctx, Device where, const uint8_t* data, size_t bytes);
+
+  Device device_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Datatype half_type_ = MPI_DATATYPE_NULL;  // 2 contiguous bytes: an f16 or bf16 value
+  MPI_Op f16_sum_ = MPI_OP_NULL;
+  MPI_Op bf16_sum_ = MPI_OP_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  bool cuda_aware_ = false;
+  size_t max_message_bytes_ = size_t{1} << 30;
+  comm_detail::PinnedBuffer stage_;
+  // Per-call scratch kept to avoid allocations (MpiComm serves one call at a time).
+  std::vector<int> counts_, displs_, recv_counts_, recv_displs_;
+  std::vector<MPI_Request> requests_;
+};
+
+}  // namespace qtrain

@@ -1,0 +1,216 @@
+// NcclComm: NCCL collectives on the context's stream. Sums map to ncclAllReduce; the byte collectives
+// learn the sizes over MPI first, then move the data with one ncclAllGather (equal sizes) or a group
+// of ncclSend/ncclRecv pairs that land every block at its offset in device scratch, from where it is
+// copied into the caller's host vector. Host inputs are staged through device scratch. Compiled only
+// with CUDA.
+#include "comm/nccl_comm.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <exception>
+
+#include "comm/cuda_staging.h"
+#include "comm/transport_common.h"
+#include "framework/check.h"
+#include "framework/cuda_context.h"
+
+namespace qtrain {
+
+using namespace comm_detail;
+
+bool nccl_built() { return true; }
+
+std::unique_ptr<Communicator> make_nccl_comm(Device device) { return std::make_unique<NcclComm>(device); }
+
+namespace {
+
+ncclDataType_t nccl_type(ReduceType type) {
+  switch (type) {
+    case ReduceType::f32: return ncclFloat32;
+    case ReduceType::f16: return ncclFloat16;
+    case ReduceType::bf16: return ncclBfloat16;
+    case ReduceType::f64: return ncclFloat64;
+  }
+  return ncclFloat32;
+}
+
+// ncclGroupStart/End as a scope: if a call inside the group throws, the destructor still closes the
+// group, so this thread's NCCL state is not left inside a half-built group.
+class NcclGroup {
+ public:
+  NcclGroup() { NCCL_CHECK(ncclGroupStart()); }
+  ~NcclGroup() {
+    if (open_) ncclGroupEnd();  // only while unwinding; the error already being reported matters more
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  void end() {
+    open_ = false;
+    NCCL_CHECK(ncclGroupEnd());
+  }
+
+ private:
+  bool open_ = true;
+};
+
+// ctx's stream, after checking that ctx is on the communicator's GPU.
+cudaStream_t stream_of(const char* op, Context& ctx, Device device) {
+  QT_CHECK(ctx.device() == device, "{}: the context is on {}, but the NCCL communicator works on {}", op,
+           ctx.device().str(), device.str());
+  CUDA_CHECK(cudaSetDevice(device.index));
+  return ctx.cuda().stream;
+}
+
+}  // namespace
+
+NcclComm::NcclComm(Device device)
+    : host_(Device::cpu()), device_(device), uncaught_at_construction_(std::uncaught_exceptions()) {
+  QT_CHECK(device.is_cuda(), "NcclComm: needs this rank's GPU, got device {}", device.str());
+  CUDA_CHECK(cudaSetDevice(device.index));
+  // Rank 0 broadcasts its result with the id, so that a failure there is an error on every rank
+  // instead of the others waiting in ncclCommInitRank forever.
+  struct {
+    ncclUniqueId id;
+    int result;
+  } boot{};
+  if (host_.rank() == 0) boot.result = static_cast<int>(ncclGetUniqueId(&boot.id));
+  MPI_CHECK(MPI_Bcast(&boot, static_cast<int>(sizeof boot), MPI_BYTE, 0, host_.mpi_comm()));
+  QT_CHECK(boot.result == ncclSuccess, "NcclComm: rank 0 could not create the NCCL unique id: {}",
+           detail::nccl_error_string(boot.result));
+  NCCL_CHECK(ncclCommInitRank(&comm_, host_.size(), boot.id, host_.rank()));
+}
+
+NcclComm::~NcclComm() {
+  if (comm_ == nullptr) return;
+  cudaSetDevice(device_.index);  // teardown errors are not actionable
+  if (std::uncaught_exceptions() > uncaught_at_construction_)
+    ncclCommAbort(comm_);
+  else
+    ncclCommDestroy(comm_);
+}
+
+uint8_t* NcclComm::scratch(Tensor& buffer, size_t bytes) {
+  // A quarter of slack so that slowly growing payloads do not reallocate (cudaMalloc) every step.
+  if (!buffer.defined() || buffer.nbytes() < bytes)
+    buffer = Tensor::empty({static_cast<int64_t>(bytes + bytes / 4)}, DType::u8, device_);
+  return static_cast<uint8_t*>(buffer.raw());
+}
+
+const uint8_t* NcclComm::device_send(std::span<const uint8_t> send, Device where, void* stream) {
+  if (where.is_cuda() || send.empty()) return send.data();
+  uint8_t* copy = scratch(send_scratch_, send.size());
+  CUDA_CHECK(cudaMemcpyAsync(copy, send.data(), send.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
+  return copy;
+}
+
+void NcclComm::all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceType type) {
+  const char* op = "all_reduce_sum";
+  check_reduce_args(op, data, count, type);
+  cudaStream_t stream = stream_of(op, ctx, device_);
+  const size_t bytes = static_cast<size_t>(count) * reduce_type_size(type);
+  const Device where = buffer_location(op, "data", data, bytes, ctx);
+  if (count == 0) return;
+  if (where.is_cuda()) {
+    NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(count), nccl_type(type), ncclSum, comm_, stream));
+    return;
+  }
+  // Host data: through device scratch, back in place before returning (the caller reads it on the host).
+  uint8_t* dev = scratch(send_scratch_, bytes);
+  CUDA_CHECK(cudaMemcpyAsync(dev, data, bytes, cudaMemcpyHostToDevice, stream));
+  NCCL_CHECK(ncclAllReduce(dev, dev, static_cast<size_t>(count), nccl_type(type), ncclSum, comm_, stream));
+  CUDA_CHECK(cudaMemcpyAsync(data, dev, bytes, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void NcclComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
+                                std::vector<size_t>& sizes, std::vector<size_t>& offsets) {
+  const char* op = "all_gather_bytes";
+  cudaStream_t stream = stream_of(op, ctx, device_);
+  const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
+  check_send_outside(op, send, recv);
+
+  const std::vector<uint64_t> all = host_.all_gather_u64(send.size());
+  sizes.assign(all.begin(), all.end());
+  const size_t total = exclusive_offsets(sizes, offsets);
+  recv.resize(total);
+  if (total == 0) return;  // the same decision on every rank: the total is global
+  const uint8_t* in = device_send(send, where, stream);
+  uint8_t* out = scratch(recv_scratch_, total);
+  if (std::all_of(sizes.begin(), sizes.end(), [&](size_t s) { return s == sizes[0]; })) {
+    // Fixed-size payloads (the common case): one ring all-gather; block r lands at r * size.
+    NCCL_CHECK(ncclAllGather(in, out, sizes[0], ncclUint8, comm_, stream));
+  } else {
+    // Different sizes: send/receive pairs, every block received straight at its offset (no padded
+    // slots to compact afterwards). Empty blocks are skipped on both sides, which know all sizes.
+    const int me = rank();
+    NcclGroup group;
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == me) continue;
+      const auto p = static_cast<size_t>(peer);
+      if (!send.empty()) NCCL_CHECK(ncclSend(in, send.size(), ncclUint8, peer, comm_, stream));
+      if (sizes[p] > 0) NCCL_CHECK(ncclRecv(out + offsets[p], sizes[p], ncclUint8, peer, comm_, stream));
+    }
+    group.end();
+    if (!send.empty())
+      CUDA_CHECK(cudaMemcpyAsync(out + offsets[static_cast<size_t>(me)], in, send.size(), cudaMemcpyDeviceToDevice,
+                                 stream));
+  }
+  CUDA_CHECK(cudaMemcpyAsync(recv.data(), out, total, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
+                                const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
+                                std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) {
+  const char* op = "all_to_all_bytes";
+  check_all_to_all_args(op, send.size(), send_sizes, send_offsets, size());
+  cudaStream_t stream = stream_of(op, ctx, device_);
+  const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
+  check_send_outside(op, send, recv);
+
+  const std::vector<uint64_t> heard =
+      host_.all_to_all_u64(std::vector<uint64_t>(send_sizes.begin(), send_sizes.end()));
+  recv_sizes.assign(heard.begin(), heard.end());
+  const size_t total = exclusive_offsets(recv_sizes, recv_offsets);
+  recv.resize(total);
+  const uint8_t* in = device_send(send, where, stream);
+  uint8_t* out = scratch(recv_scratch_, total);
+  const auto me = static_cast<size_t>(rank());
+  NcclGroup group;
+  for (size_t peer = 0; peer < send_sizes.size(); ++peer) {
+    if (peer == me) continue;
+    const int p = static_cast<int>(peer);
+    if (send_sizes[peer] > 0)
+      NCCL_CHECK(ncclSend(in + send_offsets[peer], send_sizes[peer], ncclUint8, p, comm_, stream));
+    if (recv_sizes[peer] > 0)
+      NCCL_CHECK(ncclRecv(out + recv_offsets[peer], recv_sizes[peer], ncclUint8, p, comm_, stream));
+  }
+  group.end();
+  if (send_sizes[me] > 0)
+    CUDA_CHECK(cudaMemcpyAsync(out + recv_offsets[me], in + send_offsets[me], send_sizes[me],
+                               cudaMemcpyDeviceToDevice, stream));
+  if (total == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(recv.data(), out, total, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void NcclComm::broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) {
+  const char* op = "broadcast_bytes";
+  check_root(op, root, size());
+  cudaStream_t stream = stream_of(op, ctx, device_);
+  const Device where = buffer_location(op, "data", data.data(), data.size(), ctx);
+  if (data.empty()) return;
+  if (where.is_cuda()) {
+    NCCL_CHECK(ncclBroadcast(data.data(), data.data(), data.size(), ncclUint8, root, comm_, stream));
+    return;
+  }
+  uint8_t* dev = scratch(send_scratch_, data.size());
+  if (rank() == root) CUDA_CHECK(cudaMemcpyAsync(dev, data.data(), data.size(), cudaMemcpyHostToDevice, stream));
+  NCCL_CHECK(ncclBroadcast(dev, dev, data.size(), ncclUint8, root, comm_, stream));
+  if (rank() != root) CUDA_CHECK(cudaMemcpyAsync(data.data(), dev, data.size(), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace qtrain

@@ -1,0 +1,64 @@
+// NcclComm: NCCL collectives between one GPU per rank (the run's device, chosen by local rank), set
+// up with a unique id that rank 0 creates and broadcasts over MPI. Data collectives run on the
+// context's stream (host buffers go through device scratch memory); sizes of the byte collectives
+// and the host helpers go over an MpiComm.
+// nccl_comm.cpp implements it; builds without CUDA link nccl_comm_disabled.cpp instead.
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.h"
+#include "comm/mpi_comm.h"
+
+struct ncclComm;  // nccl.h: typedef struct ncclComm* ncclComm_t
+
+namespace qtrain {
+
+// Whether this build has NCCL (false in builds without CUDA).
+bool nccl_built();
+// An NcclComm on `device` (cuda:N); make_communicator has checked that it can work. In builds
+// without NCCL an InputError.
+std::unique_ptr<Communicator> make_nccl_comm(Device device);
+
+class NcclComm final : public Communicator {
+ public:
+  // Collective over MPI_COMM_WORLD (an MpiRuntime must exist); `device` is this rank's GPU and no
+  // other rank may use the same one.
+  explicit NcclComm(Device device);
+  // ncclCommDestroy, or ncclCommAbort while an exception is unwinding (the other ranks may never
+  // reach their teardown, and destroy would wait for them).
+  ~NcclComm() override;
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  const char* name() const override { return "nccl"; }
+  int rank() const override { return host_.rank(); }
+  int size() const override { return host_.size(); }
+  Device device() const override { return device_; }
+
+  void all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceType type) override;
+  void all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
+                        std::vector<size_t>& sizes, std::vector<size_t>& offsets) override;
+  void all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
+                        const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
+                        std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) override;
+  void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) override;
+  std::vector<uint64_t> all_gather_u64(uint64_t value) override { return host_.all_gather_u64(value); }
+  void all_reduce_sum_f64(std::span<double> values) override { host_.all_reduce_sum_f64(values); }
+  void barrier() override { host_.barrier(); }
+
+ private:
+  // `bytes` of device scratch in `buffer`, grown on demand and kept: host buffers are staged through
+  // it, and received bytes land there before the copy into the host vector.
+  uint8_t* scratch(Tensor& buffer, size_t bytes);
+  // `send` in device memory: itself, or its copy in send_scratch_ (queued on `stream`).
+  const uint8_t* device_send(std::span<const uint8_t> send, Device where, void* stream);
+
+  MpiComm host_;
+  Device device_;
+  Tensor send_scratch_, recv_scratch_;
+  ncclComm* comm_ = nullptr;
+  int uncaught_at_construction_ = 0;
+};
+
+}  // namespace qtrain

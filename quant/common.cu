@@ -1,0 +1,98 @@
+// CUDA helpers shared by the quantizers (zeroing, header writes, status readback) and the fp32 /
+// fp16 / bf16 casts, with the arithmetic of cast.cpp (quant/numerics.h on both sides). Every launcher
+// runs on the context's stream and checks cudaGetLastError() after the launch.
+#include "quant/cuda_common.cuh"
+#include "quant/kernels.h"
+
+namespace qtrain::quant_detail {
+namespace {
+
+// The payload is 8-byte aligned (checked on entry), so the header's fields are aligned stores.
+__global__ void write_header_kernel(uint8_t* out, WireHeaderFields h) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) store_header(out, h);
+}
+
+template <int Kind, bool Ef>  // Kind: 0 fp32, 1 fp16, 2 bf16
+__global__ void cast_encode_kernel(const float* __restrict__ in, float* __restrict__ residual, uint8_t* __restrict__ body,
+                                   int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = Ef ? in[i] + residual[i] : in[i];
+    if (Kind == 0) {
+      reinterpret_cast<float*>(body)[i] = v;
+    } else {
+      const uint16_t h = Kind == 2 ? float_to_bf16(v) : float_to_half(v);
+      reinterpret_cast<uint16_t*>(body)[i] = h;
+      if (Ef) residual[i] = v - (Kind == 2 ? bf16_to_float(h) : half_to_float(h));
+    }
+  }
+}
+
+template <int Kind, bool Add>
+__global__ void cast_decode_kernel(const uint8_t* __restrict__ body, float* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float v;
+    if (Kind == 0) v = reinterpret_cast<const float*>(body)[i];
+    else if (Kind == 2) v = bf16_to_float(reinterpret_cast<const uint16_t*>(body)[i]);
+    else v = half_to_float(reinterpret_cast<const uint16_t*>(body)[i]);
+    out[i] = Add ? out[i] + v : v;
+  }
+}
+
+int kind_of(QuantMethod method) {
+  QT_CHECK(method == QuantMethod::fp32 || method == QuantMethod::fp16 || method == QuantMethod::bf16,
+           "cast kernels serve fp32/fp16/bf16, not {}", quant_method_name(method));
+  return method == QuantMethod::fp32 ? 0 : (method == QuantMethod::fp16 ? 1 : 2);
+}
+
+}  // namespace
+
+void cuda_zero_bytes(Context& ctx, uint8_t* ptr, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_of(ctx)));
+}
+
+void cuda_copy_to_host(Context& ctx, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(ctx)));
+  CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+}
+
+void cuda_write_header(Context& ctx, uint8_t* out, const WireHeader& h) {
+  QT_CHECK(reinterpret_cast<uintptr_t>(out) % 8 == 0, "payload must be 8-byte aligned");
+  write_header_kernel<<<1, 32, 0, stream_of(ctx)>>>(out, fields_of(h));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void cast_encode_cuda(Context& ctx, QuantMethod method, const float* in, float* residual, uint8_t* body, int64_t n) {
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  const int grid = grid_for(n, kThreads);
+  cudaStream_t s = stream_of(ctx);
+  const int kind = kind_of(method);
+  if (kind == 0) cast_encode_kernel<0, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
+  else if (kind == 1 && residual) cast_encode_kernel<1, true><<<grid, kThreads, 0, s>>>(in, residual, body, n);
+  else if (kind == 1) cast_encode_kernel<1, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
+  else if (residual) cast_encode_kernel<2, true><<<grid, kThreads, 0, s>>>(in, residual, body, n);
+  else cast_encode_kernel<2, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void cast_decode_cuda(Context& ctx, QuantMethod method, const uint8_t* body, float* out, int64_t n, bool add) {
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  const int grid = grid_for(n, kThreads);
+  cudaStream_t s = stream_of(ctx);
+  switch (kind_of(method) * 2 + (add ? 1 : 0)) {
+    case 0: cast_decode_kernel<0, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
+    case 1: cast_decode_kernel<0, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
+    case 2: cast_decode_kernel<1, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
+    case 3: cast_decode_kernel<1, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
+    case 4: cast_decode_kernel<2, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
+    default: cast_decode_kernel<2, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace qtrain::quant_detail

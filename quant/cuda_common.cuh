@@ -1,0 +1,294 @@
+// Device-side building blocks of the quantizer kernels: the deterministic warp sums of
+// quant/numerics.h, the status word encoders report through, workspace carving, and the launcher
+// conventions (ctx's stream, CUDA_CHECK(cudaGetLastError())). Internal to quant/; CUDA sources only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "framework/check.h"
+#include "framework/context.h"
+#include "framework/cuda_context.h"
+#include "quant/numerics.h"
+#include "quant/wire.h"
+
+namespace qtrain::quant_detail {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// The header as kernel arguments (plain integers).
+struct WireHeaderFields {
+  uint8_t method, version;
+  uint32_t a, b, c;
+  unsigned long long n, total;
+};
+constexpr int kWarp = 32;
+
+// What an encoder reports back to the host after its kernels (one small copy, then a sync).
+struct EncodeStatus {
+  uint32_t non_finite;  // set (atomicOr) when the input holds NaN or Inf
+  uint32_t bad;         // decoders: set when a payload check fails
+  uint64_t count;       // adaptive: entries sent
+};
+
+// Carves 256-byte aligned pieces out of one workspace allocation.
+class Carver {
+ public:
+  explicit Carver(void* base) : base_(static_cast<char*>(base)) {}
+  template <typename T>
+  T* take(size_t count) {
+    T* p = reinterpret_cast<T*>(base_ + used_);
+    used_ += (count * sizeof(T) + 255) / 256 * 256;
+    return p;
+  }
+  size_t used() const { return used_; }
+  // The bytes a sequence of take<T>(counts) needs, for sizing the workspace first.
+  template <typename T>
+  static size_t bytes(size_t count) {
+    return (count * sizeof(T) + 255) / 256 * 256;
+  }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+inline cudaStream_t stream_of(Context& ctx) { return ctx.cuda().stream; }
+
+inline WireHeaderFields fields_of(const WireHeader& h) {
+  return {static_cast<uint8_t>(h.method), h.version, h.a, h.b, h.c, h.n, h.total};
+}
+
+// Grid for a grid-stride loop over `work` items with `threads` per block.
+inline int grid_for(int64_t work, int threads) { return blocks_for(work, threads); }
+
+// The lane fold of quant/numerics.h: after the loop lane 0 holds lanes[0] of fold_lanes().
+__device__ __forceinline__ float warp_fold(float x) {
+  for (int off = kWarp / 2; off >= 1; off /= 2) x = x + __shfl_xor_sync(kFullMask, x, off);
+  return x;
+}
+
+__device__ __forceinline__ uint32_t warp_max_u32(uint32_t x) {
+  for (int off = kWarp / 2; off >= 1; off /= 2) {
+    const uint32_t y = __shfl_xor_sync(kFullMask, x, off);
+    x = y > x ? y : x;
+  }
+  return x;
+}
+
+__device__ __forceinline__ uint32_t warp_or_u32(uint32_t x) {
+  for (int off = kWarp / 2; off >= 1; off /= 2) x |= __shfl_xor_sync(kFullMask, x, off);
+  return x;
+}
+
+__device__ __forceinline__ long long warp_sum_ll(long long x) {
+  for (int off = kWarp / 2; off >= 1; off /= 2) x += __shfl_xor_sync(kFullMask, x, off);
+  return x;
+}
+
+// A warp's chunk sum of value(i) over i in [0, len) (len <= kSumChunk), the lane rule of
+// quant/numerics.h: every lane returns the folded sum.
+template <typename F>
+__device__ __forceinline__ float warp_chunk_sum(F value, int64_t len) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  float s = 0.0f;
+  for (int64_t t = lane; t < len; t += kWarp) s += value(t);
+  return warp_fold(s);
+}
+
+// The final value of det_sums (quant/det_sum.h) from `chunks` level-1 sums p[0..chunks): a warp sums
+// groups of kSumChunk of them, then (if there are several groups) the group sums.
+__device__ __forceinline__ float warp_fold_partials(const float* p, int64_t chunks) {
+  if (chunks == 1) return p[0];
+  float level2 = 0.0f;  // lane j keeps level-2 sum j (at most 128 of them, 4 per lane)
+  float l2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t n2 = 0;
+  for (int64_t first = 0; first < chunks; first += kSumChunk, ++n2) {
+    const int64_t count = chunks - first < kSumChunk ? chunks - first : kSumChunk;
+    const float s = warp_chunk_sum([p, first](int64_t i) { return p[first + i]; }, count);
+    const int lane = static_cast<int>(threadIdx.x % kWarp);
+    if (lane == static_cast<int>(n2 % kWarp)) l2[n2 / kWarp] = s;
+  }
+  if (n2 == 1) return __shfl_sync(kFullMask, l2[0], 0);
+  // chunk_sum over the n2 level-2 sums: lane j adds sums j, j + 32, ... in order.
+  for (int r = 0; r < 4; ++r)
+    if (r * kWarp + static_cast<int>(threadIdx.x % kWarp) < n2) level2 += l2[r];
+  return warp_fold(level2);
+}
+
+// A status word for a decode (which has no QuantState): stream-ordered allocation, so steady-state
+// decodes reuse the pool instead of calling cudaMalloc.
+class DecodeStatus {
+ public:
+  explicit DecodeStatus(Context& ctx) : stream_(stream_of(ctx)) {
+    CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&status_), sizeof(EncodeStatus), stream_));
+    CUDA_CHECK(cudaMemsetAsync(status_, 0, sizeof(EncodeStatus), stream_));
+  }
+  ~DecodeStatus() { cudaFreeAsync(status_, stream_); }  // teardown errors are not actionable
+  DecodeStatus(const DecodeStatus&) = delete;
+  DecodeStatus& operator=(const DecodeStatus&) = delete;
+  EncodeStatus* get() { return status_; }
+
+ private:
+  cudaStream_t stream_;
+  EncodeStatus* status_ = nullptr;
+};
+
+// Writes a header whose fields the host knows (thread 0 of block 0 of any kernel may call it).
+__device__ __forceinline__ void store_header(uint8_t* out, const WireHeaderFields& h) {
+  out[0] = 'Q';
+  out[1] = 'T';
+  out[2] = h.method;
+  out[3] = h.version;
+  *reinterpret_cast<uint32_t*>(out + 4) = h.a;
+  *reinterpret_cast<unsigned long long*>(out + 8) = h.n;
+  *reinterpret_cast<unsigned long long*>(out + 16) = h.total;
+  *reinterpret_cast<uint32_t*>(out + 24) = h.b;
+  *reinterpret_cast<uint32_t*>(out + 28) = h.c;
+}
+
+// ---- per-group sums in the deterministic order ------------------------------------------------------
+// Groups are consecutive runs of `group` values of a span of n (the last one may be shorter): onebit's
+// columns or buckets, adaptive's columns, qsgd's buckets. Each value contributes to two masked sums
+// and two counts; finish(g, sum0, sum1, count0, count1) gets each group's totals (on lane 0 of a
+// warp), exactly det_sums<2> of quant/det_sum.h.
+struct Contribution {
+  float s0, s1;
+  int c0, c1;
+  uint32_t bad;  // NaN/Inf seen
+};
+
+struct GroupSumsPlan {
+  int64_t n, group, groups;
+  int64_t chunks_per_group;  // of the longest group
+  float* p0;                 // level-1 partial sums [groups * chunks_per_group] (unused when 1 chunk)
+  float* p1;
+  long long* q0;
+  long long* q1;
+  EncodeStatus* status;
+};
+
+// Level 1: one warp per (group, chunk). With one chunk per group it finishes the group directly.
+template <typename F, typename Finish>
+__global__ void group_chunk_sums_kernel(GroupSumsPlan plan, F f, Finish finish) {
+  const int64_t warps_per_block = blockDim.x / kWarp;
+  const int64_t stride = warps_per_block * gridDim.x;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int64_t items = plan.groups * plan.chunks_per_group;
+  for (int64_t w = blockIdx.x * warps_per_block + threadIdx.x / kWarp; w < items; w += stride) {
+    const int64_t g = w / plan.chunks_per_group, c = w % plan.chunks_per_group;
+    const int64_t start = g * plan.group;
+    const int64_t glen = plan.n - start < plan.group ? plan.n - start : plan.group;
+    const int64_t base = c * kSumChunk;
+    if (base >= glen) continue;  // the last group has fewer chunks (warp-uniform)
+    const int64_t len = glen - base < kSumChunk ? glen - base : kSumChunk;
+    float s0 = 0.0f, s1 = 0.0f;
+    long long c0 = 0, c1 = 0;
+    uint32_t bad = 0;
+    for (int64_t t = lane; t < len; t += kWarp) {
+      const Contribution k = f(g, start + base + t);
+      s0 += k.s0;
+      s1 += k.s1;
+      c0 += k.c0;
+      c1 += k.c1;
+      bad |= k.bad;
+    }
+    s0 = warp_fold(s0);
+    s1 = warp_fold(s1);
+    c0 = warp_sum_ll(c0);
+    c1 = warp_sum_ll(c1);
+    bad = warp_or_u32(bad);
+    if (lane == 0) {
+      if (bad) atomicOr(&plan.status->non_finite, 1u);
+      if (plan.chunks_per_group == 1) {
+        finish(g, s0, s1, c0, c1);
+      } else {
+        plan.p0[w] = s0;
+        plan.p1[w] = s1;
+        plan.q0[w] = c0;
+        plan.q1[w] = c1;
+      }
+    }
+  }
+}
+
+// Level 2 (only when groups span several chunks): one warp per group folds its chunk sums.
+template <typename Finish>
+__global__ void group_fold_kernel(GroupSumsPlan plan, Finish finish) {
+  const int64_t warps_per_block = blockDim.x / kWarp;
+  const int64_t stride = warps_per_block * gridDim.x;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  for (int64_t g = blockIdx.x * warps_per_block + threadIdx.x / kWarp; g < plan.groups; g += stride) {
+    const int64_t start = g * plan.group;
+    const int64_t glen = plan.n - start < plan.group ? plan.n - start : plan.group;
+    const int64_t chunks = (glen + kSumChunk - 1) / kSumChunk;
+    const int64_t first = g * plan.chunks_per_group;
+    const float s0 = warp_fold_partials(plan.p0 + first, chunks);
+    const float s1 = warp_fold_partials(plan.p1 + first, chunks);
+    long long c0 = 0, c1 = 0;
+    for (int64_t c = lane; c < chunks; c += kWarp) {
+      c0 += plan.q0[first + c];
+      c1 += plan.q1[first + c];
+    }
+    c0 = warp_sum_ll(c0);
+    c1 = warp_sum_ll(c1);
+    if (lane == 0) finish(g, s0, s1, c0, c1);
+  }
+}
+
+// Workspace bytes of a plan (partials only when groups are longer than a chunk).
+inline size_t group_sums_bytes(int64_t n, int64_t group) {
+  const int64_t groups = (n + group - 1) / group;
+  const int64_t cpg = (group + kSumChunk - 1) / kSumChunk;
+  if (cpg <= 1) return 0;
+  const size_t items = static_cast<size_t>(groups * cpg);
+  return 2 * Carver::bytes<float>(items) + 2 * Carver::bytes<long long>(items);
+}
+
+inline GroupSumsPlan make_group_sums_plan(Carver& carver, int64_t n, int64_t group, EncodeStatus* status) {
+  GroupSumsPlan p{};
+  p.n = n;
+  p.group = group;
+  p.groups = (n + group - 1) / group;
+  p.chunks_per_group = (group + kSumChunk - 1) / kSumChunk;
+  if (p.chunks_per_group > 1) {
+    const size_t items = static_cast<size_t>(p.groups * p.chunks_per_group);
+    p.p0 = carver.take<float>(items);
+    p.p1 = carver.take<float>(items);
+    p.q0 = carver.take<long long>(items);
+    p.q1 = carver.take<long long>(items);
+  }
+  p.status = status;
+  return p;
+}
+
+template <typename F, typename Finish>
+void launch_group_sums(Context& ctx, const GroupSumsPlan& plan, F f, Finish finish) {
+  if (plan.groups == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t items = plan.groups * plan.chunks_per_group;
+  group_chunk_sums_kernel<<<grid_for(items * kWarp, kThreads), kThreads, 0, stream_of(ctx)>>>(plan, f, finish);
+  CUDA_CHECK(cudaGetLastError());
+  if (plan.chunks_per_group > 1) {
+    group_fold_kernel<<<grid_for(plan.groups * kWarp, kThreads), kThreads, 0, stream_of(ctx)>>>(plan, finish);
+    CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+// Reads an EncodeStatus back (synchronizing ctx's stream).
+inline EncodeStatus read_status(Context& ctx, const EncodeStatus* status) {
+  EncodeStatus host{};
+  CUDA_CHECK(cudaMemcpyAsync(&host, status, sizeof host, cudaMemcpyDeviceToHost, stream_of(ctx)));
+  CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+  return host;
+}
+
+// The status word every launcher starts from: carved first from the workspace and zeroed.
+inline EncodeStatus* fresh_status(Context& ctx, Carver& carver) {
+  auto* status = carver.take<EncodeStatus>(1);
+  CUDA_CHECK(cudaMemsetAsync(status, 0, sizeof(EncodeStatus), stream_of(ctx)));
+  return status;
+}
+
+}  // namespace qtrain::quant_detail

@@ -1,0 +1,41 @@
+// Builds without the CUDA toolkit (and the AddressSanitizer test build): the quantizers' CUDA
+// launchers exist but throw, naming the method, so a CUDA span reaching them is a clear error (never a
+// silent CPU fallback).
+#include "framework/check.h"
+#include "quant/kernels.h"
+
+namespace qtrain::quant_detail {
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  throw Error(fmt::format("{}: a CUDA span was given but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", what));
+}
+}  // namespace
+
+void cuda_zero_bytes(Context&, uint8_t*, size_t) { no_cuda("quantizer"); }
+void cuda_copy_to_host(Context&, void*, const void*, size_t) { no_cuda("quantizer decode"); }
+void cuda_write_header(Context&, uint8_t*, const WireHeader&) { no_cuda("quantizer encode"); }
+void cast_encode_cuda(Context&, QuantMethod method, const float*, float*, uint8_t*, int64_t) {
+  no_cuda(quant_method_name(method));
+}
+void cast_decode_cuda(Context&, QuantMethod method, const uint8_t*, float*, int64_t, bool) {
+  no_cuda(quant_method_name(method));
+}
+void dettmers8_encode_cuda(Context&, Dettmers8Variant, const EncodeArgs&) { no_cuda("dettmers8"); }
+void dettmers8_decode_cuda(Context&, Dettmers8Variant, float, const uint8_t*, float*, int64_t, bool) {
+  no_cuda("dettmers8");
+}
+void onebit_encode_cuda(Context&, const EncodeArgs&, const wire::OnebitLayout&, const WireHeader&) { no_cuda("onebit"); }
+void onebit_decode_cuda(Context&, const wire::OnebitLayout&, const uint8_t*, float*, bool) { no_cuda("onebit"); }
+void qsgd_encode_cuda(Context&, const EncodeArgs&, const wire::QsgdLayout&, QsgdNorm, const WireHeader&) {
+  no_cuda("qsgd");
+}
+void qsgd_decode_cuda(Context&, const wire::QsgdLayout&, const uint8_t*, float*, bool) { no_cuda("qsgd"); }
+int64_t adaptive_encode_cuda(Context&, const EncodeArgs&, const wire::AdaptiveLayout&, double, int64_t, int64_t,
+                             size_t) {
+  no_cuda("adaptive");
+}
+void adaptive_decode_cuda(Context&, const wire::AdaptiveLayout&, const uint8_t*, float*, bool) { no_cuda("adaptive"); }
+void topk_encode_cuda(Context&, const EncodeArgs&, int64_t, const WireHeader&) { no_cuda("topk"); }
+void topk_decode_cuda(Context&, const uint8_t*, int64_t, int64_t, float*, bool) { no_cuda("topk"); }
+
+}  // namespace qtrain::quant_detail

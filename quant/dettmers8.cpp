@@ -1,0 +1,168 @@
+// dettmers8: 8-bit approximation (Dettmers 2016), variants dynamic_tree (clusterNet's table) and
+// linear (7-bit magnitude), one scale M = max|v| per span in the header. Byte: bit 7 sign, bits 0..6
+// an index; dynamic_tree: 0..125 table entry, 126 zero, 127 saturation (+-M); linear: level q, value
+// q * M / 127. Encoding is two passes: max|v|, then one branch-free pass (table lookups are gathers).
+#include <cfloat>
+
+#include "quant/cpu_memory.h"
+#include "quant/dettmers_table.h"
+#include "quant/kernels.h"
+#include "quant/methods.h"
+#include "quant/numerics.h"
+#include "quant/wire.h"
+
+namespace qtrain::quant_detail {
+namespace {
+
+// The 256 decoded values for scale M (the same arithmetic as the CUDA decode: one float multiply).
+void decode_table(Dettmers8Variant variant, float m, float* d) {
+  const DettmersTables& t = dettmers_tables();
+  if (variant == Dettmers8Variant::dynamic_tree) {
+    for (int i = 0; i < DettmersTables::kEntries; ++i) d[i] = t.value[i] * m;
+    d[DettmersTables::kZeroCode] = 0.0f;
+    d[DettmersTables::kSatCode] = m;
+  } else {
+    const float step = m / 127.0f;
+    for (int i = 0; i < 128; ++i) d[i] = static_cast<float>(i) * step;
+  }
+  for (int i = 0; i < 128; ++i) d[i + 128] = -d[i];
+}
+
+// The reciprocal scales of encode; a span whose max is 0 or below FLT_MIN encodes as all zeros.
+float inverse_scale(uint32_t max_bits, float numerator) {
+  return max_bits < 0x00800000u ? 0.0f : numerator / bits_float(max_bits);
+}
+
+template <bool Ef>
+uint32_t max_abs_bits(const float* __restrict in, const float* __restrict residual, int64_t n) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t b = abs_bits(Ef ? in[i] + residual[i] : in[i]);
+    m = b > m ? b : m;
+  }
+  return m;
+}
+
+template <bool Ef>
+void encode_tree(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n, float r,
+                 const float* __restrict d) {
+  const DettmersTables& t = dettmers_tables();
+  const uint32_t* __restrict lut = t.lut;
+  const uint32_t first = t.lut_first, last = static_cast<uint32_t>(t.lut_size - 1);
+  const uint32_t zero_bits = t.zero_bits, sat_bits = t.sat_bits;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = Ef ? in[i] + residual[i] : in[i];
+    const uint32_t a = float_bits(__builtin_fabsf(v) * r);
+    // Values below the first bucket wrap to a large index and clamp to the last bucket; they are
+    // below the zero threshold and get the zero code anyway.
+    uint32_t b = (a >> DettmersTables::kLutShift) - first;
+    b = b > last ? last : b;
+    const uint32_t entry = lut[b];
+    int32_t idx = static_cast<int32_t>(entry >> DettmersTables::kLutShift);
+    idx += static_cast<int32_t>((a & DettmersTables::kLowMask) > (entry & DettmersTables::kLowMask));
+    idx = a < zero_bits ? DettmersTables::kZeroCode : idx;
+    idx = a > sat_bits ? DettmersTables::kSatCode : idx;
+    const uint32_t code = static_cast<uint32_t>(idx) | ((float_bits(v) >> 31) << 7);
+    out[i] = static_cast<uint8_t>(code);
+    if (Ef) residual[i] = v - d[code];
+  }
+}
+
+template <bool Ef>
+void encode_linear(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n,
+                   float r127, const float* __restrict d) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = Ef ? in[i] + residual[i] : in[i];
+    int32_t q = static_cast<int32_t>(__builtin_fabsf(v) * r127 + 0.5f);
+    q = q > 127 ? 127 : q;
+    const uint32_t code = static_cast<uint32_t>(q) | ((float_bits(v) >> 31) << 7);
+    out[i] = static_cast<uint8_t>(code);
+    if (Ef) residual[i] = v - d[code];
+  }
+}
+
+template <bool Add>
+void decode_loop(const uint8_t* __restrict codes, float* __restrict out, int64_t n, const float* __restrict d) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Add ? out[i] + d[codes[i]] : d[codes[i]];
+}
+
+class Dettmers8Quantizer final : public Quantizer {
+ public:
+  explicit Dettmers8Quantizer(const QuantSpec& spec) : Quantizer(spec) {}
+
+ protected:
+  size_t max_body_bytes(int64_t n, int64_t) const override { return wire::kHeaderBytes + static_cast<size_t>(n); }
+
+  WireHeader header(int64_t n, uint32_t max_bits) const {
+    WireHeader h;
+    h.method = QuantMethod::dettmers8;
+    h.a = static_cast<uint32_t>(spec().variant);
+    h.b = max_bits;
+    h.n = static_cast<uint64_t>(n);
+    h.total = wire::pad8(max_body_bytes(n, 1));
+    return h;
+  }
+
+  size_t encode_cpu(const EncodeArgs& a) const override {
+    const uint32_t m = a.residual ? max_abs_bits<true>(a.in, a.residual, a.n) : max_abs_bits<false>(a.in, nullptr, a.n);
+    if (m >= kNonFinite)
+      throw NonFiniteInputError(fmt::format("dettmers8 encode: the input of {} values holds NaN or Inf", a.n));
+    wire::write_header(a.out, header(a.n, m));
+    float d[256];
+    decode_table(spec().variant, bits_float(m), d);
+    uint8_t* codes = a.out + wire::kHeaderBytes;
+    if (spec().variant == Dettmers8Variant::dynamic_tree) {
+      const float r = inverse_scale(m, 1.0f);
+      if (a.residual) encode_tree<true>(a.in, a.residual, codes, a.n, r, d);
+      else encode_tree<false>(a.in, nullptr, codes, a.n, r, d);
+    } else {
+      const float r127 = inverse_scale(m, 127.0f);
+      if (a.residual) encode_linear<true>(a.in, a.residual, codes, a.n, r127, d);
+      else encode_linear<false>(a.in, nullptr, codes, a.n, r127, d);
+    }
+    return max_body_bytes(a.n, 1);
+  }
+
+  size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
+    dettmers8_encode_cuda(ctx, spec().variant, a);
+    return max_body_bytes(a.n, 1);
+  }
+
+  void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
+    const auto variant = check_body(h);
+    float d[256];
+    decode_table(variant, bits_float(h.b), d);
+    const uint8_t* codes = in.data() + wire::kHeaderBytes;
+    decode_tiled(out, static_cast<int64_t>(h.n), add, [&](int64_t b, int64_t e, float* dst) {
+      if (add) decode_loop<true>(codes + b, dst, e - b, d);
+      else decode_loop<false>(codes + b, dst, e - b, d);
+    });
+  }
+
+  void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
+                   bool add) const override {
+    const auto variant = check_body(h);
+    dettmers8_decode_cuda(ctx, variant, bits_float(h.b), in.data() + wire::kHeaderBytes, out,
+                          static_cast<int64_t>(h.n), add);
+  }
+
+ private:
+  Dettmers8Variant check_body(const WireHeader& h) const {
+    if (h.a > 1) wire::bad_payload(method(), fmt::format("variant field {} (0 dynamic_tree, 1 linear)", h.a));
+    if (h.b >= kNonFinite)
+      wire::bad_payload(method(), fmt::format("scale field {:#x} is not a finite non-negative float", h.b));
+    if (h.c != 0) wire::bad_payload(method(), "reserved field must be zero");
+    const size_t expect = wire::pad8(max_body_bytes(static_cast<int64_t>(h.n), 1));
+    if (h.total != expect)
+      wire::bad_payload(method(), fmt::format("length field {} bytes, {} values take {}", h.total, h.n, expect));
+    return static_cast<Dettmers8Variant>(h.a);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Quantizer> make_dettmers8_quantizer(const QuantSpec& spec) {
+  return std::make_unique<Dettmers8Quantizer>(spec);
+}
+
+}  // namespace qtrain::quant_detail

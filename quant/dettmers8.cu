@@ -1,0 +1,150 @@
+// dettmers8 kernels: max|v| (an integer max of the float bits, so any order gives the CPU's value),
+// then one thread per value; the dynamic-tree index is the binary search that defines the CPU's
+// lookup table (tests/quant checks the two agree everywhere), the rest is dettmers8.cpp's arithmetic.
+#include "quant/cuda_common.cuh"
+#include "quant/dettmers_table.h"
+#include "quant/kernels.h"
+
+namespace qtrain::quant_detail {
+namespace {
+
+struct DeviceTables {
+  float value[DettmersTables::kEntries];
+  uint32_t mid_bits[DettmersTables::kEntries];
+  uint32_t zero_bits, sat_bits;
+};
+
+DeviceTables device_tables() {
+  const DettmersTables& t = dettmers_tables();
+  DeviceTables d{};
+  for (int i = 0; i < DettmersTables::kEntries; ++i) {
+    d.value[i] = t.value[i];
+    d.mid_bits[i] = t.mid_bits[i];
+  }
+  d.zero_bits = t.zero_bits;
+  d.sat_bits = t.sat_bits;
+  return d;
+}
+
+__device__ __forceinline__ float span_value(const float* in, const float* residual, int64_t i) {
+  return residual ? in[i] + residual[i] : in[i];
+}
+
+__global__ void max_bits_kernel(const float* __restrict__ in, const float* __restrict__ residual, int64_t n,
+                                uint32_t* max_bits, EncodeStatus* status) {
+  uint32_t m = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t b = abs_bits(span_value(in, residual, i));
+    m = b > m ? b : m;
+  }
+  m = warp_max_u32(m);
+  if (threadIdx.x % kWarp == 0 && m > 0) {
+    atomicMax(max_bits, m);
+    if (m >= kNonFinite) atomicOr(&status->non_finite, 1u);
+  }
+}
+
+// The value of code c under scale m: dettmers8.cpp's decode_table() entry c.
+__device__ __forceinline__ float decoded(const float* value, bool linear, float m, float step, uint32_t c) {
+  const uint32_t idx = c & 127u;
+  float mag;
+  if (linear) mag = static_cast<float>(idx) * step;
+  else mag = idx < DettmersTables::kZeroCode ? value[idx] * m : (idx == DettmersTables::kZeroCode ? 0.0f : m);
+  return c & 128u ? -mag : mag;
+}
+
+__global__ void encode_kernel(DeviceTables tables, bool linear, const float* __restrict__ in, float* __restrict__ residual,
+                              int64_t n, const uint32_t* max_bits_ptr, uint8_t* __restrict__ out, WireHeaderFields h) {
+  __shared__ float value[DettmersTables::kEntries];
+  __shared__ uint32_t mid[DettmersTables::kEntries];
+  for (int i = threadIdx.x; i < DettmersTables::kEntries; i += blockDim.x) {
+    value[i] = tables.value[i];
+    mid[i] = tables.mid_bits[i];
+  }
+  __syncthreads();
+  const uint32_t max_bits = *max_bits_ptr;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    h.b = max_bits;
+    store_header(out, h);
+  }
+  const float m = bits_float(max_bits);
+  const bool tiny = max_bits < 0x00800000u;  // zero or below FLT_MIN: all zero codes
+  const float r = tiny ? 0.0f : 1.0f / m;
+  const float r127 = tiny ? 0.0f : 127.0f / m;
+  const float step = m / 127.0f;
+  uint8_t* codes = out + wire::kHeaderBytes;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = span_value(in, residual, i);
+    uint32_t code;
+    if (linear) {
+      int32_t q = static_cast<int32_t>(fabsf(v) * r127 + 0.5f);
+      q = q > 127 ? 127 : q;
+      code = static_cast<uint32_t>(q);
+    } else {
+      const uint32_t a = float_bits(fabsf(v) * r);
+      // Number of midpoints below a: DettmersTables::nearest_by_search.
+      int lo = 0, hi = DettmersTables::kEntries - 1;
+      while (lo < hi) {
+        const int mm = (lo + hi) / 2;
+        if (mid[mm] < a) lo = mm + 1;
+        else hi = mm;
+      }
+      code = a < tables.zero_bits ? DettmersTables::kZeroCode
+                                  : (a > tables.sat_bits ? DettmersTables::kSatCode : static_cast<uint32_t>(lo));
+    }
+    code |= (float_bits(v) >> 31) << 7;
+    codes[i] = static_cast<uint8_t>(code);
+    if (residual) residual[i] = v - decoded(value, linear, m, step, code);
+  }
+}
+
+template <bool Add>
+__global__ void decode_kernel(DeviceTables tables, bool linear, float m, const uint8_t* __restrict__ codes,
+                              float* __restrict__ out, int64_t n) {
+  __shared__ float d[256];
+  const float step = m / 127.0f;
+  for (int c = threadIdx.x; c < 256; c += blockDim.x) d[c] = decoded(tables.value, linear, m, step, static_cast<uint32_t>(c));
+  __syncthreads();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = Add ? out[i] + d[codes[i]] : d[codes[i]];
+}
+
+}  // namespace
+
+void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, const EncodeArgs& a) {
+  Carver carver(a.state->workspace(ctx.device(), 1024));
+  EncodeStatus* status = fresh_status(ctx, carver);
+  auto* max_bits = carver.take<uint32_t>(1);
+  cudaStream_t s = stream_of(ctx);
+  CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof(uint32_t), s));
+  constexpr int kThreads = 256;
+  if (a.n > 0) {
+    max_bits_kernel<<<grid_for(a.n, kThreads), kThreads, 0, s>>>(a.in, a.residual, a.n, max_bits, status);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  WireHeader h;
+  h.method = QuantMethod::dettmers8;
+  h.a = static_cast<uint32_t>(variant);
+  h.n = static_cast<uint64_t>(a.n);
+  h.total = wire::pad8(wire::kHeaderBytes + static_cast<size_t>(a.n));
+  encode_kernel<<<grid_for(a.n, kThreads), kThreads, 0, s>>>(device_tables(), variant == Dettmers8Variant::linear, a.in,
+                                                              a.residual, a.n, max_bits, a.out, fields_of(h));
+  CUDA_CHECK(cudaGetLastError());
+  if (read_status(ctx, status).non_finite)
+    throw NonFiniteInputError(fmt::format("dettmers8 encode: the input of {} values holds NaN or Inf", a.n));
+}
+
+void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, float scale, const uint8_t* codes, float* out,
+                           int64_t n, bool add) {
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  const bool linear = variant == Dettmers8Variant::linear;
+  if (add) decode_kernel<true><<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(device_tables(), linear, scale, codes, out, n);
+  else decode_kernel<false><<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(device_tables(), linear, scale, codes, out, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace qtrain::quant_detail

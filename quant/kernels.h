@@ -1,0 +1,47 @@
+// Internal to quant/: the CUDA launchers of every method (common.cu, dettmers8.cu, onebit.cu, qsgd.cu,
+// sparse.cu; quant/cuda_disabled.cpp in builds without the toolkit, where each throws).
+// They run on ctx's stream and follow the CPU loops' arithmetic exactly. Encoders that compute a
+// scale, a count or a NaN check read a small status back, which synchronizes the stream; decoders
+// validate everything (on the host for the header, in a checking kernel for the body) before writing.
+#pragma once
+
+#include <cstdint>
+
+#include "framework/context.h"
+#include "quant/quantizer.h"
+#include "quant/wire.h"
+
+namespace qtrain::quant_detail {
+
+// Helpers (common.cu).
+void cuda_zero_bytes(Context& ctx, uint8_t* ptr, size_t bytes);
+// Copies device memory to host memory and waits for it.
+void cuda_copy_to_host(Context& ctx, void* dst, const void* src, size_t bytes);
+// Writes a header (the values are kernel arguments: no host memory involved).
+void cuda_write_header(Context& ctx, uint8_t* out, const WireHeader& h);
+
+// fp32 / fp16 / bf16: the body only (the header is written by the caller).
+void cast_encode_cuda(Context& ctx, QuantMethod method, const float* in, float* residual, uint8_t* body, int64_t n);
+void cast_decode_cuda(Context& ctx, QuantMethod method, const uint8_t* body, float* out, int64_t n, bool add);
+
+// dettmers8: writes header and body (the scale is computed on the device).
+void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, const EncodeArgs& a);
+void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, float scale, const uint8_t* codes, float* out,
+                           int64_t n, bool add);
+
+// onebit / qsgd: header (given) and body. `payload` points at the header.
+void onebit_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::OnebitLayout& l, const WireHeader& h);
+void onebit_decode_cuda(Context& ctx, const wire::OnebitLayout& l, const uint8_t* payload, float* out, bool add);
+void qsgd_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout& l, QsgdNorm norm, const WireHeader& h);
+void qsgd_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* payload, float* out, bool add);
+
+// adaptive: returns the number of entries sent; `bound` is the layout with the entry cap.
+int64_t adaptive_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::AdaptiveLayout& bound, double proportion,
+                             int64_t sample, int64_t cap, size_t workspace_hint);
+void adaptive_decode_cuda(Context& ctx, const wire::AdaptiveLayout& l, const uint8_t* payload, float* out, bool add);
+
+// topk: k values (k = count_for_proportion(fraction, n)).
+void topk_encode_cuda(Context& ctx, const EncodeArgs& a, int64_t k, const WireHeader& h);
+void topk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, float* out, bool add);
+
+}  // namespace qtrain::quant_detail

@@ -1,0 +1,158 @@
+// The per-element arithmetic every quantizer shares between its CPU loops and its CUDA kernels:
+// float bit access, fp16/bf16 rounding, the deterministic summation order, and the stochastic
+// rounding decision. Being the same inline code on both sides (and compiled without FMA contraction,
+// see quant/CMakeLists.txt) is what makes the CPU and CUDA encoders produce identical bytes.
+// Internal to quant/.
+#pragma once
+
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+
+#include "framework/philox.h"  // QT_HD
+
+namespace qtrain::quant_detail {
+
+QT_HD uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+
+QT_HD float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+#endif
+}
+
+// |x| as bits: for non-negative floats the integer order is the float order, so max|v| is an integer
+// max (order-independent, vectorizes on the CPU, atomicMax on the GPU) and any value >= kNonFinite
+// is an Inf or NaN.
+constexpr uint32_t kAbsMask = 0x7fffffffu;
+constexpr uint32_t kNonFinite = 0x7f800000u;
+QT_HD uint32_t abs_bits(float x) { return float_bits(x) & kAbsMask; }
+
+// x where keep, +0 elsewhere: the same value as `keep ? x : 0.0f`, written as a bit mask so that GCC
+// vectorizes the masked sums (it will not if-convert a conditional float accumulation).
+QT_HD float masked(float x, bool keep) { return bits_float(float_bits(x) & (0u - static_cast<uint32_t>(keep))); }
+
+// adaptive's candidate tests on float bits: v > 0 and v >= tau+ (tau+ >= 0), v < 0 and v <= tau-
+// (tau- <= 0); integer comparisons, which GCC keeps branch-free, with the same results as the float
+// comparisons for every non-NaN v.
+QT_HD bool adaptive_positive(uint32_t v, uint32_t tau_pos) {
+  return (static_cast<int32_t>(v) > 0) & (static_cast<int32_t>(v) >= static_cast<int32_t>(tau_pos));
+}
+QT_HD bool adaptive_negative(uint32_t v, uint32_t tau_neg) {
+  return (v > 0x80000000u) & ((v & kAbsMask) >= (tau_neg & kAbsMask));
+}
+
+// ---- fp16 / bf16, round to nearest even (branch-free so the CPU loops vectorize) ----------------
+// Same results as CUDA's __float2half_rn / __float2bfloat16_rn for every finite input and for
+// infinities; every NaN becomes the quiet NaN 0x7e00 (fp16) or keeps its payload with the quiet bit
+// set (bf16).
+QT_HD uint16_t float_to_half(float f) {
+  const uint32_t x = float_bits(f);
+  const uint32_t sign = x & 0x80000000u;
+  const uint32_t a = x ^ sign;
+  const uint32_t inf_nan = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  // Subnormal halves: adding 0.5 (2^-1) aligns the 10 result bits at the bottom of the mantissa and
+  // the float adder rounds to nearest even for us.
+  constexpr uint32_t kDenormMagic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+  const uint32_t sub = float_bits(bits_float(a) + bits_float(kDenormMagic)) - kDenormMagic;
+  // Normal halves: rebias the exponent and round to nearest even on bit 13.
+  const uint32_t norm = (a + ((15u - 127u) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  const uint32_t r = a >= ((127u + 16u) << 23) ? inf_nan : (a < (113u << 23) ? sub : norm);
+  return static_cast<uint16_t>(r | (sign >> 16));
+}
+
+QT_HD float half_to_float(uint16_t h) {
+  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  const uint32_t exp = em & (0x7c00u << 13);
+  const uint32_t normal = em + ((127u - 15u) << 23);
+  const uint32_t inf_nan = normal + ((128u - 16u) << 23);
+  // Subnormal halves: scale the mantissa by 2^-24 exactly through a float subtraction.
+  const uint32_t sub = float_bits(bits_float(normal + (1u << 23)) - bits_float(113u << 23));
+  const uint32_t r = exp == (0x7c00u << 13) ? inf_nan : (exp == 0 ? sub : normal);
+  return bits_float(r | (static_cast<uint32_t>(h & 0x8000u) << 16));
+}
+
+QT_HD uint16_t float_to_bf16(float f) {
+  const uint32_t x = float_bits(f);
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  const uint32_t nan = (x >> 16) | 0x40u;
+  return static_cast<uint16_t>((x & kAbsMask) > 0x7f800000u ? nan : rounded);
+}
+
+QT_HD float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+
+// ---- deterministic summation ----------------------------------------------------------------------
+// Means and norms must be bit-identical on the CPU and the GPU, so their sums follow one fixed order:
+// a span is cut into chunks of kSumChunk values; in a chunk, lane j (of kSumLanes) adds values j,
+// j + 32, j + 64, ... in order, starting from +0; the 32 lane sums are then folded pairwise
+// (lane j += lane j + off for off = 16, 8, 4, 2, 1), which is exactly what a CUDA warp computes with
+// __shfl_xor_sync. When a span has several chunks, the chunk sums are summed again by the same rule.
+constexpr int kSumLanes = 32;
+constexpr int64_t kSumChunk = 4096;
+
+QT_HD float fold_lanes(float* lanes) {
+  for (int off = kSumLanes / 2; off >= 1; off /= 2)
+    for (int j = 0; j < off; ++j) lanes[j] = lanes[j] + lanes[j + off];
+  return lanes[0];
+}
+
+// ---- stochastic rounding ------------------------------------------------------------------------
+// Element i of a span rounds up with probability p (its fractional level) using Philox4x32-10 under
+// the state's key. Stage 1: the 16-bit half i % 8 of the block at counter (i / 8, 0, kStage1, tag)
+// (half h = bits 16 (h % 2) .. of word h / 2) is a uniform u16; round up when u16 < floor(65536 p).
+// Only when u16 == floor(65536 p) (probability 2^-16) stage 2 draws word 0 of the block at counter
+// (i, 0, kStage2, tag) and rounds up when it is below frac(65536 p) * 2^32. Together P(up) = p
+// exactly (to 2^-48) while 8 values share one Philox call, and ties are rare enough for a scalar
+// fix-up.
+constexpr uint32_t kStage1 = 0;
+constexpr uint32_t kStage2 = 1;
+constexpr uint32_t kTagQsgd = 0x51534744u;      // "QSGD"
+constexpr uint32_t kTagSample = 0x53414d50u;    // "SAMP": adaptive's sampled thresholds
+constexpr int kValuesPerBlock = 8;
+
+// The stage-1 uniform of element i, from its Philox block (the CPU batches blocks, kernels call this).
+QT_HD uint32_t stage1_u16(const PhiloxBlock& b, uint64_t i) {
+  const uint32_t half = static_cast<uint32_t>(i % kValuesPerBlock);
+  return (b.v[half / 2] >> (16 * (half % 2))) & 0xffffu;
+}
+
+QT_HD PhiloxBlock stage1_block(PhiloxKey key, uint64_t block, uint32_t tag) {
+  return philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), kStage1, tag, key);
+}
+
+// The stage-2 decision for element i whose scaled fraction is f = 65536 p - floor(65536 p) in [0, 1).
+QT_HD bool stage2_up(PhiloxKey key, uint64_t i, uint32_t tag, float f) {
+  const PhiloxBlock b =
+      philox4x32_10(static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), kStage2, tag, key);
+  // Both sides exact: a float times 2^32 and a 32-bit integer are exact doubles.
+  return static_cast<double>(b.v[0]) < static_cast<double>(f) * 4294967296.0;
+}
+
+// The level arithmetic of qsgd for |v| * inv = a: floor(a), the stage-1 cut floor(65536 frac(a)),
+// and the stage-2 fraction. Exact: frac(a) is exact in float and the scaling is a power of two.
+struct QsgdLevel {
+  int32_t floor;
+  int32_t cut;
+  float rest;
+};
+QT_HD QsgdLevel qsgd_level(float v, float inv) {
+  const float a = fabsf(v) * inv;
+  const auto l = static_cast<int32_t>(a);
+  const float p = (a - static_cast<float>(l)) * 65536.0f;
+  const auto h = static_cast<int32_t>(p);
+  return {l, h, p - static_cast<float>(h)};
+}
+
+}  // namespace qtrain::quant_detail

@@ -1,0 +1,51 @@
+// The `quantization:` config section: one method with its parameters, the small-tensor rule
+// (min_numel) and per-layer overrides by layer name or type. Parsed and validated once at startup
+// (every error names the file, line and key and lists the allowed values); resolve() then gives each
+// tensor its QuantSpec, and make_quantizer() turns a spec into a Quantizer.
+//
+//   quantization:
+//     method: qsgd          # fp32 | fp16 | bf16 | dettmers8 | onebit | qsgd | adaptive | topk
+//     bits: 4               # the method's own keys (docs/quantizers.md lists them)
+//     min_numel: 10000      # smaller tensors are sent in fp32
+//     overrides:            # the first matching entry wins
+//       - {match: {type: conv*}, bits: 8}
+//       - {match: {name: dense3}, method: fp16}
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/config_node.h"
+#include "quant/quantizer.h"
+
+namespace qtrain {
+
+// Reads `method` and that method's keys from `node` (other keys are left for finish() to reject).
+// Keys absent from node come from `inherit` when it has the same method, else from the method's
+// defaults; `method` itself defaults to inherit.method.
+QuantSpec parse_quant_spec(ConfigNode& node, const QuantSpec& inherit);
+
+struct QuantOverride {
+  std::string name_pattern;  // glob (fnmatch) on the layer name; empty = any name
+  std::string type_pattern;  // glob on the layer type; empty = any type
+  QuantSpec spec;
+  int64_t min_numel = 10000;
+  std::string where;         // config location, for logs
+  bool matches(const std::string& layer_name, const std::string& layer_type) const;
+};
+
+struct QuantizationConfig {
+  QuantSpec base;             // default: fp32
+  int64_t min_numel = 10000;  // quantizers.md part A (QSGD section 5)
+  std::vector<QuantOverride> overrides;
+
+  // Parses the section (an absent or empty section means fp32 everywhere) and calls finish() on it.
+  static QuantizationConfig parse(ConfigNode& section);
+
+  // The spec for one tensor of `numel` values in layer `layer_name` of type `layer_type`: the first
+  // matching override, else the base; fp32 when numel < the applicable min_numel.
+  QuantSpec resolve(const std::string& layer_name, const std::string& layer_type, int64_t numel) const;
+};
+
+}  // namespace qtrain

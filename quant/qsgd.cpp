@@ -1,0 +1,320 @@
+// qsgd: stochastic uniform quantization (Alistarh et al. 2017) with sign and magnitude codes: s =
+// 2^(bits-1) - 1 levels per bucket of d values, scale S = max|v| (or ||v||_2) per bucket; level
+// k = floor(a) + [round up with probability frac(a)], a = |v| * s / S, so E[decode] = v. The random
+// decisions come from Philox under the state's key (quant/numerics.h), 8 values per Philox block.
+// Buckets are encoded in chunks of 1024 values whose randomness, codes and bits stay in L1.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "quant/cpu_memory.h"
+#include "quant/det_sum.h"
+#include "quant/kernels.h"
+#include "quant/methods.h"
+#include "quant/numerics.h"
+#include "quant/philox_batch.h"
+#include "quant/wire.h"
+
+namespace qtrain::quant_detail {
+namespace {
+
+constexpr int64_t kChunk = 1024;
+// Codes of a chunk are staged as 32 bits each; bit 31 marks a stage-1 tie for the fix-up.
+constexpr uint32_t kTieMark = 0x80000000u;
+
+template <int Bits, bool Ef>
+struct Bucket {
+  static constexpr int32_t kLevels = (1 << (Bits - 1)) - 1;
+  static constexpr uint32_t kSignBit = 1u << (Bits - 1);
+
+  const float* g;
+  float* e;  // residual (Ef) of this bucket
+  int64_t len;
+  int64_t first;  // index of the bucket's first value in the span (the random counter)
+  PhiloxKey key;
+
+  float value(int64_t i) const { return Ef ? g[i] + e[i] : g[i]; }
+
+  uint32_t max_abs() const {
+    uint32_t m = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      const uint32_t b = abs_bits(Ef ? g[i] + e[i] : g[i]);
+      m = b > m ? b : m;
+    }
+    return m;
+  }
+
+  // ||v||_2 as max * sqrt(sum((v / max)^2)), the sum in the deterministic order, so large values cannot
+  // overflow the squares.
+  float l2(uint32_t max_bits) const {
+    if (max_bits < 0x00800000u) return bits_float(max_bits);
+    const float m = bits_float(max_bits);
+    const float r = 1.0f / m;
+    const float sum = det_sum_of([this, r](int64_t i) {
+      const float x = value(i) * r;
+      return x * x;
+    }, len);
+    return m * std::sqrt(sum);
+  }
+
+  // Codes of [c, c + clen) into codes[0..clen); returns whether a stage-1 tie needs stage 2. The
+  // arithmetic is qsgd_level() written out so that GCC vectorizes it.
+  bool codes_chunk(int64_t c, int64_t clen, float inv, float step, const uint16_t* __restrict u,
+                   uint32_t* __restrict codes) const {
+    const float* __restrict gc = g + c;
+    float* __restrict ec = Ef ? e + c : nullptr;
+    uint32_t any = 0;
+    for (int64_t t = 0; t < clen; ++t) {
+      const float v = Ef ? gc[t] + ec[t] : gc[t];
+      const float a = __builtin_fabsf(v) * inv;
+      const auto l = static_cast<int32_t>(a);
+      const auto h = static_cast<int32_t>((a - static_cast<float>(l)) * 65536.0f);
+      const auto r = static_cast<int32_t>(u[t]);
+      int32_t k = l + (r < h ? 1 : 0);
+      k = k > kLevels ? kLevels : k;
+      const bool neg = v < 0.0f;
+      const uint32_t tie = r == h ? kTieMark : 0u;
+      any |= tie;
+      codes[t] = static_cast<uint32_t>(k) | (neg ? kSignBit : 0u) | tie;
+      if (Ef) {
+        // A tie parks v itself in the residual; fix_ties finishes it.
+        const float mag = static_cast<float>(k) * step;
+        ec[t] = tie ? v : v - (neg ? -mag : mag);
+      }
+    }
+    return any != 0;
+  }
+
+  // Stage 2 for the values whose stage-1 uniform tied (probability 2^-16 each).
+  void fix_ties(int64_t c, int64_t clen, float inv, float step, uint32_t* codes) const {
+    for (int64_t t = 0; t < clen; ++t) {
+      if (!(codes[t] & kTieMark)) continue;
+      const float v = Ef ? e[c + t] : g[c + t];  // codes_chunk parked v in the residual
+      const QsgdLevel lv = qsgd_level(v, inv);
+      const bool up = stage2_up(key, static_cast<uint64_t>(first + c + t), kTagQsgd, lv.rest);
+      int32_t k = lv.floor + (up ? 1 : 0);
+      k = k > kLevels ? kLevels : k;
+      const bool neg = v < 0.0f;
+      codes[t] = static_cast<uint32_t>(k) | (neg ? kSignBit : 0u);
+      if (Ef) {
+        const float mag = static_cast<float>(k) * step;
+        e[c + t] = v - (neg ? -mag : mag);
+      }
+    }
+  }
+};
+
+// Packs `count` staged codes (a multiple of 8 / Bits, zero-padded by the caller) into bytes, LSB
+// first; the tie mark (bit 31) is dropped.
+template <int Bits>
+void pack_codes(const uint32_t* __restrict codes, int64_t count, uint8_t* __restrict out) {
+  if constexpr (Bits == 16) {
+    auto* o = reinterpret_cast<uint16_t*>(out);
+    for (int64_t t = 0; t < count; ++t) o[t] = static_cast<uint16_t>(codes[t]);
+  } else if constexpr (Bits == 8) {
+    for (int64_t t = 0; t < count; ++t) out[t] = static_cast<uint8_t>(codes[t]);
+  } else {
+    constexpr int kPer = 8 / Bits;
+    constexpr uint32_t kMask = (1u << Bits) - 1;
+    for (int64_t t = 0; t < count / kPer; ++t) {
+      uint32_t byte = 0;
+      for (int j = 0; j < kPer; ++j) byte |= (codes[kPer * t + j] & kMask) << (j * Bits);
+      out[t] = static_cast<uint8_t>(byte);
+    }
+  }
+}
+
+template <int Bits, bool Ef>
+void encode_all(const EncodeArgs& a, const wire::QsgdLayout& l, QsgdNorm norm) {
+  using B = Bucket<Bits, Ef>;
+  auto* scales = reinterpret_cast<float*>(a.out + wire::kHeaderBytes);
+  alignas(64) uint32_t codes[kChunk + 8];
+  // Stage-1 uniforms for a window of the span, generated in long batches (several small buckets per
+  // call, which keeps the vectorized Philox busy); values [window_lo, window_hi).
+  constexpr int64_t kWindow = 4096;
+  alignas(64) uint32_t rnd[4 * (kWindow / kValuesPerBlock)];
+  int64_t window_lo = 0, window_hi = 0;
+  auto uniforms = [&](int64_t i0, int64_t len) {
+    if (i0 < window_lo || i0 + len > window_hi) {
+      const int64_t block0 = i0 / kValuesPerBlock;
+      const int64_t values = std::min(kWindow, a.n - block0 * kValuesPerBlock);
+      const int64_t blocks = (values + kValuesPerBlock - 1) / kValuesPerBlock;
+      philox_blocks(a.key, static_cast<uint64_t>(block0), kStage1, kTagQsgd, blocks, rnd);
+      window_lo = block0 * kValuesPerBlock;
+      window_hi = window_lo + blocks * kValuesPerBlock;
+    }
+    // Little-endian words: 16-bit half h of a block is uint16 number h of its 16 bytes.
+    return reinterpret_cast<const uint16_t*>(rnd) + (i0 - window_lo);
+  };
+  // The hardware prefetcher alone leaves the max pass of each bucket waiting for DRAM while the
+  // previous bucket computes; asking for the data kPrefetchBytes ahead overlaps the two.
+  constexpr int64_t kPrefetchBytes = 8192;
+  const auto* in_bytes = reinterpret_cast<const char*>(a.in);
+  const auto* res_bytes = reinterpret_cast<const char*>(a.residual);
+  const int64_t in_end = 4 * a.n;
+  int64_t prefetched = 0;
+  for (int64_t b = 0; b < l.buckets; ++b) {
+    const B bucket{a.in + b * l.bucket, Ef ? a.residual + b * l.bucket : nullptr, l.len(b), b * l.bucket, a.key};
+    const int64_t want = std::min(in_end, 4 * (b * l.bucket + bucket.len) + kPrefetchBytes);
+    for (; prefetched < want; prefetched += 64) {
+      __builtin_prefetch(in_bytes + prefetched);
+      if (Ef) __builtin_prefetch(res_bytes + prefetched, 1);
+    }
+    const uint32_t max_bits = bucket.max_abs();
+    if (max_bits >= kNonFinite)
+      throw NonFiniteInputError(fmt::format("qsgd encode: the input of {} values holds NaN or Inf", a.n));
+    const float scale = norm == QsgdNorm::l2 ? bucket.l2(max_bits) : bits_float(max_bits);
+    scales[b] = scale;
+    // A bucket of zeros (or of values below FLT_MIN) encodes as level 0 everywhere.
+    const float inv = float_bits(scale) < 0x00800000u ? 0.0f : static_cast<float>(B::kLevels) / scale;
+    const float step = scale / static_cast<float>(B::kLevels);
+    uint8_t* words = a.out + l.words_offset(b);
+    for (int64_t c = 0; c < bucket.len; c += kChunk) {
+      const int64_t clen = bucket.len - c < kChunk ? bucket.len - c : kChunk;
+      const uint16_t* u = uniforms(bucket.first + c, clen);
+      if (bucket.codes_chunk(c, clen, inv, step, u, codes)) bucket.fix_ties(c, clen, inv, step, codes);
+      constexpr int64_t kPer = Bits >= 8 ? 1 : 8 / Bits;
+      const int64_t padded = (clen + kPer - 1) / kPer * kPer;
+      for (int64_t t = clen; t < padded; ++t) codes[t] = 0;
+      pack_codes<Bits>(codes, padded, words + c * Bits / 8);
+    }
+    // Zero the rest of the bucket's last word.
+    const size_t used = static_cast<size_t>((bucket.len * Bits + 7) / 8);
+    const size_t word_bytes = 4 * static_cast<size_t>((bucket.len * Bits + 31) / 32);
+    std::memset(words + used, 0, word_bytes - used);
+  }
+}
+
+// Values [first, first + count) of one bucket (bytes = the bucket's first word) into out[0..count).
+template <int Bits, bool Add>
+void decode_bucket(const uint8_t* __restrict bytes, int64_t first, int64_t count, float step, float* __restrict out) {
+  constexpr uint32_t kSign = 1u << (Bits - 1);
+  constexpr uint32_t kMag = kSign - 1;
+  auto value = [step](uint32_t code) {
+    const float mag = static_cast<float>(static_cast<int32_t>(code & kMag)) * step;
+    return code & kSign ? -mag : mag;
+  };
+  if constexpr (Bits == 16) {
+    const auto* c = reinterpret_cast<const uint16_t*>(bytes) + first;
+    for (int64_t i = 0; i < count; ++i) out[i] = Add ? out[i] + value(c[i]) : value(c[i]);
+  } else if constexpr (Bits == 8) {
+    const uint8_t* c = bytes + first;
+    for (int64_t i = 0; i < count; ++i) out[i] = Add ? out[i] + value(c[i]) : value(c[i]);
+  } else {
+    constexpr int kPer = 8 / Bits;
+    constexpr uint32_t kMask = (1u << Bits) - 1;
+    auto code_at = [bytes](int64_t j) { return (static_cast<uint32_t>(bytes[j / kPer]) >> ((j % kPer) * Bits)) & kMask; };
+    int64_t i = 0;
+    for (; i < count && (first + i) % kPer != 0; ++i) out[i] = Add ? out[i] + value(code_at(first + i)) : value(code_at(first + i));
+    const uint8_t* b = bytes + (first + i) / kPer;
+    float* o = out + i;
+    const int64_t full = (count - i) / kPer;
+    for (int64_t t = 0; t < full; ++t) {
+      const uint32_t byte = b[t];
+      for (int j = 0; j < kPer; ++j) {
+        const float v = value((byte >> (j * Bits)) & kMask);
+        o[kPer * t + j] = Add ? o[kPer * t + j] + v : v;
+      }
+    }
+    for (i += full * kPer; i < count; ++i) out[i] = Add ? out[i] + value(code_at(first + i)) : value(code_at(first + i));
+  }
+}
+
+// Values [begin, end) of the span into out[0..end - begin).
+template <int Bits, bool Add>
+void decode_range(const wire::QsgdLayout& l, const uint8_t* in, int64_t begin, int64_t end, float* out) {
+  const auto* scales = reinterpret_cast<const float*>(in + wire::kHeaderBytes);
+  constexpr int32_t kLevels = (1 << (Bits - 1)) - 1;
+  for (int64_t b = begin / l.bucket; b < l.buckets && b * l.bucket < end; ++b) {
+    const int64_t start = b * l.bucket;
+    const int64_t lo = begin > start ? begin : start;
+    const int64_t hi = end < start + l.len(b) ? end : start + l.len(b);
+    decode_bucket<Bits, Add>(in + l.words_offset(b), lo - start, hi - lo, scales[b] / static_cast<float>(kLevels),
+                             out + (lo - begin));
+  }
+}
+
+template <typename F>
+void with_bits(int bits, F&& f) {
+  switch (bits) {
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    default: f(std::integral_constant<int, 16>{}); break;
+  }
+}
+
+class QsgdQuantizer final : public Quantizer {
+ public:
+  explicit QsgdQuantizer(const QuantSpec& spec) : Quantizer(spec) {}
+
+ protected:
+  size_t max_body_bytes(int64_t n, int64_t) const override {
+    return wire::qsgd_layout(n, spec().bucket, spec().bits).body_end;
+  }
+
+  WireHeader header(const wire::QsgdLayout& l) const {
+    WireHeader h;
+    h.method = QuantMethod::qsgd;
+    h.a = static_cast<uint32_t>(l.bits);
+    h.b = static_cast<uint32_t>(l.bucket);
+    h.c = static_cast<uint32_t>(spec().norm);
+    h.n = static_cast<uint64_t>(l.n);
+    h.total = wire::pad8(l.body_end);
+    return h;
+  }
+
+  size_t encode_cpu(const EncodeArgs& a) const override {
+    const wire::QsgdLayout l = wire::qsgd_layout(a.n, spec().bucket, spec().bits);
+    wire::write_header(a.out, header(l));
+    with_bits(spec().bits, [&](auto bits) {
+      if (a.residual) encode_all<bits(), true>(a, l, spec().norm);
+      else encode_all<bits(), false>(a, l, spec().norm);
+    });
+    return l.body_end;
+  }
+
+  size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
+    const wire::QsgdLayout l = wire::qsgd_layout(a.n, spec().bucket, spec().bits);
+    qsgd_encode_cuda(ctx, a, l, spec().norm, header(l));
+    return l.body_end;
+  }
+
+  void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
+    const wire::QsgdLayout l = check_body(h);
+    const auto* scales = reinterpret_cast<const float*>(in.data() + wire::kHeaderBytes);
+    for (int64_t b = 0; b < l.buckets; ++b)
+      if (float_bits(scales[b]) >= kNonFinite)
+        wire::bad_payload(method(), fmt::format("bucket {} has scale {}, not a finite value >= 0", b, scales[b]));
+    with_bits(l.bits, [&](auto bits) {
+      decode_tiled(out, l.n, add, [&](int64_t b, int64_t e, float* dst) {
+        if (add) decode_range<bits(), true>(l, in.data(), b, e, dst);
+        else decode_range<bits(), false>(l, in.data(), b, e, dst);
+      });
+    });
+  }
+
+  void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
+                   bool add) const override {
+    const wire::QsgdLayout l = check_body(h);
+    qsgd_decode_cuda(ctx, l, in.data(), out, add);
+  }
+
+ private:
+  wire::QsgdLayout check_body(const WireHeader& h) const {
+    if (h.a != 2 && h.a != 4 && h.a != 8 && h.a != 16)
+      wire::bad_payload(method(), fmt::format("bits field {} (2, 4, 8 or 16)", h.a));
+    if (h.b == 0) wire::bad_payload(method(), "bucket size 0");
+    if (h.c > 1) wire::bad_payload(method(), fmt::format("norm field {} (0 max, 1 l2)", h.c));
+    const wire::QsgdLayout l = wire::qsgd_layout(static_cast<int64_t>(h.n), h.b, static_cast<int>(h.a));
+    if (h.total != wire::pad8(l.body_end))
+      wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
+    return l;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Quantizer> make_qsgd_quantizer(const QuantSpec& spec) { return std::make_unique<QsgdQuantizer>(spec); }
+
+}  // namespace qtrain::quant_detail

@@ -1,0 +1,182 @@
+// The quantizer contract (docs/quantizers.md; the specification is quantizers.md part A): a
+// Quantizer turns one contiguous fp32 span into a self-describing, versioned payload and back. It
+// knows nothing about transport. Per-tensor, per-replica state (the error-feedback residual and the
+// identity behind the random key) lives in a QuantState the caller owns and checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/check.h"
+#include "framework/context.h"
+#include "framework/philox.h"
+#include "framework/tensor.h"
+
+namespace qtrain {
+
+// Method ids are part of the wire format (header byte 2): never renumber.
+enum class QuantMethod : uint8_t { fp32 = 1, fp16 = 2, bf16 = 3, dettmers8 = 4, onebit = 5, qsgd = 6, adaptive = 7, topk = 8 };
+
+const char* quant_method_name(QuantMethod method);
+// Throws InputError listing the known names.
+QuantMethod quant_method_from_name(const std::string& name);
+
+enum class Dettmers8Variant : uint8_t { dynamic_tree = 0, linear = 1 };
+enum class OnebitMode : uint8_t { column = 0, bucket = 1 };
+enum class QsgdNorm : uint8_t { max = 0, l2 = 1 };
+
+// One method with its parameters. Fields that do not apply to `method` are ignored. Defaults are the
+// papers' settings (quantizers.md part A); validate() checks ranges.
+struct QuantSpec {
+  QuantMethod method = QuantMethod::fp32;
+  bool error_feedback = false;  // v = g + e, send Q(v), keep e = v - decode(Q(v)); see default_error_feedback()
+
+  Dettmers8Variant variant = Dettmers8Variant::dynamic_tree;  // dettmers8
+  OnebitMode mode = OnebitMode::column;                       // onebit
+  int64_t bucket = 0;   // onebit bucket mode (default 64) and qsgd (default 128 / 512 / 512 / 8192 by bits)
+  int bits = 4;         // qsgd: 2, 4, 8 or 16
+  QsgdNorm norm = QsgdNorm::max;  // qsgd
+  double proportion = 1.0 / 32;   // adaptive: the proportion pi of values sent
+  int64_t sample = 0;             // adaptive: 0 = exact threshold; else the number of sampled values
+  double fraction = 0.01;         // topk: the fraction of values kept
+
+  // The spec with method-dependent defaults filled in (bucket 0 -> the method's default).
+  static QuantSpec defaults(QuantMethod method);
+  // Throws InputError naming the bad field.
+  void validate() const;
+  // "qsgd(bits=4, bucket=512, norm=max)"
+  std::string str() const;
+  bool operator==(const QuantSpec&) const = default;
+};
+
+// Whether the method keeps a residual unless the config says otherwise: onebit, adaptive, topk.
+bool default_error_feedback(QuantMethod method);
+
+// Raised by encode when its input holds NaN or Inf (all methods but fp32/fp16/bf16, which pass them
+// through): the trainer's NaN guard catches it and names the tensor.
+class NonFiniteInputError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// Per replica, per tensor: the residual (when the method uses error feedback) and the identity of
+// the random stream. The random key of one encode is derive_philox_key(seed, ctx.step(), rank,
+// tensor_id); elements index the counter, so no generator state exists. A re-quantization that needs
+// an independent stream (the owner's second quantization in reduce-scatter + allgather) uses a
+// second QuantState with another tensor_id. Not thread-safe: one encode at a time per state.
+class QuantState {
+ public:
+  QuantState() = default;
+  QuantState(uint64_t seed, int rank, uint64_t tensor_id) : seed_(seed), rank_(rank), tensor_id_(tensor_id) {}
+
+  uint64_t seed() const { return seed_; }
+  int rank() const { return rank_; }
+  uint64_t tensor_id() const { return tensor_id_; }
+  PhiloxKey rng_key(uint64_t step) const {
+    return derive_philox_key(seed_, step, static_cast<uint64_t>(rank_), tensor_id_);
+  }
+
+  // The error-feedback residual e (f32, n values, on the encode device); undefined until the first
+  // encode with error feedback or Quantizer::init_state().
+  bool has_residual() const { return residual_.defined(); }
+  Tensor& residual() { return residual_; }
+  const Tensor& residual() const { return residual_; }
+  // Sets the residual to zero (a fresh start; keeps the allocation).
+  void reset();
+
+  // Named state for checkpoints: {"residual", e} when there is one. The tensors are the live buffers:
+  // copying into them restores the state (call Quantizer::init_state() first so they exist).
+  std::vector<std::pair<std::string, Tensor>> state();
+
+  // Scratch space of encode (selection candidates, CUDA reduction partials) on `device`: grown on
+  // demand and kept, so steady-state encodes do not allocate; never saved.
+  void* workspace(Device device, size_t bytes);
+
+ private:
+  friend class Quantizer;
+
+  uint64_t seed_ = 0;
+  int rank_ = 0;
+  uint64_t tensor_id_ = 0;
+  Tensor residual_;
+  Tensor workspace_;
+};
+
+// Arguments of one encode after the entry checks; what the method implementations see.
+struct EncodeArgs {
+  const float* in = nullptr;   // n values
+  int64_t n = 0;
+  int64_t column = 1;          // the tensor's innermost dimension (divides n for column methods)
+  float* residual = nullptr;   // n values when error feedback is on, else null
+  uint8_t* out = nullptr;      // at least max_encoded_bytes(n, column) bytes, 8-byte aligned
+  PhiloxKey key{0, 0};
+  QuantState* state = nullptr;  // for workspace()
+};
+
+// A payload's header, read back (quant/wire.h has the layout).
+struct WireHeader;
+
+class Quantizer {
+ public:
+  virtual ~Quantizer() = default;
+  Quantizer(const Quantizer&) = delete;
+  Quantizer& operator=(const Quantizer&) = delete;
+
+  const QuantSpec& spec() const { return spec_; }
+  QuantMethod method() const { return spec_.method; }
+  bool error_feedback() const { return spec_.error_feedback; }
+
+  // An upper bound on encode's result for n values whose innermost dimension is `column` (column
+  // matters for onebit column mode and adaptive; other methods ignore it). A multiple of 8.
+  size_t max_encoded_bytes(int64_t n, int64_t column) const;
+
+  // Encodes `in` (n = in.size() values; the step comes from ctx.step()) into `out`, which must hold
+  // max_encoded_bytes(n, column) bytes and be 8-byte aligned; returns the payload size (a multiple of
+  // 8). With error feedback, reads and updates state.residual() (allocated on first use).
+  // Spans are in ctx.device()'s memory. The CUDA path synchronizes ctx's stream before returning
+  // (the size and the NaN check come back to the host). Throws NonFiniteInputError on NaN/Inf input
+  // for the methods that compute scales; `out` and the residual are then unspecified.
+  size_t encode(Context& ctx, std::span<const float> in, int64_t column, QuantState& state,
+                std::span<uint8_t> out) const;
+
+  // Decodes a payload of this method holding exactly n values into out (n values; overwritten) or
+  // adds it into acc. `in` may be longer than the payload (a fixed-size receive slot): the header's
+  // length says where the payload ends. Every header field, length and index is validated against
+  // `in` and n first; a malformed payload throws InputError and leaves out/acc untouched. Payloads
+  // are self-describing: a qsgd decoder reads any bits/bucket/norm the header states.
+  void decode(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out) const;
+  void decode_add(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> acc) const;
+
+  // Allocates what encode will need for a tensor of n values on `device` (the zeroed residual when
+  // error feedback is on), so that checkpoint restore can copy into state.state() before the first
+  // step.
+  void init_state(QuantState& state, int64_t n, Device device) const;
+
+ protected:
+  explicit Quantizer(QuantSpec spec);
+
+  virtual size_t max_body_bytes(int64_t n, int64_t column) const = 0;
+  // Writes header and body; returns the unpadded payload size (the base pads to 8 with zeros).
+  virtual size_t encode_cpu(const EncodeArgs& args) const = 0;
+  virtual size_t encode_cuda(Context& ctx, const EncodeArgs& args) const = 0;
+  // `in` is the payload only (header.total bytes, header already validated by the base).
+  virtual void decode_cpu(const WireHeader& header, std::span<const uint8_t> in, float* out, bool add) const = 0;
+  virtual void decode_cuda(Context& ctx, const WireHeader& header, std::span<const uint8_t> in, float* out,
+                           bool add) const = 0;
+
+ private:
+  void decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out, bool add) const;
+  QuantSpec spec_;
+};
+
+// A quantizer for a validated spec (validate() is called here too).
+std::unique_ptr<Quantizer> make_quantizer(const QuantSpec& spec);
+
+// The innermost dimension of a tensor as stored ("column" in quantizers.md part A); 1 for scalars.
+inline int64_t column_length(const Tensor& t) { return t.ndim() == 0 ? 1 : t.dim(-1); }
+
+}  // namespace qtrain

@@ -1,0 +1,584 @@
+// Kernels of the sparse methods, topk and adaptive: the exact radix selection of the k-th largest
+// |v| (quant/select.h: histograms of 11, 11 and 9 bits; counts do not depend on the order of the
+// atomics, so the threshold is the CPU's), and an order-preserving compaction (tile counts, one scan,
+// then each tile writes its entries in index order), which gives the CPU loops' exact layouts.
+#include "quant/cuda_common.cuh"
+#include "quant/kernels.h"
+
+namespace qtrain::quant_detail {
+namespace {
+
+constexpr int kBins = 2048;
+constexpr int64_t kTile = 4096;
+constexpr int kTileThreads = 256;
+constexpr int kScanThreads = 1024;
+
+struct SpanValues {
+  const float* g;
+  const float* e;
+  __device__ float operator()(int64_t i) const { return e ? g[i] + e[i] : g[i]; }
+};
+
+struct ArrayValues {
+  const float* x;
+  __device__ float operator()(int64_t i) const { return x[i]; }
+};
+
+// ---- radix selection ---------------------------------------------------------------------------
+
+struct SelectState {
+  unsigned long long rank;  // the rank still sought inside the current bucket
+  uint32_t b1, b2;
+  uint32_t threshold;       // the k-th largest |v| as float bits
+  unsigned long long ties;  // values equal to the threshold that complete the top k
+};
+
+template <int Level, typename V>
+__global__ void select_hist_kernel(V v, int64_t n, const SelectState* state, unsigned int* hist) {
+  __shared__ unsigned int h[kBins];
+  for (int b = threadIdx.x; b < kBins; b += blockDim.x) h[b] = 0;
+  __syncthreads();
+  const uint32_t b1 = Level > 1 ? state->b1 : 0u, b2 = Level > 2 ? state->b2 : 0u;
+  const uint32_t prefix = (b1 << 20) | (b2 << 9);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t bits = abs_bits(v(i));
+    if (Level == 1) atomicAdd(&h[bits >> 20], 1u);
+    else if (Level == 2 && (bits >> 20) == b1) atomicAdd(&h[(bits >> 9) & 0x7ffu], 1u);
+    else if (Level == 3 && (bits & ~0x1ffu) == prefix) atomicAdd(&h[bits & 0x1ffu], 1u);
+  }
+  __syncthreads();
+  const int bins = Level == 3 ? 512 : kBins;
+  for (int b = threadIdx.x; b < bins; b += blockDim.x)
+    if (h[b]) atomicAdd(&hist[b], h[b]);
+}
+
+// One block of kScanThreads: suffix sums of the histogram, then the one bin where the sought rank
+// falls records itself (select_detail::find_bucket of quant/select.h).
+template <int Level>
+__global__ void select_find_kernel(const unsigned int* hist, SelectState* state, unsigned long long k,
+                                   EncodeStatus* status) {
+  constexpr int kBinsHere = Level == 3 ? 512 : kBins;
+  __shared__ unsigned long long suffix[kBins];
+  const unsigned long long rank = Level == 1 ? k : state->rank;
+  for (int b = threadIdx.x; b < kBinsHere; b += blockDim.x) suffix[b] = hist[b];
+  __syncthreads();
+  for (int off = 1; off < kBinsHere; off *= 2) {
+    unsigned long long add[kBins / kScanThreads];
+    for (int j = 0; j < kBins / kScanThreads; ++j) {
+      const int b = threadIdx.x + j * kScanThreads;
+      add[j] = b < kBinsHere && b + off < kBinsHere ? suffix[b + off] : 0ull;
+    }
+    __syncthreads();
+    for (int j = 0; j < kBins / kScanThreads; ++j) {
+      const int b = threadIdx.x + j * kScanThreads;
+      if (b < kBinsHere) suffix[b] += add[j];
+    }
+    __syncthreads();
+  }
+  for (int b = threadIdx.x; b < kBinsHere; b += blockDim.x) {
+    const unsigned long long above = b + 1 < kBinsHere ? suffix[b + 1] : 0ull;
+    const unsigned long long count = hist[b];
+    if (count > 0 && above < rank && rank <= above + count) {
+      if (Level == 1) state->b1 = static_cast<uint32_t>(b);
+      if (Level == 2) state->b2 = static_cast<uint32_t>(b);
+      if (Level == 3) {
+        state->threshold = (state->b1 << 20) | (state->b2 << 9) | static_cast<uint32_t>(b);
+        state->ties = rank - above;
+      }
+      state->rank = rank - above;
+    }
+    if (Level == 1 && b >= static_cast<int>(kNonFinite >> 20) && count > 0) atomicOr(&status->non_finite, 1u);
+  }
+}
+
+size_t select_bytes() { return Carver::bytes<SelectState>(1) + 3 * Carver::bytes<unsigned int>(kBins); }
+
+// The k-th largest |v(i)| over [0, n) into state (k >= 1, asynchronous).
+template <typename V>
+SelectState* select_kth(Context& ctx, Carver& carver, V v, int64_t n, int64_t k, EncodeStatus* status) {
+  auto* state = carver.take<SelectState>(1);
+  auto* hist = carver.take<unsigned int>(3 * kBins);
+  cudaStream_t s = stream_of(ctx);
+  CUDA_CHECK(cudaMemsetAsync(state, 0, sizeof(SelectState), s));
+  CUDA_CHECK(cudaMemsetAsync(hist, 0, 3 * kBins * sizeof(unsigned int), s));
+  constexpr int kThreads = 256;
+  const int grid = grid_for(n, kThreads) < 1024 ? grid_for(n, kThreads) : 1024;  // shared histograms: few blocks
+  const auto rank = static_cast<unsigned long long>(k);
+  select_hist_kernel<1><<<grid, kThreads, 0, s>>>(v, n, state, hist);
+  select_find_kernel<1><<<1, kScanThreads, 0, s>>>(hist, state, rank, status);
+  select_hist_kernel<2><<<grid, kThreads, 0, s>>>(v, n, state, hist + kBins);
+  select_find_kernel<2><<<1, kScanThreads, 0, s>>>(hist + kBins, state, rank, status);
+  select_hist_kernel<3><<<grid, kThreads, 0, s>>>(v, n, state, hist + 2 * kBins);
+  select_find_kernel<3><<<1, kScanThreads, 0, s>>>(hist + 2 * kBins, state, rank, status);
+  CUDA_CHECK(cudaGetLastError());
+  return state;
+}
+
+// ---- order-preserving compaction -----------------------------------------------------------------
+// Each value is "primary" (always selected) or "secondary" (selected while fewer than `secondary_quota`
+// secondaries precede it: topk's ties at the threshold), or neither. Selected values get consecutive
+// ranks in index order.
+
+struct Tiles {
+  int64_t count;
+  unsigned long long* primary;    // per tile
+  unsigned long long* secondary;  // per tile
+  unsigned long long* secondary_before;
+  unsigned long long* selected_before;
+};
+
+size_t tiles_bytes(int64_t n) {
+  const auto tiles = static_cast<size_t>((n + kTile - 1) / kTile);
+  return 4 * Carver::bytes<unsigned long long>(tiles);
+}
+
+Tiles make_tiles(Carver& carver, int64_t n) {
+  Tiles t{};
+  t.count = (n + kTile - 1) / kTile;
+  const auto c = static_cast<size_t>(t.count);
+  t.primary = carver.take<unsigned long long>(c);
+  t.secondary = carver.take<unsigned long long>(c);
+  t.secondary_before = carver.take<unsigned long long>(c);
+  t.selected_before = carver.take<unsigned long long>(c);
+  return t;
+}
+
+// Exclusive scan of one flag over a block of kTileThreads threads (all threads must call it).
+__device__ __forceinline__ int block_exclusive_count(bool flag, int* warp_totals, int& total) {
+  const unsigned ballot = __ballot_sync(kFullMask, flag);
+  const int lane = static_cast<int>(threadIdx.x % kWarp), warp = static_cast<int>(threadIdx.x / kWarp);
+  if (lane == 0) warp_totals[warp] = __popc(ballot);
+  __syncthreads();
+  int before = 0;
+  total = 0;
+  for (int w = 0; w < kTileThreads / kWarp; ++w) {
+    const int t = warp_totals[w];
+    if (w < warp) before += t;
+    total += t;
+  }
+  __syncthreads();  // warp_totals is reused by the next call
+  return before + __popc(ballot & ((1u << lane) - 1u));
+}
+
+template <typename Flags>
+__global__ void tile_count_kernel(Flags flags, int64_t n, Tiles tiles) {
+  __shared__ unsigned long long sums[2];
+  for (int64_t tile = blockIdx.x; tile < tiles.count; tile += gridDim.x) {
+    if (threadIdx.x < 2) sums[threadIdx.x] = 0;
+    __syncthreads();
+    unsigned long long p = 0, q = 0;
+    const int64_t end = (tile + 1) * kTile < n ? (tile + 1) * kTile : n;
+    for (int64_t i = tile * kTile + threadIdx.x; i < end; i += blockDim.x) {
+      const uint32_t f = flags.of(i);
+      p += f & 1u;
+      q += (f >> 1) & 1u;
+    }
+    atomicAdd(&sums[0], p);
+    atomicAdd(&sums[1], q);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      tiles.primary[tile] = sums[0];
+      tiles.secondary[tile] = sums[1];
+    }
+    __syncthreads();
+  }
+}
+
+// Inclusive scan of one value per thread over a block of kScanThreads.
+__device__ __forceinline__ unsigned long long block_inclusive_scan(unsigned long long x, unsigned long long* warp_sums,
+                                                                   unsigned long long& total) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp), warp = static_cast<int>(threadIdx.x / kWarp);
+  for (int off = 1; off < kWarp; off *= 2) {
+    const unsigned long long y = __shfl_up_sync(kFullMask, x, off);
+    if (lane >= off) x += y;
+  }
+  if (lane == kWarp - 1) warp_sums[warp] = x;
+  __syncthreads();
+  unsigned long long before = 0;
+  total = 0;
+  for (int w = 0; w < kScanThreads / kWarp; ++w) {
+    if (w < warp) before += warp_sums[w];
+    total += warp_sums[w];
+  }
+  __syncthreads();
+  return before + x;
+}
+
+// One block: secondary_before, the secondaries each tile may take, selected_before; the totals go to
+// status->count (selected values).
+__global__ void tile_scan_kernel(Tiles tiles, unsigned long long secondary_quota, EncodeStatus* status) {
+  __shared__ unsigned long long warp_sums[kScanThreads / kWarp];
+  unsigned long long carry_secondary = 0, carry_selected = 0;
+  for (int64_t base = 0; base < tiles.count; base += kScanThreads) {
+    const int64_t t = base + threadIdx.x;
+    const unsigned long long p = t < tiles.count ? tiles.primary[t] : 0ull;
+    const unsigned long long q = t < tiles.count ? tiles.secondary[t] : 0ull;
+    unsigned long long total = 0;
+    const unsigned long long q_before = carry_secondary + block_inclusive_scan(q, warp_sums, total) - q;
+    carry_secondary += total;
+    const unsigned long long quota_left = secondary_quota > q_before ? secondary_quota - q_before : 0ull;
+    const unsigned long long taken = quota_left < q ? quota_left : q;
+    const unsigned long long selected = p + taken;
+    const unsigned long long s_before = carry_selected + block_inclusive_scan(selected, warp_sums, total) - selected;
+    carry_selected += total;
+    if (t < tiles.count) {
+      tiles.secondary_before[t] = q_before;
+      tiles.selected_before[t] = s_before;
+    }
+  }
+  if (threadIdx.x == 0) status->count = carry_selected;
+}
+
+// One block per tile, values in index order 256 at a time; emit(i, selected, rank) with rank = the
+// number of selected values before i (also for values not selected).
+template <typename Flags, typename Emit>
+__global__ void tile_write_kernel(Flags flags, int64_t n, Tiles tiles, unsigned long long secondary_quota, Emit emit) {
+  __shared__ int warp_totals[kTileThreads / kWarp];
+  for (int64_t tile = blockIdx.x; tile < tiles.count; tile += gridDim.x) {
+    unsigned long long secondary_seen = tiles.secondary_before[tile];
+    unsigned long long selected_seen = tiles.selected_before[tile];
+    for (int64_t round = tile * kTile; round < (tile + 1) * kTile && round < n; round += kTileThreads) {
+      const int64_t i = round + threadIdx.x;
+      const uint32_t f = i < n ? flags.of(i) : 0u;
+      int total = 0;
+      const int q_rank = block_exclusive_count((f >> 1) & 1u, warp_totals, total);
+      const bool take = ((f >> 1) & 1u) && secondary_seen + static_cast<unsigned long long>(q_rank) < secondary_quota;
+      secondary_seen += static_cast<unsigned long long>(total);
+      const bool selected = (f & 1u) || take;
+      const int s_rank = block_exclusive_count(selected, warp_totals, total);
+      if (i < n) emit(i, selected, selected_seen + static_cast<unsigned long long>(s_rank));
+      selected_seen += static_cast<unsigned long long>(total);
+    }
+  }
+}
+
+template <typename Flags, typename Emit>
+void compact(Context& ctx, const Tiles& tiles, Flags flags, int64_t n, unsigned long long quota, Emit emit,
+             EncodeStatus* status) {
+  cudaStream_t s = stream_of(ctx);
+  const int grid = tiles.count < 65535 * 4 ? static_cast<int>(tiles.count) : 65535 * 4;
+  tile_count_kernel<<<grid, kTileThreads, 0, s>>>(flags, n, tiles);
+  tile_scan_kernel<<<1, kScanThreads, 0, s>>>(tiles, quota, status);
+  tile_write_kernel<<<grid, kTileThreads, 0, s>>>(flags, n, tiles, quota, emit);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- topk ----------------------------------------------------------------------------------------
+
+struct TopkFlags {
+  SpanValues v;
+  const SelectState* state;
+  __device__ uint32_t of(int64_t i) const {
+    const uint32_t b = abs_bits(v(i));
+    const uint32_t t = state->threshold;
+    return (b > t ? 1u : 0u) | (b == t ? 2u : 0u);
+  }
+};
+
+struct TopkEmit {
+  SpanValues v;
+  float* residual;
+  uint32_t* indices;
+  float* values;
+  __device__ void operator()(int64_t i, bool selected, unsigned long long rank) const {
+    const float x = v(i);
+    if (selected) {
+      indices[rank] = static_cast<uint32_t>(i);
+      values[rank] = x;
+    }
+    if (residual) residual[i] = selected ? 0.0f : x;
+  }
+};
+
+// ---- adaptive ------------------------------------------------------------------------------------
+
+struct Thresholds {
+  float pos, neg;
+  uint32_t pos_min_bits, neg_min_abs_bits;  // sampled refinement
+};
+
+__global__ void exact_thresholds_kernel(const SelectState* state, Thresholds* th) {
+  th->pos = bits_float(state->threshold);
+  th->neg = -th->pos;
+}
+
+__global__ void sample_kernel(SpanValues v, int64_t n, int64_t sample, PhiloxKey key, float* pool) {
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < sample;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t block = static_cast<uint64_t>(j) / 4;
+    const PhiloxBlock b = philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), kStage1,
+                                        kTagSample, key);
+    const uint32_t word = b.v[j % 4];
+    pool[j] = v(static_cast<int64_t>((static_cast<uint64_t>(word) * static_cast<uint64_t>(n)) >> 32));
+  }
+}
+
+__global__ void refine_kernel(const float* pool, int64_t sample, const SelectState* state, Thresholds* th) {
+  const uint32_t t = state->threshold;
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < sample;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = pool[j];
+    if (abs_bits(x) < t) continue;
+    if (x > 0.0f) atomicMin(&th->pos_min_bits, float_bits(x));
+    if (x < 0.0f) atomicMin(&th->neg_min_abs_bits, abs_bits(x));
+  }
+}
+
+__global__ void sampled_thresholds_kernel(const SelectState* state, Thresholds* th) {
+  const float t = bits_float(state->threshold);
+  th->pos = th->pos_min_bits != ~0u ? bits_float(th->pos_min_bits) : t;
+  th->neg = th->neg_min_abs_bits != ~0u ? -bits_float(th->neg_min_abs_bits) : -t;
+}
+
+struct AdaptiveSums {
+  SpanValues v;
+  const Thresholds* th;
+  __device__ Contribution operator()(int64_t, int64_t i) const {
+    const float x = v(i);
+    const bool p = adaptive_positive(float_bits(x), float_bits(th->pos));
+    const bool q = adaptive_negative(float_bits(x), float_bits(th->neg));
+    return {masked(x, p), masked(x, q), p ? 1 : 0, q ? 1 : 0, abs_bits(x) >= kNonFinite ? 1u : 0u};
+  }
+};
+
+struct AdaptiveMeans {
+  uint8_t* out;
+  const Thresholds* th;
+  __device__ void operator()(int64_t c, float pos, float neg, long long count_pos, long long count_neg) const {
+    float* head = reinterpret_cast<float*>(out + wire::kHeaderBytes + 12 * static_cast<size_t>(c));
+    head[1] = count_pos > 0 ? pos / static_cast<float>(count_pos) : th->pos;
+    head[2] = count_neg > 0 ? neg / static_cast<float>(count_neg) : th->neg;
+  }
+};
+
+struct AdaptiveFlags {
+  SpanValues v;
+  const Thresholds* th;
+  __device__ uint32_t of(int64_t i) const {
+    const uint32_t x = float_bits(v(i));
+    return adaptive_positive(x, float_bits(th->pos)) || adaptive_negative(x, float_bits(th->neg)) ? 1u : 0u;
+  }
+};
+
+template <typename Entry>
+struct AdaptiveEmit {
+  SpanValues v;
+  const Thresholds* th;
+  float* residual;
+  uint8_t* out;
+  Entry* entries;
+  int64_t column;
+  unsigned long long cap;
+  __device__ void operator()(int64_t i, bool candidate, unsigned long long rank) const {
+    const int64_t c = i / column, row = i - c * column;
+    uint8_t* head = out + wire::kHeaderBytes + 12 * static_cast<size_t>(c);
+    // The first entry of each column: the candidates before its first row, up to the cap.
+    if (row == 0) *reinterpret_cast<uint32_t*>(head) = static_cast<uint32_t>(rank < cap ? rank : cap);
+    const float x = v(i);
+    const bool p = adaptive_positive(float_bits(x), float_bits(th->pos));
+    if (candidate && rank < cap) {
+      entries[rank] = static_cast<Entry>((static_cast<uint32_t>(row) << 1) | (p ? 1u : 0u));
+      const float mu = reinterpret_cast<const float*>(head)[p ? 1 : 2];
+      if (residual) residual[i] = x - mu;
+    } else if (residual) {
+      residual[i] = x;
+    }
+  }
+};
+
+// The entry count and the header, from the compaction's total.
+__global__ void adaptive_finish_kernel(uint8_t* out, WireHeaderFields h, size_t count_offset, int entry_bytes,
+                                       unsigned long long cap, EncodeStatus* status) {
+  const unsigned long long sent = status->count < cap ? status->count : cap;
+  status->count = sent;
+  *reinterpret_cast<uint32_t*>(out + count_offset) = static_cast<uint32_t>(sent);
+  h.c = static_cast<uint32_t>(sent);
+  h.total = wire::pad8(count_offset + 4 + static_cast<size_t>(entry_bytes) * sent);
+  store_header(out, h);
+}
+
+// ---- decode checks ------------------------------------------------------------------------------
+
+__global__ void topk_check_kernel(const uint32_t* indices, int64_t k, int64_t n, EncodeStatus* status) {
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < k;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (indices[j] >= n || (j > 0 && indices[j] <= indices[j - 1])) atomicOr(&status->bad, 1u);
+}
+
+template <bool Add>
+__global__ void topk_scatter_kernel(const uint32_t* indices, const float* values, int64_t k, float* out) {
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < k;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[indices[j]] = Add ? out[indices[j]] + values[j] : values[j];
+}
+
+__device__ __forceinline__ uint32_t column_first(const uint8_t* payload, int64_t c) {
+  return *reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes + 12 * static_cast<size_t>(c));
+}
+
+template <typename Entry>
+__global__ void adaptive_check_kernel(const uint8_t* payload, wire::AdaptiveLayout l, EncodeStatus* status) {
+  const auto* entries = reinterpret_cast<const Entry*>(payload + l.entries_offset);
+  if (blockIdx.x == 0 && threadIdx.x == 0 &&
+      *reinterpret_cast<const uint32_t*>(payload + l.count_offset) != static_cast<uint32_t>(l.entries))
+    atomicOr(&status->bad, 1u);
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < l.columns;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint8_t* head = payload + wire::kHeaderBytes + 12 * static_cast<size_t>(c);
+    const uint32_t first = column_first(payload, c);
+    const uint32_t previous = c > 0 ? column_first(payload, c - 1) : 0u;
+    const uint32_t next = c + 1 < l.columns ? column_first(payload, c + 1) : static_cast<uint32_t>(l.entries);
+    const uint32_t mu_pos = *reinterpret_cast<const uint32_t*>(head + 4);
+    const uint32_t mu_neg = *reinterpret_cast<const uint32_t*>(head + 8);
+    bool bad = (c == 0 && first != 0) || first < previous || first > l.entries || next < first ||
+               next > l.entries || (mu_pos & kAbsMask) >= kNonFinite || (mu_neg & kAbsMask) >= kNonFinite;
+    if (!bad) {
+      int64_t last_row = -1;
+      for (uint32_t j = first; j < next && !bad; ++j) {
+        const int64_t row = static_cast<int64_t>(entries[j]) >> 1;
+        bad = row >= l.column || row <= last_row;
+        last_row = row;
+      }
+    }
+    if (bad) atomicOr(&status->bad, 1u);
+  }
+}
+
+template <typename Entry, bool Add>
+__global__ void adaptive_scatter_kernel(const uint8_t* payload, wire::AdaptiveLayout l, float* out) {
+  const auto* entries = reinterpret_cast<const Entry*>(payload + l.entries_offset);
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < l.entries;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // The column: the last one whose first entry is <= j.
+    int64_t lo = 0, hi = l.columns - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (column_first(payload, mid) <= static_cast<uint32_t>(j)) lo = mid;
+      else hi = mid - 1;
+    }
+    const uint32_t e = entries[j];
+    const float* head = reinterpret_cast<const float*>(payload + wire::kHeaderBytes + 12 * static_cast<size_t>(lo));
+    const float mu = e & 1u ? head[1] : head[2];
+    float* o = out + lo * l.column + (e >> 1);
+    *o = Add ? *o + mu : mu;
+  }
+}
+
+}  // namespace
+
+void topk_encode_cuda(Context& ctx, const EncodeArgs& a, int64_t k, const WireHeader& h) {
+  cuda_write_header(ctx, a.out, h);
+  if (k == 0) return;
+  const size_t need = 256 + select_bytes() + tiles_bytes(a.n);
+  Carver carver(a.state->workspace(ctx.device(), need));
+  EncodeStatus* status = fresh_status(ctx, carver);
+  const SpanValues v{a.in, a.residual};
+  const SelectState* state = select_kth(ctx, carver, v, a.n, k, status);
+  // The tie quota is on the device: read it back once (the selection is done by then anyway).
+  SelectState host{};
+  CUDA_CHECK(cudaMemcpyAsync(&host, state, sizeof host, cudaMemcpyDeviceToHost, stream_of(ctx)));
+  CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+  if (read_status(ctx, status).non_finite)
+    throw NonFiniteInputError(fmt::format("topk encode: the input of {} values holds NaN or Inf", a.n));
+  const Tiles tiles = make_tiles(carver, a.n);
+  auto* indices = reinterpret_cast<uint32_t*>(a.out + wire::kHeaderBytes);
+  auto* values = reinterpret_cast<float*>(a.out + wire::kHeaderBytes + 4 * static_cast<size_t>(k));
+  compact(ctx, tiles, TopkFlags{v, state}, a.n, host.ties, TopkEmit{v, a.residual, indices, values}, status);
+  const EncodeStatus done = read_status(ctx, status);
+  QT_CHECK_EQ(static_cast<int64_t>(done.count), k, "topk (CUDA): selected values");
+}
+
+void topk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, float* out, bool add) {
+  constexpr int kThreads = 256;
+  const auto* indices = reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes);
+  const auto* values = reinterpret_cast<const float*>(payload + wire::kHeaderBytes + 4 * static_cast<size_t>(k));
+  if (k > 0) {
+    DecodeStatus status(ctx);
+    topk_check_kernel<<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(indices, k, n, status.get());
+    CUDA_CHECK(cudaGetLastError());
+    if (read_status(ctx, status.get()).bad)
+      wire::bad_payload(QuantMethod::topk, "indices must increase strictly and stay below the value count");
+  }
+  if (!add && n > 0) CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(n), stream_of(ctx)));
+  if (k == 0) return;
+  if (add) topk_scatter_kernel<true><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(indices, values, k, out);
+  else topk_scatter_kernel<false><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(indices, values, k, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+int64_t adaptive_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::AdaptiveLayout& bound, double proportion,
+                             int64_t sample, int64_t cap, size_t) {
+  WireHeader h;
+  h.method = QuantMethod::adaptive;
+  h.a = static_cast<uint32_t>(bound.entry_bytes);
+  h.b = static_cast<uint32_t>(bound.column);
+  h.n = static_cast<uint64_t>(a.n);
+  const bool sampled = sample > 0 && a.n > sample;
+  const size_t need = 256 + Carver::bytes<Thresholds>(1) + select_bytes() + tiles_bytes(a.n) +
+                      group_sums_bytes(a.n, bound.column) + (sampled ? Carver::bytes<float>(static_cast<size_t>(sample)) : 0);
+  Carver carver(a.state->workspace(ctx.device(), need));
+  EncodeStatus* status = fresh_status(ctx, carver);
+  auto* th = carver.take<Thresholds>(1);
+  cudaStream_t s = stream_of(ctx);
+  constexpr int kThreads = 256;
+  const SpanValues v{a.in, a.residual};
+  if (a.n > 0) {
+    if (!sampled) {
+      const SelectState* state = select_kth(ctx, carver, v, a.n, wire::count_for_proportion(proportion, a.n), status);
+      exact_thresholds_kernel<<<1, 1, 0, s>>>(state, th);
+    } else {
+      auto* pool = carver.take<float>(static_cast<size_t>(sample));
+      sample_kernel<<<grid_for(sample, kThreads), kThreads, 0, s>>>(v, a.n, sample, a.key, pool);
+      const SelectState* state = select_kth(ctx, carver, ArrayValues{pool}, sample,
+                                            wire::count_for_proportion(proportion, sample), status);
+      CUDA_CHECK(cudaMemsetAsync(&th->pos_min_bits, 0xff, 2 * sizeof(uint32_t), s));
+      refine_kernel<<<grid_for(sample, kThreads), kThreads, 0, s>>>(pool, sample, state, th);
+      sampled_thresholds_kernel<<<1, 1, 0, s>>>(state, th);
+    }
+    CUDA_CHECK(cudaGetLastError());
+    const GroupSumsPlan plan = make_group_sums_plan(carver, a.n, bound.column, status);
+    launch_group_sums(ctx, plan, AdaptiveSums{v, th}, AdaptiveMeans{a.out, th});
+    const Tiles tiles = make_tiles(carver, a.n);
+    uint8_t* entries = a.out + bound.entries_offset;
+    if (bound.entry_bytes == 2)
+      compact(ctx, tiles, AdaptiveFlags{v, th}, a.n, 0ull,
+              AdaptiveEmit<uint16_t>{v, th, a.residual, a.out, reinterpret_cast<uint16_t*>(entries), bound.column,
+                                     static_cast<unsigned long long>(cap)},
+              status);
+    else
+      compact(ctx, tiles, AdaptiveFlags{v, th}, a.n, 0ull,
+              AdaptiveEmit<uint32_t>{v, th, a.residual, a.out, reinterpret_cast<uint32_t*>(entries), bound.column,
+                                     static_cast<unsigned long long>(cap)},
+              status);
+  }
+  adaptive_finish_kernel<<<1, 1, 0, s>>>(a.out, fields_of(h), bound.count_offset, bound.entry_bytes,
+                                         static_cast<unsigned long long>(cap), status);
+  CUDA_CHECK(cudaGetLastError());
+  const EncodeStatus done = read_status(ctx, status);
+  if (done.non_finite)
+    throw NonFiniteInputError(fmt::format("adaptive encode: the input of {} values holds NaN or Inf", a.n));
+  return static_cast<int64_t>(done.count);
+}
+
+void adaptive_decode_cuda(Context& ctx, const wire::AdaptiveLayout& l, const uint8_t* payload, float* out, bool add) {
+  constexpr int kThreads = 256;
+  DecodeStatus status(ctx);
+  cudaStream_t s = stream_of(ctx);
+  const int grid = grid_for(l.columns > 0 ? l.columns : 1, kThreads);
+  if (l.entry_bytes == 2) adaptive_check_kernel<uint16_t><<<grid, kThreads, 0, s>>>(payload, l, status.get());
+  else adaptive_check_kernel<uint32_t><<<grid, kThreads, 0, s>>>(payload, l, status.get());
+  CUDA_CHECK(cudaGetLastError());
+  if (read_status(ctx, status.get()).bad)
+    wire::bad_payload(QuantMethod::adaptive, "column offsets, means or entries are out of range");
+  if (!add && l.n > 0) CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(l.n), s));
+  if (l.entries == 0) return;
+  const int egrid = grid_for(l.entries, kThreads);
+  if (l.entry_bytes == 2 && add) adaptive_scatter_kernel<uint16_t, true><<<egrid, kThreads, 0, s>>>(payload, l, out);
+  else if (l.entry_bytes == 2) adaptive_scatter_kernel<uint16_t, false><<<egrid, kThreads, 0, s>>>(payload, l, out);
+  else if (add) adaptive_scatter_kernel<uint32_t, true><<<egrid, kThreads, 0, s>>>(payload, l, out);
+  else adaptive_scatter_kernel<uint32_t, false><<<egrid, kThreads, 0, s>>>(payload, l, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace qtrain::quant_detail

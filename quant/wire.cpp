@@ -1,0 +1,129 @@
+// Wire header reading and writing, the layouts of each method's body, and the checks every decoder
+// runs on an untrusted header before it reads the body (payloads come from the network: a bad one is
+// an InputError, never an out-of-bounds access).
+#include "quant/wire.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace qtrain::wire {
+namespace {
+
+template <typename T>
+void put(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof v);  // the format is little-endian, as every supported host and GPU
+}
+
+template <typename T>
+T get(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+bool known_method(uint8_t id) { return id >= 1 && id <= 8; }
+
+}  // namespace
+
+void write_header(uint8_t* out, const WireHeader& h) {
+  out[0] = 'Q';
+  out[1] = 'T';
+  out[2] = static_cast<uint8_t>(h.method);
+  out[3] = h.version;
+  put<uint32_t>(out + 4, h.a);
+  put<uint64_t>(out + 8, h.n);
+  put<uint64_t>(out + 16, h.total);
+  put<uint32_t>(out + 24, h.b);
+  put<uint32_t>(out + 28, h.c);
+}
+
+WireHeader read_header(const uint8_t* p) {
+  WireHeader h;
+  h.method = static_cast<QuantMethod>(p[2]);
+  h.version = p[3];
+  h.a = get<uint32_t>(p + 4);
+  h.n = get<uint64_t>(p + 8);
+  h.total = get<uint64_t>(p + 16);
+  h.b = get<uint32_t>(p + 24);
+  h.c = get<uint32_t>(p + 28);
+  return h;
+}
+
+void bad_payload(QuantMethod method, const std::string& what) {
+  throw InputError(fmt::format("{} payload: {}", quant_method_name(method), what));
+}
+
+WireHeader check_header(std::span<const uint8_t> in, size_t in_size, QuantMethod expected, int64_t expected_n) {
+  if (in_size < kHeaderBytes || in.size() < kHeaderBytes)
+    bad_payload(expected, fmt::format("truncated: {} bytes, a payload has at least a {}-byte header", in_size,
+                                      kHeaderBytes));
+  if (in[0] != 'Q' || in[1] != 'T')
+    bad_payload(expected, fmt::format("not a qtrain quantizer payload (magic {:#04x} {:#04x}, expected 'Q' 'T')",
+                                      in[0], in[1]));
+  const WireHeader h = read_header(in.data());
+  if (static_cast<QuantMethod>(in[2]) != expected)
+    bad_payload(expected, fmt::format("the payload is method {} ({}), this decoder is {}",
+                                      known_method(in[2]) ? quant_method_name(h.method) : "unknown", in[2],
+                                      quant_method_name(expected)));
+  if (h.version != kVersion)
+    bad_payload(expected, fmt::format("wire format version {} is not supported (this build reads version {})",
+                                      h.version, kVersion));
+  if (h.n != static_cast<uint64_t>(expected_n))
+    bad_payload(expected, fmt::format("holds {} values, the receiver expects {}", h.n, expected_n));
+  if (h.total < kHeaderBytes || h.total % kAlign != 0)
+    bad_payload(expected, fmt::format("length field {} is not a multiple of {} of at least {}", h.total, kAlign,
+                                      kHeaderBytes));
+  if (h.total > in_size)
+    bad_payload(expected, fmt::format("truncated: the header says {} bytes, the buffer holds {}", h.total, in_size));
+  return h;
+}
+
+size_t cast_value_bytes(QuantMethod method) { return method == QuantMethod::fp32 ? 4 : 2; }
+
+OnebitLayout onebit_layout(int64_t n, int64_t group) {
+  OnebitLayout l;
+  l.n = n;
+  l.group = group;
+  l.groups = ceil_div(n, group);
+  l.words_full = ceil_div(group, 32);
+  l.group_bytes = 8 + 4 * static_cast<size_t>(l.words_full);
+  l.body_end = kHeaderBytes;
+  if (l.groups > 0)
+    l.body_end = l.offset(l.groups - 1) + 8 + 4 * static_cast<size_t>(ceil_div(l.len(l.groups - 1), 32));
+  return l;
+}
+
+QsgdLayout qsgd_layout(int64_t n, int64_t bucket, int bits) {
+  QsgdLayout l;
+  l.n = n;
+  l.bucket = bucket;
+  l.bits = bits;
+  l.buckets = ceil_div(n, bucket);
+  l.words_full = ceil_div(bucket * bits, 32);
+  l.codes_offset = kHeaderBytes + 4 * static_cast<size_t>(l.buckets);
+  l.body_end = l.codes_offset;
+  if (l.buckets > 0)
+    l.body_end = l.words_offset(l.buckets - 1) + 4 * static_cast<size_t>(ceil_div(l.len(l.buckets - 1) * bits, 32));
+  return l;
+}
+
+AdaptiveLayout adaptive_layout(int64_t n, int64_t column, int64_t entries) {
+  AdaptiveLayout l;
+  l.n = n;
+  l.column = column;
+  l.columns = n / column;
+  l.entries = entries;
+  l.entry_bytes = adaptive_entry_bytes(column);
+  l.count_offset = kHeaderBytes + 12 * static_cast<size_t>(l.columns);
+  l.entries_offset = l.count_offset + 4;
+  l.body_end = l.entries_offset + static_cast<size_t>(l.entry_bytes) * static_cast<size_t>(entries);
+  return l;
+}
+
+int64_t count_for_proportion(double proportion, int64_t n) {
+  if (n == 0) return 0;
+  const int64_t k = static_cast<int64_t>(std::llround(proportion * static_cast<double>(n)));
+  return k < 1 ? 1 : (k > n ? n : k);
+}
+
+}  // namespace qtrain::wire

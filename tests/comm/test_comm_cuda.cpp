@@ -1,0 +1,197 @@
+// GPU buffers through the transports, with the crafted values of comm_test_util.h: MpiComm staging
+// device memory through pinned host buffers, LocalComm copying from the GPU, and NcclComm with one
+// GPU per rank on device and host inputs (or, when a host has fewer GPUs than ranks,
+// make_communicator's "one GPU per rank" error). Needs a GPU; skipped without.
+#include <catch2/catch.hpp>
+#include <mpi.h>
+
+#include "comm/communicator.h"
+#include "comm/local_comm.h"
+#include "comm/mpi_comm.h"
+#include "quant/numerics.h"
+#include "tests/comm/comm_test_util.h"
+#include "tests/comm/mpi_test_main.h"
+
+using namespace qtrain;
+using namespace qtrain::comm_test;
+using namespace qtrain::quant_detail;
+using Catch::Contains;
+
+namespace {
+
+Device my_gpu() { return Device::cuda(test_mpi().local_rank() % cuda_device_count()); }
+
+int ranks_on_this_host() {
+  MPI_Comm host;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+  int n = 0;
+  MPI_CHECK(MPI_Comm_size(host, &n));
+  MPI_CHECK(MPI_Comm_free(&host));
+  return n;
+}
+
+// A buffer holding `host`'s bytes, on the GPU or (when gpu is the CPU) on the host.
+template <typename T>
+Tensor place(const std::vector<T>& host, Device device) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(host.size() * sizeof(T))}, DType::u8, device);
+  device_copy(device, t.raw(), Device::cpu(), host.data(), host.size() * sizeof(T));
+  return t;
+}
+
+template <typename T>
+std::vector<T> fetch(const Tensor& t, Device device) {
+  std::vector<T> host(t.nbytes() / sizeof(T));
+  device_copy(Device::cpu(), host.data(), device, t.raw(), t.nbytes());
+  return host;
+}
+
+std::span<const uint8_t> bytes_of(const Tensor& t) { return {static_cast<const uint8_t*>(t.raw()), t.nbytes()}; }
+
+// The exact expectations of test_comm_mpi.cpp with the inputs in `where` (the GPU of ctx, or the
+// host) and a CUDA context. Received bytes come back in host vectors.
+void check_collectives(Communicator& comm, Context& ctx, Device where) {
+  const int p = comm.size(), r = comm.rank();
+  INFO("rank " << r << " of " << p << " via " << comm.name() << ", inputs on " << where.str());
+
+  const size_t n = 1001;
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = f32_value(r, i);
+  Tensor dx = place(x, where);
+  comm.all_reduce_sum(ctx, dx.raw(), static_cast<int64_t>(n), ReduceType::f32);
+  ctx.synchronize();  // NcclComm leaves GPU results enqueued
+  x = fetch<float>(dx, where);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += x[i] != f32_sum(p, i);
+  CHECK(wrong == 0);
+
+  // 16-bit sums: exact small sums on odd elements, the rounding cases on even ones.
+  for (bool bf16 : {false, true}) {
+    const auto& cases = bf16 ? bf16_rounding_cases() : f16_rounding_cases();
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; ++i) {
+      const RoundingCase& c = cases[i % cases.size()];
+      h[i] = i % 2 ? (bf16 ? float_to_bf16(small_value(r, i)) : float_to_half(small_value(r, i)))
+                   : (r == 0 ? c.a : r == 1 ? c.b : uint16_t{0});
+    }
+    Tensor dh = place(h, where);
+    comm.all_reduce_sum(ctx, dh.raw(), static_cast<int64_t>(n), bf16 ? ReduceType::bf16 : ReduceType::f16);
+    ctx.synchronize();
+    h = fetch<uint16_t>(dh, where);
+    wrong = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const RoundingCase& c = cases[i % cases.size()];
+      if (i % 2)
+        wrong += (bf16 ? bf16_to_float(h[i]) : half_to_float(h[i])) != small_sum(p, i);
+      else
+        wrong += h[i] != (p == 1 ? c.a : c.sum);
+    }
+    CHECK(wrong == 0);
+  }
+
+  // all_gather_bytes: different sizes (rank 1 sends nothing), then equal sizes.
+  std::vector<uint8_t> send(gather_size(r));
+  for (size_t i = 0; i < send.size(); ++i) send[i] = gather_byte(r, i);
+  Tensor dsend = place(send, where);
+  std::vector<uint8_t> recv;
+  std::vector<size_t> sizes, offsets;
+  comm.all_gather_bytes(ctx, bytes_of(dsend), recv, sizes, offsets);
+  size_t total = 0;
+  for (int s = 0; s < p; ++s) total += gather_size(s);
+  REQUIRE(recv.size() == total);
+  wrong = 0;
+  for (int s = 0; s < p; ++s) {
+    const auto su = static_cast<size_t>(s);
+    CHECK(sizes[su] == gather_size(s));
+    for (size_t i = 0; i < gather_size(s); ++i) wrong += recv[offsets[su] + i] != gather_byte(s, i);
+  }
+  CHECK(wrong == 0);
+  Tensor dsame = place(std::vector<uint8_t>(6, static_cast<uint8_t>(r + 1)), where);
+  comm.all_gather_bytes(ctx, bytes_of(dsame), recv, sizes, offsets);
+  REQUIRE(recv.size() == 6 * static_cast<size_t>(p));
+  wrong = 0;
+  for (size_t i = 0; i < recv.size(); ++i) wrong += static_cast<size_t>(recv[i]) != i / 6 + 1;
+  CHECK(wrong == 0);
+
+  // all_to_all_bytes with the scattered send layout.
+  std::vector<size_t> send_sizes, send_offsets;
+  std::vector<uint8_t> blocks(pair_layout(r, p, send_sizes, send_offsets), 0xee);
+  for (int d = 0; d < p; ++d)
+    for (size_t i = 0; i < send_sizes[static_cast<size_t>(d)]; ++i)
+      blocks[send_offsets[static_cast<size_t>(d)] + i] = pair_byte(r, d, i);
+  Tensor dblocks = place(blocks, where);
+  std::vector<size_t> recv_sizes, recv_offsets;
+  comm.all_to_all_bytes(ctx, bytes_of(dblocks), send_sizes, send_offsets, recv, recv_sizes, recv_offsets);
+  total = 0;
+  for (int s = 0; s < p; ++s) total += pair_size(s, r);
+  REQUIRE(recv.size() == total);
+  wrong = 0;
+  for (int s = 0; s < p; ++s) {
+    const auto su = static_cast<size_t>(s);
+    CHECK(recv_sizes[su] == pair_size(s, r));
+    for (size_t i = 0; i < pair_size(s, r); ++i) wrong += recv[recv_offsets[su] + i] != pair_byte(s, r, i);
+  }
+  CHECK(wrong == 0);
+
+  for (int root = 0; root < p; ++root) {
+    std::vector<uint8_t> data(101);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = r == root ? broadcast_byte(root, i) : uint8_t{0};
+    Tensor ddata = place(data, where);
+    comm.broadcast_bytes(ctx, {static_cast<uint8_t*>(ddata.raw()), ddata.nbytes()}, root);
+    ctx.synchronize();
+    data = fetch<uint8_t>(ddata, where);
+    wrong = 0;
+    for (size_t i = 0; i < data.size(); ++i) wrong += data[i] != broadcast_byte(root, i);
+    CHECK(wrong == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("MpiComm stages GPU buffers through pinned host memory", "[cuda][mpi]") {
+  MpiComm comm(my_gpu());
+  Context ctx = Context::cuda(my_gpu().index, 1);
+  for (size_t limit : {size_t{1} << 30, size_t{64}, size_t{7}}) {
+    comm.set_max_message_bytes(limit);
+    INFO("message limit " << limit);
+    check_collectives(comm, ctx, my_gpu());
+    check_collectives(comm, ctx, Device::cpu());  // host buffers with a CUDA context need no staging
+  }
+  // GPU memory needs a context on its GPU (the stream orders the staging copies).
+  Tensor on_gpu = Tensor::zeros({16}, DType::f32, my_gpu());
+  Context cpu = Context::cpu(1);
+  CHECK_THROWS_WITH(comm.all_reduce_sum(cpu, on_gpu.raw(), 16, ReduceType::f32),
+                    Contains("all_reduce_sum: data is in " + my_gpu().str() + " memory; pass a context on " +
+                             my_gpu().str()));
+}
+
+TEST_CASE("LocalComm copies GPU bytes on the context's stream", "[cuda]") {
+  LocalComm comm(my_gpu());  // a world of one on every rank, whatever the MPI world
+  Context ctx = Context::cuda(my_gpu().index, 1);
+  check_collectives(comm, ctx, my_gpu());
+}
+
+TEST_CASE("NcclComm with one GPU per rank", "[cuda][nccl]") {
+  const int world = test_mpi().size();
+  if (ranks_on_this_host() > cuda_device_count()) {
+    // Every rank gets the same clear error instead of NCCL failing (or hanging) in its setup.
+    CHECK_THROWS_AS(make_communicator("nccl", my_gpu()), InputError);
+    CHECK_THROWS_WITH(make_communicator("nccl", my_gpu()), Contains("nccl needs one GPU per rank"));
+    CHECK(std::string(make_communicator("auto", my_gpu())->name()) == "mpi");
+    return;
+  }
+  auto comm = make_communicator("nccl", my_gpu());
+  CHECK(std::string(comm->name()) == "nccl");
+  CHECK(comm->size() == world);
+  CHECK(comm->device() == my_gpu());
+  Context ctx = Context::cuda(my_gpu().index, 1);
+  check_collectives(*comm, ctx, my_gpu());
+  check_collectives(*comm, ctx, Device::cpu());  // host buffers go through device scratch
+  CHECK(comm->all_gather_u64(5) == std::vector<uint64_t>(static_cast<size_t>(world), 5));
+  comm->barrier();
+
+  Context cpu = Context::cpu(1);
+  std::vector<float> host(4);
+  CHECK_THROWS_WITH(comm->all_reduce_sum(cpu, host.data(), 4, ReduceType::f32),
+                    Contains("all_reduce_sum: the context is on cpu, but the NCCL communicator works on"));
+  CHECK(std::string(make_communicator("auto", my_gpu())->name()) == (world == 1 ? "local" : "nccl"));
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Data-parallel training under mpirun on the CPU (CTest label mpi):
+#  1. every method and algorithm trains for a few steps on 2 ranks with --debug-check-replicas
+#     (bit-identical parameters on every rank, checked every 5 steps);
+#  2. 4 ranks, 50 steps, replicas checked every 10 steps, for an error-feedback method;
+#  3. ranks started with different configs stop at start-up with a clear message;
+#  4. a rank that dies (SIGKILL) stops the job within seconds instead of hanging;
+#  5. communication.backend: nccl fails with a clear message when there is no GPU.
+# Usage: mpi_train.sh QTRAIN_BINARY SOURCE_DIR   (needs SOURCE_DIR/data/mnist; skips without it)
+set -uo pipefail
+qtrain=$1
+src=$2
+mnist="$src/data/mnist"
+if [[ ! -f "$mnist/train-images-idx3-ubyte" ]]; then
+  echo "SKIPPED: $mnist is absent (tools/fetch_mnist.sh fetches it)"; exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Shared memory between the ranks; ranks yield while they wait (2 cores, several ranks).
+mpirun=(mpirun --oversubscribe --bind-to none --mca btl self,vader --mca mpi_yield_when_idle 1)
+cfg="$src/configs/mnist_mlp.yaml"
+common=(--set data.path="$mnist" --set data.limit_train=4096 --set data.limit_test=500 --set train.threads=1
+        --set output.progress=none --set data.batch_size=64)
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# 1. every method x algorithm on 2 ranks
+while read -r method algorithm; do
+  out="$tmp/run-$method-$algorithm"
+  if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=12 \
+       --set output.dir="$out" --set communication.algorithm="$algorithm" $method \
+       --debug-check-replicas 4 >"$tmp/log" 2>&1; then
+    echo "ok: 2 ranks, ${method//--set /} $algorithm"
+  else
+    fail "2 ranks, $method $algorithm"; tail -5 "$tmp/log" | sed 's/^/    /'
+  fi
+done <<'EOF_CASES'
+--set quantization.method=fp32 allreduce
+--set quantization.method=fp16 allreduce
+--set quantization.method=bf16 allreduce
+--set quantization.method=dettmers8 allgather
+--set quantization.method=dettmers8 reduce_scatter_allgather
+--set quantization.method=onebit reduce_scatter_allgather
+--set quantization.method=onebit allgather
+--set quantization.method=qsgd reduce_scatter_allgather
+--set quantization.method=qsgd allgather
+--set quantization.method=adaptive reduce_scatter_allgather
+--set quantization.method=topk allgather
+EOF_CASES
+
+# 2. 4 ranks, 50 steps, error feedback (onebit), checked every 10 steps
+if "${mpirun[@]}" -np 4 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=50 \
+     --set output.dir="$tmp/np4" --set quantization.method=onebit --debug-check-replicas 10 >"$tmp/log" 2>&1; then
+  echo "ok: 4 ranks, 50 steps, onebit, replicas identical"
+else
+  fail "4 ranks, 50 steps"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
+
+# 3. mismatched configs (MPMD: rank 1 gets another learning rate)
+"${mpirun[@]}" -np 1 "$qtrain" train "$cfg" "${common[@]}" --set output.dir="$tmp/mm" : \
+  -np 1 "$qtrain" train "$cfg" "${common[@]}" --set output.dir="$tmp/mm" --set optimizer.lr=0.1 >"$tmp/log" 2>&1
+if [[ $? -ne 0 ]] && grep -q "different config than rank 0" "$tmp/log"; then
+  echo "ok: mismatched configs: $(grep -m1 'different config' "$tmp/log")"
+else
+  fail "mismatched configs were not reported"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
+
+# 4. a rank killed mid-training stops the job within seconds
+"${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set data.limit_train=60000 --set train.epochs=50 \
+  --set output.dir="$tmp/die" >"$tmp/log" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 1 100); do  # wait until both ranks train, then kill one
+  victim=$(pgrep -f "output.dir=$tmp/die" | while read -r p; do [[ $(ps -o comm= -p "$p") == qtrain ]] && echo "$p"; done | tail -n1)
+  [[ -n "$victim" ]] && grep -q "data parallel" "$tmp/log" && break
+  sleep 0.2
+done
+sleep 1
+kill -9 "$victim" 2>/dev/null
+start=$(date +%s)
+for _ in $(seq 1 150); do kill -0 "$job" 2>/dev/null || break; sleep 0.2; done
+if kill -0 "$job" 2>/dev/null; then
+  fail "the job still runs 30 s after a rank was killed"; kill -9 "$job"; pkill -9 -f "output.dir=$tmp/die"
+else
+  wait "$job"; rc=$?
+  echo "ok: killed rank $victim: mpirun exited with $rc after $(( $(date +%s) - start )) s: $(grep -m1 -iE 'exited|killed|signal' "$tmp/log")"
+  [[ $rc -ne 0 ]] || fail "mpirun returned 0 after a rank was killed"
+fi
+
+# 5. nccl without a GPU
+if ! nvidia-smi >/dev/null 2>&1; then
+  "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set output.dir="$tmp/nccl" \
+    --set communication.backend=nccl >"$tmp/log" 2>&1
+  if [[ $? -ne 0 ]] && grep -q "nccl" "$tmp/log"; then
+    echo "ok: nccl without a GPU: $(grep -m1 -i 'error' "$tmp/log")"
+  else
+    fail "nccl without a GPU was not a clear error"; tail -5 "$tmp/log" | sed 's/^/    /'
+  fi
+fi
+
+[[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }

@@ -1,0 +1,104 @@
+// Helpers shared by the quantizer tests: gradient-like data (normal and heavy-tailed, never zero),
+// encode/decode into vectors, and the list of method specs every property test sweeps (every method
+// and variant, so that a new one is covered by adding it here).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "framework/context.h"
+#include "quant/quantizer.h"
+
+namespace qtrain::quant_test {
+
+// N(0, scale^2), with exact zeros replaced (gradients in the tests are never zero).
+inline std::vector<float> normal_data(int64_t n, uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> d(0.0, scale);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) {
+    do v = static_cast<float>(d(rng));
+    while (v == 0.0f);
+  }
+  return x;
+}
+
+// Student t with 3 degrees of freedom: heavy tails like real gradients.
+inline std::vector<float> heavy_data(int64_t n, uint64_t seed, double scale = 1e-3) {
+  std::mt19937_64 rng(seed);
+  std::student_t_distribution<double> d(3.0);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) {
+    do v = static_cast<float>(scale * d(rng));
+    while (v == 0.0f);
+  }
+  return x;
+}
+
+inline std::vector<uint8_t> encode(const Quantizer& q, Context& ctx, std::span<const float> x, int64_t column,
+                                   QuantState& state) {
+  std::vector<uint8_t> out(q.max_encoded_bytes(static_cast<int64_t>(x.size()), column));
+  const size_t bytes = q.encode(ctx, x, column, state, out);
+  out.resize(bytes);
+  return out;
+}
+
+inline std::vector<float> decode(const Quantizer& q, Context& ctx, std::span<const uint8_t> payload, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n), -12345.0f);
+  q.decode(ctx, payload, n, out);
+  return out;
+}
+
+inline QuantSpec spec_of(QuantMethod m) { return QuantSpec::defaults(m); }
+
+// Every method and variant, as the property tests sweep them.
+inline std::vector<QuantSpec> all_specs() {
+  std::vector<QuantSpec> s;
+  s.push_back(spec_of(QuantMethod::fp32));
+  s.push_back(spec_of(QuantMethod::fp16));
+  s.push_back(spec_of(QuantMethod::bf16));
+  s.push_back(spec_of(QuantMethod::dettmers8));
+  QuantSpec lin = spec_of(QuantMethod::dettmers8);
+  lin.variant = Dettmers8Variant::linear;
+  s.push_back(lin);
+  s.push_back(spec_of(QuantMethod::onebit));
+  QuantSpec ob = spec_of(QuantMethod::onebit);
+  ob.mode = OnebitMode::bucket;
+  s.push_back(ob);
+  for (int bits : {2, 4, 8, 16}) {
+    QuantSpec q = spec_of(QuantMethod::qsgd);
+    q.bits = bits;
+    s.push_back(q);
+  }
+  QuantSpec l2 = spec_of(QuantMethod::qsgd);
+  l2.norm = QsgdNorm::l2;
+  l2.bucket = 100;  // not a multiple of 8: buckets start mid-block in the random stream
+  s.push_back(l2);
+  QuantSpec l2_long = spec_of(QuantMethod::qsgd);
+  l2_long.bits = 16;  // bucket 8192: the l2 sums span two chunks of the deterministic order
+  l2_long.norm = QsgdNorm::l2;
+  s.push_back(l2_long);
+  s.push_back(spec_of(QuantMethod::adaptive));
+  QuantSpec sampled = spec_of(QuantMethod::adaptive);
+  sampled.sample = 256;
+  s.push_back(sampled);
+  s.push_back(spec_of(QuantMethod::topk));
+  return s;
+}
+
+// The same specs with error feedback on wherever the method allows it.
+inline std::vector<QuantSpec> all_specs_with_ef() {
+  std::vector<QuantSpec> s;
+  for (QuantSpec q : all_specs()) {
+    if (q.method == QuantMethod::fp32) continue;
+    q.error_feedback = true;
+    s.push_back(q);
+  }
+  return s;
+}
+
+}  // namespace qtrain::quant_test

@@ -1,0 +1,135 @@
+// CPU/CUDA agreement (label cuda; skipped without a GPU): for every method, the CUDA encoder writes the
+// same bytes as the CPU reference for the same input and random key, over several steps with error
+// feedback (so the residuals must agree bit for bit too); decode and decode_add agree bit for bit; a
+// malformed payload is rejected on the GPU without touching the output.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "framework/tensor.h"
+#include "quant/wire.h"
+#include "tests/quant/quant_test_util.h"
+
+using namespace qtrain;
+using namespace qtrain::quant_test;
+
+namespace {
+
+Tensor to_cuda(const std::vector<float>& x) {
+  Tensor h = Tensor::empty({static_cast<int64_t>(x.size())}, DType::f32);
+  if (!x.empty()) std::memcpy(h.data<float>(), x.data(), x.size() * sizeof(float));
+  return h.to(Device::cuda(0));
+}
+
+Tensor bytes_to_cuda(const std::vector<uint8_t>& p) {
+  Tensor h = Tensor::empty({static_cast<int64_t>(p.size())}, DType::u8);
+  if (!p.empty()) std::memcpy(h.data<uint8_t>(), p.data(), p.size());
+  return h.to(Device::cuda(0));
+}
+
+std::vector<float> to_host(const Tensor& t) {
+  Tensor h = t.to(Device::cpu());
+  const float* p = h.numel() ? h.data<float>() : nullptr;
+  return std::vector<float>(p, p + h.numel());
+}
+
+std::vector<uint8_t> bytes_to_host(const Tensor& t, size_t n) {
+  Tensor h = t.to(Device::cpu());
+  const uint8_t* p = h.numel() ? h.data<uint8_t>() : nullptr;
+  return std::vector<uint8_t>(p, p + n);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA encoders write the CPU's bytes, decoders the CPU's values", "[quant][cuda]") {
+  Context cpu = Context::cpu(1, 1);
+  Context gpu = Context::cuda(0, 1);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{0, 1}, {1, 1}, {1000, 40}, {4096, 64}, {30000, 3},
+                                                           {70000, 7000}, {(1 << 20) + 13, (1 << 20) + 13}};
+  for (bool ef : {false, true}) {
+    for (QuantSpec s : all_specs()) {
+      if (ef && s.method == QuantMethod::fp32) continue;
+      s.error_feedback = ef;
+      auto q = make_quantizer(s);
+      for (auto [n, column] : shapes) {
+        CAPTURE(s.str(), n, column);
+        QuantState cs(11, 2, 7), gs(11, 2, 7);
+        for (int step = 0; step < 3; ++step) {
+          cpu.set_step(static_cast<uint64_t>(step));
+          gpu.set_step(static_cast<uint64_t>(step));
+          const auto x = step == 1 ? heavy_data(n, 50 + step) : normal_data(n, 50 + step);
+          const auto cp = encode(*q, cpu, x, column, cs);
+          const size_t cap = q->max_encoded_bytes(n, column);
+          Tensor gx = to_cuda(x);
+          Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
+          const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column,
+                                          gs, std::span<uint8_t>(gout.data<uint8_t>(), cap));
+          REQUIRE(gbytes == cp.size());
+          REQUIRE(bytes_to_host(gout, gbytes) == cp);
+          if (ef) REQUIRE(same_bits(to_host(gs.residual()), std::vector<float>(cs.residual().data<float>(),
+                                                                                cs.residual().data<float>() + n)));
+          // Decode and decode_add of the same payload.
+          const auto cd = decode(*q, cpu, cp, n);
+          Tensor gd = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+          q->decode(gpu, std::span<const uint8_t>(gout.data<uint8_t>(), gbytes), n,
+                    std::span<float>(gd.data<float>(), static_cast<size_t>(n)));
+          REQUIRE(same_bits(to_host(gd), cd));
+          auto acc = normal_data(n, 9);
+          Tensor gacc = to_cuda(acc);
+          q->decode_add(cpu, cp, n, acc);
+          q->decode_add(gpu, std::span<const uint8_t>(gout.data<uint8_t>(), gbytes), n,
+                        std::span<float>(gacc.data<float>(), static_cast<size_t>(n)));
+          REQUIRE(same_bits(to_host(gacc), acc));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("CUDA decoders reject malformed payloads without writing", "[quant][cuda]") {
+  Context cpu = Context::cpu(1, 1);
+  Context gpu = Context::cuda(0, 1);
+  for (const QuantSpec& s : all_specs()) {
+    CAPTURE(s.str());
+    auto q = make_quantizer(s);
+    const int64_t n = 3200, column = 100;
+    QuantState st(1, 0, 1);
+    const auto good = encode(*q, cpu, normal_data(n, 4), column, st);
+    std::vector<std::vector<uint8_t>> bad;
+    bad.emplace_back(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(good.size() / 2));  // truncated
+    auto wrong = good;
+    wrong[3] = 9;  // version
+    bad.push_back(wrong);
+    if (s.method == QuantMethod::topk) {
+      auto p = good;
+      const uint32_t big = 5000;
+      std::memcpy(p.data() + 32, &big, 4);  // index out of range
+      bad.push_back(p);
+    }
+    if (s.method == QuantMethod::adaptive) {
+      auto p = good;
+      p[32 + 12 * 32 + 4] = 0xfe;  // row 127 >= 100
+      p[32 + 12 * 32 + 5] = 0x00;
+      bad.push_back(p);
+    }
+    if (s.method == QuantMethod::qsgd || s.method == QuantMethod::onebit) {
+      auto p = good;
+      const uint32_t nan = 0x7fc00000u;
+      std::memcpy(p.data() + 32, &nan, 4);  // scale / mean
+      bad.push_back(p);
+    }
+    for (const auto& p : bad) {
+      const auto sentinel = std::vector<float>(static_cast<size_t>(n), 3.0f);
+      Tensor gp = bytes_to_cuda(p);
+      Tensor out = to_cuda(sentinel);
+      REQUIRE_THROWS_AS(q->decode(gpu, std::span<const uint8_t>(gp.data<uint8_t>(), p.size()), n,
+                                  std::span<float>(out.data<float>(), static_cast<size_t>(n))),
+                        InputError);
+      REQUIRE(same_bits(to_host(out), sentinel));
+    }
+  }
+}

@@ -1,0 +1,165 @@
+// `qtrain bench-allreduce`: nccl-tests-style timing of the gradient exchange for every method and
+// algorithm over a sweep of sizes, next to fp32 MPI_Allreduce measured in the same run. Run it under
+// mpirun (e.g. tools/netbed.sh run --hosts 4 --rate 1gbit -- build/qtrain bench-allreduce).
+//
+// Per size and variant: time per exchange (median over iterations, every rank synchronized by a
+// barrier before each), algbw = size / time, busbw = algbw * 2(P-1)/P (the allreduce convention),
+// the bytes this rank put on the wire, the speedup over fp32 MPI_Allreduce and, when --link-gbit is
+// given, the ideal time (bytes on the wire over the link rate) and the ratio to it.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "comm/communicator.h"
+#include "comm/gradient_exchange.h"
+#include "framework/philox.h"
+#include "tools/qtrain/commands.h"
+#include "tools/qtrain/method_list.h"
+
+namespace qtrain::cli {
+namespace {
+
+struct Options {
+  std::vector<double> sizes_mb{1, 4, 16, 64, 256};
+  std::string methods = "fp32,fp16,dettmers8,onebit,qsgd:bits=2,qsgd:bits=4,qsgd:bits=8,adaptive,topk";
+  std::vector<std::string> algorithms{"auto"};
+  int iterations = 10;
+  int warmup = 2;
+  int64_t column = 1024;
+  double link_gbit = 0;
+  std::string backend = "mpi";
+  std::string json;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void run(const Options& o) {
+  Device device = Device::cpu();
+  auto comm = make_communicator(o.backend, device);
+  const int P = comm->size();
+  const bool root = comm->rank() == 0;
+  const std::vector<MethodChoice> methods = parse_method_list(o.methods);
+  Context ctx = Context::cpu(1, 0);
+  std::ofstream json;
+  if (root && !o.json.empty()) json.open(o.json);
+  if (root) {
+    std::printf("# qtrain bench-allreduce: %d ranks over %s, median of %d iterations after %d warm-up\n", P, comm->name(),
+                o.iterations, o.warmup);
+    std::printf("%10s %-24s %-25s %10s %9s %9s %12s %8s%s\n", "size(MB)", "method", "algorithm", "time(ms)",
+                "algbw", "busbw", "wire(MB)", "speedup", o.link_gbit > 0 ? "   ideal(ms) /ideal" : "");
+  }
+  auto barrier_time = [&](auto&& body) {
+    std::vector<double> times;
+    for (int i = 0; i < o.warmup + o.iterations; ++i) {
+      comm->barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      body();
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // The slowest rank defines the collective's time (doubles travel as their bit patterns).
+      uint64_t bits = 0;
+      std::memcpy(&bits, &t, sizeof bits);
+      double slowest = 0;
+      for (uint64_t b : comm->all_gather_u64(bits)) {
+        double x = 0;
+        std::memcpy(&x, &b, sizeof x);
+        slowest = std::max(slowest, x);
+      }
+      if (i >= o.warmup) times.push_back(slowest);
+    }
+    return times;
+  };
+  for (double mb : o.sizes_mb) {
+    const int64_t n = std::max<int64_t>(o.column, static_cast<int64_t>(mb * 1024 * 1024 / 4) / o.column * o.column);
+    const double bytes = 4.0 * static_cast<double>(n);
+    // Gradient-like data: normal values from Philox, distinct per rank, never zero.
+    Tensor data = Tensor::empty({n}, DType::f32);
+    const PhiloxKey key = derive_philox_key(42, static_cast<uint64_t>(comm->rank()), 0xB3);
+    float* d = data.data<float>();
+    for (int64_t i = 0; i < n; i += 2) {
+      const PhiloxBlock b = philox_subsequence_block(key, static_cast<uint64_t>(i / 2));
+      const double u1 = uniform_from_bits(b.v[0]), u2 = uniform_from_bits(b.v[1]);
+      const double r = std::sqrt(-2.0 * std::log(u1)) * 1e-3;
+      d[i] = static_cast<float>(r * std::cos(2 * M_PI * u2)) + 1e-7f;
+      if (i + 1 < n) d[i + 1] = static_cast<float>(r * std::sin(2 * M_PI * u2)) - 1e-7f;
+    }
+    Tensor work = Tensor::empty({n}, DType::f32);
+
+    // The baseline: fp32 MPI_Allreduce (through the communicator's native sum).
+    const double t_base = median(barrier_time([&] {
+      work.copy_from(data);
+      comm->all_reduce_sum(ctx, work.raw(), n, ReduceType::f32);
+    }));
+    auto print = [&](const std::string& method, const std::string& algorithm, double t, double wire) {
+      if (!root) return;
+      const double algbw = bytes / t / 1e9, busbw = algbw * 2.0 * (P - 1) / std::max(P, 1);
+      std::printf("%10.1f %-24s %-25s %10.3f %9.3f %9.3f %12.3f %8.2f", mb, method.c_str(), algorithm.c_str(), 1e3 * t,
+                  algbw, busbw, wire / 1e6, t_base / t);
+      double ideal = 0;
+      if (o.link_gbit > 0) {
+        ideal = wire / (o.link_gbit * 1e9 / 8);
+        std::printf("   %9.3f %6.2f", 1e3 * ideal, t / ideal);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+      if (json.is_open())
+        json << fmt::format(
+            "{{\"size_mb\": {}, \"method\": \"{}\", \"algorithm\": \"{}\", \"ranks\": {}, \"time_s\": {:.6g}, "
+            "\"algbw_gbs\": {:.6g}, \"busbw_gbs\": {:.6g}, \"wire_bytes\": {:.0f}, \"speedup_vs_mpi_allreduce\": {:.4g}, "
+            "\"ideal_s\": {:.6g}}}\n",
+            mb, method, algorithm, P, t, algbw, busbw, wire, t_base / t, ideal);
+    };
+    print("MPI_Allreduce fp32", "native", t_base, 2.0 * (P - 1) / P * bytes);
+
+    for (const MethodChoice& m : methods) {
+      for (const std::string& alg : o.algorithms) {
+        CommunicationConfig cc;
+        cc.algorithm = alg;
+        cc.overlap = false;
+        cc.bucket_mb = 1e6;
+        std::vector<ExchangeTensor> tensors{{"gradient", "bench", "dense", 0, n, o.column}};
+        std::unique_ptr<GradientExchange> ex;
+        try {
+          ex = std::make_unique<GradientExchange>(*comm, device, 1, cc, m.config, tensors);
+        } catch (const InputError& e) {
+          if (root) std::printf("%10.1f %-24s %-25s skipped: %s\n", mb, m.label.c_str(), alg.c_str(), e.what());
+          continue;
+        }
+        uint64_t step = 0;
+        const std::vector<double> times = barrier_time([&] {
+          work.copy_from(data);
+          ex->exchange(ctx, work, step++);
+        });
+        const ExchangeStats st = ex->take_stats();
+        print(m.label, reduce_algorithm_name(ex->algorithm(0)), median(times),
+              st.bytes_sent / std::max<int64_t>(st.steps, 1));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void add_bench_allreduce_command(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("bench-allreduce",
+                                     "Time the gradient exchange of every method against fp32 MPI_Allreduce (run under mpirun)");
+  cmd->add_option("--sizes", o->sizes_mb, "Gradient sizes in MB of fp32 values")->delimiter(',');
+  cmd->add_option("--methods", o->methods, "Comma-separated methods with parameters, e.g. qsgd:bits=4:bucket=512");
+  cmd->add_option("--algorithms", o->algorithms, "auto, allreduce, allgather, reduce_scatter_allgather")->delimiter(',');
+  cmd->add_option("--iterations", o->iterations, "Timed iterations per case")->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", o->warmup, "Untimed iterations per case")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--column", o->column, "Column length of the synthetic tensor (for per-column methods)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--link-gbit", o->link_gbit, "Link rate in Gbit/s: report the ideal time (wire bytes / rate)");
+  cmd->add_option("--backend", o->backend, "mpi or nccl")->check(CLI::IsMember({"mpi", "nccl", "local", "auto"}));
+  cmd->add_option("--json", o->json, "Also write one JSON object per line to this file (rank 0)");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace qtrain::cli

@@ -1,0 +1,486 @@
+// `qtrain bench-quant`: encode and decode throughput of every quantizer over a sweep of sizes, next
+// to a memcpy measured in the same run (single thread and all threads; on a GPU, next to a
+// device-to-device copy), with compression and error on gradient-like data. Each configuration is
+// validated (decode(encode(x)) within the method's bound) before it is timed. docs/performance.md
+// holds the figures and the command.
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "framework/check.h"
+#include "framework/config_node.h"
+#include "framework/context.h"
+#include "framework/device.h"
+#include "framework/philox.h"
+#include "framework/tensor.h"
+#include "quant/policy.h"
+#include "quant/quantizer.h"
+#include "quant/wire.h"
+#include "tools/qtrain/commands.h"
+
+namespace qtrain::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string methods =
+      "fp32,fp16,bf16,dettmers8,dettmers8:variant=linear,onebit,onebit:mode=bucket,qsgd:bits=2,qsgd:bits=4,"
+      "qsgd:bits=8,qsgd:bits=16,adaptive,topk";
+  std::string sizes = "64K,1M,16M,64M";
+  std::string threads = "1,all";
+  int repeat = 5;
+  int64_t column = 1024;
+  std::string device = "auto";
+  std::string json;
+  uint64_t seed = 1;
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, sep);)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// "qsgd:bits=4:norm=l2" -> a validated spec, through the same parser as the config file.
+QuantSpec parse_method(const std::string& text) {
+  const auto parts = split(text, ':');
+  if (parts.empty()) input_error("--methods: empty method");
+  YAML::Node node(YAML::NodeType::Map);
+  node["method"] = parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const size_t eq = parts[i].find('=');
+    if (eq == std::string::npos) input_error("--methods {}: expected key=value after the method, got '{}'", text, parts[i]);
+    node[parts[i].substr(0, eq)] = parts[i].substr(eq + 1);  // a scalar, read by the typed getters
+  }
+  auto source = std::make_shared<ConfigSource>();
+  source->file = "--methods " + text;
+  ConfigNode cfg(node, "", source);
+  QuantSpec spec = parse_quant_spec(cfg, QuantSpec::defaults(QuantMethod::fp32));
+  cfg.finish();
+  return spec;
+}
+
+int64_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  const std::string unit = end ? std::string(end) : "";
+  double mult = 1;
+  if (unit == "K" || unit == "k") mult = 1024;
+  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) input_error("--sizes: '{}' is not a count like 65536, 64K or 16M", s);
+  const auto n = static_cast<int64_t>(v * mult);
+  if (n < 1 || n > wire::kMaxValues) input_error("--sizes: {} must be in [1, {}]", s, wire::kMaxValues);
+  return n;
+}
+
+std::string size_str(int64_t n) {
+  if (n % (1024 * 1024) == 0) return fmt::format("{}M", n / (1024 * 1024));
+  if (n % 1024 == 0) return fmt::format("{}K", n / 1024);
+  return std::to_string(n);
+}
+
+// Gradient-like data without zeros: N(0, 1e-2^2), and Student's t with 2 degrees of freedom (heavy
+// tails; closed-form inverse CDF, so 64M values take a fraction of a second).
+void fill_data(std::vector<float>& normal, std::vector<float>& heavy, int64_t n, uint64_t seed) {
+  normal.resize(static_cast<size_t>(n));
+  heavy.resize(static_cast<size_t>(n));
+  const PhiloxKey key = derive_philox_key(seed, 0x62656e6368ull);
+  for (int64_t j = 0; j < n; j += 2) {
+    const PhiloxBlock b = philox4x32_10(static_cast<uint32_t>(j), static_cast<uint32_t>(j >> 32), 0, 0, key);
+    const double u1 = uniform_from_bits(b.v[0]), u2 = uniform_from_bits(b.v[1]);
+    const double r = std::sqrt(-2.0 * std::log(u1)) * 1e-2;
+    for (int64_t t = 0; t < 2 && j + t < n; ++t) {
+      float z = static_cast<float>(t ? r * std::sin(6.283185307179586 * u2) : r * std::cos(6.283185307179586 * u2));
+      normal[static_cast<size_t>(j + t)] = z != 0.0f ? z : 1e-9f;
+      const double u = uniform_from_bits(b.v[2 + t]) * 0.999999 + 5e-7;
+      float h = static_cast<float>(1e-3 * (2 * u - 1) / std::sqrt(2 * u * (1 - u)));
+      heavy[static_cast<size_t>(j + t)] = h != 0.0f ? h : 1e-12f;
+    }
+  }
+}
+
+// T threads (the caller is thread 0) that run one function together per round, between barriers, so
+// that short runs are not dominated by thread start-up.
+class Team {
+ public:
+  explicit Team(int threads) : threads_(threads), start_(threads), done_(threads) {
+    for (int t = 1; t < threads; ++t) workers_.emplace_back([this, t] { loop(t); });
+  }
+  ~Team() {
+    stop_ = true;
+    start_.arrive_and_wait();
+    for (auto& w : workers_) w.join();
+  }
+  int size() const { return threads_; }
+  // Runs job(t) on every thread; returns the wall time in seconds.
+  double run(const std::function<void(int)>& job) {
+    job_ = &job;
+    const auto t0 = Clock::now();
+    start_.arrive_and_wait();
+    (*job_)(0);
+    done_.arrive_and_wait();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+ private:
+  void loop(int t) {
+    for (;;) {
+      start_.arrive_and_wait();
+      if (stop_) return;
+      (*job_)(t);
+      done_.arrive_and_wait();
+    }
+  }
+  int threads_;
+  std::barrier<> start_, done_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int)>* job_ = nullptr;
+  bool stop_ = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Thread t's share [begin, end) of n values, cut at multiples of `align` (column or bucket).
+std::pair<int64_t, int64_t> share(int64_t n, int t, int threads, int64_t align) {
+  const int64_t units = n / align;
+  const int64_t b = units * t / threads * align, e = t + 1 == threads ? n : units * (t + 1) / threads * align;
+  return {b, e};
+}
+
+struct Errors {
+  double mre = 0, rel_l2 = 0;
+};
+
+Errors errors_of(const std::vector<float>& x, const std::vector<float>& y) {
+  double sum_rel = 0, num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double d = static_cast<double>(y[i]) - x[i];
+    sum_rel += std::fabs(d) / std::fabs(static_cast<double>(x[i]));
+    num += d * d;
+    den += static_cast<double>(x[i]) * x[i];
+  }
+  return {sum_rel / static_cast<double>(x.size()), std::sqrt(num / den)};
+}
+
+// decode(encode(x)) within the method's bound; throws naming the first violation.
+void validate_round_trip(const QuantSpec& s, const std::vector<float>& x, const std::vector<uint8_t>& payload,
+                         const std::vector<float>& y) {
+  double m = 0;
+  for (float v : x) m = std::max(m, static_cast<double>(std::fabs(v)));
+  auto scale_at = [&](size_t off) {
+    float v;
+    std::memcpy(&v, payload.data() + off, 4);
+    return static_cast<double>(v);
+  };
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double xi = x[i], yi = y[i];
+    double bound = 0;
+    switch (s.method) {
+      case QuantMethod::fp32: bound = 0; break;
+      case QuantMethod::fp16: bound = std::max(std::fabs(xi) * 0x1p-11, 0x1p-25); break;
+      case QuantMethod::bf16: bound = std::fabs(xi) * 0x1p-8; break;
+      case QuantMethod::dettmers8: bound = (s.variant == Dettmers8Variant::linear ? m / 254 : 0.0086 * m) * (1 + 1e-5); break;
+      case QuantMethod::qsgd: {
+        const int64_t d = s.bucket > 0 ? s.bucket : (s.bits == 2 ? 128 : (s.bits == 16 ? 8192 : 512));
+        // One level, plus the float rounding of |v| * levels / scale (relative 2^-24 of up to `levels`).
+        const double levels = (1 << (s.bits - 1)) - 1;
+        bound = scale_at(wire::kHeaderBytes + 4 * (i / static_cast<size_t>(d))) / levels * (1 + levels * 0x1p-22);
+        break;
+      }
+      case QuantMethod::onebit:  // a group mean on the value's side
+      case QuantMethod::adaptive:
+        bound = std::fabs(xi) + m;
+        if (yi != 0 && (yi < 0) != (xi < 0)) input_error("bench-quant: {} decoded value {} has the wrong sign", s.str(), i);
+        break;
+      case QuantMethod::topk: bound = yi == 0 ? std::fabs(xi) : 0; break;
+    }
+    if (!(std::fabs(yi - xi) <= bound))
+      input_error("bench-quant: {} round trip out of bound at value {}: {} -> {} (bound {})", s.str(), i, xi, yi, bound);
+  }
+}
+
+struct Row {
+  std::string device, method, size;
+  int threads = 1;
+  double encode_gbs = 0, decode_gbs = 0, copy_gbs = 0;
+  double bits_per_value = 0, traffic = 0, floor_ratio = 0;
+  Errors normal, heavy;
+};
+
+// Bytes moved per value by encode + decode at their minimum: the fp32 input (and the residual read
+// and written with error feedback), the payload written then read, the fp32 output written.
+double traffic_per_value(const QuantSpec& s, double payload_per_value) {
+  return 4 + (s.error_feedback ? 8 : 0) + 2 * payload_per_value + 4;
+}
+
+// One memcpy of the span (per-thread shares), in seconds.
+double copy_once(Team& team, const float* src, float* dst, int64_t n) {
+  return team.run([&](int k) {
+    auto [b, e] = share(n, k, team.size(), 16);
+    std::memcpy(dst + b, src + b, 4 * static_cast<size_t>(e - b));
+  });
+}
+
+void bench_cpu(const Options& o, const std::vector<QuantSpec>& specs, const std::vector<int64_t>& sizes,
+               const std::vector<int>& thread_counts, std::vector<Row>& rows) {
+  for (int64_t n : sizes) {
+    std::vector<float> normal, heavy;
+    fill_data(normal, heavy, n, o.seed);
+    std::vector<float> out(static_cast<size_t>(n));
+    std::vector<float> copy_dst(static_cast<size_t>(n));
+    for (int threads : thread_counts) {
+      Team team(threads);
+      fmt::print("\n{} values ({} MB fp32), {} thread{}\n", size_str(n), 4 * n / 1000000, threads, threads > 1 ? "s" : "");
+      fmt::print("{:<40} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>7}\n", "method", "enc GB/s", "dec GB/s", "bits/v",
+                 "ratio", "traffic", "memcpy", "floor");
+      for (const QuantSpec& spec : specs) {
+        auto q = make_quantizer(spec);
+        // One quantizer call per thread on its share, as a communicator would quantize buckets.
+        const int64_t align = std::max<int64_t>(o.column, 64);
+        std::vector<QuantState> states;
+        std::vector<std::vector<uint8_t>> payloads(static_cast<size_t>(threads));
+        std::vector<size_t> bytes(static_cast<size_t>(threads));
+        auto column_for = [&](int64_t len) { return len % o.column == 0 ? o.column : len; };
+        for (int t = 0; t < threads; ++t) {
+          states.emplace_back(o.seed, 0, static_cast<uint64_t>(t));
+          auto [b, e] = share(n, t, threads, align);
+          payloads[static_cast<size_t>(t)].resize(q->max_encoded_bytes(e - b, column_for(e - b)));
+        }
+        std::vector<Context> contexts;
+        for (int t = 0; t < threads; ++t) contexts.push_back(Context::cpu(o.seed, 1));
+        auto encode_all = [&](const std::vector<float>& x) {
+          return team.run([&](int t) {
+            auto [b, e] = share(n, t, threads, align);
+            auto& p = payloads[static_cast<size_t>(t)];
+            bytes[static_cast<size_t>(t)] =
+                q->encode(contexts[static_cast<size_t>(t)], std::span<const float>(x.data() + b, static_cast<size_t>(e - b)),
+                          column_for(e - b), states[static_cast<size_t>(t)], p);
+          });
+        };
+        auto decode_all = [&](std::vector<float>& y) {
+          return team.run([&](int t) {
+            auto [b, e] = share(n, t, threads, align);
+            q->decode(contexts[static_cast<size_t>(t)],
+                      std::span<const uint8_t>(payloads[static_cast<size_t>(t)].data(), bytes[static_cast<size_t>(t)]), e - b,
+                      std::span<float>(y.data() + b, static_cast<size_t>(e - b)));
+          });
+        };
+        Row row;
+        row.device = "cpu";
+        row.method = spec.str();
+        row.size = size_str(n);
+        row.threads = threads;
+        // Validate, and measure the errors of one step from a zero residual, before any timing.
+        for (auto* data : {&normal, &heavy}) {
+          for (auto& st : states) st.reset();
+          encode_all(*data);
+          decode_all(out);
+          if (threads == 1) validate_round_trip(spec, *data, payloads[0], out);
+          (data == &normal ? row.normal : row.heavy) = errors_of(*data, out);
+        }
+        // memcpy, encode and decode take turns, so that whatever else runs on the machine weighs on
+        // the copy that sets the floor as much as on the quantizer.
+        std::vector<double> te, td, tc;
+        for (int r = 0; r < o.repeat + 1; ++r) {
+          const double c = copy_once(team, normal.data(), copy_dst.data(), n);
+          const double e = encode_all(normal);
+          const double d = decode_all(out);
+          if (r > 0) te.push_back(e), td.push_back(d), tc.push_back(c);
+        }
+        size_t total = 0;
+        for (size_t b : bytes) total += b;
+        const double enc = median(te), dec = median(td);
+        const double copy = 8.0 * static_cast<double>(n) / median(tc) / 1e9;  // read + write
+        row.copy_gbs = copy;
+        row.encode_gbs = 4.0 * static_cast<double>(n) / enc / 1e9;
+        row.decode_gbs = 4.0 * static_cast<double>(n) / dec / 1e9;
+        row.bits_per_value = 8.0 * static_cast<double>(total) / static_cast<double>(n);
+        row.traffic = traffic_per_value(spec, static_cast<double>(total) / static_cast<double>(n));
+        row.floor_ratio = row.traffic * static_cast<double>(n) / (copy * 1e9) / (enc + dec);
+        fmt::print("{:<40} {:>9.2f} {:>9.2f} {:>7.2f} {:>6.1f}x {:>8.1f}B {:>9.1f} {:>6.0f}%\n", row.method,
+                   row.encode_gbs, row.decode_gbs, row.bits_per_value, 32.0 / row.bits_per_value, row.traffic,
+                   row.copy_gbs, 100 * row.floor_ratio);
+        rows.push_back(row);
+      }
+    }
+  }
+}
+
+void bench_cuda(const Options& o, const std::vector<QuantSpec>& specs, const std::vector<int64_t>& sizes,
+                std::vector<Row>& rows) {
+  Context ctx = Context::cuda(0, o.seed);
+  for (int64_t n : sizes) {
+    std::vector<float> normal, heavy;
+    fill_data(normal, heavy, n, o.seed);
+    const Device dev = Device::cuda(0);
+    Tensor gx = Tensor::empty({n}, DType::f32, dev), gh = Tensor::empty({n}, DType::f32, dev);
+    Tensor gy = Tensor::empty({n}, DType::f32, dev);
+    device_copy(dev, gx.raw(), Device::cpu(), normal.data(), 4 * static_cast<size_t>(n));
+    device_copy(dev, gh.raw(), Device::cpu(), heavy.data(), 4 * static_cast<size_t>(n));
+    std::vector<double> tc;
+    for (int r = 0; r < o.repeat + 1; ++r) {
+      const auto t0 = Clock::now();
+      device_copy(dev, gy.raw(), dev, gx.raw(), 4 * static_cast<size_t>(n));
+      if (r > 0) tc.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    const double copy = 8.0 * static_cast<double>(n) / median(tc) / 1e9;
+    fmt::print("\n{} values on {}: device-to-device copy {:.1f} GB/s (read + write)\n", size_str(n), dev.str(), copy);
+    fmt::print("{:<40} {:>9} {:>9} {:>7} {:>7} {:>9} {:>7}\n", "method", "enc GB/s", "dec GB/s", "bits/v", "ratio",
+               "traffic", "floor");
+    for (const QuantSpec& spec : specs) {
+      auto q = make_quantizer(spec);
+      const int64_t column = n % o.column == 0 ? o.column : n;
+      const size_t cap = q->max_encoded_bytes(n, column);
+      Tensor payload = Tensor::empty({static_cast<int64_t>(cap)}, DType::u8, dev);
+      QuantState st(o.seed, 0, 0);
+      size_t bytes = 0;
+      auto encode = [&](const Tensor& x) {
+        const auto t0 = Clock::now();
+        bytes = q->encode(ctx, std::span<const float>(x.data<float>(), static_cast<size_t>(n)), column, st,
+                          std::span<uint8_t>(payload.data<uint8_t>(), cap));
+        ctx.synchronize();
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+      };
+      auto decode = [&] {
+        const auto t0 = Clock::now();
+        q->decode(ctx, std::span<const uint8_t>(payload.data<uint8_t>(), bytes), n,
+                  std::span<float>(gy.data<float>(), static_cast<size_t>(n)));
+        ctx.synchronize();
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+      };
+      Row row;
+      row.device = dev.str();
+      row.method = spec.str();
+      row.size = size_str(n);
+      row.copy_gbs = copy;
+      std::vector<float> y(static_cast<size_t>(n));
+      for (const Tensor* x : {&gx, &gh}) {
+        st.reset();
+        encode(*x);
+        decode();
+        device_copy(Device::cpu(), y.data(), dev, gy.raw(), 4 * static_cast<size_t>(n));
+        const auto& host = x == &gx ? normal : heavy;
+        if (x == &gx) {
+          std::vector<uint8_t> p(bytes);
+          device_copy(Device::cpu(), p.data(), dev, payload.raw(), bytes);
+          validate_round_trip(spec, host, p, y);
+        }
+        (x == &gx ? row.normal : row.heavy) = errors_of(host, y);
+      }
+      std::vector<double> te, td;
+      for (int r = 0; r < o.repeat + 1; ++r) {
+        const double e = encode(gx), d = decode();
+        if (r > 0) te.push_back(e), td.push_back(d);
+      }
+      const double enc = median(te), dec = median(td);
+      row.encode_gbs = 4.0 * static_cast<double>(n) / enc / 1e9;
+      row.decode_gbs = 4.0 * static_cast<double>(n) / dec / 1e9;
+      row.bits_per_value = 8.0 * static_cast<double>(bytes) / static_cast<double>(n);
+      row.traffic = traffic_per_value(spec, static_cast<double>(bytes) / static_cast<double>(n));
+      row.floor_ratio = row.traffic * static_cast<double>(n) / (copy * 1e9) / (enc + dec);
+      fmt::print("{:<40} {:>9.2f} {:>9.2f} {:>7.2f} {:>6.1f}x {:>8.1f}B {:>6.0f}%\n", row.method, row.encode_gbs,
+                 row.decode_gbs, row.bits_per_value, 32.0 / row.bits_per_value, row.traffic, 100 * row.floor_ratio);
+      rows.push_back(row);
+    }
+  }
+}
+
+void print_errors(const std::vector<Row>& rows) {
+  fmt::print("\nErrors of one step (zero residual), normal N(0, 0.01^2) and Student-t(2) data. MRE = mean of\n"
+             "|decoded - x| / |x|, relL2 = ||decoded - x|| / ||x||. Methods that do not keep small values (onebit,\n"
+             "2-bit qsgd, the sparse ones) have an MRE dominated by the smallest |x|; compare them by relL2.\n");
+  fmt::print("{:<8} {:<40} {:>6} {:>7} {:>11} {:>11} {:>11} {:>11}\n", "size", "method", "bits/v", "ratio", "MRE normal",
+             "relL2 norm", "MRE heavy", "relL2 heavy");
+  for (const Row& r : rows) {
+    if (r.threads != 1 || r.device != "cpu") continue;
+    auto pct = [](double x) { return x < 10 ? fmt::format("{:.3f}%", 100 * x) : fmt::format("{:.1e}%", 100 * x); };
+    fmt::print("{:<8} {:<40} {:>6.2f} {:>6.1f}x {:>11} {:>11} {:>11} {:>11}\n", r.size, r.method, r.bits_per_value,
+               32.0 / r.bits_per_value, pct(r.normal.mre), pct(r.normal.rel_l2), pct(r.heavy.mre), pct(r.heavy.rel_l2));
+  }
+}
+
+void write_json(const std::string& file, const std::vector<Row>& rows) {
+  std::ofstream out(file);
+  if (!out) input_error("--json {}: cannot write", file);
+  out << "[\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    out << fmt::format(
+        "  {{\"device\": \"{}\", \"method\": \"{}\", \"size\": \"{}\", \"threads\": {}, \"encode_gbs\": {:.4f}, "
+        "\"decode_gbs\": {:.4f}, \"copy_gbs\": {:.4f}, \"bits_per_value\": {:.4f}, \"traffic_bytes_per_value\": {:.3f}, "
+        "\"floor_ratio\": {:.4f}, \"mre_normal\": {:.6g}, \"rel_l2_normal\": {:.6g}, \"mre_heavy\": {:.6g}, "
+        "\"rel_l2_heavy\": {:.6g}}}{}\n",
+        r.device, r.method, r.size, r.threads, r.encode_gbs, r.decode_gbs, r.copy_gbs, r.bits_per_value, r.traffic,
+        r.floor_ratio, r.normal.mre, r.normal.rel_l2, r.heavy.mre, r.heavy.rel_l2, i + 1 < rows.size() ? "," : "");
+  }
+  out << "]\n";
+}
+
+void run(const Options& o) {
+  std::vector<QuantSpec> specs;
+  for (const auto& m : split(o.methods, ',')) specs.push_back(parse_method(m));
+  std::vector<int64_t> sizes;
+  for (const auto& s : split(o.sizes, ',')) sizes.push_back(parse_size(s));
+  std::vector<int> thread_counts;
+  const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (const auto& t : split(o.threads, ',')) {
+    const int k = t == "all" ? all : std::atoi(t.c_str());
+    if (k < 1 || k > 1024) input_error("--threads: '{}' is not a thread count or 'all'", t);
+    if (std::find(thread_counts.begin(), thread_counts.end(), k) == thread_counts.end()) thread_counts.push_back(k);
+  }
+  if (o.repeat < 1) input_error("--repeat must be >= 1, got {}", o.repeat);
+  if (o.column < 1) input_error("--column must be >= 1, got {}", o.column);
+  const bool cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
+  if (o.device == "cuda" && !cuda_available()) input_error("--device cuda: no CUDA GPU is available");
+  fmt::print("qtrain bench-quant: {} methods, sizes {}, column length {}, median of {} runs\n", specs.size(), o.sizes,
+             o.column, o.repeat);
+  fmt::print("GB/s are of fp32 input (4 bytes per value); traffic = bytes read + written per value by encode +\n"
+             "decode; memcpy = GB/s (read + write) of a memcpy of the span timed in turn with the method;\n"
+             "floor = (traffic / memcpy bandwidth) / (encode + decode time): 100% = the copy's speed\n");
+  std::vector<Row> rows;
+  if (o.device != "cuda") bench_cpu(o, specs, sizes, thread_counts, rows);
+  if (o.device != "cuda") print_errors(rows);
+  if (cuda) bench_cuda(o, specs, sizes, rows);
+  if (!o.json.empty()) write_json(o.json, rows);
+}
+
+}  // namespace
+
+void add_bench_quant_command(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("bench-quant", "Quantizer encode/decode throughput, compression and error");
+  cmd->add_option("--methods", o->methods, "Comma-separated methods, each name[:key=value...], e.g. qsgd:bits=8")
+      ->capture_default_str();
+  cmd->add_option("--sizes", o->sizes, "Comma-separated value counts (K = 1024, M = 1024^2)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Comma-separated CPU thread counts, 'all' = every core")->capture_default_str();
+  cmd->add_option("--repeat", o->repeat, "Timed runs per configuration (the median is reported)")->capture_default_str();
+  cmd->add_option("--column", o->column, "Column length (innermost dimension) for onebit column mode and adaptive")
+      ->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu, cuda, or auto (the CPU, plus the GPU when one is present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--json", o->json, "Also write the results to this JSON file");
+  cmd->add_option("--seed", o->seed, "Seed of the data and of the random rounding")->capture_default_str();
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace qtrain::cli
