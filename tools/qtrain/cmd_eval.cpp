@@ -17,7 +17,8 @@ void add_eval_command(CLI::App& app) {
       ->required();
   cmd->add_option("--checkpoint", args->checkpoint, "Checkpoint file (default RUN_DIR/checkpoint.safetensors)");
   cmd->add_option("--set", args->overrides, "Override a config key, e.g. --set data.path=... (repeatable)")
-      ->type_name("KEY=VALUE");
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);  // one value per --set; repeat the flag for more
   cmd->callback([args] {
     namespace fs = std::filesystem;
     const std::string config = (fs::path(args->run_dir) / "config.resolved.yaml").string();

@@ -18,7 +18,8 @@ void add_train_command(CLI::App& app, const MpiRuntime& mpi) {
   cmd->add_option("config", args->config,
                   "YAML config (e.g. configs/mnist_mlp.yaml); with --resume, defaults to RUN_DIR/config.resolved.yaml");
   cmd->add_option("--set", args->overrides, "Override a config key, e.g. --set train.epochs=2 (repeatable)")
-      ->type_name("KEY=VALUE");
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);  // one value per --set; repeat the flag for more
   cmd->add_option("--resume", args->resume, "Continue the run in RUN_DIR from its checkpoint")->type_name("RUN_DIR");
   cmd->add_option("--debug-check-replicas", args->check_replicas,
                   "Every N steps, verify that all ranks hold bit-identical parameters (a checksum allgather)")
