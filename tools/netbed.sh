@@ -82,7 +82,9 @@ parse_args() {  # parse_args SUBCOMMAND ARGS...
       *) die "unknown argument '$1' for '$sub' (see tools/netbed.sh --help)" ;;
     esac
   done
-  if ! [[ $hosts =~ ^[0-9]+$ ]] || ((hosts < 1 || hosts > 253)); then die "--hosts must be 1..253, got '$hosts'"; fi
+  if ! [[ $hosts =~ ^[0-9]+$ ]] || ((hosts < 1 || hosts > 253)); then
+    die "--hosts must be 1..253, got '$hosts'"
+  fi
   [[ $rate == none || $rate =~ ^[0-9]+(\.[0-9]+)?([kKmMgGtT]i?)?(bit|bps)$ ]] ||
     die "--rate must be a tc rate such as 100mbit, 1gbit, 10gbit, or 'none'; got '$rate'"
   [[ $latency == none || $latency =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] ||
@@ -96,7 +98,8 @@ parse_args() {  # parse_args SUBCOMMAND ARGS...
   done
   if [[ $sub == run ]]; then
     [[ ${#command[@]} -gt 0 ]] || die "run needs a command after '--' (see tools/netbed.sh --help)"
-  elif [[ ${#command[@]} -gt 0 || -n $btl_tcp_links || ${#extra_mca[@]} -gt 0 || ${#extra_env[@]} -gt 0 ]]; then
+  elif [[ ${#command[@]} -gt 0 || -n $btl_tcp_links || ${#extra_mca[@]} -gt 0 ||
+          ${#extra_env[@]} -gt 0 ]]; then
     die "'--', --btl-tcp-links, --mca and -x are for 'run' only"
   fi
 }
@@ -131,7 +134,8 @@ shape() {  # shape NAMESPACE DEV DELAY: tbf at $rate on DEV's egress, netem DELA
 require_absent() {  # before any trap that tears down: an existing testbed is not ours to remove
   local old
   old=$(existing)
-  [[ -z $old ]] || die "testbed '$prefix' already exists (${old//$'\n'/ }): 'tools/netbed.sh down --prefix $prefix' first"
+  [[ -z $old ]] ||
+    die "testbed '$prefix' already exists (${old//$'\n'/ }): 'tools/netbed.sh down --prefix $prefix' first"
 }
 
 on_exit() {  # on_exit COMMAND: run COMMAND when the script ends, also through Ctrl-C, TERM or HUP

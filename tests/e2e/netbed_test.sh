@@ -13,7 +13,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 mine() { ip netns list | awk '{print $1}' | grep -E "^$prefix-" || true; }
 
 [[ $(id -u) -eq 0 ]] || skip "network namespaces need root"
-if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then skip "iproute2 (ip, tc) is not installed"; fi
+if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+  skip "iproute2 (ip, tc) is not installed"
+fi
 command -v python3 >/dev/null || skip "python3 is not installed"
 command -v mpirun >/dev/null || skip "mpirun is not installed"
 ip netns add "$prefix-probe" 2>/dev/null || skip "'ip netns add' is not permitted here"
@@ -61,7 +63,8 @@ wait "$server_pid" || fail "the receiver in h1 failed"
 read -r bytes gbps <<<"$reply"
 [[ $bytes -eq $((25 << 20)) ]] || fail "h1 received $bytes bytes, expected $((25 << 20))"
 # Above 1.1 the shaping is missing; the lower bound is loose because a loaded machine slows Python.
-python3 -c "import sys; sys.exit(not 0.2 < $gbps < 1.1)" || fail "TCP h0 -> h1 at $gbps Gbit/s, expected ~0.95"
+python3 -c "import sys; sys.exit(not 0.2 < $gbps < 1.1)" ||
+  fail "TCP h0 -> h1 at $gbps Gbit/s, expected about 0.95"
 echo "ok: TCP h0 -> h1 and back, 25 MB at $gbps Gbit/s (shaped to 1gbit)"
 
 "$netbed" down --prefix "$prefix"

@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""CPU training throughput of the MNIST MLP: qtrain against PyTorch 1.13 (Debian's python3-torch) on
+#!/usr/bin/python3
+"""CPU training throughput of the MNIST MLP (run with Debian's /usr/bin/python3, which has python3-torch): qtrain against PyTorch 1.13 (Debian's python3-torch) on
 the same model, data, batch and threads, measured in the same run, alternating the two programs.
 Reports the median samples/s over the repetitions and each program's peak resident memory.
 
@@ -64,7 +64,7 @@ def main():
                 row = list(csv.DictReader(f))[-1]
             results["qtrain"].append(float(row["samples_per_s"]))
             peak["qtrain"] = max(peak["qtrain"], rss)
-            out, rss = run([sys.executable, os.path.join(ROOT, "tools/bench/torch_mlp_peer.py"), "--data", args.data,
+            out, rss = run(["/usr/bin/python3", os.path.join(ROOT, "tools/bench/torch_mlp_peer.py"), "--data", args.data,
                             "--steps", str(args.steps), "--warmup", str(warmup), "--threads", str(args.threads)], env)
             results["pytorch"].append(json.loads(out)["samples_per_s"])
             peak["pytorch"] = max(peak["pytorch"], rss)

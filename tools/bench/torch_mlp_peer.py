@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The PyTorch peer of qtrain's CPU training benchmark: the same MNIST MLP (784-1024-1024-10, ReLU,
 dropout 0.2/0.3/0.3), the same data (the IDX files qtrain reads, normalized the same way), batch,
 optimizer (RMSProp lr 0.003, alpha 0.99, eps 1e-8) and thread count. Prints one JSON line:

@@ -29,6 +29,7 @@
 #include "quant/quantizer.h"
 #include "quant/wire.h"
 #include "tools/qtrain/commands.h"
+#include "tools/qtrain/method_list.h"
 
 namespace qtrain::cli {
 namespace {
@@ -54,25 +55,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
   for (std::string item; std::getline(in, item, sep);)
     if (!item.empty()) out.push_back(item);
   return out;
-}
-
-// "qsgd:bits=4:norm=l2" -> a validated spec, through the same parser as the config file.
-QuantSpec parse_method(const std::string& text) {
-  const auto parts = split(text, ':');
-  if (parts.empty()) input_error("--methods: empty method");
-  YAML::Node node(YAML::NodeType::Map);
-  node["method"] = parts[0];
-  for (size_t i = 1; i < parts.size(); ++i) {
-    const size_t eq = parts[i].find('=');
-    if (eq == std::string::npos) input_error("--methods {}: expected key=value after the method, got '{}'", text, parts[i]);
-    node[parts[i].substr(0, eq)] = parts[i].substr(eq + 1);  // a scalar, read by the typed getters
-  }
-  auto source = std::make_shared<ConfigSource>();
-  source->file = "--methods " + text;
-  ConfigNode cfg(node, "", source);
-  QuantSpec spec = parse_quant_spec(cfg, QuantSpec::defaults(QuantMethod::fp32));
-  cfg.finish();
-  return spec;
 }
 
 int64_t parse_size(const std::string& s) {
@@ -437,7 +419,7 @@ void write_json(const std::string& file, const std::vector<Row>& rows) {
 
 void run(const Options& o) {
   std::vector<QuantSpec> specs;
-  for (const auto& m : split(o.methods, ',')) specs.push_back(parse_method(m));
+  for (const MethodChoice& m : parse_method_list(o.methods)) specs.push_back(m.config.base);
   std::vector<int64_t> sizes;
   for (const auto& s : split(o.sizes, ',')) sizes.push_back(parse_size(s));
   std::vector<int> thread_counts;
