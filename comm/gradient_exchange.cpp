@@ -249,6 +249,19 @@ uint8_t* GradientExchange::device_bytes(Tensor& buffer, size_t bytes) {
   return buffer.data<uint8_t>();
 }
 
+uint8_t* GradientExchange::send_buffer(size_t capacity) {
+  if (send_host_.size() < capacity) send_host_.resize(capacity);
+  return device_.is_cuda() ? device_bytes(send_dev_, capacity) : send_host_.data();
+}
+
+const uint8_t* GradientExchange::received_on_device() {
+  // Transports deliver into host memory; CUDA decoders read device memory.
+  if (!device_.is_cuda()) return recv_host_.data();
+  uint8_t* dev = device_bytes(recv_dev_, recv_host_.size());
+  copy_from_host(*ctx_, dev, recv_host_.data(), recv_host_.size());
+  return dev;
+}
+
 int64_t GradientExchange::column_for(const Plan& p, int64_t length, int64_t column) const {
   return encode_column(p.spec, length, column);
 }
@@ -342,8 +355,7 @@ void GradientExchange::reduce_allgather(const std::vector<int>& ids) {
     const ExchangeTensor& x = tensors_[static_cast<size_t>(t)];
     capacity += plans_[static_cast<size_t>(t)].quantizer->max_encoded_bytes(x.numel, column_for(plans_[static_cast<size_t>(t)], x.numel, x.column));
   }
-  if (send_host_.size() < capacity) send_host_.resize(capacity);
-  uint8_t* send = cuda ? device_bytes(send_dev_, capacity) : send_host_.data();
+  uint8_t* send = send_buffer(capacity);
   size_t used = 0;
   std::vector<size_t> own(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -360,12 +372,7 @@ void GradientExchange::reduce_allgather(const std::vector<int>& ids) {
 
   t0 = Clock::now();
   comm_.all_gather_bytes(ctx, {send_host_.data(), used}, recv_host_, sizes_, offsets_);
-  const uint8_t* recv = recv_host_.data();
-  if (cuda) {
-    uint8_t* dev = device_bytes(recv_dev_, recv_host_.size());
-    copy_from_host(ctx, dev, recv_host_.data(), recv_host_.size());
-    recv = dev;
-  }
+  const uint8_t* recv = received_on_device();
   stats_.phases.add(Phase::communicate, since(t0));
 
   // Decode in rank order: the first payload overwrites, the others add; every rank sums the same
@@ -415,8 +422,7 @@ void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
       const auto [b, len] = stripe(t, s);
       if (len > 0) capacity += plans_[static_cast<size_t>(t)].quantizer->max_encoded_bytes(len, column_for(plans_[static_cast<size_t>(t)], len, tensors_[static_cast<size_t>(t)].column));
     }
-  if (send_host_.size() < capacity) send_host_.resize(capacity);
-  uint8_t* send = cuda ? device_bytes(send_dev_, capacity) : send_host_.data();
+  uint8_t* send = send_buffer(capacity);
   send_sizes_.assign(static_cast<size_t>(P), 0);
   send_offsets_.assign(static_cast<size_t>(P), 0);
   std::vector<double> sent_to_others(ids.size(), 0.0);
@@ -442,12 +448,7 @@ void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
 
   t0 = Clock::now();
   comm_.all_to_all_bytes(ctx, {send_host_.data(), used}, send_sizes_, send_offsets_, recv_host_, sizes_, offsets_);
-  const uint8_t* recv = recv_host_.data();
-  if (cuda) {
-    uint8_t* dev = device_bytes(recv_dev_, recv_host_.size());
-    copy_from_host(ctx, dev, recv_host_.data(), recv_host_.size());
-    recv = dev;
-  }
+  const uint8_t* recv = received_on_device();
   stats_.phases.add(Phase::communicate, since(t0));
 
   // 2. The owner decodes and sums its stripe from every rank (its own contribution from its own
@@ -484,8 +485,7 @@ void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
     const auto [b, len] = stripe(t, me);
     if (len > 0) capacity += plans_[static_cast<size_t>(t)].quantizer->max_encoded_bytes(len, column_for(plans_[static_cast<size_t>(t)], len, tensors_[static_cast<size_t>(t)].column));
   }
-  if (send_host_.size() < capacity) send_host_.resize(capacity);
-  send = cuda ? device_bytes(send_dev_, capacity) : send_host_.data();
+  send = send_buffer(capacity);
   used = 0;
   std::vector<size_t> own(ids.size(), 0);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -504,12 +504,7 @@ void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
   // ... and the owners' payloads go to everyone, who decode every stripe from the same bytes.
   t0 = Clock::now();
   comm_.all_gather_bytes(ctx, {send_host_.data(), used}, recv_host_, sizes_, offsets_);
-  recv = recv_host_.data();
-  if (cuda) {
-    uint8_t* dev = device_bytes(recv_dev_, recv_host_.size());
-    copy_from_host(ctx, dev, recv_host_.data(), recv_host_.size());
-    recv = dev;
-  }
+  recv = received_on_device();
   stats_.phases.add(Phase::communicate, since(t0));
 
   t0 = Clock::now();

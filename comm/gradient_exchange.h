@@ -118,6 +118,10 @@ class GradientExchange {
   int64_t column_for(const Plan& p, int64_t length, int64_t column) const;
   // Payload `t` starting at `cursor` in host bytes `buf` ending at `end`: its length, validated.
   size_t payload_length(const std::vector<uint8_t>& buf, size_t cursor, size_t end, int t, int from_rank) const;
+  // The buffer encoders write to (device memory on CUDA, else the host send buffer), >= capacity.
+  uint8_t* send_buffer(size_t capacity);
+  // The received bytes where the decoders can read them (copied to the device on CUDA).
+  const uint8_t* received_on_device();
   // Ensures the device-side staging buffer holds `bytes`.
   uint8_t* device_bytes(Tensor& buffer, size_t bytes);
 
