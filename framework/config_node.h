@@ -27,7 +27,7 @@ struct ConfigSource {
 class ConfigNode {
  public:
   ConfigNode(YAML::Node node, std::string path, std::shared_ptr<const ConfigSource> source);
-  // An empty mapping with no source (a placeholder before a section is assigned).
+  // An empty mapping with no source, the value of a section not yet assigned.
   ConfigNode() : ConfigNode(YAML::Node(YAML::NodeType::Map), "", std::make_shared<ConfigSource>()) {}
 
   const std::string& path() const { return path_; }
