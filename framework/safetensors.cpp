@@ -63,7 +63,8 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   const fs::path target(path);
   const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
   fs::create_directories(folder);
-  const std::string tmp = (folder / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  // Built with fmt rather than string operator+, which trips GCC 12's false -Wrestrict warning.
+  const std::string tmp = (folder / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) input_error("{}: cannot create: {}", tmp, std::strerror(errno));
   try {
