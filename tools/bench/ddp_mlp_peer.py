@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""PyTorch DDP peer of qtrain's data-parallel benchmark: the MNIST MLP of configs/mnist_mlp.yaml
+(784-1024-1024-10, ReLU, dropout 0.2/0.3/0.3, RMSProp lr 0.003), one process per rank, gloo over TCP,
+optionally with DDP's fp16 compression hook. Launched by mpirun (it reads Open MPI's rank variables),
+e.g. on the 1 Gbit/s testbed:
+
+  tools/netbed.sh run --hosts 4 --rate 1gbit -- tools/bench/ddp_mlp_peer.py --master 10.77.0.1 --hook fp16
+
+Rank 0 prints one JSON line: {"samples_per_s": global samples/s over the timed steps, ...}."""
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def read_idx(path, magic):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert int.from_bytes(data[0:4], "big") == magic, path
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", default="data/mnist")
+    p.add_argument("--master", required=True, help="address of rank 0 (on the testbed: 10.77.0.1)")
+    p.add_argument("--port", type=int, default=29511)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--batch", type=int, default=128, help="per rank")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--hook", choices=["none", "fp16"], default="none")
+    args = p.parse_args()
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1)
+    dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=rank, world_size=world)
+
+    images = read_idx(f"{args.data}/train-images-idx3-ubyte", 0x803)
+    labels = read_idx(f"{args.data}/train-labels-idx1-ubyte", 0x801)
+    x_all = torch.from_numpy(((images.astype(np.float32) / 255.0) - 0.1307) / 0.3081).reshape(-1, 1, 28, 28)
+    y_all = torch.from_numpy(labels.astype(np.int64))
+    shard = x_all.shape[0] // world  # the same contiguous shards as qtrain's loader
+    x_all, y_all = x_all[rank * shard:(rank + 1) * shard], y_all[rank * shard:(rank + 1) * shard]
+
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Dropout(0.2),
+        torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+        torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+        torch.nn.Linear(1024, 10))
+    ddp = DDP(model)
+    if args.hook == "fp16":
+        ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
+    opt = torch.optim.RMSprop(ddp.parameters(), lr=0.003, alpha=0.99, eps=1e-8)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    perm = torch.randperm(shard)
+    dist.barrier()
+    start = time.perf_counter()
+    for step in range(args.steps):
+        i = (step * args.batch) % (shard - args.batch)
+        idx = perm[i:i + args.batch]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(ddp(x_all[idx]), y_all[idx])
+        loss.backward()
+        opt.step()
+    dist.barrier()
+    elapsed = time.perf_counter() - start
+    if rank == 0:
+        print(json.dumps({"samples_per_s": args.steps * args.batch * world / elapsed, "ranks": world,
+                          "hook": args.hook, "steps": args.steps, "final_loss": float(loss)}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
