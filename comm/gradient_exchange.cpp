@@ -249,6 +249,29 @@ uint8_t* GradientExchange::device_bytes(Tensor& buffer, size_t bytes) {
   return buffer.data<uint8_t>();
 }
 
+void GradientExchange::decode_received(const std::vector<int>& ids, const uint8_t* recv, bool sum,
+                                       const std::function<Span(int, int)>& where) {
+  for (int r = 0; r < comm_.size(); ++r) {
+    size_t cursor = offsets_[static_cast<size_t>(r)];
+    const size_t end = cursor + sizes_[static_cast<size_t>(r)];
+    for (int t : ids) {
+      const auto [begin, len] = where(t, r);
+      if (len == 0) continue;  // empty stripes are never sent
+      const size_t plen = payload_length(recv_host_, cursor, end, t, r);
+      const std::span<const uint8_t> payload{recv + cursor, plen};
+      const std::span<float> out{grad(t) + begin, static_cast<size_t>(len)};
+      const Quantizer& q = *plans_[static_cast<size_t>(t)].quantizer;
+      if (sum && r > 0)
+        q.decode_add(*ctx_, payload, len, out);
+      else
+        q.decode(*ctx_, payload, len, out);
+      cursor += plen;
+    }
+    if (cursor != end)
+      input_error("gradient exchange: rank {} sent {} bytes more than its payloads describe", r, end - cursor);
+  }
+}
+
 uint8_t* GradientExchange::send_buffer(size_t capacity) {
   if (send_host_.size() < capacity) send_host_.resize(capacity);
   return device_.is_cuda() ? device_bytes(send_dev_, capacity) : send_host_.data();
@@ -378,23 +401,8 @@ void GradientExchange::reduce_allgather(const std::vector<int>& ids) {
   // Decode in rank order: the first payload overwrites, the others add; every rank sums the same
   // bytes in the same order.
   t0 = Clock::now();
-  for (int r = 0; r < P; ++r) {
-    size_t cursor = offsets_[static_cast<size_t>(r)];
-    const size_t end = cursor + sizes_[static_cast<size_t>(r)];
-    for (int t : ids) {
-      const size_t len = payload_length(recv_host_, cursor, end, t, r);
-      const Plan& p = plans_[static_cast<size_t>(t)];
-      const int64_t n = tensors_[static_cast<size_t>(t)].numel;
-      const std::span<const uint8_t> payload{recv + cursor, len};
-      if (r == 0)
-        p.quantizer->decode(ctx, payload, n, {grad(t), static_cast<size_t>(n)});
-      else
-        p.quantizer->decode_add(ctx, payload, n, {grad(t), static_cast<size_t>(n)});
-      cursor += len;
-    }
-    if (cursor != end)
-      input_error("gradient exchange: rank {} sent {} bytes more than its payloads describe", r, end - cursor);
-  }
+  decode_received(ids, recv, /*sum=*/true,
+                  [&](int t, int) { return Span{0, tensors_[static_cast<size_t>(t)].numel}; });
   for (size_t i = 0; i < ids.size(); ++i) {
     const int t = ids[i];
     if (scale_ != 1.0f) scale_buffer(ctx, grad(t), tensors_[static_cast<size_t>(t)].numel, scale_);
@@ -410,8 +418,8 @@ void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
   const bool cuda = device_.is_cuda();
   auto stripe = [&](int t, int s) {
     const Plan& p = plans_[static_cast<size_t>(t)];
-    return std::pair<int64_t, int64_t>{p.stripe_begin[static_cast<size_t>(s)],
-                                       p.stripe_begin[static_cast<size_t>(s) + 1] - p.stripe_begin[static_cast<size_t>(s)]};
+    return Span{p.stripe_begin[static_cast<size_t>(s)],
+                p.stripe_begin[static_cast<size_t>(s) + 1] - p.stripe_begin[static_cast<size_t>(s)]};
   };
 
   // 1. Every rank encodes stripe s of every tensor for its owner s (empty stripes send nothing).
@@ -454,24 +462,7 @@ void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
   // 2. The owner decodes and sums its stripe from every rank (its own contribution from its own
   //    encoding), in rank order, then takes the mean.
   t0 = Clock::now();
-  for (int r = 0; r < P; ++r) {
-    size_t cursor = offsets_[static_cast<size_t>(r)];
-    const size_t end = cursor + sizes_[static_cast<size_t>(r)];
-    for (int t : ids) {
-      const auto [b, len] = stripe(t, me);
-      if (len == 0) continue;
-      const size_t plen = payload_length(recv_host_, cursor, end, t, r);
-      const Plan& p = plans_[static_cast<size_t>(t)];
-      const std::span<const uint8_t> payload{recv + cursor, plen};
-      if (r == 0)
-        p.quantizer->decode(ctx, payload, len, {grad(t) + b, static_cast<size_t>(len)});
-      else
-        p.quantizer->decode_add(ctx, payload, len, {grad(t) + b, static_cast<size_t>(len)});
-      cursor += plen;
-    }
-    if (cursor != end)
-      input_error("gradient exchange: rank {} sent {} bytes more than its stripes describe", r, end - cursor);
-  }
+  decode_received(ids, recv, /*sum=*/true, [&](int t, int) { return stripe(t, me); });
   for (int t : ids) {
     const auto [b, len] = stripe(t, me);
     if (len > 0 && scale_ != 1.0f) scale_buffer(ctx, grad(t) + b, len, scale_);
@@ -508,20 +499,7 @@ void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
   stats_.phases.add(Phase::communicate, since(t0));
 
   t0 = Clock::now();
-  for (int s = 0; s < P; ++s) {
-    size_t cursor = offsets_[static_cast<size_t>(s)];
-    const size_t end = cursor + sizes_[static_cast<size_t>(s)];
-    for (int t : ids) {
-      const auto [b, len] = stripe(t, s);
-      if (len == 0) continue;
-      const size_t plen = payload_length(recv_host_, cursor, end, t, s);
-      plans_[static_cast<size_t>(t)].quantizer->decode(ctx, {recv + cursor, plen}, len,
-                                                       {grad(t) + b, static_cast<size_t>(len)});
-      cursor += plen;
-    }
-    if (cursor != end)
-      input_error("gradient exchange: rank {} sent {} bytes more than its stripes describe", s, end - cursor);
-  }
+  decode_received(ids, recv, /*sum=*/false, [&](int t, int owner) { return stripe(t, owner); });
   for (size_t i = 0; i < ids.size(); ++i)
     stats_.bytes_sent_per_tensor[static_cast<size_t>(ids[i])] += sent_to_others[i] + static_cast<double>(own[i]) * (P - 1);
   stats_.phases.add(Phase::decode, since(t0));

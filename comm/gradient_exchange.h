@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -118,6 +119,15 @@ class GradientExchange {
   int64_t column_for(const Plan& p, int64_t length, int64_t column) const;
   // Payload `t` starting at `cursor` in host bytes `buf` ending at `end`: its length, validated.
   size_t payload_length(const std::vector<uint8_t>& buf, size_t cursor, size_t end, int t, int from_rank) const;
+  struct Span {
+    int64_t begin, length;  // elements of a tensor
+  };
+  // Decodes, for every sending rank r in rank order, the payloads it sent for `ids` (in that order,
+  // skipping empty spans) into the span where(t, r) of tensor t. With `sum`, rank 0's payload
+  // overwrites and the later ones add (every replica sums in the same order); otherwise every
+  // payload overwrites its own span.
+  void decode_received(const std::vector<int>& ids, const uint8_t* recv, bool sum,
+                       const std::function<Span(int tensor, int rank)>& where);
   // The buffer encoders write to (device memory on CUDA, else the host send buffer), >= capacity.
   uint8_t* send_buffer(size_t capacity);
   // The received bytes where the decoders can read them (copied to the device on CUDA).
