@@ -12,20 +12,13 @@ import json
 import os
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from torch_mnist import load_mnist_train, mnist_mlp
 
-def read_idx(path, magic):
-    with open(path, "rb") as f:
-        data = f.read()
-    assert int.from_bytes(data[0:4], "big") == magic, path
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def main():
@@ -44,18 +37,11 @@ def main():
     torch.manual_seed(1)
     dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=rank, world_size=world)
 
-    images = read_idx(f"{args.data}/train-images-idx3-ubyte", 0x803)
-    labels = read_idx(f"{args.data}/train-labels-idx1-ubyte", 0x801)
-    x_all = torch.from_numpy(((images.astype(np.float32) / 255.0) - 0.1307) / 0.3081).reshape(-1, 1, 28, 28)
-    y_all = torch.from_numpy(labels.astype(np.int64))
+    x_all, y_all = load_mnist_train(args.data)
     shard = x_all.shape[0] // world  # the same contiguous shards as qtrain's loader
     x_all, y_all = x_all[rank * shard:(rank + 1) * shard], y_all[rank * shard:(rank + 1) * shard]
 
-    model = torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Dropout(0.2),
-        torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Dropout(0.3),
-        torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Dropout(0.3),
-        torch.nn.Linear(1024, 10))
+    model = mnist_mlp()
     ddp = DDP(model)
     if args.hook == "fp16":
         ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)

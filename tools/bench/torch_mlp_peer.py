@@ -7,17 +7,10 @@ import argparse
 import json
 import time
 
-import numpy as np
 import torch
 
+from torch_mnist import load_mnist_train, mnist_mlp
 
-def read_idx(path, magic):
-    with open(path, "rb") as f:
-        data = f.read()
-    assert int.from_bytes(data[0:4], "big") == magic, path
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def main():
@@ -31,16 +24,9 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
 
-    images = read_idx(f"{args.data}/train-images-idx3-ubyte", 0x803)
-    labels = read_idx(f"{args.data}/train-labels-idx1-ubyte", 0x801)
-    x_all = torch.from_numpy(((images.astype(np.float32) / 255.0) - 0.1307) / 0.3081).reshape(-1, 1, 28, 28)
-    y_all = torch.from_numpy(labels.astype(np.int64))
+    x_all, y_all = load_mnist_train(args.data)
 
-    model = torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Dropout(0.2),
-        torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Dropout(0.3),
-        torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Dropout(0.3),
-        torch.nn.Linear(1024, 10))
+    model = mnist_mlp()
     opt = torch.optim.RMSprop(model.parameters(), lr=0.003, alpha=0.99, eps=1e-8)
     loss_fn = torch.nn.CrossEntropyLoss()
     model.train()

@@ -1,0 +1,30 @@
+"""What the PyTorch peers of qtrain's benchmarks share: reading MNIST's IDX files with the same
+normalization as qtrain (pixels / 255, then mean 0.1307 and std 0.3081) and the MLP of
+configs/mnist_mlp.yaml (784-1024-1024-10, ReLU, dropout 0.2 / 0.3 / 0.3)."""
+import numpy as np
+import torch
+
+
+def read_idx(path, magic):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert int.from_bytes(data[0:4], "big") == magic, f"{path}: not an IDX file with magic {magic:#x}"
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def load_mnist_train(folder):
+    """(images (N, 1, 28, 28) float32 normalized, labels (N) int64) of the training split."""
+    images = read_idx(f"{folder}/train-images-idx3-ubyte", 0x803)
+    labels = read_idx(f"{folder}/train-labels-idx1-ubyte", 0x801)
+    x = torch.from_numpy(((images.astype(np.float32) / 255.0) - 0.1307) / 0.3081).reshape(-1, 1, 28, 28)
+    return x, torch.from_numpy(labels.astype(np.int64))
+
+
+def mnist_mlp():
+    return torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Dropout(0.2),
+        torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+        torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+        torch.nn.Linear(1024, 10))
