@@ -245,7 +245,9 @@ TrainSummary Trainer::run() {
   const TrainConfig& tc = config_.train;
   const int64_t steps_per_epoch = train_loader_->batches_per_epoch();
   const int64_t max_steps = tc.max_steps > 0 ? tc.max_steps : INT64_MAX;
-  MetricsWriter metrics((fs::path(run_dir_) / "metrics.csv").string());
+  // Rank 0 speaks for the job: only it opens (and may create) metrics.csv.
+  std::unique_ptr<MetricsWriter> metrics;
+  if (options_.rank == 0) metrics = std::make_unique<MetricsWriter>((fs::path(run_dir_) / "metrics.csv").string());
   Progress progress(config_.output.progress, tc.log_every_steps);
 
   log_info(fmt::format("qtrain {}: run '{}' on {} (OpenBLAS {} kernels, {} threads), {} parameters, {} steps per epoch",
@@ -361,7 +363,7 @@ TrainSummary Trainer::run() {
       row.test_accuracy = summary.test.accuracy;
     }
     row.wall_time_s = seconds_since(t_start);
-    if (options_.rank == 0) metrics.append(row);
+    if (metrics) metrics->append(row);
     log_info(fmt::format("epoch {}/{}{} step {}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | "
                          "{:.0f} samples/s | data {:.2f}s fwd {:.2f}s bwd {:.2f}s opt {:.2f}s | exchange: encode "
                          "{:.2f}s comm {:.2f}s decode {:.2f}s, {:.2f}s hidden, {:.2f}s exposed, {:.2f} MB sent per step",
