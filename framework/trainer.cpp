@@ -23,6 +23,14 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// FNV-1a over bytes: the checksums ranks compare (config at start-up, parameters in replica checks).
+uint64_t fnv1a64(const void* data, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
 // A batch moved to the net's device and dtype; CPU f32 batches are used in place.
 struct DeviceBatch {
   Tensor x, labels;
@@ -196,9 +204,7 @@ void Trainer::load_rank_state() {
 void Trainer::check_same_config() {
   // Ranks that parsed different configs (a different file or --set on one host) would train
   // different models and hang or diverge later: compare a hash of the resolved config at start-up.
-  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
-  for (unsigned char ch : resolved_yaml_) h = (h ^ ch) * 1099511628211ull;
-  const std::vector<uint64_t> all = comm_->all_gather_u64(h);
+  const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(resolved_yaml_.data(), resolved_yaml_.size()));
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r] != all[0])
       input_error("rank {} was started with a different config than rank 0 (resolved-config hashes {:016x} vs {:016x}); "
@@ -209,10 +215,7 @@ void Trainer::check_same_config() {
 void Trainer::check_replicas(int64_t step) {
   ctx_->synchronize();
   const Tensor host = net_->params().device().is_cpu() ? net_->params() : net_->params().to(Device::cpu());
-  uint64_t h = 1469598103934665603ull;
-  const auto* p = static_cast<const unsigned char*>(host.raw());
-  for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  const std::vector<uint64_t> all = comm_->all_gather_u64(h);
+  const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(host.raw(), host.nbytes()));
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r] != all[0])
       throw Error(fmt::format("replica check at step {}: the parameters of rank {} differ from rank 0's "

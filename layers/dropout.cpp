@@ -4,15 +4,12 @@
 // multiplied by one scale computed once in double, so CPU and CUDA agree bit for bit.
 #include "layers/dropout.h"
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <type_traits>
 
+#include "framework/philox_batch.h"
 #include "layers/dispatch.h"
 
 namespace qtrain {
@@ -37,61 +34,11 @@ uint64_t keep_threshold(float p) {
   return lo;
 }
 
-// Philox blocks for eight consecutive subsequences (first, a multiple of 8, up to first + 7), in
-// element order: words[4 l + w] is word w of block first + l. One block at a time
-// (philox_subsequence_block) is a chain of dependent multiplies and cost ~15% of an MLP training
-// step; AVX2 computes eight blocks in the time of about two, with the same arithmetic bit for bit
-// (framework/philox.h's round, key bumped between rounds). Builds for CPUs without AVX2 take the
-// scalar definition. Both are whole definitions: the choice is made per function, not inside one.
-constexpr int kBlocks = 8;
+// Random words come from framework/philox_batch.h, which computes many blocks per call (AVX2 lanes
+// where available) with the same arithmetic as philox_subsequence_block: one block at a time is a
+// chain of dependent multiplies and cost ~15% of an MLP training step.
+constexpr int kBlocks = 32;
 constexpr int64_t kChunk = 4 * kBlocks;  // elements per call
-
-#if defined(__AVX2__)
-void philox8(PhiloxKey key, uint64_t first, uint32_t* __restrict words) {
-  using namespace philox_detail;
-  // Counter words across the eight blocks; c2/c3 are the subsequence's low/high halves. first is a
-  // multiple of 8, so first + l never carries into the high half.
-  __m256i c0 = _mm256_setzero_si256(), c1 = _mm256_setzero_si256();
-  __m256i c2 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(first))),
-                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  __m256i c3 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(first >> 32)));
-  const __m256i m0 = _mm256_set1_epi64x(kM0), m1 = _mm256_set1_epi64x(kM1);
-  uint32_t k0 = key.k0, k1 = key.k1;
-  for (int r = 0; r < 10; ++r) {
-    // _mm256_mul_epu32 multiplies the even 32-bit lanes into 64-bit products; the odd lanes are
-    // shifted down and multiplied separately, then the low and high halves are blended back in place.
-    const __m256i even0 = _mm256_mul_epu32(c0, m0), odd0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
-    const __m256i even1 = _mm256_mul_epu32(c2, m1), odd1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
-    const __m256i lo0 = _mm256_blend_epi32(even0, _mm256_slli_epi64(odd0, 32), 0xAA);
-    const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(even0, 32), odd0, 0xAA);
-    const __m256i lo1 = _mm256_blend_epi32(even1, _mm256_slli_epi64(odd1, 32), 0xAA);
-    const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(even1, 32), odd1, 0xAA);
-    c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(static_cast<int>(k0)));
-    c1 = lo1;
-    c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(static_cast<int>(k1)));
-    c3 = lo0;
-    k0 += kW0;
-    k1 += kW1;
-  }
-  // Transpose (word, block) to (block, word): 4x8 words into element order.
-  const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
-  const __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
-  const __m256i b04 = _mm256_unpacklo_epi64(t0, t2), b15 = _mm256_unpackhi_epi64(t0, t2);
-  const __m256i b26 = _mm256_unpacklo_epi64(t1, t3), b37 = _mm256_unpackhi_epi64(t1, t3);
-  auto* out = reinterpret_cast<__m256i*>(words);
-  _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(b04, b15, 0x20));
-  _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(b26, b37, 0x20));
-  _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(b04, b15, 0x31));
-  _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(b26, b37, 0x31));
-}
-#else
-void philox8(PhiloxKey key, uint64_t first, uint32_t* __restrict words) {
-  for (int l = 0; l < kBlocks; ++l) {
-    const PhiloxBlock b = philox_subsequence_block(key, first + static_cast<uint64_t>(l));
-    for (int w = 0; w < 4; ++w) words[4 * l + w] = b.v[w];
-  }
-}
-#endif
 
 // out[i] = keep(i) ? in[i] * scale : 0, element i drawing word i % 4 of block i / 4.
 template <typename T>
@@ -107,7 +54,7 @@ void apply_mask_cpu(PhiloxKey key, float p, T scale, const T* __restrict in, T* 
   const int64_t chunks = n / kChunk;
   alignas(32) uint32_t words[kChunk];
   for (int64_t c = 0; c < chunks; ++c) {
-    philox8(key, static_cast<uint64_t>(c) * kBlocks, words);
+    philox_subsequence_blocks(key, static_cast<uint64_t>(c) * kBlocks, kBlocks, words);
     const T* __restrict src = in + c * kChunk;
     T* __restrict dst = out + c * kChunk;
     // A select through a bit mask: GCC keeps `keep ? x * scale : 0` as a branch (the multiply might

@@ -6,11 +6,11 @@
 // 4k entries in all (later candidates stay in the residual). Sent: e = v - mu, unsent: e = v.
 #include <cstring>
 
+#include "framework/philox_batch.h"
 #include "quant/det_sum.h"
 #include "quant/kernels.h"
 #include "quant/methods.h"
 #include "quant/numerics.h"
-#include "quant/philox_batch.h"
 #include "quant/select.h"
 #include "quant/wire.h"
 

@@ -7,12 +7,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "framework/philox_batch.h"
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"
 #include "quant/kernels.h"
 #include "quant/methods.h"
 #include "quant/numerics.h"
-#include "quant/philox_batch.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

@@ -16,7 +16,7 @@
 
 #include "quant/dettmers_table.h"
 #include "quant/numerics.h"
-#include "quant/philox_batch.h"
+#include "framework/philox_batch.h"
 #include "quant/wire.h"
 #include "tests/quant/quant_test_util.h"
 
@@ -636,7 +636,7 @@ TEST_CASE("batched Philox equals the one-block reference", "[quant]") {
   const PhiloxKey key = derive_philox_key(5, 6, 7, 8);
   for (uint64_t first : {uint64_t{0}, uint64_t{13}, uint64_t{0xfffffff5}, uint64_t{0x1fffffffa}}) {
     std::vector<uint32_t> out(4 * 37);
-    quant_detail::philox_blocks(key, first, 0, quant_detail::kTagQsgd, 37, out.data());
+    philox_blocks(key, first, 0, quant_detail::kTagQsgd, 37, out.data());
     for (int j = 0; j < 37; ++j) {
       const uint64_t c = first + static_cast<uint64_t>(j);
       const PhiloxBlock b = philox4x32_10(static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0,
