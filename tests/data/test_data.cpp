@@ -3,11 +3,9 @@
 // permutation (deterministic, a permutation, pinned to golden values), shards, resume, prefetch
 // errors and restarts. The real MNIST / Fashion-MNIST files are checked when present.
 #include <catch2/catch.hpp>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,38 +16,17 @@
 #include "data/idx.h"
 #include "data/loader.h"
 #include "data/mnist.h"
+#include "tests/support/idx_files.h"
+#include "tests/support/temp_dir.h"
 
 using namespace qtrain;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder under the system temp directory, removed at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("qtrain_test_data_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
-
-using Bytes = std::vector<uint8_t>;
-
-void put_be32(Bytes& b, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
-}
+using qtrain::testing::Bytes;
+using qtrain::testing::idx_labels_bytes;
+using qtrain::testing::TempDir;
 
 void write_bytes(const std::string& path, const Bytes& bytes, bool gzip = false) {
   if (gzip) {
@@ -58,29 +35,29 @@ void write_bytes(const std::string& path, const Bytes& bytes, bool gzip = false)
     REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
     REQUIRE(gzclose(f) == Z_OK);
   } else {
-    std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    qtrain::testing::write_file(path, bytes);
   }
 }
 
 // An IDX image file of `count` images of rows x cols: pixel j of image i is (i * 7 + j) % 256.
 Bytes idx_images(uint32_t count, uint32_t rows = 28, uint32_t cols = 28) {
-  Bytes b;
-  put_be32(b, kIdxImagesMagic);
-  put_be32(b, count);
-  put_be32(b, rows);
-  put_be32(b, cols);
+  Bytes pixels;
   for (uint32_t i = 0; i < count; ++i)
-    for (uint32_t j = 0; j < rows * cols; ++j) b.push_back(static_cast<uint8_t>((i * 7 + j) % 256));
-  return b;
+    for (uint32_t j = 0; j < rows * cols; ++j) pixels.push_back(static_cast<uint8_t>((i * 7 + j) % 256));
+  return qtrain::testing::idx_images_bytes(pixels, count, rows, cols);
 }
 
-Bytes idx_labels(const Bytes& labels) {
-  Bytes b;
-  put_be32(b, kIdxLabelsMagic);
-  put_be32(b, static_cast<uint32_t>(labels.size()));
-  b.insert(b.end(), labels.begin(), labels.end());
-  return b;
+Bytes idx_labels(const Bytes& labels) { return idx_labels_bytes(labels); }
+
+std::vector<int32_t> first_labels(const Dataset& d, int n) {
+  std::vector<float> x(static_cast<size_t>(shape_numel(d.sample_shape())));
+  std::vector<int32_t> labels;
+  for (int i = 0; i < n; ++i) {
+    int32_t label = -1;
+    d.read(i, x.data(), &label);
+    labels.push_back(label);
+  }
+  return labels;
 }
 
 // A complete MNIST-style folder: 5 training and 3 test samples.
@@ -237,7 +214,7 @@ TEST_CASE("idx: a missing file names its path", "[data][idx]") {
 TEST_CASE("mnist: samples are pixel/255 normalized with the standard mean and std", "[data][mnist]") {
   TempDir dir;
   write_mnist_folder(dir);
-  auto train = open_mnist(dir.str(), Split::train, {});
+  auto train = open_mnist(dir.path().string(), Split::train, {});
   REQUIRE(train->size() == 5);
   REQUIRE(train->sample_shape() == Shape{1, 28, 28});
   REQUIRE(train->num_classes() == 10);
@@ -254,14 +231,14 @@ TEST_CASE("mnist: samples are pixel/255 normalized with the standard mean and st
 
   MnistOptions fashion;
   fashion.variant = MnistVariant::fashion_mnist;
-  auto test = open_mnist(dir.str(), Split::test, fashion);
+  auto test = open_mnist(dir.path().string(), Split::test, fashion);
   REQUIRE(test->size() == 3);
   test->read(0, x.data(), &label);
   REQUIRE(label == 7);
   REQUIRE(x[0] == Approx((0 - 0.2860) / 0.3530));  // image 0, pixel 0 is 0
 
   // Custom values from the config.
-  DataConfig config = data_config_from("data: {path: " + dir.str() + ", mean: [0.5], std: [0.25]}\n");
+  DataConfig config = data_config_from("data: {path: " + dir.path().string() + ", mean: [0.5], std: [0.25]}\n");
   auto custom = open_dataset(config, Split::train);
   custom->read(0, x.data(), &label);
   REQUIRE(x[0] == Approx(-2.0));   // (0 - 0.5) / 0.25
@@ -271,7 +248,7 @@ TEST_CASE("mnist: samples are pixel/255 normalized with the standard mean and st
 TEST_CASE("mnist: gzipped folders and limits", "[data][mnist]") {
   TempDir dir;
   write_mnist_folder(dir, /*gzip=*/true);
-  DataConfig config = data_config_from("data: {path: " + dir.str() + ", limit_train: 2, limit_test: 100}\n");
+  DataConfig config = data_config_from("data: {path: " + dir.path().string() + ", limit_train: 2, limit_test: 100}\n");
   auto train = open_dataset(config, Split::train);
   REQUIRE(train->size() == 2);
   auto test = open_dataset(config, Split::test);
@@ -294,9 +271,9 @@ TEST_CASE("mnist: missing folder and files", "[data][mnist]") {
   TempDir dir;
   write_mnist_folder(dir);
   fs::remove(dir.file("t10k-labels-idx1-ubyte"));
-  REQUIRE_NOTHROW(open_mnist(dir.str(), Split::train, {}));
-  REQUIRE_THROWS_WITH(open_mnist(dir.str(), Split::test, {}),
-                      Catch::Contains(dir.str()) && Catch::Contains("missing t10k-labels-idx1-ubyte (or "
+  REQUIRE_NOTHROW(open_mnist(dir.path().string(), Split::train, {}));
+  REQUIRE_THROWS_WITH(open_mnist(dir.path().string(), Split::test, {}),
+                      Catch::Contains(dir.path().string()) && Catch::Contains("missing t10k-labels-idx1-ubyte (or "
                                                                     "t10k-labels-idx1-ubyte.gz)") &&
                           Catch::Contains("train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte "
                                           "and t10k-labels-idx1-ubyte"));
@@ -306,13 +283,13 @@ TEST_CASE("mnist: image/label count mismatch, bad labels, wrong image size", "[d
   TempDir dir;
   write_mnist_folder(dir);
   write_bytes(dir.file("train-labels-idx1-ubyte"), idx_labels({1, 2, 3, 4}));
-  REQUIRE_THROWS_WITH(open_mnist(dir.str(), Split::train, {}),
+  REQUIRE_THROWS_WITH(open_mnist(dir.path().string(), Split::train, {}),
                       Catch::Contains("holds 5 images but") && Catch::Contains("holds 4 labels"));
   write_bytes(dir.file("train-labels-idx1-ubyte"), idx_labels({1, 2, 10, 4, 5}));
-  REQUIRE_THROWS_WITH(open_mnist(dir.str(), Split::train, {}),
+  REQUIRE_THROWS_WITH(open_mnist(dir.path().string(), Split::train, {}),
                       Catch::Contains("train-labels-idx1-ubyte: label 10 at index 2 is out of range for 10 classes"));
   write_bytes(dir.file("t10k-images-idx3-ubyte"), idx_images(3, 32, 32));
-  REQUIRE_THROWS_WITH(open_mnist(dir.str(), Split::test, {}), Catch::Contains("must be 28x28, found 32x32"));
+  REQUIRE_THROWS_WITH(open_mnist(dir.path().string(), Split::test, {}), Catch::Contains("must be 28x28, found 32x32"));
 }
 
 // ------------------------------------------------------------------------------------------- config
@@ -478,15 +455,7 @@ TEST_CASE("the real MNIST in data/mnist", "[data][mnist][real]") {
   auto test = open_mnist(folder, Split::test, {});
   REQUIRE(train->size() == 60000);
   REQUIRE(test->size() == 10000);
-  std::vector<float> x(784);
-  std::vector<int32_t> train_labels, test_labels;
-  for (int i = 0; i < 5; ++i) {
-    int32_t label = -1;
-    train->read(i, x.data(), &label);
-    train_labels.push_back(label);
-    test->read(i, x.data(), &label);
-    test_labels.push_back(label);
-  }
+  const std::vector<int32_t> train_labels = first_labels(*train, 5), test_labels = first_labels(*test, 5);
   REQUIRE(train_labels == std::vector<int32_t>{5, 0, 4, 1, 9});
   REQUIRE(test_labels == std::vector<int32_t>{7, 2, 1, 0, 4});
 }
@@ -502,18 +471,11 @@ TEST_CASE("the real Fashion-MNIST of Debian's dataset-fashion-mnist (gzipped)", 
   auto test = open_dataset(config, Split::test);
   REQUIRE(train->size() == 60000);
   REQUIRE(test->size() == 10000);
-  std::vector<float> x(784);
-  std::vector<int32_t> train_labels, test_labels;
-  for (int i = 0; i < 5; ++i) {
-    int32_t label = -1;
-    train->read(i, x.data(), &label);
-    train_labels.push_back(label);
-    test->read(i, x.data(), &label);
-    test_labels.push_back(label);
-  }
+  const std::vector<int32_t> train_labels = first_labels(*train, 5), test_labels = first_labels(*test, 5);
   REQUIRE(train_labels == std::vector<int32_t>{9, 0, 0, 3, 0});
   REQUIRE(test_labels == std::vector<int32_t>{9, 2, 1, 1, 6});
   // The first training image's pixels sum to 76247 (of 784 * 255): its normalized mean follows.
+  std::vector<float> x(784);
   int32_t label = -1;
   train->read(0, x.data(), &label);
   double sum = 0;

@@ -1,5 +1,5 @@
-// Writes small MNIST-format IDX files for tests (the format of data/idx.h): big-endian magic and
-// dimensions, then u8 payload. The content is synthetic and used only to exercise the pipeline.
+// Builds MNIST-format IDX files for tests (the format data/idx.h reads): big-endian magic and
+// dimensions, then the u8 payload. The contents are synthetic and only exercise the pipeline.
 #pragma once
 
 #include <cstdint>
@@ -7,34 +7,43 @@
 #include <string>
 #include <vector>
 
+#include "data/idx.h"
+
 namespace qtrain::testing {
 
-inline void put_be32(std::ofstream& out, uint32_t v) {
-  const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
-                     static_cast<char>(v)};
-  out.write(b, 4);
+using Bytes = std::vector<uint8_t>;
+
+inline void put_be32(Bytes& b, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
 }
 
-inline void write_idx_images(const std::string& path, const std::vector<uint8_t>& pixels, uint32_t count,
-                             uint32_t rows = 28, uint32_t cols = 28) {
-  std::ofstream out(path, std::ios::binary);
-  put_be32(out, 0x00000803);
-  put_be32(out, count);
-  put_be32(out, rows);
-  put_be32(out, cols);
-  out.write(reinterpret_cast<const char*>(pixels.data()), static_cast<std::streamsize>(pixels.size()));
+// An image file of `count` images of rows x cols with the given pixels (count * rows * cols bytes).
+inline Bytes idx_images_bytes(const Bytes& pixels, uint32_t count, uint32_t rows = 28, uint32_t cols = 28) {
+  Bytes b;
+  put_be32(b, kIdxImagesMagic);
+  put_be32(b, count);
+  put_be32(b, rows);
+  put_be32(b, cols);
+  b.insert(b.end(), pixels.begin(), pixels.end());
+  return b;
 }
 
-inline void write_idx_labels(const std::string& path, const std::vector<uint8_t>& labels) {
+inline Bytes idx_labels_bytes(const Bytes& labels) {
+  Bytes b;
+  put_be32(b, kIdxLabelsMagic);
+  put_be32(b, static_cast<uint32_t>(labels.size()));
+  b.insert(b.end(), labels.begin(), labels.end());
+  return b;
+}
+
+inline void write_file(const std::string& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary);
-  put_be32(out, 0x00000801);
-  put_be32(out, static_cast<uint32_t>(labels.size()));
-  out.write(reinterpret_cast<const char*>(labels.data()), static_cast<std::streamsize>(labels.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
 // A learnable synthetic digit set: class c lights a c-dependent band of rows, plus deterministic noise.
 inline void write_synthetic_mnist(const std::string& dir, uint32_t train, uint32_t test) {
-  auto make = [](uint32_t n, uint32_t salt, std::vector<uint8_t>& px, std::vector<uint8_t>& lb) {
+  auto make = [](uint32_t n, uint32_t salt, Bytes& px, Bytes& lb) {
     px.assign(static_cast<size_t>(n) * 784, 0);
     lb.resize(n);
     uint32_t state = 12345u + salt;
@@ -49,13 +58,13 @@ inline void write_synthetic_mnist(const std::string& dir, uint32_t train, uint32
       }
     }
   };
-  std::vector<uint8_t> px, lb;
+  Bytes px, lb;
   make(train, 0, px, lb);
-  write_idx_images(dir + "/train-images-idx3-ubyte", px, train);
-  write_idx_labels(dir + "/train-labels-idx1-ubyte", lb);
+  write_file(dir + "/train-images-idx3-ubyte", idx_images_bytes(px, train));
+  write_file(dir + "/train-labels-idx1-ubyte", idx_labels_bytes(lb));
   make(test, 1, px, lb);
-  write_idx_images(dir + "/t10k-images-idx3-ubyte", px, test);
-  write_idx_labels(dir + "/t10k-labels-idx1-ubyte", lb);
+  write_file(dir + "/t10k-images-idx3-ubyte", idx_images_bytes(px, test));
+  write_file(dir + "/t10k-labels-idx1-ubyte", idx_labels_bytes(lb));
 }
 
 }  // namespace qtrain::testing
