@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "comm/communicator.h"
+#include "comm/exchange_config.h"
 #include "comm/cuda_staging.h"
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
@@ -107,6 +108,13 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Devi
     if (nccl_problem(device, world, mine) == kNcclOk) return make_nccl_comm(device);
   }
   return std::make_unique<MpiComm>(device);
+}
+
+std::unique_ptr<Communicator> make_communicator(const CommunicationConfig& config, Device device) {
+  std::unique_ptr<Communicator> comm = make_communicator(config.backend, device);
+  if (auto* mpi = dynamic_cast<MpiComm*>(comm.get()); mpi && config.mpi_allreduce == "library")
+    mpi->set_ring(0, mpi->ring_segment_bytes());
+  return comm;
 }
 
 }  // namespace qtrain

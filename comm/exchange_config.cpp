@@ -37,6 +37,7 @@ CommunicationConfig CommunicationConfig::parse(ConfigNode& section) {
   c.bucket_mb = section.get_double("bucket_mb", c.bucket_mb, 0.0, 1 << 20, /*min_exclusive=*/true);
   c.overlap = section.get<bool>("overlap", c.overlap);
   c.mean = section.get_choice("reduce", "mean", {"mean", "sum"}) == "mean";
+  c.mpi_allreduce = section.get_choice("mpi_allreduce", c.mpi_allreduce, {"ring", "library"});
   section.finish();
   return c;
 }

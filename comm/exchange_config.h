@@ -1,7 +1,8 @@
 // The `communication:` config section: which transport, which reduction algorithm, how gradients
 // are grouped into buckets, and whether communication overlaps backward.
 //
-//   communication: {backend: auto, algorithm: auto, bucket_mb: 25, overlap: true, reduce: mean}
+//   communication: {backend: auto, algorithm: auto, bucket_mb: 25, overlap: true, reduce: mean,
+//                   mpi_allreduce: ring}
 #pragma once
 
 #include <string>
@@ -24,6 +25,9 @@ struct CommunicationConfig {
   double bucket_mb = 25;           // gradient bytes (fp32) per bucket
   bool overlap = true;             // exchange buckets on a communication thread during backward
   bool mean = true;                // reduce: mean (divide by the world size) or sum
+  // How the mpi backend sums buffers of 64 KiB and more: qtrain's pipelined ring
+  // (comm/ring_allreduce.h) or the MPI library's MPI_Allreduce (its own algorithm choice).
+  std::string mpi_allreduce = "ring";  // ring | library
 
   static CommunicationConfig parse(ConfigNode& section);
   // The algorithm for a tensor quantized with `spec` (errors when the configured algorithm cannot

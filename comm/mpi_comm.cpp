@@ -143,7 +143,17 @@ void MpiComm::all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceType
   ctx.synchronize();
 }
 
+void MpiComm::set_ring(size_t min_bytes, size_t segment_bytes) {
+  QT_CHECK(segment_bytes >= 1 && segment_bytes <= static_cast<size_t>(INT_MAX),
+           "set_ring: a segment of {} bytes is outside 1 .. {} (MPI counts are int)", segment_bytes, INT_MAX);
+  ring_min_bytes_ = min_bytes;
+  ring_segment_bytes_ = segment_bytes;
+}
+
 void MpiComm::reduce_host(void* data, size_t count, ReduceType type) {
+  const size_t element = reduce_type_size(type);
+  if (ring_min_bytes_ > 0 && count * element >= ring_min_bytes_ && size_ > 1)
+    return ring_allreduce(comm_, data, count, type, std::min(ring_segment_bytes_, max_message_bytes_), ring_scratch_);
   MPI_Datatype datatype = MPI_FLOAT;
   MPI_Op sum = MPI_SUM;
   switch (type) {
@@ -158,7 +168,6 @@ void MpiComm::reduce_host(void* data, size_t count, ReduceType type) {
       sum = bf16_sum_;
       break;
   }
-  const size_t element = reduce_type_size(type);
   const size_t per_call = std::max<size_t>(1, max_message_bytes_ / element);
   auto* bytes = static_cast<uint8_t*>(data);
   for (size_t done = 0; done < count; done += per_call) {

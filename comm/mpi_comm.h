@@ -1,6 +1,7 @@
 // MpiComm: the Open MPI transport over a duplicate of MPI_COMM_WORLD (so qtrain's messages never
-// match anyone else's). f32/f64 sums use MPI_SUM; f16/bf16 sums use a commutative user operation
-// that adds in fp32 and rounds to nearest even. Counts above the int range of MPI are split into
+// match anyone else's). Large sums run qtrain's ring allreduce over point-to-point messages; small
+// ones MPI_Allreduce, with MPI_SUM for f32/f64 and, for f16/bf16, a commutative user operation that
+// adds in fp32 and rounds to nearest even (the ring adds the same way). Counts above the int range of MPI are split into
 // several calls. CUDA buffers go through pinned host memory unless the MPI is CUDA-aware.
 #pragma once
 
@@ -8,6 +9,7 @@
 
 #include "comm/communicator.h"
 #include "comm/cuda_staging.h"
+#include "comm/ring_allreduce.h"
 
 namespace qtrain {
 
@@ -44,6 +46,12 @@ class MpiComm final : public Communicator {
   // buffers are split. Tests set a few bytes to exercise the split paths. Same value on every rank.
   void set_max_message_bytes(size_t bytes);
   size_t max_message_bytes() const { return max_message_bytes_; }
+  // Sums of at least `min_bytes` use qtrain's pipelined ring (comm/ring_allreduce.h) instead of
+  // MPI_Allreduce; 0 turns the ring off. `segment_bytes` is its pipelining unit. Same values on every
+  // rank. Default: the ring from 64 KiB, in 512 KiB segments (docs/performance.md).
+  void set_ring(size_t min_bytes, size_t segment_bytes);
+  size_t ring_min_bytes() const { return ring_min_bytes_; }
+  size_t ring_segment_bytes() const { return ring_segment_bytes_; }
   // Whether GPU buffers go to MPI directly (byte movement only; sums are always staged because the
   // 16-bit operations run on the host).
   bool cuda_aware() const { return cuda_aware_; }
@@ -73,6 +81,9 @@ class MpiComm final : public Communicator {
   int size_ = 1;
   bool cuda_aware_ = false;
   size_t max_message_bytes_ = size_t{1} << 30;
+  size_t ring_min_bytes_ = size_t{64} << 10;
+  size_t ring_segment_bytes_ = size_t{512} << 10;
+  RingScratch ring_scratch_;
   comm_detail::PinnedBuffer stage_;
   // Per-call scratch kept to avoid allocations (MpiComm serves one call at a time).
   std::vector<int> counts_, displs_, recv_counts_, recv_displs_;

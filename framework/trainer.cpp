@@ -104,7 +104,7 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   device_ = select_device(config_.device, options_.local_rank);
   net_ = std::make_unique<Net>(config_.model, DType::f32, device_, layer_registry(), loss_registry());
   // The transport comes next: everything after it may need the other ranks (config check, errors).
-  comm_ = make_communicator(config_.communication.backend, device_);
+  comm_ = make_communicator(config_.communication, device_);
   QT_CHECK_EQ(comm_->size(), options_.world_size, "communicator size and MPI world size differ");
   YAML::Emitter emitter;
   emitter << config_.resolved;

@@ -122,6 +122,69 @@ TEST_CASE("all_reduce_sum of f16 and bf16 adds in fp32 and rounds to nearest eve
   }
 }
 
+TEST_CASE("the ring allreduce is exact on crafted values for every segment size", "[mpi][ring]") {
+  using namespace qtrain::quant_detail;
+  MpiComm comm;
+  // 512 KiB: one segment per chunk here; 12 bytes: several segments; 2 bytes: one element each.
+  const size_t segment = GENERATE(as<size_t>{}, size_t{512} << 10, 12, 2);
+  comm.set_ring(1, segment);  // the ring for every size
+  INFO(where(comm) << ", ring segment " << segment);
+  Context ctx = Context::cpu(1);
+  const int p = comm.size(), r = comm.rank();
+
+  // Fewer elements than ranks (empty chunks), a prime count, and a few thousand.
+  for (size_t n : {size_t{1}, size_t{3}, size_t{1001}, size_t{4099}}) {
+    INFO(n << " elements");
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = f32_value(r, i);
+    comm.all_reduce_sum(ctx, x.data(), static_cast<int64_t>(n), ReduceType::f32);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) wrong += x[i] != f32_sum(p, i);
+    CHECK(wrong == 0);
+
+    std::vector<double> y(n);
+    for (size_t i = 0; i < n; ++i) y[i] = f64_value(r, i);
+    comm.all_reduce_sum(ctx, y.data(), static_cast<int64_t>(n), ReduceType::f64);
+    wrong = 0;
+    for (size_t i = 0; i < n; ++i) wrong += y[i] != f64_sum(p, i);
+    CHECK(wrong == 0);
+
+    std::vector<uint16_t> h(n), b(n);
+    for (size_t i = 0; i < n; ++i) {
+      h[i] = float_to_half(small_value(r, i));
+      b[i] = float_to_bf16(small_value(r, i));
+    }
+    comm.all_reduce_sum(ctx, h.data(), static_cast<int64_t>(n), ReduceType::f16);
+    comm.all_reduce_sum(ctx, b.data(), static_cast<int64_t>(n), ReduceType::bf16);
+    size_t wrong_h = 0, wrong_b = 0;
+    for (size_t i = 0; i < n; ++i) {
+      wrong_h += half_to_float(h[i]) != small_sum(p, i);
+      wrong_b += bf16_to_float(b[i]) != small_sum(p, i);
+    }
+    CHECK(wrong_h == 0);
+    CHECK(wrong_b == 0);
+  }
+
+  // One rounding per addition, to nearest even, as the library path's operation: rank 0 gives a,
+  // rank 1 gives b, the others +0 (exact), so every element must come out as round(a + b).
+  for (bool bf16 : {false, true}) {
+    const auto& cases = bf16 ? bf16_rounding_cases() : f16_rounding_cases();
+    const size_t n = cases.size() * 7;
+    std::vector<uint16_t> x(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      if (r == 0) x[i] = cases[i % cases.size()].a;
+      if (r == 1) x[i] = cases[i % cases.size()].b;
+    }
+    comm.all_reduce_sum(ctx, x.data(), static_cast<int64_t>(n), bf16 ? ReduceType::bf16 : ReduceType::f16);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const RoundingCase& c = cases[i % cases.size()];
+      wrong += x[i] != (p == 1 ? c.a : c.sum);
+    }
+    CHECK(wrong == 0);
+  }
+}
+
 TEST_CASE("all_gather_bytes concatenates different sizes in rank order", "[mpi]") {
   MpiComm comm;
   comm.set_max_message_bytes(MESSAGE_LIMIT());

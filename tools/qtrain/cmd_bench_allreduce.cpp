@@ -15,6 +15,7 @@
 
 #include "comm/communicator.h"
 #include "comm/gradient_exchange.h"
+#include "comm/mpi_comm.h"
 #include "framework/philox.h"
 #include "tools/qtrain/commands.h"
 #include "tools/qtrain/method_list.h"
@@ -31,6 +32,7 @@ struct Options {
   int64_t column = 1024;
   double link_gbit = 0;
   std::string backend = "mpi";
+  std::string mpi_allreduce = "ring";
   std::string json;
 };
 
@@ -90,11 +92,16 @@ void run(const Options& o) {
     }
     Tensor work = Tensor::empty({n}, DType::f32);
 
-    // The baseline: fp32 MPI_Allreduce (through the communicator's native sum).
+    // The baseline: fp32 MPI_Allreduce (the communicator's native sum with qtrain's ring switched
+    // off, so the library picks its own algorithm); the exchange rows then use --mpi-allreduce.
+    auto* mpi = dynamic_cast<MpiComm*>(comm.get());
+    const size_t ring_min = mpi ? mpi->ring_min_bytes() : 0;
+    if (mpi) mpi->set_ring(0, mpi->ring_segment_bytes());
     const double t_base = median(barrier_time([&] {
       work.copy_from(data);
       comm->all_reduce_sum(ctx, work.raw(), n, ReduceType::f32);
     }));
+    if (mpi && o.mpi_allreduce == "ring") mpi->set_ring(ring_min, mpi->ring_segment_bytes());
     auto print = [&](const std::string& method, const std::string& algorithm, double t, double wire) {
       if (!root) return;
       const double algbw = bytes / t / 1e9, busbw = algbw * 2.0 * (P - 1) / std::max(P, 1);
@@ -158,6 +165,9 @@ void add_bench_allreduce_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--link-gbit", o->link_gbit, "Link rate in Gbit/s: report the ideal time (wire bytes / rate)");
   cmd->add_option("--backend", o->backend, "mpi or nccl")->check(CLI::IsMember({"mpi", "nccl", "local", "auto"}));
+  cmd->add_option("--mpi-allreduce", o->mpi_allreduce,
+                  "How the exchange's fp32/fp16 sums run on the mpi backend: ring (qtrain's) or library")
+      ->check(CLI::IsMember({"ring", "library"}));
   cmd->add_option("--json", o->json, "Also write one JSON object per line to this file (rank 0)");
   cmd->callback([o] { run(*o); });
 }

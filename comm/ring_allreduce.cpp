@@ -1,0 +1,103 @@
+// The ring allreduce: chunk bounds, the two phases, and the element-wise sums.
+#include "comm/ring_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "framework/check.h"
+#include "quant/numerics.h"
+
+namespace qtrain {
+namespace {
+
+constexpr int kReduceScatterTag = 0x5249;  // distinct from every other message on the communicator
+constexpr int kAllgatherTag = 0x5247;
+
+// out[i] += in[i] for n elements of `type`. Pointers may be unaligned for the 16-bit types only in
+// theory (chunks start at element boundaries of an element-aligned buffer), so plain loads are used.
+void add_into(uint8_t* out, const uint8_t* in, size_t n, ReduceType type) {
+  switch (type) {
+    case ReduceType::f32: {
+      auto* o = reinterpret_cast<float*>(out);
+      const auto* a = reinterpret_cast<const float*>(in);
+      for (size_t i = 0; i < n; ++i) o[i] += a[i];
+      return;
+    }
+    case ReduceType::f64: {
+      auto* o = reinterpret_cast<double*>(out);
+      const auto* a = reinterpret_cast<const double*>(in);
+      for (size_t i = 0; i < n; ++i) o[i] += a[i];
+      return;
+    }
+    case ReduceType::f16:
+    case ReduceType::bf16: {
+      const bool bf16 = type == ReduceType::bf16;
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t x, y;
+        std::memcpy(&x, in + 2 * i, 2);
+        std::memcpy(&y, out + 2 * i, 2);
+        const uint16_t sum = bf16 ? quant_detail::float_to_bf16(quant_detail::bf16_to_float(x) + quant_detail::bf16_to_float(y))
+                                  : quant_detail::float_to_half(quant_detail::half_to_float(x) + quant_detail::half_to_float(y));
+        std::memcpy(out + 2 * i, &sum, 2);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void ring_allreduce(MPI_Comm comm, void* data, size_t count, ReduceType type, size_t segment_bytes,
+                    RingScratch& scratch) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (size == 1 || count == 0) return;
+  const size_t element = reduce_type_size(type);
+  const size_t seg = std::max<size_t>(1, std::min(segment_bytes, size_t{1} << 30) / element);  // elements
+  const auto P = static_cast<size_t>(size);
+  const auto me = static_cast<size_t>(rank);
+  const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+  auto* bytes = static_cast<uint8_t*>(data);
+  auto begin = [&](size_t c) { return count * c / P; };  // chunk c is [begin(c), begin(c + 1))
+  auto length = [&](size_t c) { return begin(c + 1) - begin(c); };
+  auto chunk_of = [&](size_t shift) { return (me + P - shift % P) % P; };  // (me - shift) mod P
+
+  scratch.incoming.resize((count / P + 1) * element);
+  for (int phase = 0; phase < 2; ++phase) {
+    const bool reduce = phase == 0;
+    const int tag = reduce ? kReduceScatterTag : kAllgatherTag;
+    for (size_t step = 0; step + 1 < P; ++step) {
+      // Reduce-scatter sends chunk (me - step) and receives (me - step - 1); the allgather sends the
+      // finished chunk (me + 1 - step) and receives (me - step) directly into place.
+      const size_t send_chunk = reduce ? chunk_of(step) : chunk_of(step + P - 1);
+      const size_t recv_chunk = reduce ? chunk_of(step + 1) : chunk_of(step);
+      uint8_t* recv_base = reduce ? scratch.incoming.data() : bytes + begin(recv_chunk) * element;
+      const size_t recv_n = length(recv_chunk), send_n = length(send_chunk);
+      scratch.requests.clear();
+      for (size_t at = 0; at < recv_n; at += seg) {
+        MPI_Request& r = scratch.requests.emplace_back(MPI_REQUEST_NULL);
+        MPI_CHECK(MPI_Irecv(recv_base + at * element, static_cast<int>(std::min(seg, recv_n - at) * element), MPI_BYTE,
+                            left, tag, comm, &r));
+      }
+      const size_t receives = scratch.requests.size();
+      for (size_t at = 0; at < send_n; at += seg) {
+        MPI_Request& r = scratch.requests.emplace_back(MPI_REQUEST_NULL);
+        MPI_CHECK(MPI_Isend(bytes + (begin(send_chunk) + at) * element,
+                            static_cast<int>(std::min(seg, send_n - at) * element), MPI_BYTE, right, tag, comm, &r));
+      }
+      // Segments arrive in order (MPI's non-overtaking rule on one tag): add each as it lands while
+      // the next ones are still on the wire.
+      for (size_t k = 0; k < receives; ++k) {
+        MPI_CHECK(MPI_Wait(&scratch.requests[k], MPI_STATUS_IGNORE));
+        if (!reduce) continue;
+        const size_t at = k * seg;
+        add_into(bytes + (begin(recv_chunk) + at) * element, recv_base + at * element, std::min(seg, recv_n - at), type);
+      }
+      MPI_CHECK(MPI_Waitall(static_cast<int>(scratch.requests.size() - receives), scratch.requests.data() + receives,
+                            MPI_STATUSES_IGNORE));
+    }
+  }
+}
+
+}  // namespace qtrain
