@@ -110,6 +110,52 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Devi
   return std::make_unique<MpiComm>(device);
 }
 
+// ---- the default streaming forms -------------------------------------------------------------------
+
+namespace {
+void check_capacities(const char* op, const std::vector<size_t>& capacity, const std::vector<size_t>& sizes, int world) {
+  QT_CHECK(capacity.size() == static_cast<size_t>(world), "{}: {} receive capacities for {} ranks", op,
+           capacity.size(), world);
+  for (size_t s = 0; s < sizes.size(); ++s)
+    if (sizes[s] > capacity[s])
+      input_error("{}: rank {} sent {} bytes, more than the {} this rank expects at most", op, s, sizes[s], capacity[s]);
+}
+}  // namespace
+
+void Communicator::all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
+                                       std::vector<uint8_t>& recv, const Consume& consume) {
+  const int P = size(), me = rank();
+  QT_CHECK(recv_capacity.size() == static_cast<size_t>(P), "all_to_all_streamed: {} receive capacities for {} ranks",
+           recv_capacity.size(), P);
+  stream_sizes_.assign(static_cast<size_t>(P), 0);
+  stream_offsets_.assign(static_cast<size_t>(P), 0);
+  stream_send_.clear();
+  for (int k = 1; k <= P; ++k) {
+    const int d = (me + k) % P;
+    const std::span<const uint8_t> bytes = produce(d);
+    stream_offsets_[static_cast<size_t>(d)] = stream_send_.size();
+    stream_sizes_[static_cast<size_t>(d)] = bytes.size();
+    stream_send_.insert(stream_send_.end(), bytes.begin(), bytes.end());
+  }
+  // all_to_all_bytes wants the blocks in any order with their offsets: they are.
+  all_to_all_bytes(ctx, stream_send_, stream_sizes_, stream_offsets_, recv, stream_recv_sizes_, stream_recv_offsets_);
+  check_capacities("all_to_all_streamed", recv_capacity, stream_recv_sizes_, P);
+  for (int s = 0; s < P; ++s)
+    consume(s, {recv.data() + stream_recv_offsets_[static_cast<size_t>(s)], stream_recv_sizes_[static_cast<size_t>(s)]});
+}
+
+void Communicator::all_gather_streamed(Context& ctx, std::span<const uint8_t> send,
+                                       const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
+                                       const Consume& consume) {
+  const int P = size();
+  QT_CHECK(recv_capacity.size() == static_cast<size_t>(P), "all_gather_streamed: {} receive capacities for {} ranks",
+           recv_capacity.size(), P);
+  all_gather_bytes(ctx, send, recv, stream_recv_sizes_, stream_recv_offsets_);
+  check_capacities("all_gather_streamed", recv_capacity, stream_recv_sizes_, P);
+  for (int s = 0; s < P; ++s)
+    consume(s, {recv.data() + stream_recv_offsets_[static_cast<size_t>(s)], stream_recv_sizes_[static_cast<size_t>(s)]});
+}
+
 std::unique_ptr<Communicator> make_communicator(const CommunicationConfig& config, Device device) {
   std::unique_ptr<Communicator> comm = make_communicator(config.backend, device);
   if (auto* mpi = dynamic_cast<MpiComm*>(comm.get()); mpi && config.mpi_allreduce == "library")

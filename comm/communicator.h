@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -56,12 +57,32 @@ class Communicator {
   virtual void all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
                                 const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
                                 std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) = 0;
+  // Streaming forms of all_to_all_bytes and all_gather_bytes: the caller's encoding and decoding
+  // overlap the transfers. `produce(d)` returns the bytes for rank d (host memory, valid until the
+  // call returns); it is called once per rank, starting with the right neighbour and ending with this
+  // rank, and every produce call comes before the first consume call. Rank s's bytes for this rank
+  // arrive in host memory (inside `recv`, which is resized) and go to `consume(s, bytes)` in rank
+  // order, each as soon as it and those before it have arrived. `recv_capacity[s]` bounds what rank s
+  // may send here: more is an error. These defaults produce everything, run the plain collective and
+  // then consume; MpiComm overrides them with nonblocking point-to-point messages.
+  using Produce = std::function<std::span<const uint8_t>(int rank)>;
+  using Consume = std::function<void(int rank, std::span<const uint8_t> bytes)>;
+  virtual void all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
+                                   std::vector<uint8_t>& recv, const Consume& consume);
+  // Every rank sends `send` (host memory) to every rank, itself included.
+  virtual void all_gather_streamed(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& recv_capacity,
+                                   std::vector<uint8_t>& recv, const Consume& consume);
   // `data` of root is copied to every rank (the same size everywhere).
   virtual void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) = 0;
   // Host-side helpers for control data (checksums, config hashes, metrics): always on the CPU.
   virtual std::vector<uint64_t> all_gather_u64(uint64_t value) = 0;
   virtual void all_reduce_sum_f64(std::span<double> values) = 0;
   virtual void barrier() = 0;
+
+ protected:
+  // Scratch of the default streaming forms (one call at a time per communicator).
+  std::vector<uint8_t> stream_send_;
+  std::vector<size_t> stream_sizes_, stream_offsets_, stream_recv_sizes_, stream_recv_offsets_;
 };
 
 // The backend the config asks for: "local", "mpi", "nccl" or "auto" (nccl for CUDA devices when

@@ -249,27 +249,32 @@ uint8_t* GradientExchange::device_bytes(Tensor& buffer, size_t bytes) {
   return buffer.data<uint8_t>();
 }
 
-void GradientExchange::decode_received(const std::vector<int>& ids, const uint8_t* recv, bool sum,
-                                       const std::function<Span(int, int)>& where) {
-  for (int r = 0; r < comm_.size(); ++r) {
-    size_t cursor = offsets_[static_cast<size_t>(r)];
-    const size_t end = cursor + sizes_[static_cast<size_t>(r)];
-    for (int t : ids) {
-      const auto [begin, len] = where(t, r);
-      if (len == 0) continue;  // empty stripes are never sent
-      const size_t plen = payload_length(recv_host_, cursor, end, t, r);
-      const std::span<const uint8_t> payload{recv + cursor, plen};
-      const std::span<float> out{grad(t) + begin, static_cast<size_t>(len)};
-      const Quantizer& q = *plans_[static_cast<size_t>(t)].quantizer;
-      if (sum && r > 0)
-        q.decode_add(*ctx_, payload, len, out);
-      else
-        q.decode(*ctx_, payload, len, out);
-      cursor += plen;
-    }
-    if (cursor != end)
-      input_error("gradient exchange: rank {} sent {} bytes more than its payloads describe", r, end - cursor);
+void GradientExchange::decode_from(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids,
+                                   bool add, const std::function<Span(int)>& where) {
+  // Transports deliver into host memory; CUDA decoders read device memory.
+  const uint8_t* base = bytes.data();
+  if (device_.is_cuda() && !bytes.empty()) {
+    uint8_t* dev = device_bytes(recv_dev_, bytes.size());
+    copy_from_host(*ctx_, dev, bytes.data(), bytes.size());
+    base = dev;
   }
+  size_t cursor = 0;
+  for (int t : ids) {
+    const auto [begin, len] = where(t);
+    if (len == 0) continue;  // empty stripes are never sent
+    const size_t plen = payload_length(bytes, cursor, t, from_rank);
+    const std::span<const uint8_t> payload{base + cursor, plen};
+    const std::span<float> out{grad(t) + begin, static_cast<size_t>(len)};
+    const Quantizer& q = *plans_[static_cast<size_t>(t)].quantizer;
+    if (add)
+      q.decode_add(*ctx_, payload, len, out);
+    else
+      q.decode(*ctx_, payload, len, out);
+    cursor += plen;
+  }
+  if (cursor != bytes.size())
+    input_error("gradient exchange: rank {} sent {} bytes more than its payloads describe", from_rank,
+                bytes.size() - cursor);
 }
 
 uint8_t* GradientExchange::send_buffer(size_t capacity) {
@@ -277,28 +282,20 @@ uint8_t* GradientExchange::send_buffer(size_t capacity) {
   return device_.is_cuda() ? device_bytes(send_dev_, capacity) : send_host_.data();
 }
 
-const uint8_t* GradientExchange::received_on_device() {
-  // Transports deliver into host memory; CUDA decoders read device memory.
-  if (!device_.is_cuda()) return recv_host_.data();
-  uint8_t* dev = device_bytes(recv_dev_, recv_host_.size());
-  copy_from_host(*ctx_, dev, recv_host_.data(), recv_host_.size());
-  return dev;
-}
-
 int64_t GradientExchange::column_for(const Plan& p, int64_t length, int64_t column) const {
   return encode_column(p.spec, length, column);
 }
 
-size_t GradientExchange::payload_length(const std::vector<uint8_t>& buf, size_t cursor, size_t end, int t,
-                                        int from_rank) const {
+size_t GradientExchange::payload_length(std::span<const uint8_t> bytes, size_t cursor, int t, int from_rank) const {
   const std::string& name = tensors_[static_cast<size_t>(t)].name;
-  if (end < cursor || end - cursor < wire::kHeaderBytes)
+  const size_t left = cursor <= bytes.size() ? bytes.size() - cursor : 0;
+  if (left < wire::kHeaderBytes)
     input_error("gradient exchange: rank {} sent a truncated payload for {} ({} bytes left, a header needs {})",
-                from_rank, name, end - cursor, wire::kHeaderBytes);
-  const WireHeader h = wire::read_header(buf.data() + cursor);
-  if (h.total < wire::kHeaderBytes || h.total > end - cursor || h.total % wire::kAlign != 0)
+                from_rank, name, left, wire::kHeaderBytes);
+  const WireHeader h = wire::read_header(bytes.data() + cursor);
+  if (h.total < wire::kHeaderBytes || h.total > left || h.total % wire::kAlign != 0)
     input_error("gradient exchange: rank {} sent a malformed payload for {} (length field {}, {} bytes available)",
-                from_rank, name, h.total, end - cursor);
+                from_rank, name, h.total, left);
   return static_cast<size_t>(h.total);
 }
 
@@ -372,7 +369,7 @@ void GradientExchange::reduce_allgather(const std::vector<int>& ids) {
   const int P = comm_.size();
   const bool cuda = device_.is_cuda();
   // Encode every tensor of the bucket, back to back, into one send buffer.
-  auto t0 = Clock::now();
+  const auto start = Clock::now();
   size_t capacity = 0;
   for (int t : ids) {
     const ExchangeTensor& x = tensors_[static_cast<size_t>(t)];
@@ -391,24 +388,32 @@ void GradientExchange::reduce_allgather(const std::vector<int>& ids) {
     used += own[i];
   }
   if (cuda) copy_to_host(ctx, send_host_.data(), send, used);
-  stats_.phases.add(Phase::encode, since(t0));
+  const double encode_s = since(start);
 
-  t0 = Clock::now();
-  comm_.all_gather_bytes(ctx, {send_host_.data(), used}, recv_host_, sizes_, offsets_);
-  const uint8_t* recv = received_on_device();
-  stats_.phases.add(Phase::communicate, since(t0));
-
-  // Decode in rank order: the first payload overwrites, the others add; every rank sums the same
-  // bytes in the same order.
-  t0 = Clock::now();
-  decode_received(ids, recv, /*sum=*/true,
-                  [&](int t, int) { return Span{0, tensors_[static_cast<size_t>(t)].numel}; });
+  // Every rank's payload goes to every rank; each is decoded as soon as it and those of the lower
+  // ranks have arrived, in rank order: the first overwrites, the others add, so every rank sums the
+  // same bytes in the same order.
+  double decode_s = 0;
+  const auto exchange_start = Clock::now();
+  capacity_.assign(static_cast<size_t>(P), capacity);
+  comm_.all_gather_streamed(ctx, {send_host_.data(), used}, capacity_, recv_host_,
+                            [&](int r, std::span<const uint8_t> bytes) {
+                              const auto t0 = Clock::now();
+                              decode_from(r, bytes, ids, /*add=*/r > 0, [&](int t) {
+                                return Span{0, tensors_[static_cast<size_t>(t)].numel};
+                              });
+                              decode_s += since(t0);
+                            });
+  const auto t0 = Clock::now();
   for (size_t i = 0; i < ids.size(); ++i) {
     const int t = ids[i];
     if (scale_ != 1.0f) scale_buffer(ctx, grad(t), tensors_[static_cast<size_t>(t)].numel, scale_);
     stats_.bytes_sent_per_tensor[static_cast<size_t>(t)] += static_cast<double>(own[i]) * (P - 1);
   }
-  stats_.phases.add(Phase::decode, since(t0));
+  decode_s += since(t0);
+  stats_.phases.add(Phase::encode, encode_s);
+  stats_.phases.add(Phase::decode, decode_s);
+  stats_.phases.add(Phase::communicate, std::max(0.0, since(exchange_start) - decode_s));
 }
 
 void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
@@ -416,68 +421,76 @@ void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
   const int P = comm_.size();
   const int me = comm_.rank();
   const bool cuda = device_.is_cuda();
+  const auto start = Clock::now();
   auto stripe = [&](int t, int s) {
     const Plan& p = plans_[static_cast<size_t>(t)];
     return Span{p.stripe_begin[static_cast<size_t>(s)],
                 p.stripe_begin[static_cast<size_t>(s) + 1] - p.stripe_begin[static_cast<size_t>(s)]};
   };
-
-  // 1. Every rank encodes stripe s of every tensor for its owner s (empty stripes send nothing).
-  auto t0 = Clock::now();
-  size_t capacity = 0;
-  for (int t : ids)
-    for (int s = 0; s < P; ++s) {
+  // The most bytes stripe s of the bucket's tensors can take (the same figure on every rank).
+  auto stripe_capacity = [&](int s) {
+    size_t c = 0;
+    for (int t : ids) {
       const auto [b, len] = stripe(t, s);
-      if (len > 0) capacity += plans_[static_cast<size_t>(t)].quantizer->max_encoded_bytes(len, column_for(plans_[static_cast<size_t>(t)], len, tensors_[static_cast<size_t>(t)].column));
+      const Plan& p = plans_[static_cast<size_t>(t)];
+      if (len > 0) c += p.quantizer->max_encoded_bytes(len, column_for(p, len, tensors_[static_cast<size_t>(t)].column));
     }
-  uint8_t* send = send_buffer(capacity);
-  send_sizes_.assign(static_cast<size_t>(P), 0);
-  send_offsets_.assign(static_cast<size_t>(P), 0);
+    return c;
+  };
+  double encode_s = 0, decode_s = 0;
+
+  // 1. Every rank encodes stripe d of every tensor for its owner d, one owner at a time, and each
+  //    owner's bytes leave while the next owner's are encoded. The owner decodes and sums its stripe
+  //    from every rank (its own contribution from its own encoding), in rank order.
+  send_offsets_.assign(static_cast<size_t>(P) + 1, 0);
+  for (int s = 0; s < P; ++s)
+    send_offsets_[static_cast<size_t>(s) + 1] = send_offsets_[static_cast<size_t>(s)] + stripe_capacity(s);
+  uint8_t* send = send_buffer(send_offsets_.back());
   std::vector<double> sent_to_others(ids.size(), 0.0);
-  size_t used = 0;
-  for (int s = 0; s < P; ++s) {
-    send_offsets_[static_cast<size_t>(s)] = used;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const int t = ids[i];
-      Plan& p = plans_[static_cast<size_t>(t)];
-      const auto [b, len] = stripe(t, s);
-      if (len == 0) continue;
-      const int64_t col = column_for(p, len, tensors_[static_cast<size_t>(t)].column);
-      const size_t bytes = p.quantizer->encode(ctx, {grad(t) + b, static_cast<size_t>(len)}, col,
-                                               p.stripes[static_cast<size_t>(s)],
-                                               {send + used, p.quantizer->max_encoded_bytes(len, col)});
-      used += bytes;
-      if (s != me) sent_to_others[i] += static_cast<double>(bytes);
-    }
-    send_sizes_[static_cast<size_t>(s)] = used - send_offsets_[static_cast<size_t>(s)];
-  }
-  if (cuda) copy_to_host(ctx, send_host_.data(), send, used);
-  stats_.phases.add(Phase::encode, since(t0));
-
-  t0 = Clock::now();
-  comm_.all_to_all_bytes(ctx, {send_host_.data(), used}, send_sizes_, send_offsets_, recv_host_, sizes_, offsets_);
-  const uint8_t* recv = received_on_device();
-  stats_.phases.add(Phase::communicate, since(t0));
-
-  // 2. The owner decodes and sums its stripe from every rank (its own contribution from its own
-  //    encoding), in rank order, then takes the mean.
-  t0 = Clock::now();
-  decode_received(ids, recv, /*sum=*/true, [&](int t, int) { return stripe(t, me); });
+  capacity_.assign(static_cast<size_t>(P), stripe_capacity(me));
+  comm_.all_to_all_streamed(
+      ctx,
+      [&](int d) -> std::span<const uint8_t> {
+        const auto t0 = Clock::now();
+        uint8_t* out = send + send_offsets_[static_cast<size_t>(d)];
+        size_t used = 0;
+        for (size_t i = 0; i < ids.size(); ++i) {
+          const int t = ids[i];
+          Plan& p = plans_[static_cast<size_t>(t)];
+          const auto [b, len] = stripe(t, d);
+          if (len == 0) continue;
+          const int64_t col = column_for(p, len, tensors_[static_cast<size_t>(t)].column);
+          const size_t bytes = p.quantizer->encode(ctx, {grad(t) + b, static_cast<size_t>(len)}, col,
+                                                   p.stripes[static_cast<size_t>(d)],
+                                                   {out + used, p.quantizer->max_encoded_bytes(len, col)});
+          used += bytes;
+          if (d != me) sent_to_others[i] += static_cast<double>(bytes);
+        }
+        const uint8_t* host = out;
+        if (cuda) {
+          host = send_host_.data() + send_offsets_[static_cast<size_t>(d)];
+          copy_to_host(ctx, send_host_.data() + send_offsets_[static_cast<size_t>(d)], out, used);
+        }
+        encode_s += since(t0);
+        return {host, used};
+      },
+      capacity_, recv_host_,
+      [&](int s, std::span<const uint8_t> bytes) {
+        const auto t0 = Clock::now();
+        decode_from(s, bytes, ids, /*add=*/s > 0, [&](int t) { return stripe(t, me); });
+        decode_s += since(t0);
+      });
+  auto t0 = Clock::now();
   for (int t : ids) {
     const auto [b, len] = stripe(t, me);
     if (len > 0 && scale_ != 1.0f) scale_buffer(ctx, grad(t) + b, len, scale_);
   }
-  stats_.phases.add(Phase::decode, since(t0));
+  decode_s += since(t0);
 
-  // 3. The owner re-encodes its reduced stripe (own residual, fresh random key) ...
+  // 2. The owner re-encodes its reduced stripe (own residual, fresh random key) ...
   t0 = Clock::now();
-  capacity = 0;
-  for (int t : ids) {
-    const auto [b, len] = stripe(t, me);
-    if (len > 0) capacity += plans_[static_cast<size_t>(t)].quantizer->max_encoded_bytes(len, column_for(plans_[static_cast<size_t>(t)], len, tensors_[static_cast<size_t>(t)].column));
-  }
-  send = send_buffer(capacity);
-  used = 0;
+  send = send_buffer(stripe_capacity(me));
+  size_t used = 0;
   std::vector<size_t> own(ids.size(), 0);
   for (size_t i = 0; i < ids.size(); ++i) {
     const int t = ids[i];
@@ -490,19 +503,22 @@ void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
     used += own[i];
   }
   if (cuda) copy_to_host(ctx, send_host_.data(), send, used);
-  stats_.phases.add(Phase::encode, since(t0));
+  encode_s += since(t0);
 
-  // ... and the owners' payloads go to everyone, who decode every stripe from the same bytes.
-  t0 = Clock::now();
-  comm_.all_gather_bytes(ctx, {send_host_.data(), used}, recv_host_, sizes_, offsets_);
-  recv = received_on_device();
-  stats_.phases.add(Phase::communicate, since(t0));
-
-  t0 = Clock::now();
-  decode_received(ids, recv, /*sum=*/false, [&](int t, int owner) { return stripe(t, owner); });
+  // ... and the owners' payloads go to everyone, who decode every stripe from the same bytes as
+  // they arrive.
+  for (int s = 0; s < P; ++s) capacity_[static_cast<size_t>(s)] = stripe_capacity(s);
+  comm_.all_gather_streamed(ctx, {send_host_.data(), used}, capacity_, recv_host_,
+                            [&](int owner, std::span<const uint8_t> bytes) {
+                              const auto t1 = Clock::now();
+                              decode_from(owner, bytes, ids, /*add=*/false, [&](int t) { return stripe(t, owner); });
+                              decode_s += since(t1);
+                            });
   for (size_t i = 0; i < ids.size(); ++i)
     stats_.bytes_sent_per_tensor[static_cast<size_t>(ids[i])] += sent_to_others[i] + static_cast<double>(own[i]) * (P - 1);
-  stats_.phases.add(Phase::decode, since(t0));
+  stats_.phases.add(Phase::encode, encode_s);
+  stats_.phases.add(Phase::decode, decode_s);
+  stats_.phases.add(Phase::communicate, std::max(0.0, since(start) - encode_s - decode_s));
 }
 
 }  // namespace qtrain

@@ -10,6 +10,8 @@
 //                             the owner decodes and sums, re-encodes (own residual / fresh random key),
 //                             and the owners' payloads are allgathered and decoded by everyone
 // In every case each rank decodes the same bytes in the same order, so replicas stay bit-identical.
+// The two quantized algorithms run on the communicator's streaming collectives: the payload for one
+// owner leaves while the next is encoded, and each arrival is decoded while later ones are in flight.
 #pragma once
 
 #include <condition_variable>
@@ -117,21 +119,19 @@ class GradientExchange {
   void reduce_scatter_allgather(const std::vector<int>& ids);
   float* grad(int t) { return grads_.data<float>() + tensors_[static_cast<size_t>(t)].offset; }
   int64_t column_for(const Plan& p, int64_t length, int64_t column) const;
-  // Payload `t` starting at `cursor` in host bytes `buf` ending at `end`: its length, validated.
-  size_t payload_length(const std::vector<uint8_t>& buf, size_t cursor, size_t end, int t, int from_rank) const;
+  // The payload for tensor `t` at `cursor` in host bytes `bytes` from rank `from_rank`: its length,
+  // validated against what is left.
+  size_t payload_length(std::span<const uint8_t> bytes, size_t cursor, int t, int from_rank) const;
   struct Span {
     int64_t begin, length;  // elements of a tensor
   };
-  // Decodes, for every sending rank r in rank order, the payloads it sent for `ids` (in that order,
-  // skipping empty spans) into the span where(t, r) of tensor t. With `sum`, rank 0's payload
-  // overwrites and the later ones add (every replica sums in the same order); otherwise every
-  // payload overwrites its own span.
-  void decode_received(const std::vector<int>& ids, const uint8_t* recv, bool sum,
-                       const std::function<Span(int tensor, int rank)>& where);
+  // Decodes the payloads rank `from_rank` sent for `ids` (in that order, skipping tensors whose span
+  // where(t) is empty: those are never sent), from host bytes, into span where(t) of tensor t: adding
+  // (decode_add) when `add`, else overwriting. Every length is validated before a decoder reads.
+  void decode_from(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
+                   const std::function<Span(int tensor)>& where);
   // The buffer encoders write to (device memory on CUDA, else the host send buffer), >= capacity.
   uint8_t* send_buffer(size_t capacity);
-  // The received bytes where the decoders can read them (copied to the device on CUDA).
-  const uint8_t* received_on_device();
   // Ensures the device-side staging buffer holds `bytes`.
   uint8_t* device_bytes(Tensor& buffer, size_t bytes);
 
@@ -149,7 +149,7 @@ class GradientExchange {
   // Buffers reused across steps (no allocation in steady state).
   Tensor send_dev_, recv_dev_, stage_dev_;
   std::vector<uint8_t> send_host_, recv_host_;
-  std::vector<size_t> sizes_, offsets_, send_sizes_, send_offsets_;
+  std::vector<size_t> send_offsets_, capacity_;
 
   ExchangeStats stats_;
   std::thread thread_;

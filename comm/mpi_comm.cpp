@@ -63,6 +63,7 @@ bool mpi_is_cuda_aware() {
 // One tag for every point-to-point piece: messages between a pair on one communicator match in
 // posting order (MPI's non-overtaking rule), which is the order of the pieces.
 constexpr int kPieceTag = 0;
+constexpr int kStreamTag = 0x5354;  // the streaming forms' messages
 
 }  // namespace
 
@@ -286,6 +287,99 @@ void MpiComm::exchange_host(const uint8_t* send, const std::vector<size_t>& send
     }
   }
   MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+}
+
+// ---- streaming forms: nonblocking point-to-point messages -------------------------------------------
+
+bool MpiComm::streamable(const std::vector<size_t>& recv_capacity) {
+  QT_CHECK(recv_capacity.size() == static_cast<size_t>(size_), "{} receive capacities for {} ranks",
+           recv_capacity.size(), size_);
+  int fits = 1;
+  for (size_t c : recv_capacity) fits = fits && c <= max_message_bytes_;
+  int all_fit = 0;
+  MPI_CHECK(MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_LAND, comm_));
+  return all_fit != 0;
+}
+
+size_t MpiComm::wait_stream(int s) {
+  MPI_Status status;
+  const int rc = MPI_Wait(&requests_[static_cast<size_t>(s)], &status);
+  if (rc != MPI_SUCCESS) {
+    int cls = 0;
+    MPI_Error_class(rc, &cls);
+    if (cls == MPI_ERR_TRUNCATE)
+      input_error("MpiComm: rank {} sent more bytes than this rank expects at most from it (a malformed exchange)", s);
+    MPI_CHECK(rc);
+  }
+  int count = 0;
+  MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &count));
+  return static_cast<size_t>(count);
+}
+
+void MpiComm::all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
+                                  std::vector<uint8_t>& recv, const Consume& consume) {
+  if (!streamable(recv_capacity)) return Communicator::all_to_all_streamed(ctx, produce, recv_capacity, recv, consume);
+  const auto P = static_cast<size_t>(size_);
+  const auto me = static_cast<size_t>(rank_);
+  recv.resize(exclusive_offsets(recv_capacity, stream_recv_offsets_));
+  stream_recv_sizes_.assign(P, 0);
+  requests_.assign(2 * P, MPI_REQUEST_NULL);  // receives from s at [s], sends to d at [P + d]
+  for (size_t s = 0; s < P; ++s)
+    if (s != me)
+      MPI_CHECK(MPI_Irecv(recv.data() + stream_recv_offsets_[s], static_cast<int>(recv_capacity[s]), MPI_BYTE,
+                          static_cast<int>(s), kStreamTag, comm_, &requests_[s]));
+  for (size_t k = 1; k <= P; ++k) {
+    const size_t d = (me + k) % P;
+    const std::span<const uint8_t> bytes = produce(static_cast<int>(d));
+    if (d == me) {
+      if (bytes.size() > recv_capacity[me])
+        input_error("all_to_all_streamed: this rank produced {} bytes for itself, more than its capacity {}",
+                    bytes.size(), recv_capacity[me]);
+      if (!bytes.empty()) std::memcpy(recv.data() + stream_recv_offsets_[me], bytes.data(), bytes.size());
+      stream_recv_sizes_[me] = bytes.size();
+    } else {
+      QT_CHECK(bytes.size() <= max_message_bytes_, "all_to_all_streamed: {} bytes for rank {} exceed one message",
+               bytes.size(), d);
+      MPI_CHECK(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, static_cast<int>(d), kStreamTag,
+                          comm_, &requests_[P + d]));
+    }
+  }
+  for (size_t s = 0; s < P; ++s) {
+    if (s != me) stream_recv_sizes_[s] = wait_stream(static_cast<int>(s));
+    consume(static_cast<int>(s), {recv.data() + stream_recv_offsets_[s], stream_recv_sizes_[s]});
+  }
+  MPI_CHECK(MPI_Waitall(static_cast<int>(P), requests_.data() + P, MPI_STATUSES_IGNORE));
+}
+
+void MpiComm::all_gather_streamed(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& recv_capacity,
+                                  std::vector<uint8_t>& recv, const Consume& consume) {
+  if (!streamable(recv_capacity)) return Communicator::all_gather_streamed(ctx, send, recv_capacity, recv, consume);
+  const auto P = static_cast<size_t>(size_);
+  const auto me = static_cast<size_t>(rank_);
+  check_send_outside("all_gather_streamed", send, recv);
+  QT_CHECK(send.size() <= max_message_bytes_, "all_gather_streamed: {} bytes exceed one message", send.size());
+  if (send.size() > recv_capacity[me])
+    input_error("all_gather_streamed: this rank sends {} bytes, more than its capacity {}", send.size(),
+                recv_capacity[me]);
+  recv.resize(exclusive_offsets(recv_capacity, stream_recv_offsets_));
+  stream_recv_sizes_.assign(P, 0);
+  requests_.assign(2 * P, MPI_REQUEST_NULL);
+  for (size_t s = 0; s < P; ++s)
+    if (s != me)
+      MPI_CHECK(MPI_Irecv(recv.data() + stream_recv_offsets_[s], static_cast<int>(recv_capacity[s]), MPI_BYTE,
+                          static_cast<int>(s), kStreamTag, comm_, &requests_[s]));
+  for (size_t k = 1; k < P; ++k) {
+    const size_t d = (me + k) % P;
+    MPI_CHECK(MPI_Isend(send.data(), static_cast<int>(send.size()), MPI_BYTE, static_cast<int>(d), kStreamTag, comm_,
+                        &requests_[P + d]));
+  }
+  if (!send.empty()) std::memcpy(recv.data() + stream_recv_offsets_[me], send.data(), send.size());
+  stream_recv_sizes_[me] = send.size();
+  for (size_t s = 0; s < P; ++s) {
+    if (s != me) stream_recv_sizes_[s] = wait_stream(static_cast<int>(s));
+    consume(static_cast<int>(s), {recv.data() + stream_recv_offsets_[s], stream_recv_sizes_[s]});
+  }
+  MPI_CHECK(MPI_Waitall(static_cast<int>(P), requests_.data() + P, MPI_STATUSES_IGNORE));
 }
 
 void MpiComm::broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) {

@@ -34,6 +34,10 @@ class MpiComm final : public Communicator {
   void all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
                         const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
                         std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) override;
+  void all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
+                           std::vector<uint8_t>& recv, const Consume& consume) override;
+  void all_gather_streamed(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& recv_capacity,
+                           std::vector<uint8_t>& recv, const Consume& consume) override;
   void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) override;
   std::vector<uint64_t> all_gather_u64(uint64_t value) override;
   void all_reduce_sum_f64(std::span<double> values) override;
@@ -68,6 +72,11 @@ class MpiComm final : public Communicator {
                      const std::vector<size_t>& send_offsets, uint8_t* recv, const std::vector<size_t>& recv_sizes,
                      const std::vector<size_t>& recv_offsets, bool point_to_point);
   void broadcast_host(uint8_t* data, size_t bytes, int root);
+  // Whether every rank's receive capacities fit one MPI message each (a collective decision, so all
+  // ranks take the same path); otherwise the streaming forms fall back to the plain collectives.
+  bool streamable(const std::vector<size_t>& recv_capacity);
+  // Receives posted by the streaming forms: waits for rank s's message and returns its size.
+  size_t wait_stream(int s);
   // The pointer MPI reads `bytes` of `data` from: data itself (host memory, or GPU memory with a
   // CUDA-aware MPI, once ctx's stream is drained) or a pinned copy.
   const uint8_t* send_view(Context& ctx, Device where, const uint8_t* data, size_t bytes);

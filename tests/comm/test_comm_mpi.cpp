@@ -258,6 +258,58 @@ TEST_CASE("all_to_all_bytes delivers rank-pair-specific blocks", "[mpi]") {
   }
 }
 
+TEST_CASE("the streaming all-to-all and allgather produce once per rank and consume in rank order", "[mpi][stream]") {
+  MpiComm comm;
+  // 1 GiB: the point-to-point path; 7 bytes: the capacities do not fit one message, so every rank
+  // falls back to the plain collectives together.
+  comm.set_max_message_bytes(GENERATE(as<size_t>{}, kDefaultLimit, 7));
+  INFO(where(comm) << ", message limit " << comm.max_message_bytes());
+  Context ctx = Context::cpu(1);
+  const int p = comm.size(), me = comm.rank();
+  // Rank s sends rank d (3 + 5s + d) % 11 bytes (some empty), each byte 16s + d.
+  auto length = [](int s, int d) { return static_cast<size_t>((3 + 5 * s + d) % 11); };
+  std::vector<std::vector<uint8_t>> outgoing(static_cast<size_t>(p));
+  std::vector<int> produced, consumed;
+  std::vector<size_t> capacity(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s) capacity[static_cast<size_t>(s)] = length(s, me) + static_cast<size_t>(s);  // slack
+  std::vector<uint8_t> recv;
+  size_t wrong = 0;
+  comm.all_to_all_streamed(
+      ctx,
+      [&](int d) -> std::span<const uint8_t> {
+        CHECK(consumed.empty());  // every produce comes first
+        produced.push_back(d);
+        auto& v = outgoing[static_cast<size_t>(d)];
+        v.assign(length(me, d), static_cast<uint8_t>(16 * me + d));
+        return v;
+      },
+      capacity, recv,
+      [&](int s, std::span<const uint8_t> bytes) {
+        consumed.push_back(s);
+        wrong += bytes.size() != length(s, me);
+        for (uint8_t b : bytes) wrong += b != static_cast<uint8_t>(16 * s + me);
+      });
+  CHECK(wrong == 0);
+  std::vector<int> ring, order;
+  for (int k = 1; k <= p; ++k) ring.push_back((me + k) % p);
+  for (int s = 0; s < p; ++s) order.push_back(s);
+  CHECK(produced == ring);
+  CHECK(consumed == order);
+
+  // allgather: rank s sends length(s, 0) bytes of value 16s to everyone.
+  std::vector<uint8_t> mine(length(me, 0), static_cast<uint8_t>(16 * me));
+  for (int s = 0; s < p; ++s) capacity[static_cast<size_t>(s)] = length(s, 0);
+  consumed.clear();
+  wrong = 0;
+  comm.all_gather_streamed(ctx, mine, capacity, recv, [&](int s, std::span<const uint8_t> bytes) {
+    consumed.push_back(s);
+    wrong += bytes.size() != length(s, 0);
+    for (uint8_t b : bytes) wrong += b != static_cast<uint8_t>(16 * s);
+  });
+  CHECK(wrong == 0);
+  CHECK(consumed == order);
+}
+
 TEST_CASE("broadcast_bytes copies the root's bytes to every rank", "[mpi]") {
   MpiComm comm;
   comm.set_max_message_bytes(MESSAGE_LIMIT());
