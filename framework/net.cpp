@@ -264,7 +264,9 @@ void Net::backward(Context& ctx, const std::function<void(int)>& on_layer_done) 
 }
 
 std::string Net::summary() const {
-  std::string s = fmt::format("{:<14} {:<22} {:<18} {:>12}\n", "layer", "type", "output", "parameters");
+  size_t width = 14;  // names in repeat blocks (stage1_block18.conv1) are longer than the default column
+  for (const auto& layer : layers_) width = std::max(width, layer->name().size());
+  std::string s = fmt::format("{:<{}} {:<22} {:<18} {:>12}\n", "layer", width, "type", "output", "parameters");
   for (size_t i = 0; i < layers_.size(); ++i) {
     int64_t n = 0;
     for (const auto& e : entries_)
@@ -274,10 +276,10 @@ std::string Net::summary() const {
     const std::vector<int>& in = inputs_[i];
     if (in.size() != 1 || in[0] != static_cast<int>(i) - 1)
       for (int k : in) from += (from.empty() ? "  <- " : ", ") + (k == kNetInput ? std::string("input") : layers_[static_cast<size_t>(k)]->name());
-    s += fmt::format("{:<14} {:<22} {:<18} {:>12}{}\n", layers_[i]->name(), layers_[i]->type(), shape_str(shapes_[i]),
-                     n, from);
+    s += fmt::format("{:<{}} {:<22} {:<18} {:>12}{}\n", layers_[i]->name(), width, layers_[i]->type(),
+                     shape_str(shapes_[i]), n, from);
   }
-  s += fmt::format("{:<14} {:<22} {:<18} {:>12}\n", "total", loss_->type(), "", num_parameters());
+  s += fmt::format("{:<{}} {:<22} {:<18} {:>12}\n", "total", width, loss_->type(), "", num_parameters());
   return s;
 }
 

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 
 #include "framework/run_config.h"
 #include "framework/trainer.h"
@@ -263,4 +264,35 @@ TEST_CASE("buffers live in their own arena, named like parameters", "[net][graph
   for (const ParamEntry& e : net.param_entries()) REQUIRE(e.name.find("running") == std::string::npos);
   REQUIRE(net.num_parameters() == 3 + 3 + 12 * 2 + 2);
   REQUIRE(net.layer(0).buffers()[1].data<float>() == net.buffers().data<float>() + b[1].offset);
+}
+
+TEST_CASE("configs/cifar_resnet110.yaml expands to ResNet-110", "[net][graph]") {
+  // Only the graph is checked here (names, wiring, layer counts): conv2d, global_avgpool and the
+  // cifar10 reader are built elsewhere, so the full Net is not constructed.
+  LoadedConfig loaded = load_config_file(std::string(QTRAIN_SOURCE_DIR) + "/configs/cifar_resnet110.yaml", {});
+  ConfigNode model(loaded.root["model"], "model", loaded.source);
+  const std::vector<GraphNode> nodes = expand_layer_graph(model.items("layers"));
+  std::map<std::string, int> types;
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    ++types[nodes[i].type];
+    index[nodes[i].name] = static_cast<int>(i);
+  }
+  REQUIRE(types["conv2d"] + types["dense"] == 110);  // the "110" of ResNet-110: layers with weights
+  REQUIRE(types["conv2d"] == 1 + 3 * 18 * 2);
+  REQUIRE(types["add"] == 54);
+  REQUIRE(types["batchnorm2d"] == 109);
+  REQUIRE(types["pad_channels"] == 2);
+  // Identity shortcuts read the block's input, i.e. the previous block's output.
+  const GraphNode& sum = nodes[static_cast<size_t>(index.at("stage1_block5.sum"))];
+  REQUIRE(sum.inputs == std::vector<int>{index.at("stage1_block5.bn2"), index.at("stage1_block4.out")});
+  REQUIRE(nodes[static_cast<size_t>(index.at("stage1_block1.conv1"))].inputs == std::vector<int>{index.at("relu1")});
+  // The downsampling block's shortcut pads the previous stage's output; the next block reads its output.
+  REQUIRE(nodes[static_cast<size_t>(index.at("stage2_first1.shortcut"))].inputs ==
+          std::vector<int>{index.at("stage1_block18.out")});
+  REQUIRE(nodes[static_cast<size_t>(index.at("stage2_block1.conv1"))].inputs ==
+          std::vector<int>{index.at("stage2_first1.out")});
+  REQUIRE(nodes[static_cast<size_t>(index.at("global_avgpool1"))].inputs ==
+          std::vector<int>{index.at("stage3_block17.out")});
+  REQUIRE(nodes.back().name == "fc");
 }
