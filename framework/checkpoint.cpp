@@ -23,6 +23,7 @@ void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer, co
                      uint64_t seed, const std::string& resolved_config) {
   std::vector<NamedTensor> tensors;
   for (const ParamEntry& e : net.param_entries()) tensors.push_back({e.name, net.params().view(e.offset, e.shape)});
+  for (const ParamEntry& e : net.buffer_entries()) tensors.push_back({e.name, net.buffers().view(e.offset, e.shape)});
   for (auto& [name, t] : optimizer.state()) tensors.push_back({"optimizer/" + name, t});
   const std::map<std::string, std::string> meta{
       {"format", kFormat},
@@ -42,6 +43,10 @@ TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* o
     input_error("{}: not a qtrain checkpoint (format '{}', expected '{}')", path, f.metadata_value("format"), kFormat);
   for (const ParamEntry& e : net.param_entries()) {
     Tensor view = net.params().view(e.offset, e.shape);
+    f.read_into(e.name, view);
+  }
+  for (const ParamEntry& e : net.buffer_entries()) {
+    Tensor view = net.buffers().view(e.offset, e.shape);
     f.read_into(e.name, view);
   }
   if (optimizer) {

@@ -1,4 +1,5 @@
-// Training checkpoints: parameters (by their names, e.g. "dense1.weight"), optimizer state (whole
+// Training checkpoints: parameters (by their names, e.g. "dense1.weight"), buffers (likewise, e.g.
+// "bn1.running_mean"), optimizer state (whole
 // arenas, "optimizer/<state>"), and the position in training (step, epoch, batch) in one safetensors
 // file, written atomically. All randomness in qtrain is counter-based (Philox keyed by seed and
 // step), so the step is the complete RNG state.
@@ -20,7 +21,7 @@ struct TrainingPosition {
 void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer, const TrainingPosition& position,
                      uint64_t seed, const std::string& resolved_config);
 
-// Restores parameters and optimizer state into `net` and `optimizer` (which must have the same layout)
+// Restores parameters, buffers and optimizer state into `net` and `optimizer` (which must have the same layout)
 // and returns the position. Corrupt files and mismatched models are InputErrors naming the file.
 TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer);
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,13 +54,37 @@ class Layer {
   // Validates the input shape (per sample) and returns the output shape (per sample).
   virtual Shape setup(const Shape& input) = 0;
   virtual std::vector<ParamSpec> param_specs() const { return {}; }
+  // Non-trainable state saved in checkpoints but neither exchanged nor optimized (batch norm's
+  // running statistics). Initialized by Net per spec.init like parameters; `fan_in` is unused.
+  virtual std::vector<ParamSpec> buffer_specs() const { return {}; }
   // Views into the arenas, in param_specs() order, on the net's device and dtype.
   void bind(std::vector<Tensor> params, std::vector<Tensor> grads) {
     params_ = std::move(params);
     grads_ = std::move(grads);
   }
+  // Views into Net's buffer arena, in buffer_specs() order.
+  void bind_buffers(std::vector<Tensor> buffers) { buffers_ = std::move(buffers); }
   std::vector<Tensor>& params() { return params_; }
   std::vector<Tensor>& grads() { return grads_; }
+  std::vector<Tensor>& buffers() { return buffers_; }
+
+  // Multi-input layers (add). Net calls only the *_inputs entry points below; their defaults forward
+  // to the single-input functions, so a single-input layer implements just those.
+  static constexpr int kAnyNumberOfInputs = -1;  // two or more
+  // How many inputs the layer takes: 1, or kAnyNumberOfInputs.
+  virtual int num_inputs() const { return 1; }
+  virtual Shape setup_inputs(const std::vector<Shape>& inputs) {
+    QT_CHECK(inputs.size() == 1, "{} takes one input, got {}", type(), inputs.size());
+    return setup(inputs[0]);
+  }
+  virtual void forward_inputs(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool training) {
+    forward(ctx, xs[0], y, training);
+  }
+  // dxs[k] undefined: input k needs no gradient (the net input).
+  virtual void backward_inputs(Context& ctx, std::span<const Tensor> xs, const Tensor& y, const Tensor& dy,
+                               std::span<Tensor> dxs) {
+    backward(ctx, xs[0], y, dy, dxs[0]);
+  }
 
   // x: (B, input...), y: (B, output...) allocated by the caller; y is overwritten.
   virtual void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) = 0;
@@ -70,10 +95,25 @@ class Layer {
  protected:
   std::vector<Tensor> params_;
   std::vector<Tensor> grads_;
+  std::vector<Tensor> buffers_;
 
  private:
   std::string name_;
   int index_ = 0;
+};
+
+// The base of layers with several inputs: they implement the *_inputs entry points; the single-input
+// ones are never called by Net and say so if a caller tries.
+class MultiInputLayer : public Layer {
+ public:
+  int num_inputs() const override { return kAnyNumberOfInputs; }
+  Shape setup(const Shape&) final { throw Error(fmt::format("{} takes two or more inputs", type())); }
+  void forward(Context&, const Tensor&, Tensor&, bool) final {
+    throw Error(fmt::format("{} takes two or more inputs", type()));
+  }
+  void backward(Context&, const Tensor&, const Tensor&, const Tensor&, Tensor&) final {
+    throw Error(fmt::format("{} takes two or more inputs", type()));
+  }
 };
 
 // A layer factory reads the layer's own keys from its config block ("type" and "name" are read by

@@ -5,7 +5,9 @@
 #include <map>
 #include <set>
 
+#include "framework/layer_graph.h"
 #include "framework/philox.h"
+#include "layers/add.h"
 
 namespace qtrain {
 namespace {
@@ -54,40 +56,56 @@ void initialize_values(std::vector<double>& values, const ParamSpec& spec, uint6
 Net::Net(const ModelConfig& config, DType dtype, Device device, const LayerRegistry& layers,
          const LossRegistry& losses)
     : dtype_(dtype), device_(device), input_shape_(config.input) {
-  Shape shape = input_shape_;
-  std::map<std::string, int> type_counts;
-  std::set<std::string> names;
-  int64_t cursor = 0;
-  for (size_t i = 0; i < config.layers.size(); ++i) {
-    ConfigNode cfg = config.layers[i];
-    const std::string type = cfg.require<std::string>("type");
-    if (!layers.contains(type))
-      cfg.fail("type", fmt::format("names an unknown layer type '{}' (known: {})", type, layers.names_joined()));
-    const std::string name = cfg.get<std::string>("name", type + std::to_string(++type_counts[type]));
-    if (!names.insert(name).second) cfg.fail("name", fmt::format("duplicate layer name '{}'", name));
+  std::vector<GraphNode> nodes = expand_layer_graph(config.layers);
+  int64_t cursor = 0, buffer_cursor = 0;
+  size_t max_inputs = 1;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    GraphNode& node = nodes[i];
+    ConfigNode& cfg = node.cfg;
+    if (!layers.contains(node.type))
+      cfg.fail("type", fmt::format("names an unknown layer type '{}' (known: {})", node.type, layers.names_joined()));
     std::unique_ptr<Layer> layer;
+    Shape shape;
     try {
-      layer = layers.create(type, cfg);
-      layer->set_identity(name, static_cast<int>(i));
-      shape = layer->setup(shape);
+      layer = layers.create(node.type, cfg);
+      layer->set_identity(node.name, static_cast<int>(i));
+      const int n = static_cast<int>(node.inputs.size());
+      const int expected = layer->num_inputs();
+      if (expected == Layer::kAnyNumberOfInputs ? n < 2 : n != expected)
+        cfg.fail("inputs", fmt::format("({} '{}'): this layer type takes {}, got {}", node.type, node.name,
+                                       expected == Layer::kAnyNumberOfInputs ? std::string("two or more inputs")
+                                                                             : fmt::format("{} input(s)", expected),
+                                       n));
+      std::vector<Shape> in_shapes;
+      for (int k : node.inputs) in_shapes.push_back(k == kNetInput ? input_shape_ : shapes_[static_cast<size_t>(k)]);
+      shape = layer->setup_inputs(in_shapes);
     } catch (const InputError&) {
       throw;  // already located by ConfigNode
     } catch (const Error& e) {
-      cfg.fail("", fmt::format("({} '{}'): {}", type, name, e.what()));
+      cfg.fail("", fmt::format("({} '{}'): {}", node.type, node.name, e.what()));
     }
-    for (ParamSpec& spec : layer->param_specs()) {
+    auto place = [&](const ParamSpec& spec, int64_t& at) {
       ParamEntry e;
-      e.name = name + "." + spec.name;
-      e.layer_name = name;
-      e.layer_type = type;
+      e.name = node.name + "." + spec.name;
+      e.layer_name = node.name;
+      e.layer_type = node.type;
       e.layer_index = static_cast<int>(i);
-      e.offset = align_up(cursor);
+      e.offset = align_up(at);
       e.numel = shape_numel(spec.shape);
       e.shape = spec.shape;
-      cursor = e.offset + e.numel;
-      entries_.push_back(e);
+      at = e.offset + e.numel;
+      return e;
+    };
+    for (ParamSpec& spec : layer->param_specs()) {
+      entries_.push_back(place(spec, cursor));
       specs_.push_back(spec);
     }
+    for (ParamSpec& spec : layer->buffer_specs()) {
+      buffer_entries_.push_back(place(spec, buffer_cursor));
+      buffer_specs_.push_back(spec);
+    }
+    max_inputs = std::max(max_inputs, node.inputs.size());
+    inputs_.push_back(std::move(node.inputs));
     shapes_.push_back(shape);
     layers_.push_back(std::move(layer));
   }
@@ -101,14 +119,36 @@ Net::Net(const ModelConfig& config, DType dtype, Device device, const LayerRegis
   const int64_t total = std::max<int64_t>(align_up(cursor), 1);
   params_ = Tensor::zeros({total}, dtype_, device_);
   grads_ = Tensor::zeros({total}, dtype_, device_);
-  size_t k = 0;
+  buffers_ = Tensor::zeros({std::max<int64_t>(align_up(buffer_cursor), 1)}, dtype_, device_);
+  size_t k = 0, kb = 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    std::vector<Tensor> p, g;
+    std::vector<Tensor> p, g, b;
     for (; k < entries_.size() && entries_[k].layer_index == static_cast<int>(i); ++k) {
       p.push_back(params_.view(entries_[k].offset, entries_[k].shape));
       g.push_back(grads_.view(entries_[k].offset, entries_[k].shape));
     }
+    for (; kb < buffer_entries_.size() && buffer_entries_[kb].layer_index == static_cast<int>(i); ++kb)
+      b.push_back(buffers_.view(buffer_entries_[kb].offset, buffer_entries_[kb].shape));
     layers_[i]->bind(std::move(p), std::move(g));
+    layers_[i]->bind_buffers(std::move(b));
+  }
+  xs_.resize(max_inputs);
+  dxs_.resize(max_inputs);
+  plan_gradient_sums();
+}
+
+void Net::plan_gradient_sums() {
+  // Backward visits layers in reverse; the first visitor of an activation (its last reader in config
+  // order) writes its gradient, every later visitor adds to it. The net input (kNetInput) is planned
+  // like any other activation and used only when the input gradient is enabled.
+  std::vector<bool> written(layers_.size() + 1, false);  // [k + 1] for node k
+  accumulate_.assign(layers_.size(), {});
+  for (size_t i = layers_.size(); i-- > 0;) {
+    for (int k : inputs_[i]) {
+      const size_t slot = static_cast<size_t>(k + 1);
+      accumulate_[i].push_back(written[slot]);
+      written[slot] = true;
+    }
   }
 }
 
@@ -131,15 +171,38 @@ void Net::init_parameters(uint64_t seed) {
     }
     params_.view(entries_[k].offset, entries_[k].shape).copy_from(host);
   }
+  // Buffers start from constants (zeros, ones); the key only matters for a random init.
+  for (size_t k = 0; k < buffer_entries_.size(); ++k) {
+    std::vector<double> values(static_cast<size_t>(buffer_entries_[k].numel));
+    initialize_values(values, buffer_specs_[k], mix64(seed ^ mix64(0xB0F + k)));
+    Tensor host = Tensor::empty(buffer_entries_[k].shape, dtype_);
+    if (dtype_ == DType::f64) std::copy(values.begin(), values.end(), host.data<double>());
+    else std::copy(values.begin(), values.end(), host.data<float>());
+    buffers_.view(buffer_entries_[k].offset, buffer_entries_[k].shape).copy_from(host);
+  }
 }
 
 void Net::ensure_batch_capacity(int64_t batch) {
-  if (batch <= capacity_) return;
+  if (batch <= capacity_ && (!input_gradient_enabled_ || dinput_.defined())) return;
+  batch = std::max(batch, capacity_);
   acts_.clear();
   dacts_.clear();
+  scratch_.clear();
+  int64_t largest = 1;
   for (const Shape& s : shapes_) {
     acts_.push_back(Tensor::empty(with_batch(batch, s), dtype_, device_));
     dacts_.push_back(Tensor::empty(with_batch(batch, s), dtype_, device_));
+    largest = std::max(largest, shape_numel(s));
+  }
+  if (input_gradient_enabled_) {
+    dinput_ = Tensor::empty(with_batch(batch, input_shape_), dtype_, device_);
+    largest = std::max(largest, shape_numel(input_shape_));
+  }
+  // Scratch for summed gradients, only for the input slots that ever accumulate.
+  for (size_t s = 0; s < xs_.size(); ++s) {
+    bool used = false;
+    for (const auto& slots : accumulate_) used = used || (s < slots.size() && slots[s]);
+    scratch_.push_back(used ? Tensor::empty({batch * largest}, dtype_, device_) : Tensor());
   }
   capacity_ = batch;
 }
@@ -156,8 +219,11 @@ const Tensor& Net::forward(Context& ctx, const Tensor& x, bool training) {
   ensure_batch_capacity(batch_);
   input_ = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
+    const std::vector<int>& in = inputs_[i];
+    for (size_t s = 0; s < in.size(); ++s)
+      xs_[s] = in[s] == kNetInput ? input_ : acts_[static_cast<size_t>(in[s])].narrow_rows(batch_);
     Tensor y = acts_[i].narrow_rows(batch_);
-    layers_[i]->forward(ctx, i == 0 ? input_ : acts_[i - 1].narrow_rows(batch_), y, training);
+    layers_[i]->forward_inputs(ctx, std::span<const Tensor>(xs_.data(), in.size()), y, training);
   }
   // The returned tensor must outlive this call: keep the narrowed view in a member.
   logits_ = acts_.back().narrow_rows(batch_);
@@ -171,24 +237,49 @@ LossStats Net::loss(Context& ctx, const Tensor& labels, bool with_gradient) {
 }
 
 void Net::backward(Context& ctx, const std::function<void(int)>& on_layer_done) {
+  const bool want_input = input_gradient_enabled_;
+  QT_CHECK(!want_input || dinput_.defined(), "set_input_gradient(true) must come before the forward call");
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     const size_t u = static_cast<size_t>(i);
-    const Tensor x = i == 0 ? input_ : acts_[u - 1].narrow_rows(batch_);
-    Tensor dx = i == 0 ? Tensor() : dacts_[u - 1].narrow_rows(batch_);
-    layers_[u]->backward(ctx, x, acts_[u].narrow_rows(batch_), dacts_[u].narrow_rows(batch_), dx);
+    const std::vector<int>& in = inputs_[u];
+    for (size_t s = 0; s < in.size(); ++s) {
+      const int k = in[s];
+      const bool is_input = k == kNetInput;
+      xs_[s] = is_input ? input_ : acts_[static_cast<size_t>(k)].narrow_rows(batch_);
+      if (is_input && !want_input) dxs_[s] = Tensor();  // the net input needs no gradient
+      else if (accumulate_[u][s]) dxs_[s] = scratch_[s].view(0, xs_[s].shape());
+      else dxs_[s] = is_input ? dinput_.narrow_rows(batch_) : dacts_[static_cast<size_t>(k)].narrow_rows(batch_);
+    }
+    layers_[u]->backward_inputs(ctx, std::span<const Tensor>(xs_.data(), in.size()), acts_[u].narrow_rows(batch_),
+                                dacts_[u].narrow_rows(batch_), std::span<Tensor>(dxs_.data(), in.size()));
+    for (size_t s = 0; s < in.size(); ++s) {
+      if (!accumulate_[u][s] || !dxs_[s].defined()) continue;
+      Tensor sum = in[s] == kNetInput ? dinput_.narrow_rows(batch_)
+                                      : dacts_[static_cast<size_t>(in[s])].narrow_rows(batch_);
+      add_into(ctx, sum, dxs_[s]);
+    }
     if (on_layer_done) on_layer_done(i);
   }
+  if (want_input) input_gradient_ = dinput_.narrow_rows(batch_);
 }
 
 std::string Net::summary() const {
-  std::string s = fmt::format("{:<14} {:<22} {:<18} {:>12}\n", "layer", "type", "output", "parameters");
+  size_t width = 14;  // names in repeat blocks (stage1_block18.conv1) are longer than the default column
+  for (const auto& layer : layers_) width = std::max(width, layer->name().size());
+  std::string s = fmt::format("{:<{}} {:<22} {:<18} {:>12}\n", "layer", width, "type", "output", "parameters");
   for (size_t i = 0; i < layers_.size(); ++i) {
     int64_t n = 0;
     for (const auto& e : entries_)
       if (e.layer_index == static_cast<int>(i)) n += e.numel;
-    s += fmt::format("{:<14} {:<22} {:<18} {:>12}\n", layers_[i]->name(), layers_[i]->type(), shape_str(shapes_[i]), n);
+    // Inputs are listed only where they differ from "the previous layer".
+    std::string from;
+    const std::vector<int>& in = inputs_[i];
+    if (in.size() != 1 || in[0] != static_cast<int>(i) - 1)
+      for (int k : in) from += (from.empty() ? "  <- " : ", ") + (k == kNetInput ? std::string("input") : layers_[static_cast<size_t>(k)]->name());
+    s += fmt::format("{:<{}} {:<22} {:<18} {:>12}{}\n", layers_[i]->name(), width, layers_[i]->type(),
+                     shape_str(shapes_[i]), n, from);
   }
-  s += fmt::format("{:<14} {:<22} {:<18} {:>12}\n", "total", loss_->type(), "", num_parameters());
+  s += fmt::format("{:<{}} {:<22} {:<18} {:>12}\n", "total", width, loss_->type(), "", num_parameters());
   return s;
 }
 

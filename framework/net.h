@@ -1,6 +1,9 @@
-// Net: a sequence of layers built from the `model` section, with every parameter and every gradient
-// living in one flat arena each (params(), grads()). Layers see named views into the arenas; the
-// optimizer and the gradient exchange see the whole arenas; buckets are contiguous ranges of them.
+// Net: a graph of layers built from the `model` section (framework/layer_graph.h: config order is the
+// execution order; a layer reads the previous one or the layers its `inputs:` names), with every
+// parameter and every gradient living in one flat arena each (params(), grads()). Layers see named
+// views into the arenas; the optimizer and the gradient exchange see the whole arenas; buckets are
+// contiguous ranges of them. Non-trainable buffers (batch norm's running statistics) live in a third
+// arena (buffers()) that checkpoints save but the exchange and the optimizer never see.
 #pragma once
 
 #include <functional>
@@ -9,12 +12,13 @@
 #include <vector>
 
 #include "framework/layer.h"
+#include "framework/layer_graph.h"
 #include "framework/loss.h"
 #include "framework/run_config.h"
 
 namespace qtrain {
 
-// One parameter tensor's place in the arenas.
+// One parameter (or buffer) tensor's place in its arena.
 struct ParamEntry {
   std::string name;        // "dense1.weight"
   std::string layer_name;  // "dense1"
@@ -38,12 +42,22 @@ class Net {
   // Loss of the last forward; with `with_gradient`, also prepares backward().
   LossStats loss(Context& ctx, const Tensor& labels, bool with_gradient);
   // Backpropagates the last loss into grads(); `on_layer_done(i)` runs after layer i's gradients are
-  // final (layers complete in reverse order), so communication can start while backward continues.
+  // final (layers complete in reverse config order), so communication can start while backward
+  // continues. Where an activation feeds several layers, their gradients for it are summed.
   void backward(Context& ctx, const std::function<void(int layer_index)>& on_layer_done = {});
+  // With `enabled`, backward() also computes the gradient of the loss w.r.t. the net input
+  // (input_gradient(), (B, input...)); off by default, as training never needs it.
+  void set_input_gradient(bool enabled) { input_gradient_enabled_ = enabled; }
+  const Tensor& input_gradient() const { return input_gradient_; }
 
   Tensor& params() { return params_; }
   Tensor& grads() { return grads_; }
   const std::vector<ParamEntry>& param_entries() const { return entries_; }
+  // Buffers: one arena (possibly of size 1 and unused when no layer has buffers).
+  Tensor& buffers() { return buffers_; }
+  const std::vector<ParamEntry>& buffer_entries() const { return buffer_entries_; }
+  // Indices of layer i's inputs (kNetInput for the net input).
+  const std::vector<int>& layer_inputs(int i) const { return inputs_[static_cast<size_t>(i)]; }
   int64_t num_parameters() const;  // without alignment padding
   const Shape& input_shape() const { return input_shape_; }
   const Shape& output_shape() const { return shapes_.back(); }
@@ -56,6 +70,7 @@ class Net {
 
  private:
   void ensure_batch_capacity(int64_t batch);
+  void plan_gradient_sums();
 
   DType dtype_;
   Device device_;
@@ -69,6 +84,18 @@ class Net {
   int64_t capacity_ = 0;          // batch size the activation buffers hold
   std::vector<Tensor> acts_;      // acts_[i]: output of layer i, (capacity, shape_i)
   std::vector<Tensor> dacts_;     // gradient w.r.t. acts_[i]
+  std::vector<std::vector<int>> inputs_;  // inputs_[i]: the nodes layer i reads
+  // accumulate_[i][s]: in backward, layer i's gradient for input s is added to what a later layer
+  // already wrote there (through scratch_[s]) instead of being written directly.
+  std::vector<std::vector<bool>> accumulate_;
+  std::vector<Tensor> scratch_;   // one per input slot, each as large as the largest activation
+  std::vector<Tensor> xs_, dxs_;  // per-call input lists, reused across calls
+  std::vector<ParamEntry> buffer_entries_;
+  std::vector<ParamSpec> buffer_specs_;  // parallel to buffer_entries_
+  Tensor buffers_;
+  bool input_gradient_enabled_ = false;
+  Tensor dinput_;                 // (capacity, input...) when enabled
+  Tensor input_gradient_;         // the last backward's rows of dinput_
   Tensor input_;                  // the last forward's input (a reference, not a copy)
   Tensor logits_;                 // view of the last forward's logits
   int64_t batch_ = 0;

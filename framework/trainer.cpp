@@ -8,6 +8,7 @@
 #include <cblas.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -212,6 +213,51 @@ void Trainer::check_same_config() {
                   r, all[r], all[0]);
 }
 
+// Buffers (batch norm's running statistics) are computed by each rank on its own shard, so replicas'
+// buffers drift apart between synchronizations. They are averaged over the ranks before every
+// evaluation and every checkpoint (PyTorch DDP instead broadcasts rank 0's buffers each step; the
+// average uses every shard). Training itself never reads them, so parameters stay bit-identical either
+// way. Every rank gathers every rank's buffers and sums them in rank order, which makes the result
+// bit-identical on all ranks (an MPI_Allreduce does not promise that). A world of one skips this.
+void Trainer::sync_buffers() {
+  if (comm_->size() == 1 || net_->buffer_entries().empty()) return;
+  ctx_->synchronize();
+  Tensor& buffers = net_->buffers();
+  QT_CHECK(buffers.dtype() == DType::f32, "buffer synchronization expects f32 buffers, not {}",
+           dtype_name(buffers.dtype()));
+  Tensor host = buffers.device().is_cpu() ? buffers : buffers.to(Device::cpu());
+  const auto* bytes = static_cast<const uint8_t*>(host.raw());
+  comm_->all_gather_bytes(*ctx_, std::span<const uint8_t>(bytes, host.nbytes()), buffer_gather_, buffer_sizes_,
+                          buffer_offsets_);
+  const int64_t n = host.numel();
+  float* out = host.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int r = 0; r < comm_->size(); ++r) {
+      QT_CHECK(buffer_sizes_[static_cast<size_t>(r)] == host.nbytes(), "rank {} sent {} bytes of buffers, expected {}",
+               r, buffer_sizes_[static_cast<size_t>(r)], host.nbytes());
+      float v;
+      std::memcpy(&v, buffer_gather_.data() + buffer_offsets_[static_cast<size_t>(r)] + i * sizeof(float), sizeof v);
+      sum += v;
+    }
+    out[i] = static_cast<float>(sum / comm_->size());
+  }
+  if (!buffers.device().is_cpu()) {
+    buffers.copy_from(host);
+    // copy_from runs on the legacy stream, and a pageable upload may return before its DMA lands; a
+    // read back on that stream returns only after it, so the next kernel sees the averaged values.
+    (void)buffers.view(0, {1}).to(Device::cpu());
+  }
+  if (options_.check_replicas_every > 0) {  // --debug-check-replicas: the averages must agree bit for bit
+    const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(host.raw(), host.nbytes()));
+    for (size_t r = 0; r < all.size(); ++r)
+      if (all[r] != all[0])
+        throw Error(fmt::format("replica check: after averaging, the buffers of rank {} differ from rank 0's", r));
+  }
+}
+
+// Compares parameters only: buffers legitimately differ between the synchronizations of sync_buffers(),
+// which checks them itself under --debug-check-replicas.
 void Trainer::check_replicas(int64_t step) {
   ctx_->synchronize();
   const Tensor host = net_->params().device().is_cpu() ? net_->params() : net_->params().to(Device::cpu());
@@ -230,6 +276,7 @@ void Trainer::log_info(const std::string& line) {
 }
 
 void Trainer::write_checkpoint(const TrainingPosition& position) {
+  sync_buffers();  // in place, so a resumed run continues from the same buffers as one that never stopped
   ctx_->synchronize();
   // Parameters and optimizer state are identical on every rank: rank 0 writes them. Error-feedback
   // residuals are per rank: each rank writes its own file.
@@ -361,6 +408,7 @@ TrainSummary Trainer::run() {
                                           ex.phases.seconds(Phase::decode) - exposed_s);
     row.fraction_quantized = exchange_->fraction_quantized();
     if (tc.eval_every_epoch || stop || epoch + 1 == tc.epochs) {
+      sync_buffers();
       summary.test = evaluate(*net_, *ctx_, *test_loader_);
       row.test_loss = summary.test.loss;
       row.test_accuracy = summary.test.accuracy;

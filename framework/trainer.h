@@ -70,6 +70,7 @@ class Trainer {
   void load_rank_state();
   void log_info(const std::string& line);
   void check_replicas(int64_t step);
+  void sync_buffers();
   void check_same_config();
   std::string rank_state_path(int rank) const;
 
@@ -89,6 +90,8 @@ class Trainer {
   std::shared_ptr<spdlog::logger> log_;
   TrainingPosition start_;
   std::string resolved_yaml_;
+  std::vector<uint8_t> buffer_gather_;  // sync_buffers()' receive space, kept between calls
+  std::vector<size_t> buffer_sizes_, buffer_offsets_;
 };
 
 }  // namespace qtrain

@@ -3,9 +3,12 @@
 // this keeps the link complete and the message honest if one ever arrives.)
 #include "framework/check.h"
 #include "layers/activation.h"
+#include "layers/add.h"
+#include "layers/batchnorm.h"
 #include "layers/dense.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
+#include "layers/pad_channels.h"
 #include "layers/softmax_cross_entropy.h"
 
 namespace qtrain {
@@ -29,6 +32,31 @@ void activation_backward_cuda(Context&, ActivationKind kind, const Tensor&, cons
 
 void dropout_apply_cuda(Context&, PhiloxKey, float, float, const Tensor&, Tensor&) { no_cuda("dropout"); }
 void dropout_copy_cuda(Context&, const Tensor&, Tensor&) { no_cuda("dropout"); }
+
+void add_forward_cuda(Context&, std::span<const Tensor>, Tensor&) { no_cuda("add"); }
+void add_into_cuda(Context&, Tensor&, const Tensor&) { no_cuda("add"); }
+void add_copy_cuda(Context&, const Tensor&, Tensor&) { no_cuda("add"); }
+
+void pad_channels_forward_cuda(Context&, const PadChannels::Geometry&, const Tensor&, Tensor&) {
+  no_cuda("pad_channels");
+}
+void pad_channels_backward_cuda(Context&, const PadChannels::Geometry&, const Tensor&, Tensor&) {
+  no_cuda("pad_channels");
+}
+
+void batchnorm_forward_training_cuda(Context&, int64_t, int64_t, int64_t, double, double, const Tensor&,
+                                     const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, Tensor&, Tensor&) {
+  no_cuda("batchnorm");
+}
+void batchnorm_forward_inference_cuda(Context&, int64_t, int64_t, int64_t, double, const Tensor&, const Tensor&,
+                                      const Tensor&, const Tensor&, const Tensor&, Tensor&) {
+  no_cuda("batchnorm");
+}
+void batchnorm_fill_cuda(Context&, Tensor&, float) { no_cuda("batchnorm"); }
+void batchnorm_backward_cuda(Context&, int64_t, int64_t, int64_t, double, const Tensor&, const Tensor&,
+                             const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&, Tensor*) {
+  no_cuda("batchnorm");
+}
 
 LossStats softmax_cross_entropy_cuda(Context&, const Tensor&, const Tensor&, Tensor*, SoftmaxCrossEntropyScratch&) {
   no_cuda("softmax_cross_entropy");

@@ -4,9 +4,12 @@
 #include "layers/register_all.h"
 
 #include "layers/activation.h"
+#include "layers/add.h"
+#include "layers/batchnorm.h"
 #include "layers/dense.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
+#include "layers/pad_channels.h"
 #include "layers/softmax_cross_entropy.h"
 
 namespace qtrain {
@@ -17,6 +20,10 @@ void register_layers(LayerRegistry& registry) {
   for (ActivationKind kind : {ActivationKind::relu, ActivationKind::tanh, ActivationKind::sigmoid})
     registry.add(activation_name(kind), [kind](ConfigNode& cfg) { return make_activation(cfg, kind); });
   registry.add("dropout", make_dropout);
+  registry.add("add", make_add);
+  registry.add("pad_channels", make_pad_channels);
+  registry.add("batchnorm1d", make_batchnorm1d);
+  registry.add("batchnorm2d", make_batchnorm2d);
 }
 
 void register_losses(LossRegistry& registry) { registry.add("softmax_cross_entropy", make_softmax_cross_entropy); }

@@ -2,6 +2,7 @@
 # Data-parallel training under mpirun on the CPU (CTest label mpi):
 #  1. every method and algorithm trains for a few steps on 2 ranks with --debug-check-replicas
 #     (bit-identical parameters on every rank, checked every 5 steps);
+#  1b. a residual batch-norm net on 2 ranks: replicas and averaged buffers checked, resumed;
 #  2. 4 ranks, 50 steps, replicas checked every 10 steps, for an error-feedback method;
 #  3. ranks started with different configs stop at start-up with a clear message;
 #  4. a rank that dies (SIGKILL) stops the job within seconds instead of hanging;
@@ -48,6 +49,36 @@ qsgd allgather
 adaptive reduce_scatter_allgather
 topk allgather
 EOF_CASES
+
+# 1b. a residual net with batch norm: parameters identical every 4 steps, running statistics averaged
+#     identically on both ranks before each evaluation and checkpoint (--debug-check-replicas checks
+#     both), and a resume from the checkpoint on 2 ranks
+cat >"$tmp/bn.yaml" <<'EOF_BN'
+name: mpi-bn
+data: {dataset: mnist}
+model:
+  input: [1, 28, 28]
+  layers:
+    - {type: flatten}
+    - {type: dense, units: 32, name: stem}
+    - repeat: 2
+      name: block
+      layers:
+        - {type: dense, units: 32}
+        - {type: batchnorm1d, name: bn}
+        - {type: relu}
+        - {type: add, inputs: [relu1, input]}
+    - {type: dense, units: 10}
+optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+EOF_BN
+if "${mpirun[@]}" -np 2 "$qtrain" train "$tmp/bn.yaml" "${common[@]}" --set train.max_steps=12 \
+     --set output.dir="$tmp/bn" --set quantization.method=qsgd --debug-check-replicas 4 >"$tmp/log" 2>&1 &&
+   "${mpirun[@]}" -np 2 "$qtrain" train --resume "$tmp/bn" "${common[@]}" --set train.max_steps=20 \
+     --set quantization.method=qsgd --debug-check-replicas 4 >"$tmp/log" 2>&1; then
+  echo "ok: 2 ranks, residual batch-norm net, buffers averaged identically, resumed"
+else
+  fail "2 ranks, residual batch-norm net"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
 
 # 2. 4 ranks, 50 steps, error feedback (onebit), checked every 10 steps
 if "${mpirun[@]}" -np 4 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=50 \

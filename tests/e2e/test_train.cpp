@@ -2,6 +2,7 @@
 // subset that must reach a stated accuracy (skipped with a message when data/mnist is absent).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "framework/safetensors.h"
@@ -79,6 +80,60 @@ TEST_CASE("N steps equal N/2 steps + resume + N/2 steps, bit for bit", "[e2e][re
     train(config, {"train.max_steps=14", "seed=2", "output.dir=" + dir.file("other")});
     REQUIRE(checkpoint_values(dir.file("other/checkpoint.safetensors")) != a);
   }
+}
+
+TEST_CASE("a residual batch-norm net resumes bit for bit, with its running statistics", "[e2e][resume][graph]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  const std::string config = dir.write("res.yaml", R"(name: e2e-res
+device: cpu
+data: {dataset: mnist, path: )" + dir.file("data") + R"(, batch_size: 32, eval_batch_size: 64}
+model:
+  input: [1, 28, 28]
+  layers:
+    - {type: batchnorm2d, name: bn0}
+    - {type: flatten}
+    - {type: dense, units: 16, name: stem}
+    - repeat: 2
+      name: block
+      layers:
+        - {type: dense, units: 16, name: fc}
+        - {type: batchnorm1d, name: bn}
+        - {type: relu}
+        - {type: add, inputs: [relu1, input]}
+    - {type: dense, units: 10}
+  loss: softmax_cross_entropy
+optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+train: {epochs: 3, threads: 1}
+output: {progress: none}
+)");
+  train(config, {"train.max_steps=14", "output.dir=" + dir.file("full")});
+  train(config, {"train.max_steps=7", "output.dir=" + dir.file("split")});
+  train(config, {"train.max_steps=14"}, dir.file("split"));
+  const auto a = checkpoint_values(dir.file("full/checkpoint.safetensors"));
+  const auto b = checkpoint_values(dir.file("split/checkpoint.safetensors"));
+  REQUIRE(a.size() == b.size());
+  REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+
+  // The running statistics are in the checkpoint under PyTorch's names, have moved away from their
+  // initial values, and load back into a net.
+  SafetensorsFile f(dir.file("full/checkpoint.safetensors"));
+  const std::vector<std::string> names = f.names();
+  for (const char* name : {"bn0.running_mean", "bn0.running_var", "block1.bn.running_mean", "block2.bn.running_var",
+                           "block2.bn.weight"})
+    REQUIRE(std::count(names.begin(), names.end(), std::string(name)) == 1);
+  const Tensor mean = f.read("block1.bn.running_mean");
+  REQUIRE(mean.numel() == 16);
+  double moved = 0;
+  for (int i = 0; i < 16; ++i) moved += std::abs(mean.data<float>()[i]);
+  REQUIRE(moved > 0);
+  RunConfig rc = parse_run_config(config, {});
+  Net net(rc.model, DType::f32, Device::cpu(), layer_registry(), loss_registry());
+  load_checkpoint(dir.file("full/checkpoint.safetensors"), net, nullptr);
+  const ParamEntry& e = net.buffer_entries()[2];
+  REQUIRE(e.name == "block1.bn.running_mean");
+  REQUIRE(std::memcmp(net.buffers().data<float>() + e.offset, mean.data<float>(), 16 * sizeof(float)) == 0);
 }
 
 TEST_CASE("run directory holds metrics, resolved config, log and checkpoint", "[e2e]") {

@@ -7,9 +7,12 @@
 #include <cstring>
 
 #include "layers/activation.h"
+#include "layers/add.h"
+#include "layers/batchnorm.h"
 #include "layers/dense.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
+#include "layers/pad_channels.h"
 #include "layers/softmax_cross_entropy.h"
 #include "tests/support/gradcheck.h"
 
@@ -260,4 +263,91 @@ TEST_CASE("CUDA paths reject what they do not implement", "[cuda][layers]") {
   Tensor y = Tensor::empty({2, 3}, DType::f32, kGpu);
   REQUIRE_THROWS_WITH(relu.forward(gpu, Tensor::empty({2, 3}, DType::f32), y, true),
                       Catch::Contains("x is on cpu but the context is on cuda:0"));
+}
+
+TEST_CASE("add and pad_channels: CUDA matches the CPU bit for bit", "[cuda][layers][add]") {
+  Context cpu = Context::cpu(1, 1);
+  Context gpu = Context::cuda(0, 1);
+  const Shape s{2, 3, 4, 5};
+  std::vector<Tensor> xs, xs_gpu;
+  for (int k = 0; k < 3; ++k) {
+    xs.push_back(random_tensor(s, 10 + k, -1, 1, DType::f32));
+    xs_gpu.push_back(upload(xs.back()));
+  }
+  Add a, b;
+  a.setup_inputs({{3, 4, 5}, {3, 4, 5}, {3, 4, 5}});
+  b.setup_inputs({{3, 4, 5}, {3, 4, 5}, {3, 4, 5}});
+  Tensor y = Tensor::empty(s, DType::f32), y_gpu = Tensor::empty(s, DType::f32, kGpu);
+  a.forward_inputs(cpu, xs, y, true);
+  b.forward_inputs(gpu, xs_gpu, y_gpu, true);
+  require_bitwise(download(gpu, y_gpu), y, "add y");  // the same two roundings in the same order
+  Tensor acc = xs[0].clone(), acc_gpu = upload(xs[0]);
+  add_into(cpu, acc, xs[1]);
+  add_into(gpu, acc_gpu, xs_gpu[1]);
+  require_bitwise(download(gpu, acc_gpu), acc, "add_into");
+  std::vector<Tensor> dxs{Tensor::empty(s, DType::f32, kGpu), Tensor(), Tensor::empty(s, DType::f32, kGpu)};
+  b.backward_inputs(gpu, xs_gpu, y_gpu, xs_gpu[2], dxs);
+  require_bitwise(download(gpu, dxs[0]), xs[2], "add dx0");
+  require_bitwise(download(gpu, dxs[2]), xs[2], "add dx2");
+
+  for (auto [channels, stride] : {std::pair{8, 2}, std::pair{3, 1}, std::pair{6, 3}}) {
+    PadChannels pa(channels, stride), pb(channels, stride);
+    const Shape out = pa.setup({3, 4, 5});
+    pb.setup({3, 4, 5});
+    Shape ys{2};
+    ys.insert(ys.end(), out.begin(), out.end());
+    Tensor py = Tensor::empty(ys, DType::f32), py_gpu = Tensor::empty(ys, DType::f32, kGpu);
+    pa.forward(cpu, xs[0], py, true);
+    pb.forward(gpu, xs_gpu[0], py_gpu, true);
+    require_bitwise(download(gpu, py_gpu), py, "pad_channels y");
+    Tensor pdx = Tensor::empty(s, DType::f32), pdx_gpu = Tensor::empty(s, DType::f32, kGpu);
+    const Tensor py_up = upload(py);
+    pa.backward(cpu, xs[0], py, py, pdx);
+    pb.backward(gpu, xs_gpu[0], py_up, py_up, pdx_gpu);
+    require_bitwise(download(gpu, pdx_gpu), pdx, "pad_channels dx");
+  }
+}
+
+TEST_CASE("batchnorm2d: cuDNN matches the CPU reference", "[cuda][layers][batchnorm]") {
+  const Shape s{8, 4, 6, 5};  // 240 values per channel
+  for (bool affine : {true, false}) {
+    INFO("affine " << affine);
+    Context cpu = Context::cpu(1, 1);
+    Context gpu = Context::cuda(0, 1);
+    BatchNorm a(2, 1e-5, 0.1, affine), b(2, 1e-5, 0.1, affine);
+    a.setup({4, 6, 5});
+    b.setup({4, 6, 5});
+    BoundParams pa = bind_random_params(a, 3, DType::f32);
+    BoundParams pb = bind_random_params(b, 3, DType::f32, kGpu);
+    Tensor ba = bind_initial_buffers(a, DType::f32);
+    Tensor bb = bind_initial_buffers(b, DType::f32, kGpu);
+    fence_legacy_stream(pb.params);
+    fence_legacy_stream(bb);
+    // A mean far from zero tests the variance's accuracy.
+    const Tensor x = random_tensor(s, 4, 1, 3, DType::f32);
+    const Tensor dy = random_tensor(s, 5, -1, 1, DType::f32);
+    const Tensor x_gpu = upload(x), dy_gpu = upload(dy);
+    Tensor y = Tensor::empty(s, DType::f32), y_gpu = Tensor::empty(s, DType::f32, kGpu);
+    for (int step = 0; step < 3; ++step) {  // three updates of the running statistics
+      a.forward(cpu, x, y, true);
+      b.forward(gpu, x_gpu, y_gpu, true);
+    }
+    // Normalized values are O(3) with |w| <= 1; f32 statistics over 240 values: 1e-5 absolute is
+    // ~100 ulps of the result, far below a wrong formula (e.g. the unbiased variance: 0.2% off).
+    require_close(download(gpu, y_gpu), y, 1e-5, 1e-5, "batchnorm y");
+    require_close(download(gpu, bb), ba, 1e-6, 1e-5, "batchnorm running statistics");
+
+    Tensor dx = Tensor::empty(s, DType::f32), dx_gpu = Tensor::empty(s, DType::f32, kGpu);
+    a.backward(cpu, x, y, dy, dx);
+    b.backward(gpu, x_gpu, y_gpu, dy_gpu, dx_gpu);
+    require_close(download(gpu, dx_gpu), dx, 1e-5, 1e-4, "batchnorm dx");
+    if (affine) require_close(download(gpu, pb.grads), pa.grads, 1e-4, 1e-4, "batchnorm dweight, dbias");
+    Tensor none;
+    b.backward(gpu, x_gpu, y_gpu, dy_gpu, none);  // first layer: no dx, same parameter gradients
+    if (affine) require_close(download(gpu, pb.grads), pa.grads, 1e-4, 1e-4, "batchnorm grads without dx");
+
+    a.forward(cpu, x, y, false);
+    b.forward(gpu, x_gpu, y_gpu, false);
+    require_close(download(gpu, y_gpu), y, 1e-5, 1e-5, "batchnorm evaluation y");
+  }
 }

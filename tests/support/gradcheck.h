@@ -87,6 +87,29 @@ inline BoundParams bind_random_params(Layer& layer, uint64_t seed, DType dtype =
   return out;
 }
 
+// The layer's buffers (running statistics) in one tensor, bound to the layer and initialized per
+// spec as Net does (zeros or ones).
+inline Tensor bind_initial_buffers(Layer& layer, DType dtype = DType::f64, Device device = Device::cpu()) {
+  const std::vector<ParamSpec> specs = layer.buffer_specs();
+  int64_t total = 0;
+  for (const ParamSpec& s : specs) total += shape_numel(s.shape);
+  Tensor host = Tensor::zeros({std::max<int64_t>(total, 1)}, dtype);
+  int64_t offset = 0;
+  for (const ParamSpec& s : specs) {
+    if (s.init == Init::ones) host.view(offset, {shape_numel(s.shape)}).fill_(1.0);
+    offset += shape_numel(s.shape);
+  }
+  Tensor arena = host.to(device);
+  std::vector<Tensor> views;
+  offset = 0;
+  for (const ParamSpec& s : specs) {
+    views.push_back(arena.view(offset, s.shape));
+    offset += shape_numel(s.shape);
+  }
+  layer.bind_buffers(std::move(views));
+  return arena;
+}
+
 namespace gradcheck_detail {
 
 inline Shape with_batch(int64_t batch, const Shape& s) {
@@ -168,6 +191,50 @@ inline GradCheckResult check_layer_gradients(Layer& layer, Context& ctx, const T
     for (int64_t i = 0; i < layer.params()[k].numel(); ++i)
       compare(res, "d" + specs[k].name, i, gs[i], numeric_at(ps + i), opt.rtol);
   }
+  return res;
+}
+
+// The multi-input form (add): checks dL/dx_k for every input and dL/dparams, through the layer's
+// *_inputs entry points. xs_in: CPU f64 tensors, each (B, input_k...).
+inline GradCheckResult check_multi_input_gradients(Layer& layer, Context& ctx, const std::vector<Tensor>& xs_in,
+                                                   const Shape& out_shape, const GradCheckOptions& opt = {}) {
+  using namespace gradcheck_detail;
+  GradCheckResult res;
+  std::vector<Tensor> xs, dxs;
+  for (const Tensor& x : xs_in) {
+    QT_CHECK(x.dtype() == DType::f64 && x.device().is_cpu(), "gradient checks run on f64 CPU tensors");
+    xs.push_back(x.clone());
+    dxs.push_back(Tensor::empty(x.shape(), DType::f64));
+    dxs.back().fill_(std::nan(""));
+  }
+  Tensor y = Tensor::empty(with_batch(xs[0].dim(0), out_shape), DType::f64);
+  const Tensor r = random_tensor(y.shape(), opt.seed);
+  y.fill_(std::nan(""));
+  layer.forward_inputs(ctx, xs, y, /*training=*/true);
+  for (Tensor& g : layer.grads()) g.fill_(std::nan(""));
+  layer.backward_inputs(ctx, xs, y, r, dxs);
+  auto numeric_at = [&](double* v) {
+    const double saved = *v;
+    auto objective = [&]() {
+      y.fill_(std::nan(""));
+      layer.forward_inputs(ctx, xs, y, true);
+      return dot(y, r);
+    };
+    *v = saved + opt.step;
+    const double plus = objective();
+    *v = saved - opt.step;
+    const double minus = objective();
+    *v = saved;
+    return (plus - minus) / (2 * opt.step);
+  };
+  for (size_t k = 0; k < xs.size(); ++k)
+    for (int64_t i = 0; i < xs[k].numel(); ++i)
+      compare(res, fmt::format("dx{}", k), i, dxs[k].data<double>()[i], numeric_at(xs[k].data<double>() + i), opt.rtol);
+  const std::vector<ParamSpec> specs = layer.param_specs();
+  for (size_t k = 0; k < layer.params().size(); ++k)
+    for (int64_t i = 0; i < layer.params()[k].numel(); ++i)
+      compare(res, "d" + specs[k].name, i, layer.grads()[k].data<double>()[i],
+              numeric_at(layer.params()[k].data<double>() + i), opt.rtol);
   return res;
 }
 

@@ -1,0 +1,37 @@
+// add: the elementwise sum of two or more inputs of one shape (the join of a residual block).
+// Config keys: none besides `inputs:` (read by Net), e.g. {type: add, inputs: [conv2, input]}.
+// Backward copies dy into the gradient of every input that needs one.
+//
+// add_into (dst += src) is also what Net uses to sum the gradients of an activation that feeds
+// several layers.
+#pragma once
+
+#include <memory>
+
+#include "framework/layer.h"
+
+namespace qtrain {
+
+class Add : public MultiInputLayer {
+ public:
+  const char* type() const override { return "add"; }
+  Shape setup_inputs(const std::vector<Shape>& inputs) override;
+  void forward_inputs(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool training) override;
+  void backward_inputs(Context& ctx, std::span<const Tensor> xs, const Tensor& y, const Tensor& dy,
+                       std::span<Tensor> dxs) override;
+
+ private:
+  Shape shape_;  // per sample, set by setup
+};
+
+std::unique_ptr<Layer> make_add(ConfigNode& cfg);
+
+// dst += src, elementwise; same shape, dtype and device (CPU f32/f64, CUDA f32).
+void add_into(Context& ctx, Tensor& dst, const Tensor& src);
+
+// CUDA entry points (add.cu; cuda_disabled.cpp without CUDA); f32, n elements each.
+void add_forward_cuda(Context& ctx, std::span<const Tensor> xs, Tensor& y);
+void add_into_cuda(Context& ctx, Tensor& dst, const Tensor& src);
+void add_copy_cuda(Context& ctx, const Tensor& src, Tensor& dst);
+
+}  // namespace qtrain

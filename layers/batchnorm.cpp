@@ -1,0 +1,255 @@
+// batch norm: configuration, shapes and the CPU reference. Per channel the statistics accumulate in
+// f64 (two passes: mean, then squared deviations, which keeps the variance accurate for f32 inputs
+// with a large mean); the normalization itself is one fused scale-and-shift per element.
+#include "layers/batchnorm.h"
+
+#include <cmath>
+
+#include "layers/dispatch.h"
+
+namespace qtrain {
+
+using layer_detail::batch_of;
+using layer_detail::check_batch;
+using layer_detail::check_float;
+using layer_detail::describe;
+using layer_detail::dispatch_float;
+
+namespace {
+
+struct Dims {
+  int64_t batch, channels, spatial;
+  int64_t n() const { return batch * spatial; }  // values per channel
+  int64_t at(int64_t b, int64_t c) const { return (b * channels + c) * spatial; }
+};
+
+template <typename T>
+void scale_shift(const Dims& d, int64_t c, const T* __restrict x, T* __restrict y, T scale, T shift) {
+  for (int64_t b = 0; b < d.batch; ++b) {
+    const T* __restrict in = x + d.at(b, c);
+    T* __restrict out = y + d.at(b, c);
+    for (int64_t s = 0; s < d.spatial; ++s) out[s] = in[s] * scale + shift;
+  }
+}
+
+template <typename T>
+void forward_training_cpu(const Dims& d, double eps, double momentum, const T* x, const T* w, const T* bias,
+                          T* running_mean, T* running_var, T* y, double* saved_mean, double* saved_invstd) {
+  const double n = static_cast<double>(d.n());
+  for (int64_t c = 0; c < d.channels; ++c) {
+    double sum = 0;
+    for (int64_t b = 0; b < d.batch; ++b) {
+      const T* __restrict in = x + d.at(b, c);
+      for (int64_t s = 0; s < d.spatial; ++s) sum += in[s];
+    }
+    const double mean = sum / n;
+    double squares = 0;
+    for (int64_t b = 0; b < d.batch; ++b) {
+      const T* __restrict in = x + d.at(b, c);
+      for (int64_t s = 0; s < d.spatial; ++s) {
+        const double dev = in[s] - mean;
+        squares += dev * dev;
+      }
+    }
+    const double var = squares / n;
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    const double scale = (w ? w[c] : 1.0) * invstd;
+    const double shift = (bias ? bias[c] : 0.0) - mean * scale;
+    scale_shift<T>(d, c, x, y, static_cast<T>(scale), static_cast<T>(shift));
+    saved_mean[c] = mean;
+    saved_invstd[c] = invstd;
+    running_mean[c] = static_cast<T>((1 - momentum) * running_mean[c] + momentum * mean);
+    running_var[c] = static_cast<T>((1 - momentum) * running_var[c] + momentum * var * n / (n - 1));
+  }
+}
+
+template <typename T>
+void forward_inference_cpu(const Dims& d, double eps, const T* x, const T* w, const T* bias, const T* running_mean,
+                           const T* running_var, T* y) {
+  for (int64_t c = 0; c < d.channels; ++c) {
+    const double scale = (w ? w[c] : 1.0) / std::sqrt(static_cast<double>(running_var[c]) + eps);
+    const double shift = (bias ? bias[c] : 0.0) - running_mean[c] * scale;
+    scale_shift<T>(d, c, x, y, static_cast<T>(scale), static_cast<T>(shift));
+  }
+}
+
+// With xhat = (x - mean) invstd: dbias = sum dy, dweight = sum dy xhat, and
+// dx = w invstd (dy - dbias / n - xhat dweight / n), written as one scale-and-shift of dy and x.
+template <typename T>
+void backward_cpu(const Dims& d, const T* x, const T* dy, const T* w, const double* saved_mean,
+                  const double* saved_invstd, T* dweight, T* dbias, T* dx) {
+  const double n = static_cast<double>(d.n());
+  for (int64_t c = 0; c < d.channels; ++c) {
+    const double mean = saved_mean[c], invstd = saved_invstd[c];
+    double sum_dy = 0, sum_dy_dev = 0;
+    for (int64_t b = 0; b < d.batch; ++b) {
+      const T* __restrict in = x + d.at(b, c);
+      const T* __restrict g = dy + d.at(b, c);
+      for (int64_t s = 0; s < d.spatial; ++s) {
+        sum_dy += g[s];
+        sum_dy_dev += g[s] * (in[s] - mean);
+      }
+    }
+    if (dweight) dweight[c] = static_cast<T>(sum_dy_dev * invstd);
+    if (dbias) dbias[c] = static_cast<T>(sum_dy);
+    if (!dx) continue;
+    const double k = (w ? w[c] : 1.0) * invstd;
+    const double x_coef = k * invstd * invstd * sum_dy_dev / n;
+    const T a = static_cast<T>(k), bx = static_cast<T>(x_coef),
+            shift = static_cast<T>(x_coef * mean - k * sum_dy / n);
+    for (int64_t b = 0; b < d.batch; ++b) {
+      const T* __restrict in = x + d.at(b, c);
+      const T* __restrict g = dy + d.at(b, c);
+      T* __restrict out = dx + d.at(b, c);
+      for (int64_t s = 0; s < d.spatial; ++s) out[s] = a * g[s] - bx * in[s] + shift;
+    }
+  }
+}
+
+}  // namespace
+
+BatchNorm::BatchNorm(int spatial_dims, double eps, double momentum, bool affine)
+    : spatial_dims_(spatial_dims), eps_(eps), momentum_(momentum), affine_(affine) {
+  QT_CHECK(eps > 0 && momentum >= 0 && momentum <= 1, "batch norm: eps {} must be > 0, momentum {} in [0, 1]", eps,
+           momentum);
+}
+
+Shape BatchNorm::setup(const Shape& input) {
+  const bool ok = spatial_dims_ == 2 ? input.size() == 3 : input.size() == 1 || input.size() == 2;
+  if (!ok)
+    throw Error(fmt::format("{} expects {} per sample, got {}", type(),
+                            spatial_dims_ == 2 ? "(channels, height, width)" : "(features) or (channels, length)",
+                            shape_str(input)));
+  channels_ = input[0];
+  spatial_ = 1;
+  for (size_t d = 1; d < input.size(); ++d) spatial_ *= input[d];
+  if (channels_ <= 0 || spatial_ <= 0) throw Error(fmt::format("{} got an empty input {}", type(), shape_str(input)));
+  saved_mean_.assign(static_cast<size_t>(channels_), 0.0);
+  saved_invstd_.assign(static_cast<size_t>(channels_), 0.0);
+  return input;
+}
+
+std::vector<ParamSpec> BatchNorm::param_specs() const {
+  QT_CHECK(channels_ > 0, "{}: param_specs() before setup()", describe(*this));
+  if (!affine_) return {};
+  return {{"weight", {channels_}, Init::ones, channels_, channels_}, {"bias", {channels_}, Init::zeros, channels_, channels_}};
+}
+
+std::vector<ParamSpec> BatchNorm::buffer_specs() const {
+  QT_CHECK(channels_ > 0, "{}: buffer_specs() before setup()", describe(*this));
+  return {{"running_mean", {channels_}, Init::zeros, 1, 1}, {"running_var", {channels_}, Init::ones, 1, 1}};
+}
+
+void BatchNorm::check_args(const Context& ctx, const Tensor& x, const Tensor& y, const char* y_name) const {
+  QT_CHECK(channels_ > 0, "{}: called before setup()", describe(*this));
+  QT_CHECK(params_.size() == (affine_ ? 2u : 0u) && grads_.size() == params_.size() && buffers_.size() == 2,
+           "{}: parameters or buffers not bound", describe(*this));
+  const int64_t batch = batch_of(*this, x);
+  check_float(*this, "x", x, ctx);
+  QT_CHECK(x.numel() == batch * channels_ * spatial_, "{}: x has shape {}, expected {} rows of {} channels x {}",
+           describe(*this), shape_str(x.shape()), batch, channels_, spatial_);
+  check_float(*this, y_name, y, ctx);
+  check_batch(*this, y_name, y, batch, Shape(x.shape().begin() + 1, x.shape().end()), x.dtype());
+  for (const Tensor* t : {&buffers_[0], &buffers_[1]}) {
+    check_float(*this, "a running statistic", *t, ctx);
+    QT_CHECK(t->numel() == channels_ && t->dtype() == x.dtype(), "{}: running statistics are {} {}, expected {} {}",
+             describe(*this), dtype_name(t->dtype()), shape_str(t->shape()), dtype_name(x.dtype()), channels_);
+  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    for (const Tensor* t : {&params_[i], &grads_[i]}) {
+      check_float(*this, i == 0 ? "weight" : "bias", *t, ctx);
+      QT_CHECK(t->numel() == channels_ && t->dtype() == x.dtype(), "{}: {} is {} {}, expected {} {}", describe(*this),
+               i == 0 ? "weight" : "bias", dtype_name(t->dtype()), shape_str(t->shape()), dtype_name(x.dtype()),
+               channels_);
+    }
+}
+
+void BatchNorm::ensure_cuda_state(Context& ctx, const Tensor& like, int64_t batch) {
+  const Device dev = like.device();
+  if (!cuda_saved_mean_.defined() || cuda_saved_mean_.device() != dev) {
+    cuda_saved_mean_ = Tensor::empty({channels_}, DType::f32, dev);
+    cuda_saved_invstd_ = Tensor::empty({channels_}, DType::f32, dev);
+    cuda_dscale_ = Tensor::empty({channels_}, DType::f32, dev);
+    cuda_dbias_ = Tensor::empty({channels_}, DType::f32, dev);
+    // Filled on the context's stream: Tensor::zeros' memset runs on the legacy stream, which the
+    // context's non-blocking stream does not wait for.
+    cuda_zeros_ = Tensor::empty({channels_}, DType::f32, dev);
+    cuda_ones_ = Tensor::empty({channels_}, DType::f32, dev);
+    batchnorm_fill_cuda(ctx, cuda_zeros_, 0.0f);
+    batchnorm_fill_cuda(ctx, cuda_ones_, 1.0f);
+  }
+  if (batch > 0 && (!cuda_dx_scratch_.defined() || cuda_dx_scratch_.device() != dev ||
+                    cuda_dx_scratch_.numel() < like.numel()))
+    cuda_dx_scratch_ = Tensor::empty({like.numel()}, DType::f32, dev);
+}
+
+void BatchNorm::forward(Context& ctx, const Tensor& x, Tensor& y, bool training) {
+  check_args(ctx, x, y, "y");
+  const Dims d{x.dim(0), channels_, spatial_};
+  if (training && d.n() < 2)
+    throw Error(fmt::format("{}: training needs more than one value per channel, got a batch of {} x {} positions",
+                            describe(*this), d.batch, d.spatial));
+  if (d.batch == 0) return;
+  if (training) has_batch_stats_ = true;
+  if (x.device().is_cuda()) {
+    ensure_cuda_state(ctx, x, 0);
+    const Tensor& scale = affine_ ? params_[0] : cuda_ones_;
+    const Tensor& bias = affine_ ? params_[1] : cuda_zeros_;
+    if (training)
+      return batchnorm_forward_training_cuda(ctx, d.batch, channels_, spatial_, eps_, momentum_, x, scale, bias,
+                                             buffers_[0], buffers_[1], cuda_saved_mean_, cuda_saved_invstd_, y);
+    return batchnorm_forward_inference_cuda(ctx, d.batch, channels_, spatial_, eps_, x, scale, bias, buffers_[0],
+                                            buffers_[1], y);
+  }
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    const T* w = affine_ ? params_[0].data<T>() : nullptr;
+    const T* b = affine_ ? params_[1].data<T>() : nullptr;
+    if (training)
+      forward_training_cpu<T>(d, eps_, momentum_, x.data<T>(), w, b, buffers_[0].data<T>(), buffers_[1].data<T>(),
+                              y.data<T>(), saved_mean_.data(), saved_invstd_.data());
+    else
+      forward_inference_cpu<T>(d, eps_, x.data<T>(), w, b, buffers_[0].data<T>(), buffers_[1].data<T>(), y.data<T>());
+  });
+}
+
+void BatchNorm::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  check_args(ctx, x, dy, "dy");
+  if (dx.defined()) check_args(ctx, x, dx, "dx");
+  QT_CHECK(has_batch_stats_ || x.dim(0) == 0, "{}: backward without a training-mode forward", describe(*this));
+  const Dims d{x.dim(0), channels_, spatial_};
+  if (d.batch == 0) {
+    for (Tensor& g : grads_) g.fill_(0.0);
+    return;
+  }
+  if (x.device().is_cuda()) {
+    ensure_cuda_state(ctx, x, dx.defined() ? 0 : d.batch);
+    Tensor dx_target = dx.defined() ? dx : cuda_dx_scratch_.view(0, x.shape());
+    const Tensor& scale = affine_ ? params_[0] : cuda_ones_;
+    Tensor& dscale = affine_ ? grads_[0] : cuda_dscale_;
+    Tensor& dbias = affine_ ? grads_[1] : cuda_dbias_;
+    return batchnorm_backward_cuda(ctx, d.batch, channels_, spatial_, eps_, x, dy, scale, cuda_saved_mean_,
+                                   cuda_saved_invstd_, dscale, dbias, &dx_target);
+  }
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    backward_cpu<T>(d, x.data<T>(), dy.data<T>(), affine_ ? params_[0].data<T>() : nullptr, saved_mean_.data(),
+                    saved_invstd_.data(), affine_ ? grads_[0].data<T>() : nullptr,
+                    affine_ ? grads_[1].data<T>() : nullptr, dx.defined() ? dx.data<T>() : nullptr);
+  });
+}
+
+namespace {
+std::unique_ptr<Layer> make_batchnorm(ConfigNode& cfg, int spatial_dims) {
+  const double eps = cfg.get_double("eps", 1e-5, 0.0, 1.0, /*min_exclusive=*/true);
+  const double momentum = cfg.get_double("momentum", 0.1, 0.0, 1.0);
+  const bool affine = cfg.get<bool>("affine", true);
+  cfg.accept("type");
+  cfg.accept("name");
+  cfg.finish();
+  return std::make_unique<BatchNorm>(spatial_dims, eps, momentum, affine);
+}
+}  // namespace
+
+std::unique_ptr<Layer> make_batchnorm2d(ConfigNode& cfg) { return make_batchnorm(cfg, 2); }
+std::unique_ptr<Layer> make_batchnorm1d(ConfigNode& cfg) { return make_batchnorm(cfg, 1); }
+
+}  // namespace qtrain

@@ -1,0 +1,231 @@
+// The layers of residual networks on the CPU reference path: add, pad_channels and batch norm.
+// Float64 central-difference gradient checks (training mode, affine parameters included), batch
+// norm's statistics against hand-computed values (PyTorch's conventions: biased variance to
+// normalize, unbiased for running_var, momentum 0.1), evaluation with the running statistics, and
+// the configuration errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "framework/config_node.h"
+#include "layers/add.h"
+#include "layers/batchnorm.h"
+#include "layers/pad_channels.h"
+#include "tests/support/gradcheck.h"
+
+using namespace qtrain;
+using namespace qtrain::testing;
+
+namespace {
+
+void require_ok(const GradCheckResult& r) {
+  INFO(r.failures);
+  INFO("checked " << r.checked << ", skipped " << r.skipped << ", max error " << r.max_error);
+  REQUIRE(r.ok());
+}
+
+Shape with_batch(int64_t b, const Shape& s) {
+  Shape out{b};
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+// A layer set up for `input` and bound to random parameters and initial buffers (f64 CPU).
+struct Bound {
+  BoundParams params;
+  Tensor buffers;
+  Shape out;
+};
+Bound set_up(Layer& layer, const Shape& input, uint64_t seed) {
+  Bound b;
+  b.out = layer.setup(input);
+  b.params = bind_random_params(layer, seed);
+  b.buffers = bind_initial_buffers(layer);
+  return b;
+}
+
+ConfigNode yaml_node(const std::string& text) {
+  auto source = std::make_shared<ConfigSource>();
+  source->file = "layer.yaml";
+  return ConfigNode(YAML::Load(text), "model.layers.0", source);
+}
+
+}  // namespace
+
+TEST_CASE("add gradients with two and three inputs", "[layers][gradcheck][add]") {
+  Context ctx = Context::cpu(1, 1);
+  for (int n : {2, 3}) {
+    Add add;
+    std::vector<Shape> shapes(static_cast<size_t>(n), Shape{3, 2, 2});
+    const Shape out = add.setup_inputs(shapes);
+    REQUIRE(out == Shape{3, 2, 2});
+    std::vector<Tensor> xs;
+    for (int k = 0; k < n; ++k) xs.push_back(random_tensor({4, 3, 2, 2}, 10 + k));
+    require_ok(check_multi_input_gradients(add, ctx, xs, out));
+  }
+}
+
+TEST_CASE("add computes the sum and leaves undefined input gradients alone", "[layers][add]") {
+  Context ctx = Context::cpu(1, 1);
+  Add add;
+  add.setup_inputs({{5}, {5}});
+  const Tensor a = random_tensor({2, 5}, 1), b = random_tensor({2, 5}, 2);
+  Tensor y = Tensor::empty({2, 5}, DType::f64);
+  const std::vector<Tensor> xs{a, b};
+  add.forward_inputs(ctx, xs, y, false);
+  for (int i = 0; i < 10; ++i) REQUIRE(y.data<double>()[i] == a.data<double>()[i] + b.data<double>()[i]);
+  const Tensor dy = random_tensor({2, 5}, 3);
+  std::vector<Tensor> dxs{Tensor(), Tensor::empty({2, 5}, DType::f64)};
+  add.backward_inputs(ctx, xs, y, dy, dxs);
+  REQUIRE(!dxs[0].defined());
+  for (int i = 0; i < 10; ++i) REQUIRE(dxs[1].data<double>()[i] == dy.data<double>()[i]);
+}
+
+TEST_CASE("add rejects inputs of different shapes and fewer than two inputs", "[layers][add]") {
+  Add add;
+  REQUIRE_THROWS_WITH(add.setup_inputs({{3, 4, 4}, {6, 2, 2}}),
+                      Catch::Contains("input 1 is [3, 4, 4] and input 2 is [6, 2, 2]"));
+  REQUIRE_THROWS_WITH(add.setup_inputs({{3}}), Catch::Contains("two or more inputs, got 1"));
+  REQUIRE(add.num_inputs() == Layer::kAnyNumberOfInputs);
+}
+
+TEST_CASE("add_into sums in place", "[layers][add]") {
+  Context ctx = Context::cpu(1, 1);
+  Tensor d = random_tensor({7}, 1);
+  const Tensor before = d.clone(), s = random_tensor({7}, 2);
+  add_into(ctx, d, s);
+  for (int i = 0; i < 7; ++i) REQUIRE(d.data<double>()[i] == before.data<double>()[i] + s.data<double>()[i]);
+  Tensor wrong = random_tensor({6}, 3);
+  REQUIRE_THROWS_WITH(add_into(ctx, d, wrong), Catch::Contains("differ"));
+}
+
+TEST_CASE("pad_channels gradients and values (option-A shortcut)", "[layers][gradcheck][pad_channels]") {
+  Context ctx = Context::cpu(1, 1);
+  for (auto [channels, stride, h] : {std::tuple{4, 1, 3}, std::tuple{8, 2, 4}, std::tuple{7, 2, 5}}) {
+    PadChannels pad(channels, stride);
+    const Shape out = pad.setup({3, h, h});
+    const int64_t ho = (h + stride - 1) / stride;
+    REQUIRE(out == Shape{channels, ho, ho});
+    const Tensor x = random_tensor({2, 3, h, h}, 5);
+    require_ok(check_layer_gradients(pad, ctx, x, out));
+    // Values: the input's channels at offset (channels - 3) / 2, sampled every `stride`; zeros elsewhere.
+    Tensor y = Tensor::empty(with_batch(2, out), DType::f64);
+    pad.forward(ctx, x, y, false);
+    const int64_t before = (channels - 3) / 2;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t i = 0; i < ho; ++i)
+          for (int64_t j = 0; j < ho; ++j) {
+            const double got = y.data<double>()[((b * channels + c) * ho + i) * ho + j];
+            const int64_t ci = c - before;
+            const double want =
+                ci < 0 || ci >= 3 ? 0.0 : x.data<double>()[((b * 3 + ci) * h + i * stride) * h + j * stride];
+            REQUIRE(got == want);
+          }
+  }
+  PadChannels narrow(2, 1);
+  REQUIRE_THROWS_WITH(narrow.setup({3, 4, 4}), Catch::Contains("more than channels"));
+}
+
+TEST_CASE("batchnorm2d gradients in training mode, affine and not", "[layers][gradcheck][batchnorm]") {
+  Context ctx = Context::cpu(1, 1);
+  for (bool affine : {true, false}) {
+    BatchNorm bn(2, 1e-5, 0.1, affine);
+    Bound b = set_up(bn, {3, 2, 3}, 21);
+    REQUIRE(bn.params().size() == (affine ? 2u : 0u));
+    const Tensor x = random_tensor({4, 3, 2, 3}, 22, -2.0, 3.0);
+    // The normalization divides by a batch statistic, which amplifies rounding: a looser rtol than
+    // the default 1e-6 is still far below any real error.
+    GradCheckOptions opt;
+    opt.rtol = 1e-5;
+    require_ok(check_layer_gradients(bn, ctx, x, b.out, opt));
+  }
+}
+
+TEST_CASE("batchnorm1d gradients for (C) and (C, L) inputs", "[layers][gradcheck][batchnorm]") {
+  Context ctx = Context::cpu(1, 1);
+  for (const Shape& input : {Shape{5}, Shape{3, 4}}) {
+    BatchNorm bn(1, 1e-3, 0.2, true);
+    Bound b = set_up(bn, input, 31);
+    GradCheckOptions opt;
+    opt.rtol = 1e-5;
+    require_ok(check_layer_gradients(bn, ctx, random_tensor(with_batch(6, input), 32), b.out, opt));
+  }
+}
+
+TEST_CASE("batchnorm2d statistics follow PyTorch's conventions", "[layers][batchnorm]") {
+  Context ctx = Context::cpu(1, 1);
+  BatchNorm bn(2, 1e-5, 0.1, true);
+  Bound b = set_up(bn, {2, 2, 2}, 41);
+  // weight = (2, 3), bias = (0.5, -1)
+  bn.params()[0].data<double>()[0] = 2, bn.params()[0].data<double>()[1] = 3;
+  bn.params()[1].data<double>()[0] = 0.5, bn.params()[1].data<double>()[1] = -1;
+  const Tensor x = random_tensor({3, 2, 2, 2}, 42, -1.0, 4.0);
+  Tensor y = Tensor::empty({3, 2, 2, 2}, DType::f64);
+  bn.forward(ctx, x, y, /*training=*/true);
+  for (int64_t c = 0; c < 2; ++c) {
+    // Reference statistics over the 12 values of channel c.
+    std::vector<double> v;
+    for (int64_t s = 0; s < 3; ++s)
+      for (int64_t p = 0; p < 4; ++p) v.push_back(x.data<double>()[(s * 2 + c) * 4 + p]);
+    double mean = 0, var = 0;
+    for (double e : v) mean += e / 12;
+    for (double e : v) var += (e - mean) * (e - mean) / 12;
+    const double w = c == 0 ? 2 : 3, bias = c == 0 ? 0.5 : -1;
+    for (int64_t s = 0; s < 3; ++s)
+      for (int64_t p = 0; p < 4; ++p) {
+        const int64_t i = (s * 2 + c) * 4 + p;
+        REQUIRE(y.data<double>()[i] == Approx((x.data<double>()[i] - mean) / std::sqrt(var + 1e-5) * w + bias).epsilon(1e-12));
+      }
+    // running = 0.9 initial + 0.1 batch statistic; running_var uses the unbiased variance (n - 1 = 11).
+    REQUIRE(bn.buffers()[0].data<double>()[c] == Approx(0.1 * mean).epsilon(1e-12));
+    REQUIRE(bn.buffers()[1].data<double>()[c] == Approx(0.9 + 0.1 * var * 12 / 11).epsilon(1e-12));
+  }
+  REQUIRE(bn.buffer_specs()[0].name == "running_mean");
+  REQUIRE(bn.buffer_specs()[1].name == "running_var");
+}
+
+TEST_CASE("batchnorm2d evaluation uses the running statistics", "[layers][batchnorm]") {
+  Context ctx = Context::cpu(1, 1);
+  BatchNorm bn(2, 1e-5, 0.1, true);
+  Bound b = set_up(bn, {2, 1, 3}, 51);
+  bn.buffers()[0].data<double>()[0] = 0.25, bn.buffers()[0].data<double>()[1] = -2;
+  bn.buffers()[1].data<double>()[0] = 4, bn.buffers()[1].data<double>()[1] = 0.5;
+  const Tensor running = b.buffers.clone();
+  const Tensor x = random_tensor({2, 2, 1, 3}, 52);
+  Tensor y = Tensor::empty({2, 2, 1, 3}, DType::f64);
+  bn.forward(ctx, x, y, /*training=*/false);
+  for (int64_t s = 0; s < 2; ++s)
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t p = 0; p < 3; ++p) {
+        const int64_t i = (s * 2 + c) * 3 + p;
+        const double m = bn.buffers()[0].data<double>()[c], v = bn.buffers()[1].data<double>()[c];
+        const double want = (x.data<double>()[i] - m) / std::sqrt(v + 1e-5) * bn.params()[0].data<double>()[c] +
+                            bn.params()[1].data<double>()[c];
+        REQUIRE(y.data<double>()[i] == Approx(want).epsilon(1e-12));
+      }
+  // Evaluation leaves the running statistics untouched; training would not (it needs > 1 value).
+  for (int64_t i = 0; i < 4; ++i) REQUIRE(b.buffers.data<double>()[i] == running.data<double>()[i]);
+  const Tensor one = random_tensor({1, 2, 1, 1}, 53);
+  Tensor y1 = Tensor::empty({1, 2, 1, 1}, DType::f64);
+  BatchNorm small(2, 1e-5, 0.1, true);
+  Bound sb = set_up(small, {2, 1, 1}, 54);
+  REQUIRE_THROWS_WITH(small.forward(ctx, one, y1, true), Catch::Contains("more than one value per channel"));
+}
+
+TEST_CASE("batch norm configuration keys", "[layers][batchnorm]") {
+  ConfigNode ok = yaml_node("{type: batchnorm2d, eps: 0.001, momentum: 0.01, affine: false}");
+  auto layer = make_batchnorm2d(ok);
+  auto& bn = dynamic_cast<BatchNorm&>(*layer);
+  REQUIRE(bn.eps() == 0.001);
+  REQUIRE(bn.momentum() == 0.01);
+  REQUIRE(std::string(bn.type()) == "batchnorm2d");
+  ConfigNode bad_eps = yaml_node("{type: batchnorm2d, eps: 0}");
+  REQUIRE_THROWS_WITH(make_batchnorm2d(bad_eps), Catch::Contains("eps must be > 0"));
+  ConfigNode bad_key = yaml_node("{type: batchnorm1d, momentun: 0.1}");
+  REQUIRE_THROWS_WITH(make_batchnorm1d(bad_key), Catch::Contains("momentun"));
+  BatchNorm bn2(2, 1e-5, 0.1, true);
+  REQUIRE_THROWS_WITH(bn2.setup({4}), Catch::Contains("(channels, height, width)"));
+  ConfigNode pad = yaml_node("{type: pad_channels, stride: 2}");
+  REQUIRE_THROWS_WITH(make_pad_channels(pad), Catch::Contains("channels is required"));
+}
