@@ -1,7 +1,8 @@
 // dettmers8: 8-bit approximation (Dettmers 2016), variants dynamic_tree (clusterNet's table) and
 // linear (7-bit magnitude), one scale M = max|v| per span in the header. Byte: bit 7 sign, bits 0..6
 // an index; dynamic_tree: 0..125 table entry, 126 zero, 127 saturation (+-M); linear: level q, value
-// q * M / 127. Encoding is two passes: max|v|, then one branch-free pass (table lookups are gathers).
+// q * M / 127. Encoding is two passes: max|v|, then one branch-free pass (one table read per value;
+// the dynamic_tree pass has an AVX2 version, quant/cpu_loops.h).
 #include <cfloat>
 
 #if defined(__AVX2__)
