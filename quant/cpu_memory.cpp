@@ -2,6 +2,7 @@
 // one function uses the AVX intrinsic; other targets copy normally. The results are the same either
 // way; only the cache traffic differs.
 #include "quant/cpu_memory.h"
+#include "quant/cpu_loops.h"
 
 #if defined(__AVX__)
 #include <immintrin.h>
@@ -18,6 +19,14 @@ void stream_copy(float* dst, const float* src, int64_t n) {
   for (; i < n; ++i) dst[i] = src[i];
 #else
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+#endif
+}
+
+bool cpu_fast_path_is_simd() {
+#if defined(__AVX2__)
+  return true;
+#else
+  return false;
 #endif
 }
 

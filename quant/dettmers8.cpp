@@ -1,9 +1,15 @@
 // dettmers8: 8-bit approximation (Dettmers 2016), variants dynamic_tree (clusterNet's table) and
 // linear (7-bit magnitude), one scale M = max|v| per span in the header. Byte: bit 7 sign, bits 0..6
 // an index; dynamic_tree: 0..125 table entry, 126 zero, 127 saturation (+-M); linear: level q, value
-// q * M / 127. Encoding is two passes: max|v|, then one branch-free pass (table lookups are gathers).
+// q * M / 127. Encoding is two passes: max|v|, then one branch-free pass (one table read per value;
+// the dynamic_tree pass has an AVX2 version, quant/cpu_loops.h).
 #include <cfloat>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "quant/cpu_loops.h"
 #include "quant/cpu_memory.h"
 #include "quant/dettmers_table.h"
 #include "quant/kernels.h"
@@ -68,6 +74,61 @@ void encode_tree(const float* __restrict in, float* __restrict residual, uint8_t
   }
 }
 
+#if defined(__AVX2__)
+// encode_tree, eight values per vector: the same integer operations on the float bits (every compared
+// quantity is below 2^31, so the signed vector compares order them as the unsigned scalar ones do) and
+// 32 codes narrowed to bytes per store. The table reads are eight scalar loads through a stack copy of
+// the indices: on Zen 3 that is about 12% faster than vpgatherdd for the whole loop (measured).
+template <bool Ef>
+void encode_tree_avx2(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n,
+                      float r, const float* __restrict d) {
+  const DettmersTables& t = dettmers_tables();
+  const uint32_t* lut = t.lut;
+  const auto* d_bits = reinterpret_cast<const uint32_t*>(d);
+  auto lookup8 = [](const uint32_t* table, __m256i index) {
+    alignas(32) uint32_t k[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(k), index);
+    return _mm256_setr_epi32(static_cast<int>(table[k[0]]), static_cast<int>(table[k[1]]), static_cast<int>(table[k[2]]),
+                             static_cast<int>(table[k[3]]), static_cast<int>(table[k[4]]), static_cast<int>(table[k[5]]),
+                             static_cast<int>(table[k[6]]), static_cast<int>(table[k[7]]));
+  };
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kAbsMask)));
+  const __m256 rv = _mm256_set1_ps(r);
+  const __m256i first = _mm256_set1_epi32(static_cast<int>(t.lut_first));
+  const __m256i last = _mm256_set1_epi32(t.lut_size - 1);
+  const __m256i low_mask = _mm256_set1_epi32(static_cast<int>(DettmersTables::kLowMask));
+  const __m256i zero_bits = _mm256_set1_epi32(static_cast<int>(t.zero_bits));
+  const __m256i sat_bits = _mm256_set1_epi32(static_cast<int>(t.sat_bits));
+  const __m256i zero_code = _mm256_set1_epi32(DettmersTables::kZeroCode);
+  const __m256i sat_code = _mm256_set1_epi32(DettmersTables::kSatCode);
+  const __m256i sign_bit = _mm256_set1_epi32(0x80);
+  auto codes8 = [&](int64_t i) {
+    __m256 v = _mm256_loadu_ps(in + i);
+    if (Ef) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + i));
+    const __m256i a = _mm256_castps_si256(_mm256_mul_ps(_mm256_and_ps(v, abs_mask), rv));
+    const __m256i b = _mm256_min_epu32(_mm256_sub_epi32(_mm256_srli_epi32(a, DettmersTables::kLutShift), first), last);
+    const __m256i entry = lookup8(lut, b);
+    const __m256i above = _mm256_cmpgt_epi32(_mm256_and_si256(a, low_mask), _mm256_and_si256(entry, low_mask));
+    __m256i idx = _mm256_sub_epi32(_mm256_srli_epi32(entry, DettmersTables::kLutShift), above);  // + 1 where above
+    idx = _mm256_blendv_epi8(idx, zero_code, _mm256_cmpgt_epi32(zero_bits, a));
+    idx = _mm256_blendv_epi8(idx, sat_code, _mm256_cmpgt_epi32(a, sat_bits));
+    const __m256i code =
+        _mm256_or_si256(idx, _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(v), 24), sign_bit));
+    if (Ef) _mm256_storeu_ps(residual + i, _mm256_sub_ps(v, _mm256_castsi256_ps(lookup8(d_bits, code))));
+    return code;
+  };
+  // packus narrows within 128-bit halves; the permute puts the four groups of eight back in order.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i c0 = codes8(i), c1 = codes8(i + 8), c2 = codes8(i + 16), c3 = codes8(i + 24);
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permutevar8x32_epi32(bytes, order));
+  }
+  encode_tree<Ef>(in + i, Ef ? residual + i : nullptr, out + i, n - i, r, d);
+}
+#endif
+
 template <bool Ef>
 void encode_linear(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n,
                    float r127, const float* __restrict d) {
@@ -85,6 +146,33 @@ template <bool Add>
 void decode_loop(const uint8_t* __restrict codes, float* __restrict out, int64_t n, const float* __restrict d) {
   for (int64_t i = 0; i < n; ++i) out[i] = Add ? out[i] + d[codes[i]] : d[codes[i]];
 }
+
+
+}  // namespace
+
+void dettmers8_tree_codes(CpuPath path, const float* in, float* residual, uint8_t* out, int64_t n, float r,
+                          const float* d) {
+#if defined(__AVX2__)
+  if (path == CpuPath::fast) {
+    if (residual) encode_tree_avx2<true>(in, residual, out, n, r, d);
+    else encode_tree_avx2<false>(in, nullptr, out, n, r, d);
+    return;
+  }
+#endif
+  (void)path;
+  if (residual) encode_tree<true>(in, residual, out, n, r, d);
+  else encode_tree<false>(in, nullptr, out, n, r, d);
+}
+
+void dettmers8_decode_values(CpuPath path, const uint8_t* codes, float* out, int64_t n, const float* d, bool add) {
+  // One loop for both paths: GCC's version (eight scalar loads assembled into a vector) is faster on
+  // Zen 3 than an AVX2 gather (0.7 against 1.0 cycles per value, measured).
+  (void)path;
+  if (add) decode_loop<true>(codes, out, n, d);
+  else decode_loop<false>(codes, out, n, d);
+}
+
+namespace {
 
 class Dettmers8Quantizer final : public Quantizer {
  public:
@@ -113,8 +201,7 @@ class Dettmers8Quantizer final : public Quantizer {
     uint8_t* codes = a.out + wire::kHeaderBytes;
     if (spec().variant == Dettmers8Variant::dynamic_tree) {
       const float r = inverse_scale(m, 1.0f);
-      if (a.residual) encode_tree<true>(a.in, a.residual, codes, a.n, r, d);
-      else encode_tree<false>(a.in, nullptr, codes, a.n, r, d);
+      dettmers8_tree_codes(CpuPath::fast, a.in, a.residual, codes, a.n, r, d);
     } else {
       const float r127 = inverse_scale(m, 127.0f);
       if (a.residual) encode_linear<true>(a.in, a.residual, codes, a.n, r127, d);
@@ -134,8 +221,7 @@ class Dettmers8Quantizer final : public Quantizer {
     decode_table(variant, bits_float(h.b), d);
     const uint8_t* codes = in.data() + wire::kHeaderBytes;
     decode_tiled(out, static_cast<int64_t>(h.n), add, [&](int64_t b, int64_t e, float* dst) {
-      if (add) decode_loop<true>(codes + b, dst, e - b, d);
-      else decode_loop<false>(codes + b, dst, e - b, d);
+      dettmers8_decode_values(CpuPath::fast, codes + b, dst, e - b, d, add);
     });
   }
 

@@ -7,7 +7,12 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "framework/philox_batch.h"
+#include "quant/cpu_loops.h"
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"
 #include "quant/kernels.h"
@@ -17,6 +22,16 @@
 
 namespace qtrain::quant_detail {
 namespace {
+
+template <typename F>
+void with_bits(int bits, F&& f) {
+  switch (bits) {
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    default: f(std::integral_constant<int, 16>{}); break;
+  }
+}
 
 constexpr int64_t kChunk = 1024;
 // Codes of a chunk are staged as 32 bits each; bit 31 marks a stage-1 tie for the fix-up.
@@ -124,6 +139,42 @@ void pack_codes(const uint32_t* __restrict codes, int64_t count, uint8_t* __rest
   }
 }
 
+#if defined(__AVX2__)
+// 32 staged codes (masked to `Bits`) narrowed to 32 bytes in order: packus narrows within 128-bit
+// halves, the permute restores the order of the four groups of eight.
+template <int Bits>
+inline __m256i codes_to_bytes(const uint32_t* __restrict codes) {
+  const __m256i mask = _mm256_set1_epi32((1 << Bits) - 1);
+  auto load = [&](int k) {
+    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 8 * k)), mask);
+  };
+  const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(load(0), load(1)), _mm256_packus_epi32(load(2), load(3)));
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// pack_codes for 8 and 4 bits, 64 codes per step (4 bits: byte pairs merged as b0 | b1 << 4 within
+// 16-bit lanes, then narrowed); other widths and the rest go to the reference loop.
+template <int Bits>
+void pack_codes_avx2(const uint32_t* __restrict codes, int64_t count, uint8_t* __restrict out) {
+  int64_t t = 0;
+  if constexpr (Bits == 8) {
+    for (; t + 32 <= count; t += 32)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + t), codes_to_bytes<8>(codes + t));
+  } else if constexpr (Bits == 4) {
+    const __m256i low = _mm256_set1_epi16(0xff);
+    auto pairs = [&](const uint32_t* c) {
+      const __m256i b = codes_to_bytes<4>(c);
+      return _mm256_and_si256(_mm256_or_si256(b, _mm256_srli_epi16(b, 4)), low);
+    };
+    for (; t + 64 <= count; t += 64) {
+      const __m256i packed = _mm256_packus_epi16(pairs(codes + t), pairs(codes + t + 32));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + t / 2), _mm256_permute4x64_epi64(packed, 0xd8));
+    }
+  }
+  pack_codes<Bits>(codes + t, count - t, out + t * Bits / 8);
+}
+#endif
+
 template <int Bits, bool Ef>
 void encode_all(const EncodeArgs& a, const wire::QsgdLayout& l, QsgdNorm norm) {
   using B = Bucket<Bits, Ef>;
@@ -176,7 +227,7 @@ void encode_all(const EncodeArgs& a, const wire::QsgdLayout& l, QsgdNorm norm) {
       constexpr int64_t kPer = Bits >= 8 ? 1 : 8 / Bits;
       const int64_t padded = (clen + kPer - 1) / kPer * kPer;
       for (int64_t t = clen; t < padded; ++t) codes[t] = 0;
-      pack_codes<Bits>(codes, padded, words + c * Bits / 8);
+      qsgd_pack_codes(CpuPath::fast, Bits, codes, padded, words + c * Bits / 8);
     }
     // Zero the rest of the bucket's last word.
     const size_t used = static_cast<size_t>((bucket.len * Bits + 7) / 8);
@@ -220,6 +271,76 @@ void decode_bucket(const uint8_t* __restrict bytes, int64_t first, int64_t count
   }
 }
 
+#if defined(__AVX2__)
+// decode_bucket for 8 and 4 bits, eight values per vector: the level converted and scaled as in the
+// reference, the sign applied by flipping the sign bit (what -mag does).
+template <int Bits, bool Add>
+void decode_bucket_avx2(const uint8_t* __restrict bytes, int64_t first, int64_t count, float step,
+                        float* __restrict out) {
+  constexpr int kSignShift = 32 - Bits;  // the code's sign bit to bit 31
+  const __m256 stepv = _mm256_set1_ps(step);
+  const __m256i mag_mask = _mm256_set1_epi32((1 << (Bits - 1)) - 1);
+  const __m256i sign_mask = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  auto emit = [&](__m256i code, float* o) {
+    const __m256 mag = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(code, mag_mask)), stepv);
+    __m256 v = _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(code, kSignShift), sign_mask)));
+    if (Add) v = _mm256_add_ps(_mm256_loadu_ps(o), v);
+    _mm256_storeu_ps(o, v);
+  };
+  // Scalar head up to a multiple of 8 codes (a whole byte or word), vectors, scalar tail.
+  int64_t head = (8 - first % 8) % 8;
+  head = head < count ? head : count;
+  decode_bucket<Bits, Add>(bytes, first, head, step, out);
+  int64_t i = head;
+  if constexpr (Bits == 8) {
+    for (; i + 8 <= count; i += 8)
+      emit(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + first + i))), out + i);
+  } else {
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i nibble = _mm256_set1_epi32(0xf);
+    for (; i + 8 <= count; i += 8) {
+      uint32_t word;
+      std::memcpy(&word, bytes + (first + i) / 2, 4);
+      emit(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shifts), nibble), out + i);
+    }
+  }
+  decode_bucket<Bits, Add>(bytes, first + i, count - i, step, out + i);
+}
+#endif
+
+}  // namespace
+
+void qsgd_pack_codes(CpuPath path, int bits, const uint32_t* codes, int64_t count, uint8_t* out) {
+  with_bits(bits, [&](auto b) {
+#if defined(__AVX2__)
+    if (path == CpuPath::fast && (b() == 4 || b() == 8)) {
+      pack_codes_avx2<b()>(codes, count, out);
+      return;
+    }
+#endif
+    (void)path;
+    pack_codes<b()>(codes, count, out);
+  });
+}
+
+void qsgd_decode_codes(CpuPath path, int bits, const uint8_t* bytes, int64_t first, int64_t count, float step,
+                       float* out, bool add) {
+  with_bits(bits, [&](auto b) {
+#if defined(__AVX2__)
+    if (path == CpuPath::fast && (b() == 4 || b() == 8)) {
+      if (add) decode_bucket_avx2<b(), true>(bytes, first, count, step, out);
+      else decode_bucket_avx2<b(), false>(bytes, first, count, step, out);
+      return;
+    }
+#endif
+    (void)path;
+    if (add) decode_bucket<b(), true>(bytes, first, count, step, out);
+    else decode_bucket<b(), false>(bytes, first, count, step, out);
+  });
+}
+
+namespace {
+
 // Values [begin, end) of the span into out[0..end - begin).
 template <int Bits, bool Add>
 void decode_range(const wire::QsgdLayout& l, const uint8_t* in, int64_t begin, int64_t end, float* out) {
@@ -229,18 +350,8 @@ void decode_range(const wire::QsgdLayout& l, const uint8_t* in, int64_t begin, i
     const int64_t start = b * l.bucket;
     const int64_t lo = begin > start ? begin : start;
     const int64_t hi = end < start + l.len(b) ? end : start + l.len(b);
-    decode_bucket<Bits, Add>(in + l.words_offset(b), lo - start, hi - lo, scales[b] / static_cast<float>(kLevels),
-                             out + (lo - begin));
-  }
-}
-
-template <typename F>
-void with_bits(int bits, F&& f) {
-  switch (bits) {
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 8: f(std::integral_constant<int, 8>{}); break;
-    default: f(std::integral_constant<int, 16>{}); break;
+    qsgd_decode_codes(CpuPath::fast, Bits, in + l.words_offset(b), lo - start, hi - lo,
+                      scales[b] / static_cast<float>(kLevels), out + (lo - begin), Add);
   }
 }
 

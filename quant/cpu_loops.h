@@ -1,0 +1,33 @@
+// The inner CPU loops of the quantizers that have a hand-vectorized (AVX2) version next to their plain
+// C++ reference. Both versions write the same bytes and residuals for every input; the quantizers call
+// CpuPath::fast, and tests/quant runs both and compares them. In a build without AVX2, fast is the
+// reference. Internal to quant/.
+#pragma once
+
+#include <cstdint>
+
+#include "framework/philox.h"
+
+namespace qtrain::quant_detail {
+
+enum class CpuPath { reference, fast };
+
+// Whether CpuPath::fast is a different (vectorized) loop in this build.
+bool cpu_fast_path_is_simd();
+
+// dettmers8 dynamic_tree: codes of v = in (+ residual) under the reciprocal scale r = 1 / M (0 for an
+// all-zero span); with a residual, residual = v - d[code]. d is decode's 256-entry table.
+void dettmers8_tree_codes(CpuPath path, const float* in, float* residual, uint8_t* out, int64_t n, float r,
+                          const float* d);
+// out[i] = d[codes[i]] (or += with add).
+void dettmers8_decode_values(CpuPath path, const uint8_t* codes, float* out, int64_t n, const float* d, bool add);
+
+// qsgd: packs `count` staged codes (a multiple of 8 / bits for bits < 8; bit 31, the tie mark, and any
+// bit above `bits` are dropped) into bytes, `bits` wide, LSB first.
+void qsgd_pack_codes(CpuPath path, int bits, const uint32_t* codes, int64_t count, uint8_t* out);
+// qsgd: values [first, first + count) of one bucket whose codes start at `bytes`, decoded as
+// sign * level * step into out[0..count) (or added to it).
+void qsgd_decode_codes(CpuPath path, int bits, const uint8_t* bytes, int64_t first, int64_t count, float step,
+                       float* out, bool add);
+
+}  // namespace qtrain::quant_detail

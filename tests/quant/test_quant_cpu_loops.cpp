@@ -1,0 +1,126 @@
+// The hand-vectorized CPU loops (quant/cpu_loops.h) against their plain C++ references: the same
+// bytes, residuals and decoded values, bit for bit, on random data, on the values where a code
+// changes (every dettmers8 midpoint and lookup-bucket edge), at every alignment and tail length.
+// In a build without AVX2 both paths are the reference and the test still runs.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "quant/cpu_loops.h"
+#include "quant/dettmers_table.h"
+#include "quant/numerics.h"
+#include "tests/quant/quant_test_util.h"
+
+using namespace qtrain;
+using namespace qtrain::quant_detail;
+using namespace qtrain::quant_test;
+
+namespace {
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// |v| / M on both sides of every midpoint and lookup-bucket edge, with both signs, times M.
+std::vector<float> dettmers_edge_values(float m) {
+  const DettmersTables& t = dettmers_tables();
+  std::vector<uint32_t> a_bits;
+  for (int i = 0; i + 1 < DettmersTables::kEntries; ++i)
+    for (int d = -2; d <= 2; ++d) a_bits.push_back(t.mid_bits[i] + static_cast<uint32_t>(d));
+  for (int32_t b = 0; b < t.lut_size; ++b) {
+    const uint32_t lo = (t.lut_first + static_cast<uint32_t>(b)) << DettmersTables::kLutShift;
+    a_bits.push_back(lo);
+    a_bits.push_back(lo - 1);
+  }
+  for (int d = -2; d <= 2; ++d) {
+    a_bits.push_back(t.zero_bits + static_cast<uint32_t>(d));
+    a_bits.push_back(t.sat_bits + static_cast<uint32_t>(d));
+  }
+  std::vector<float> v;
+  for (uint32_t a : a_bits) {
+    v.push_back(bits_float(a) * m);
+    v.push_back(-bits_float(a) * m);
+  }
+  v.push_back(0.0f);
+  v.push_back(-0.0f);
+  v.push_back(m);
+  v.push_back(-m);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("fast CPU loops: dettmers8 codes and residuals equal the reference", "[quant][cpu_loops]") {
+  INFO("fast path vectorized: " << cpu_fast_path_is_simd());
+  const float m = 3.25f;
+  std::vector<float> x = dettmers_edge_values(m);
+  for (float v : normal_data(5000, 3, 1.0)) x.push_back(v);
+  for (float v : heavy_data(5000, 4, 0.5)) x.push_back(v < m && v > -m ? v : 0.5f);
+  float d[256];
+  const DettmersTables& t = dettmers_tables();
+  for (int i = 0; i < DettmersTables::kEntries; ++i) d[i] = t.value[i] * m;
+  d[DettmersTables::kZeroCode] = 0.0f;
+  d[DettmersTables::kSatCode] = m;
+  for (int i = 0; i < 128; ++i) d[i + 128] = -d[i];
+  for (int64_t offset : {0, 1, 7}) {
+    for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{31}, int64_t{32}, int64_t{33}, static_cast<int64_t>(x.size()) - 7}) {
+      CAPTURE(offset, n);
+      for (bool ef : {false, true}) {
+        std::vector<float> res_ref(static_cast<size_t>(n)), res_fast(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) res_ref[static_cast<size_t>(i)] = res_fast[static_cast<size_t>(i)] = 1e-3f * static_cast<float>(i % 7 - 3);
+        std::vector<uint8_t> ref(static_cast<size_t>(n)), fast(static_cast<size_t>(n));
+        dettmers8_tree_codes(CpuPath::reference, x.data() + offset, ef ? res_ref.data() : nullptr, ref.data(), n,
+                             1.0f / m, d);
+        dettmers8_tree_codes(CpuPath::fast, x.data() + offset, ef ? res_fast.data() : nullptr, fast.data(), n,
+                             1.0f / m, d);
+        REQUIRE(same_bits(ref, fast));
+        REQUIRE(same_bits(res_ref, res_fast));
+      }
+    }
+  }
+}
+
+TEST_CASE("fast CPU loops: qsgd packing equals the reference", "[quant][cpu_loops]") {
+  std::mt19937 rng(11);
+  for (int bits : {2, 4, 8, 16}) {
+    const int per = bits >= 8 ? 1 : 8 / bits;
+    for (int64_t count : {0, 8, 64, 128, 200, 1024, 1032}) {
+      CAPTURE(bits, count);
+      REQUIRE(count % per == 0);
+      std::vector<uint32_t> codes(static_cast<size_t>(count));
+      // Codes of `bits` bits; now and then the tie mark, which packing drops.
+      for (auto& c : codes) c = (rng() & ((1u << bits) - 1)) | ((rng() % 17 == 0) ? 0x80000000u : 0u);
+      const size_t bytes = static_cast<size_t>(count * bits / 8);
+      std::vector<uint8_t> ref(bytes + 8, 0xab), fast(bytes + 8, 0xab);  // the 8 extra bytes must stay
+      qsgd_pack_codes(CpuPath::reference, bits, codes.data(), count, ref.data());
+      qsgd_pack_codes(CpuPath::fast, bits, codes.data(), count, fast.data());
+      REQUIRE(same_bits(ref, fast));
+    }
+  }
+}
+
+TEST_CASE("fast CPU loops: qsgd decoding equals the reference", "[quant][cpu_loops]") {
+  std::mt19937 rng(12);
+  std::vector<uint8_t> bytes(4096);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  const float step = 0.37f;
+  for (int bits : {2, 4, 8, 16}) {
+    const int64_t codes = static_cast<int64_t>(bytes.size()) * 8 / bits;
+    for (int64_t first : {0, 1, 3, 8, 13}) {
+      for (int64_t count : {0, 1, 7, 8, 9, 63, 500}) {
+        if (first + count > codes) continue;
+        CAPTURE(bits, first, count);
+        for (bool add : {false, true}) {
+          std::vector<float> ref(static_cast<size_t>(count)), fast(static_cast<size_t>(count));
+          for (int64_t i = 0; i < count; ++i) ref[static_cast<size_t>(i)] = fast[static_cast<size_t>(i)] = 0.5f * static_cast<float>(i);
+          qsgd_decode_codes(CpuPath::reference, bits, bytes.data(), first, count, step, ref.data(), add);
+          qsgd_decode_codes(CpuPath::fast, bits, bytes.data(), first, count, step, fast.data(), add);
+          REQUIRE(same_bits(ref, fast));
+        }
+      }
+    }
+  }
+}
