@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "data/cifar.h"
 
@@ -13,15 +14,13 @@ namespace {
 
 bool is_cifar(const std::string& dataset) { return dataset == "cifar10" || dataset == "cifar100"; }
 
-// A transform given as `key: true|false` or as a mapping of its options (`key: {...}` turns it on).
-// Returns whether it is on; `options` is the mapping (empty for the short form).
-bool transform_block(ConfigNode& section, const std::string& key, ConfigNode* options) {
-  if (section.has(key) && section.yaml()[key].IsMap()) {
-    *options = section.child(key);
-    return true;
-  }
-  *options = section.empty_child(key);
-  return section.get<bool>(key, false);
+// A transform given as `key: true|false` or as a mapping of its options (`key: {...}` turns it on):
+// the options (an empty mapping for `true`), or nothing when it is off. Returned by value: assigning
+// one ConfigNode to another would assign through yaml-cpp's shared node and overwrite the config.
+std::optional<ConfigNode> transform_block(ConfigNode& section, const std::string& key) {
+  if (section.has(key) && section.yaml()[key].IsMap()) return section.child(key);
+  if (section.get<bool>(key, false)) return section.empty_child(key);
+  return std::nullopt;
 }
 
 // A [min, max] pair of numbers with lo <= min <= max <= hi (min > lo when lo_exclusive).
@@ -42,8 +41,8 @@ void get_range(ConfigNode& block, const std::string& key, double lo, double hi, 
 
 AugmentConfig parse_augment_config(ConfigNode& section, const std::string& dataset) {
   AugmentConfig a;
-  ConfigNode block;
-  if (transform_block(section, "random_crop", &block)) {
+  if (std::optional<ConfigNode> crop = transform_block(section, "random_crop")) {
+    ConfigNode& block = *crop;
     if (!is_cifar(dataset))
       section.fail("random_crop", fmt::format("applies to datasets cifar10 and cifar100, not {}{}", dataset,
                                               dataset == "imagefolder" ? " (use random_resized_crop)" : ""));
@@ -52,7 +51,8 @@ AugmentConfig parse_augment_config(ConfigNode& section, const std::string& datas
     a.crop_padding = block.get_int("padding", 0, 0, kCifarSide);
     block.finish();
   }
-  if (transform_block(section, "random_resized_crop", &block)) {
+  if (std::optional<ConfigNode> resized = transform_block(section, "random_resized_crop")) {
+    ConfigNode& block = *resized;
     if (dataset != "imagefolder")
       section.fail("random_resized_crop", fmt::format("applies to dataset imagefolder only, not {}", dataset));
     a.random_resized_crop = true;

@@ -712,6 +712,26 @@ TEST_CASE("data config: image datasets and augment keys", "[data][config]") {
                       Catch::Contains("data.mean has 1 value(s) but dataset cifar10 has 3 channel(s)"));
 }
 
+TEST_CASE("data config: parsing leaves the config unchanged (it is saved for resume)", "[data][config]") {
+  // The trainer writes the parsed YAML to config.resolved.yaml, which a resumed run reads back.
+  auto source = std::make_shared<ConfigSource>();
+  source->file = "test.yaml";
+  const std::string text =
+      "data: {dataset: imagefolder, path: x, augment: {random_resized_crop: {scale: [0.3, 0.9]}, horizontal_flip: "
+      "true}}\n";
+  YAML::Node yaml = YAML::Load(text);
+  ConfigNode root(yaml, "", source);
+  ConfigNode section = root.child("data");
+  parse_data_config(section);
+  REQUIRE(YAML::Dump(yaml) == YAML::Dump(YAML::Load(text)));
+  YAML::Node cifar = YAML::Load("data: {dataset: cifar10, path: x, augment: {random_crop: {size: 28, padding: 4}}}\n");
+  ConfigNode cifar_root(cifar, "", source);
+  ConfigNode cifar_section = cifar_root.child("data");
+  parse_data_config(cifar_section);
+  REQUIRE(cifar["data"]["augment"]["random_crop"]["padding"].as<int>() == 4);
+  REQUIRE(cifar["data"]["augment"]["random_crop"]["size"].as<int>() == 28);
+}
+
 TEST_CASE("data config: image dataset errors name the key", "[data][config]") {
   auto error = [](const std::string& yaml) {
     try {
