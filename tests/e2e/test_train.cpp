@@ -1,6 +1,6 @@
 // End-to-end training: exact resume (bit for bit on the CPU, also with CIFAR augmentation on worker
-// threads), checkpoint contents, and an MNIST
-// subset that must reach a stated accuracy (skipped with a message when data/mnist is absent).
+// threads), checkpoint contents, and an MNIST subset that must reach a stated accuracy (skipped with a
+// message when data/mnist is absent).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
