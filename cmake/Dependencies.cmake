@@ -10,6 +10,8 @@ find_package(Catch2 REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(ZLIB REQUIRED)
+# libjpeg-turbo (libjpeg62-turbo-dev) decodes the imagefolder dataset's JPEG files.
+find_package(JPEG REQUIRED)
 
 # OpenBLAS: link it by name (not the generic libblas alternative) so that openblas_set_num_threads and
 # openblas_get_corename are available; tools and the trainer use them.

@@ -1,17 +1,26 @@
 // The `data` config section (every key validated, normalization lengths checked against the
 // dataset's channels) and open_dataset(), which maps a DataConfig to a reader.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 
+#include "data/cifar.h"
 #include "data/dataset.h"
+#include "data/imagefolder.h"
 #include "data/mnist.h"
 
 namespace qtrain {
 namespace {
 
 // Channels of each dataset's samples, for checking data.mean / data.std.
-// mnist and fashion_mnist are both grey-scale; a colour dataset returns 3 here.
-int dataset_channels(const std::string& /*dataset*/) { return 1; }
+int dataset_channels(const std::string& dataset) { return dataset == "mnist" || dataset == "fashion_mnist" ? 1 : 3; }
+
+// Rejects `key` when it is set for a dataset it does not apply to.
+void only_for(ConfigNode& section, const std::string& key, const std::string& dataset, const std::string& applies_to) {
+  if (section.has(key) && dataset != applies_to)
+    section.fail(key, fmt::format("applies to dataset {} only, not {}", applies_to, dataset));
+}
 
 std::vector<double> get_per_channel(ConfigNode& section, const std::string& key, const std::string& dataset,
                                     bool positive) {
@@ -36,7 +45,7 @@ DataConfig parse_data_config(ConfigNode& section) {
   constexpr int64_t kMaxBatch = 1 << 20;
   constexpr int64_t kMaxSamples = std::numeric_limits<int32_t>::max();
   DataConfig c;
-  c.dataset = section.get_choice("dataset", c.dataset, {"mnist", "fashion_mnist"});
+  c.dataset = section.get_choice("dataset", c.dataset, {"mnist", "fashion_mnist", "cifar10", "cifar100", "imagefolder"});
   c.path = section.require<std::string>("path");
   if (c.path.empty()) section.fail("path", "must name the folder with the dataset's files");
   c.batch_size = section.get_int("batch_size", c.batch_size, 1, kMaxBatch);
@@ -48,18 +57,63 @@ DataConfig parse_data_config(ConfigNode& section) {
   c.std = get_per_channel(section, "std", c.dataset, /*positive=*/true);
   c.limit_train = section.get_int("limit_train", c.limit_train, 0, kMaxSamples);
   c.limit_test = section.get_int("limit_test", c.limit_test, 0, kMaxSamples);
+  c.workers = static_cast<int>(section.get_int("workers", c.workers, 0, 256));
+  if (section.has("augment")) {
+    ConfigNode augment = section.child("augment");
+    c.augment = parse_augment_config(augment, c.dataset);
+  }
+  only_for(section, "label", c.dataset, "cifar100");
+  c.coarse_labels = section.get_choice("label", "fine", {"fine", "coarse"}) == "coarse";
+  only_for(section, "image_size", c.dataset, "imagefolder");
+  only_for(section, "eval_resize", c.dataset, "imagefolder");
+  c.image_size = section.get_int("image_size", c.image_size, 1, 4096);
+  // The default keeps ImageNet's ratio 256 / 224 for other image sizes.
+  c.eval_resize = section.get_int("eval_resize", (c.image_size * 256 + 112) / 224, 1, 8192);
+  if (c.eval_resize < c.image_size)
+    section.fail("eval_resize", fmt::format("must be >= image_size ({}) for the center crop, got {}", c.image_size,
+                                            c.eval_resize));
   section.finish();
   return c;
 }
 
+int loader_workers(const DataConfig& config) {
+  if (config.workers > 0) return config.workers;
+  if (config.dataset != "imagefolder") return 1;
+  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+}
+
 std::unique_ptr<Dataset> open_dataset(const DataConfig& config, Split split) {
+  const int64_t limit = split == Split::train ? config.limit_train : config.limit_test;
+  // Random transforms are for training only; the test split reads every sample deterministically.
+  const AugmentConfig augment = split == Split::train ? config.augment : AugmentConfig{};
+  if (config.dataset == "cifar10" || config.dataset == "cifar100") {
+    CifarOptions o;
+    o.variant = config.dataset == "cifar10" ? CifarVariant::cifar10 : CifarVariant::cifar100;
+    o.coarse_labels = config.coarse_labels;
+    o.mean = config.mean;
+    o.std = config.std;
+    o.limit = limit;
+    o.size = config.augment.random_crop ? config.augment.crop_size : kCifarSide;
+    o.augment = augment;
+    return open_cifar(config.path, split, o);
+  }
+  if (config.dataset == "imagefolder") {
+    ImageFolderOptions o;
+    o.image_size = config.image_size;
+    o.eval_resize = config.eval_resize;
+    o.mean = config.mean;
+    o.std = config.std;
+    o.limit = limit;
+    o.augment = augment;
+    return open_imagefolder(config.path, split, o);
+  }
   MnistOptions o;
   if (config.dataset == "mnist") o.variant = MnistVariant::mnist;
   else if (config.dataset == "fashion_mnist") o.variant = MnistVariant::fashion_mnist;
-  else input_error("data.dataset must be one of mnist, fashion_mnist, got '{}'", config.dataset);
+  else input_error("data.dataset must be one of mnist, fashion_mnist, cifar10, cifar100, imagefolder, got '{}'", config.dataset);
   if (!config.mean.empty()) o.mean = config.mean[0];
   if (!config.std.empty()) o.std = config.std[0];
-  o.limit = split == Split::train ? config.limit_train : config.limit_test;
+  o.limit = limit;
   return open_mnist(config.path, split, o);
 }
 

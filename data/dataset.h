@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "data/augment.h"
 #include "framework/config_node.h"
+#include "framework/philox.h"
 #include "framework/tensor.h"
 
 namespace qtrain {
@@ -22,13 +24,20 @@ class Dataset {
   // Writes sample `index` (normalized floats, shape_numel(sample_shape()) values) and its label.
   // Must be safe to call concurrently.
   virtual void read(int64_t index, float* x, int32_t* label) const = 0;
+  // The same sample under the training transforms (data.augment), every random choice drawn from the
+  // Philox stream `key` alone: the Loader passes augment_key(seed, epoch, index), so a sample's
+  // augmentation is the same under any thread count, prefetch depth or resume. Must be safe to call
+  // concurrently. Datasets without random transforms (and every test split) read() unchanged.
+  virtual void read_augmented(int64_t index, PhiloxKey /*key*/, float* x, int32_t* label) const {
+    read(index, x, label);
+  }
 };
 
 enum class Split { train, test };
 
 // The `data` section of a config (docs/config-reference.md lists every key).
 struct DataConfig {
-  std::string dataset = "mnist";  // mnist | fashion_mnist
+  std::string dataset = "mnist";  // mnist | fashion_mnist | cifar10 | cifar100 | imagefolder
   std::string path;               // folder with the dataset's files (required)
   int64_t batch_size = 128;       // per replica
   int64_t eval_batch_size = 1000;
@@ -38,10 +47,20 @@ struct DataConfig {
   std::vector<double> mean, std;  // per-channel normalization; empty = the dataset's standard values
   int64_t limit_train = 0;        // use only the first N training samples (0 = all)
   int64_t limit_test = 0;         // use only the first N test samples (0 = all)
+  int workers = 0;                // threads decoding one batch; 0 = the dataset's default (loader_workers)
+  AugmentConfig augment;          // training split only
+  bool coarse_labels = false;     // cifar100: `label: coarse` (20 superclasses) instead of fine (100)
+  int64_t image_size = 224;       // imagefolder: side of the square samples
+  int64_t eval_resize = 256;      // imagefolder: evaluation resizes the shorter side to this (default
+                                  // image_size * 256 / 224), then center-crops image_size
 };
 
 // Parses and validates the `data` section (calls finish()).
 DataConfig parse_data_config(ConfigNode& section);
+
+// The loader threads for `config`: data.workers when set, else 1 for the in-memory datasets and up to
+// 8 (the hardware threads) for imagefolder, whose JPEG decoding dominates.
+int loader_workers(const DataConfig& config);
 
 // Opens one split; a missing folder or file, a wrong magic number, a truncated file or mismatched
 // image/label counts are InputErrors naming the file and what was expected.

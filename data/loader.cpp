@@ -1,53 +1,14 @@
 // Loader: the epoch permutation (Philox-driven Fisher-Yates), this rank's shard of it, and a prefetch
-// thread that assembles batches ahead of the trainer. The thread is stopped and joined before a new
+// thread that assembles batches ahead of the trainer (with a WorkerPool sharing each batch's samples). The thread is stopped and joined before a new
 // epoch starts and in the destructor; a reader exception travels to next().
 #include "data/loader.h"
 
 #include <limits>
 #include <numeric>
 
-#include "framework/philox.h"
+#include "data/random_stream.h"
 
 namespace qtrain {
-namespace {
-
-// Consecutive 32-bit words of the Philox stream under `key`: word k is word k % 4 of the block at
-// counter k / 4.
-class PhiloxWords {
- public:
-  explicit PhiloxWords(PhiloxKey key) : key_(key) {}
-  uint32_t next() {
-    if (used_ == 4) {
-      block_ = philox4x32_10(static_cast<uint32_t>(counter_), static_cast<uint32_t>(counter_ >> 32), 0, 0, key_);
-      ++counter_;
-      used_ = 0;
-    }
-    return block_.v[used_++];
-  }
-
- private:
-  PhiloxKey key_;
-  uint64_t counter_ = 0;
-  PhiloxBlock block_{};
-  int used_ = 4;
-};
-
-// An unbiased integer in [0, range), range >= 1 (Lemire, "Fast random integer generation in an
-// interval", 2019): the high word of word * range, rejecting the few low words that would bias it.
-uint32_t bounded(PhiloxWords& words, uint32_t range) {
-  uint64_t m = static_cast<uint64_t>(words.next()) * range;
-  uint32_t low = static_cast<uint32_t>(m);
-  if (low < range) {
-    const uint32_t threshold = static_cast<uint32_t>(-range) % range;  // 2^32 mod range
-    while (low < threshold) {
-      m = static_cast<uint64_t>(words.next()) * range;
-      low = static_cast<uint32_t>(m);
-    }
-  }
-  return static_cast<uint32_t>(m >> 32);
-}
-
-}  // namespace
 
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch, bool shuffle) {
   QT_CHECK(n >= 0 && n <= static_cast<int64_t>(std::numeric_limits<uint32_t>::max()),
@@ -69,6 +30,8 @@ Loader::Loader(const Dataset& dataset, LoaderOptions options) : dataset_(dataset
   QT_CHECK(options_.world_size >= 1 && options_.rank >= 0 && options_.rank < options_.world_size,
            "loader: rank {} of world size {}", options_.rank, options_.world_size);
   QT_CHECK(options_.prefetch >= 1, "loader: prefetch must be >= 1, got {}", options_.prefetch);
+  QT_CHECK(options_.workers >= 1, "loader: workers must be >= 1, got {}", options_.workers);
+  if (options_.workers > 1) pool_ = std::make_unique<WorkerPool>(options_.workers);
   shard_size_ = dataset_.size() / options_.world_size;
   shard_begin_ = options_.rank * shard_size_;
 }
@@ -129,8 +92,20 @@ Batch Loader::assemble(const std::vector<int64_t>& permutation, int64_t epoch, i
   batch.index = index;
   float* x = batch.x.data<float>();
   int32_t* labels = batch.labels.data<int32_t>();
-  for (int64_t r = 0; r < rows; ++r)
-    dataset_.read(permutation[static_cast<size_t>(shard_begin_ + begin + r)], x + r * sample_numel, labels + r);
+  // Every row depends only on its sample index (and the epoch), so rows may be read in any order on
+  // any thread.
+  auto read_row = [&](int64_t r) {
+    const int64_t sample = permutation[static_cast<size_t>(shard_begin_ + begin + r)];
+    if (options_.augment)
+      dataset_.read_augmented(sample, augment_key(options_.seed, epoch, sample), x + r * sample_numel, labels + r);
+    else
+      dataset_.read(sample, x + r * sample_numel, labels + r);
+  };
+  if (pool_) {
+    pool_->parallel_for(rows, read_row);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) read_row(r);
+  }
   return batch;
 }
 

@@ -1,19 +1,23 @@
 // Loader: turns a Dataset into batches for one rank. Every epoch's order is a permutation derived from
 // (seed, epoch) alone, so every rank computes the same permutation, takes its own contiguous shard of
 // it, and a resumed run sees exactly the batches it would have seen. A prefetch thread assembles the
-// next batches while the trainer computes.
+// next batches while the trainer computes, decoding the samples of a batch on `workers` threads.
+// Training augmentation draws from a key per (seed, epoch, sample index), so it is as reproducible as
+// the order.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/worker_pool.h"
 #include "framework/tensor.h"
 
 namespace qtrain {
@@ -26,6 +30,8 @@ struct LoaderOptions {
   int rank = 0;
   int world_size = 1;
   int prefetch = 2;          // batches assembled ahead
+  bool augment = false;      // read samples through Dataset::read_augmented (the training loader)
+  int workers = 1;           // threads assembling one batch (the prefetch thread included)
 };
 
 struct Batch {
@@ -65,6 +71,7 @@ class Loader {
 
   const Dataset& dataset_;
   LoaderOptions options_;
+  std::unique_ptr<WorkerPool> pool_;  // null when workers == 1
   int64_t shard_begin_ = 0, shard_size_ = 0;
   std::thread worker_;
   // Guards ready_, done_, stopping_, error_. One condition variable serves both directions (a batch
@@ -79,6 +86,16 @@ class Loader {
 // The stream identifier of the shuffle in derive_philox_key(seed, epoch, kShuffleStream): keeps the
 // data order independent of every other use of the run seed.
 constexpr uint64_t kShuffleStream = 0x5DA7A5E7ull;
+
+// The stream identifier of augment_key: keeps augmentation independent of the shuffle and of every
+// other use of the run seed.
+constexpr uint64_t kAugmentStream = 0xA06E4E7ull;
+
+// The Philox key of sample `index`'s training transforms in `epoch`: the same whichever rank, batch or
+// thread reads it.
+inline PhiloxKey augment_key(uint64_t seed, int64_t epoch, int64_t index) {
+  return derive_philox_key(seed, kAugmentStream, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
+}
 
 // The permutation of [0, n) used for `epoch` (identity when shuffle is off): Fisher-Yates driven by
 // Philox4x32-10 words with unbiased bounded integers (Lemire's method), so it is the same on every

@@ -133,11 +133,14 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   lo.rank = comm_->rank();
   lo.world_size = comm_->size();
   lo.prefetch = config_.data.prefetch;
+  lo.workers = loader_workers(config_.data);
+  lo.augment = true;  // data.augment; the test split's dataset has no random transforms anyway
   train_loader_ = std::make_unique<Loader>(*train_set_, lo);
   LoaderOptions eo = lo;
   eo.batch_size = config_.data.eval_batch_size;
   eo.shuffle = false;
   eo.drop_last = false;
+  eo.augment = false;
   eo.rank = 0;
   eo.world_size = 1;
   test_loader_ = std::make_unique<Loader>(*test_set_, eo);

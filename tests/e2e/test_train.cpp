@@ -1,5 +1,6 @@
-// End-to-end training: exact resume (bit for bit on the CPU), checkpoint contents, and an MNIST
-// subset that must reach a stated accuracy (skipped with a message when data/mnist is absent).
+// End-to-end training: exact resume (bit for bit on the CPU, also with CIFAR augmentation on worker
+// threads), checkpoint contents, and an MNIST subset that must reach a stated accuracy (skipped with a
+// message when data/mnist is absent).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include "framework/safetensors.h"
 #include "framework/trainer.h"
 #include "tests/support/idx_files.h"
+#include "tests/support/image_files.h"
 #include "tests/support/temp_dir.h"
 
 using namespace qtrain;
@@ -134,6 +136,52 @@ output: {progress: none}
   const ParamEntry& e = net.buffer_entries()[2];
   REQUIRE(e.name == "block1.bn.running_mean");
   REQUIRE(std::memcmp(net.buffers().data<float>() + e.offset, mean.data<float>(), 16 * sizeof(float)) == 0);
+}
+
+TEST_CASE("augmented CIFAR training resumes bit for bit (augmentation keyed by seed, epoch, sample)",
+          "[e2e][resume][augment]") {
+  // 5 batch files of 16 records = 80 samples / batch 16 = 5 steps per epoch; the split at step 6 is
+  // mid-epoch. The resumed run reads its config back from config.resolved.yaml.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  for (uint32_t b = 1; b <= 5; ++b) {
+    qtrain::testing::Bytes file;
+    for (uint32_t i = 16 * (b - 1); i < 16 * b; ++i)
+      qtrain::testing::append_cifar_record(file, {static_cast<uint8_t>(i % 10)}, qtrain::testing::cifar_pixels(i));
+    qtrain::testing::write_file(dir.file("data/data_batch_" + std::to_string(b) + ".bin"), file);
+  }
+  qtrain::testing::Bytes test;
+  for (uint32_t i = 0; i < 8; ++i)
+    qtrain::testing::append_cifar_record(test, {static_cast<uint8_t>(i % 10)}, qtrain::testing::cifar_pixels(200 + i));
+  qtrain::testing::write_file(dir.file("data/test_batch.bin"), test);
+  const std::string config = dir.write("run.yaml", R"(name: e2e-cifar
+device: cpu
+data:
+  dataset: cifar10
+  path: )" + dir.file("data") + R"(
+  batch_size: 16
+  workers: 2
+  augment: {random_crop: {size: 28, padding: 4}, horizontal_flip: true}
+model:
+  input: [3, 28, 28]
+  layers: [{type: flatten}, {type: dense, units: 10}]
+optimizer: {type: sgd, lr: 0.01, momentum: 0.9}
+train: {epochs: 3, threads: 1}
+output: {progress: none}
+)");
+  train(config, {"train.max_steps=12", "output.dir=" + dir.file("full")});
+  train(config, {"train.max_steps=6", "output.dir=" + dir.file("split")});
+  train(dir.file("split/config.resolved.yaml"), {"train.max_steps=12"}, dir.file("split"));
+  const auto a = checkpoint_values(dir.file("full/checkpoint.safetensors"));
+  const auto b = checkpoint_values(dir.file("split/checkpoint.safetensors"));
+  REQUIRE(a.size() == b.size());
+  REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  // One worker gives the same run; other augmentation settings give another (the comparison can fail).
+  train(config, {"train.max_steps=12", "data.workers=1", "output.dir=" + dir.file("one")});
+  REQUIRE(checkpoint_values(dir.file("one/checkpoint.safetensors")) == a);
+  train(config, {"train.max_steps=12", "data.augment.horizontal_flip=false", "data.augment.random_crop.padding=0",
+                 "output.dir=" + dir.file("less")});
+  REQUIRE(checkpoint_values(dir.file("less/checkpoint.safetensors")) != a);
 }
 
 TEST_CASE("run directory holds metrics, resolved config, log and checkpoint", "[e2e]") {

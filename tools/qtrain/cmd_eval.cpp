@@ -33,6 +33,7 @@ void add_eval_command(CLI::App& app) {
     LoaderOptions lo;
     lo.batch_size = rc.data.eval_batch_size;
     lo.shuffle = false;
+    lo.workers = loader_workers(rc.data);
     Loader loader(*test, lo);
     Context ctx = make_context(device, rc.seed, rc.train.threads);
     const EvalResult r = evaluate(net, ctx, loader);
