@@ -7,7 +7,8 @@ set xlabel 'epoch'
 set ylabel 'test accuracy (%)'
 set key bottom right
 set grid
-set xrange [0:*]
+set xtics 1
+set offsets 0.1, 0.1, 0, 0
 plot 'data/fp32.metrics.dat' using 1:2 with linespoints lw 2 title 'fp32', \
      'data/fp16.metrics.dat' using 1:2 with linespoints lw 2 title 'fp16', \
      'data/dettmers8.metrics.dat' using 1:2 with linespoints lw 2 title 'dettmers8', \
@@ -24,7 +25,8 @@ set xlabel 'epoch'
 set ylabel 'test accuracy (%)'
 set key bottom right
 set grid
-set xrange [0:*]
+set xtics 1
+set offsets 0.1, 0.1, 0, 0
 plot 'data/fp32.metrics.dat' using 1:2 with linespoints lw 2 title 'fp32', \
      'data/fp16.metrics.dat' using 1:2 with linespoints lw 2 title 'fp16', \
      'data/dettmers8.metrics.dat' using 1:2 with linespoints lw 2 title 'dettmers8', \
