@@ -12,7 +12,9 @@ set offsets 0.1, 0.1, 0, 0
 plot 'data/fp32.metrics.dat' using 1:2 with linespoints lw 2 title 'fp32', \
      'data/fp16.metrics.dat' using 1:2 with linespoints lw 2 title 'fp16', \
      'data/dettmers8.metrics.dat' using 1:2 with linespoints lw 2 title 'dettmers8', \
+     'data/dettmers8_variantlinear.metrics.dat' using 1:2 with linespoints lw 2 title 'dettmers8:variant=linear', \
      'data/onebit.metrics.dat' using 1:2 with linespoints lw 2 title 'onebit', \
+     'data/onebit_modebucket_bucket64.metrics.dat' using 1:2 with linespoints lw 2 title 'onebit:mode=bucket:bucket=64', \
      'data/qsgd_bits2.metrics.dat' using 1:2 with linespoints lw 2 title 'qsgd:bits=2', \
      'data/qsgd_bits4.metrics.dat' using 1:2 with linespoints lw 2 title 'qsgd:bits=4', \
      'data/qsgd_bits8.metrics.dat' using 1:2 with linespoints lw 2 title 'qsgd:bits=8', \
@@ -30,7 +32,9 @@ set offsets 0.1, 0.1, 0, 0
 plot 'data/fp32.metrics.dat' using 1:2 with linespoints lw 2 title 'fp32', \
      'data/fp16.metrics.dat' using 1:2 with linespoints lw 2 title 'fp16', \
      'data/dettmers8.metrics.dat' using 1:2 with linespoints lw 2 title 'dettmers8', \
+     'data/dettmers8_variantlinear.metrics.dat' using 1:2 with linespoints lw 2 title 'dettmers8:variant=linear', \
      'data/onebit.metrics.dat' using 1:2 with linespoints lw 2 title 'onebit', \
+     'data/onebit_modebucket_bucket64.metrics.dat' using 1:2 with linespoints lw 2 title 'onebit:mode=bucket:bucket=64', \
      'data/qsgd_bits2.metrics.dat' using 1:2 with linespoints lw 2 title 'qsgd:bits=2', \
      'data/qsgd_bits4.metrics.dat' using 1:2 with linespoints lw 2 title 'qsgd:bits=4', \
      'data/qsgd_bits8.metrics.dat' using 1:2 with linespoints lw 2 title 'qsgd:bits=8', \
@@ -47,7 +51,9 @@ set grid
 plot 'data/fp32.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'fp32', \
      'data/fp16.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'fp16', \
      'data/dettmers8.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'dettmers8', \
+     'data/dettmers8_variantlinear.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'dettmers8:variant=linear', \
      'data/onebit.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'onebit', \
+     'data/onebit_modebucket_bucket64.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'onebit:mode=bucket:bucket=64', \
      'data/qsgd_bits2.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'qsgd:bits=2', \
      'data/qsgd_bits4.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'qsgd:bits=4', \
      'data/qsgd_bits8.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'qsgd:bits=8', \
@@ -64,7 +70,9 @@ set grid
 plot 'data/fp32.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'fp32', \
      'data/fp16.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'fp16', \
      'data/dettmers8.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'dettmers8', \
+     'data/dettmers8_variantlinear.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'dettmers8:variant=linear', \
      'data/onebit.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'onebit', \
+     'data/onebit_modebucket_bucket64.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'onebit:mode=bucket:bucket=64', \
      'data/qsgd_bits2.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'qsgd:bits=2', \
      'data/qsgd_bits4.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'qsgd:bits=4', \
      'data/qsgd_bits8.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title 'qsgd:bits=8', \
