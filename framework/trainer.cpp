@@ -301,7 +301,8 @@ TrainSummary Trainer::run() {
   // Rank 0 speaks for the job: only it opens (and may create) metrics.csv.
   std::unique_ptr<MetricsWriter> metrics;
   if (options_.rank == 0) metrics = std::make_unique<MetricsWriter>((fs::path(run_dir_) / "metrics.csv").string());
-  Progress progress(config_.output.progress, tc.log_every_steps);
+  // Rank 0 speaks for the job: the other ranks' progress would interleave with its own.
+  Progress progress(options_.rank == 0 ? config_.output.progress : "none", tc.log_every_steps);
 
   log_info(fmt::format("qtrain {}: run '{}' on {} (OpenBLAS {} kernels, {} threads), {} parameters, {} steps per epoch",
                        config_.file, config_.name, device_.str(), openblas_get_corename(), ctx_->cpu_threads(),

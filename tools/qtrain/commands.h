@@ -13,5 +13,11 @@ void add_eval_command(CLI::App& app);
 void add_bench_quant_command(CLI::App& app);
 void add_bench_allreduce_command(CLI::App& app);
 void add_bench_data_command(CLI::App& app);
+void add_compare_command(CLI::App& app, const MpiRuntime& mpi);
+void add_predict_command(CLI::App& app);
+
+// The environment qtrain started with, saved before MPI_Init adds its own variables: `compare` starts
+// its trainings (and their mpirun) with it.
+void remember_startup_environment(char** envp);
 
 }  // namespace qtrain::cli

@@ -1,5 +1,5 @@
 // qtrain: the command-line entry point. Sets up the CPU environment and MPI, dispatches to the
-// subcommands (train, eval, bench-quant, ...), and turns any qtrain::Error into one line on stderr
+// subcommands (train, eval, bench-quant, compare, predict, ...), and turns any qtrain::Error into one line on stderr
 // and a non-zero exit status.
 #include <cblas.h>
 #include <mpi.h>
@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   fix_openblas_core_type(argv);
   // Spinning OpenMP pools would fight OpenBLAS's threads on small machines (netbed.md).
   setenv("OMP_WAIT_POLICY", "passive", 0);
+  qtrain::cli::remember_startup_environment(environ);
 
   std::unique_ptr<qtrain::MpiRuntime> mpi;
   try {
@@ -57,6 +58,8 @@ int main(int argc, char** argv) {
   qtrain::cli::add_bench_quant_command(app);
   qtrain::cli::add_bench_allreduce_command(app);
   qtrain::cli::add_bench_data_command(app);
+  qtrain::cli::add_compare_command(app, *mpi);
+  qtrain::cli::add_predict_command(app);
   // One line per error; in a job of several ranks the failing rank aborts the whole job, so that the
   // other ranks do not wait forever in a collective for it.
   auto report = [&](const char* kind, const char* what) {

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `qtrain compare` and `qtrain predict` end to end on a small MNIST subset (one rank, one epoch):
+#  1. an unknown method fails before anything runs, listing the known ones;
+#  2. a sweep of two methods is interrupted (its process group killed) while the second run trains,
+#     after that run wrote a checkpoint; rerunning with --resume reuses the finished first run (its
+#     files untouched) and continues the second from its checkpoint; a plain rerun reuses both;
+#  3. the report has its table and images; --report-only regenerates it;
+#  4. predict reads the sweep; a directory without metrics.csv is a clear error.
+# Usage: compare_sweep.sh QTRAIN_BINARY SOURCE_DIR   (needs SOURCE_DIR/data/mnist; skips without it)
+set -uo pipefail
+qtrain=$1
+src=$2
+mnist="$src/data/mnist"
+if [[ ! -f "$mnist/train-images-idx3-ubyte" ]]; then
+  echo "SKIPPED: $mnist is absent (tools/fetch_mnist.sh fetches it)"; exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+sweep="$tmp/sweep"
+common=(--epochs 1 --out "$sweep" --set data.path="$mnist" --set data.limit_train=6144 --set data.limit_test=1000 --set train.threads=1
+      --set output.checkpoint_every_steps=4 --gnuplot "")
+args=("$src/configs/mnist_mlp.yaml" --methods fp32,qsgd:bits=4 "${common[@]}")
+
+# 1. unknown method: one line naming the known methods, nothing created
+if "$qtrain" compare "$src/configs/mnist_mlp.yaml" --methods fp32,int3 "${common[@]}" 2>"$tmp/err"; then fail "unknown method accepted"; fi
+grep -q "quantization.method must be one of fp32, fp16, bf16, dettmers8" "$tmp/err" || fail "unknown method message: $(cat "$tmp/err")"
+[[ ! -e "$sweep" ]] || fail "the sweep folder was created for a bad method list"
+
+# 2. interrupt the sweep while the qsgd run trains, after its first checkpoint
+setsid "$qtrain" compare "${args[@]}" >"$tmp/first.log" 2>&1 &
+leader=$!
+for _ in $(seq 1 600); do
+  [[ -f "$sweep/runs/qsgd_bits4/checkpoint.safetensors" ]] && break
+  kill -0 "$leader" 2>/dev/null || break
+  sleep 0.1
+done
+kill -TERM -- -"$leader" 2>/dev/null
+wait "$leader" 2>/dev/null
+if [[ -f "$sweep/runs/qsgd_bits4/compare.done" ]]; then
+  fail "the qsgd run finished before it could be interrupted (the test needs a slower run)"
+fi
+[[ -f "$sweep/runs/fp32/compare.done" ]] || { fail "the fp32 run did not finish first"; cat "$tmp/first.log"; }
+fp32_sum=$(md5sum "$sweep/runs/fp32/metrics.csv" "$sweep/runs/fp32/compare.done" | md5sum)
+"$qtrain" compare "${args[@]}" --resume >"$tmp/second.log" 2>&1 || { fail "rerun failed"; cat "$tmp/second.log"; }
+grep -q "fp32: finished run reused" "$tmp/second.log" || fail "fp32 was not reused: $(cat "$tmp/second.log")"
+grep -q "qsgd:bits=4: resuming the unfinished run from its checkpoint" "$tmp/second.log" ||
+  fail "qsgd was not resumed: $(cat "$tmp/second.log")"
+[[ "$(md5sum "$sweep/runs/fp32/metrics.csv" "$sweep/runs/fp32/compare.done" | md5sum)" == "$fp32_sum" ]] ||
+  fail "the finished fp32 run was modified"
+grep -q "resumed from" "$sweep/runs/qsgd_bits4/train.log" || fail "the qsgd training did not resume"
+"$qtrain" compare "${args[@]}" >"$tmp/third.log" 2>&1 || fail "third run failed"
+[[ $(grep -c "finished run reused" "$tmp/third.log") -eq 2 ]] || fail "not both runs reused: $(cat "$tmp/third.log")"
+
+# 3. the report
+report="$sweep/report/report.md"
+grep -q "^| fp32 | 1 | 1 | " "$report" || fail "no fp32 row in the report: $(cat "$report")"
+grep -q "^| qsgd:bits=4 | 1 | 1 | " "$report" || fail "no qsgd row in the report"
+rm -rf "$sweep/report"
+"$qtrain" compare --report-only "$sweep" 2>"$tmp/err" || fail "--report-only failed: $(cat "$tmp/err")"
+[[ -f "$report" ]] || fail "--report-only wrote no report"
+if command -v gnuplot >/dev/null; then
+  for f in accuracy loss_time phases exchange bytes; do
+    [[ -s "$sweep/report/$f.png" && -s "$sweep/report/$f.svg" ]] || fail "missing plot $f"
+  done
+fi
+if "$qtrain" compare --report-only "$tmp/none" 2>"$tmp/err"; then fail "--report-only of a missing folder succeeded"; fi
+grep -q "no finished runs" "$tmp/err" || fail "--report-only message: $(cat "$tmp/err")"
+
+# 4. predict
+"$qtrain" predict --from "$sweep" --gpus 2,96 --bandwidth 1gbit >"$tmp/predict.md" 2>"$tmp/err" ||
+  fail "predict failed: $(cat "$tmp/err")"
+grep -q "^Fastest: p=2: " "$tmp/predict.md" || fail "predict output: $(cat "$tmp/predict.md")"
+mkdir -p "$tmp/empty"
+if "$qtrain" predict --from "$tmp/empty" 2>"$tmp/err"; then fail "predict of an empty folder succeeded"; fi
+grep -q "no metrics.csv" "$tmp/err" || fail "predict message: $(cat "$tmp/err")"
+
+if [[ $failures -gt 0 ]]; then echo "$failures failure(s)"; exit 1; fi
+echo "compare_sweep: all checks passed"

@@ -1,0 +1,274 @@
+// qtrain compare and predict, without training: the predict model against hand-computed cases, the
+// report writer on synthetic run directories (table values computed by hand below), the --methods
+// parser of compare, the finished / unfinished / stale states of a run directory, and bad input.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "framework/check.h"
+#include "framework/metrics.h"
+#include "tests/support/temp_dir.h"
+#include "tools/qtrain/predict_model.h"
+#include "tools/qtrain/report.h"
+#include "tools/qtrain/run_record.h"
+#include "tools/qtrain/sweep.h"
+
+using namespace qtrain;
+using namespace qtrain::cli;
+using qtrain::testing::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+predict::StepProfile compute_only(double forward, double backward) {
+  predict::StepProfile p;
+  p.forward_s = forward;
+  p.backward_s = backward;
+  return p;
+}
+
+predict::Bucket fp32_bucket(double values) {
+  predict::Bucket b;
+  b.values = values;
+  b.allreduce_values = values;
+  b.allreduce_bytes = 4 * values;
+  return b;
+}
+
+// A run directory as the trainer leaves it: a 16-8-3 MLP config, train.log with the world size and
+// metrics.csv from MetricsWriter with the given rows.
+void write_run(const fs::path& dir, const std::string& quantization, const std::vector<MetricsRow>& rows, int ranks) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.resolved.yaml")
+      << "name: synthetic\nseed: 1\ndevice: cpu\ndata: {dataset: mnist, path: /nonexistent, batch_size: 10}\n"
+         "model:\n  input: [1, 4, 4]\n  layers:\n    - {type: flatten}\n    - {type: dense, units: 8}\n"
+         "    - {type: relu}\n    - {type: dense, units: 3}\n  loss: softmax_cross_entropy\n"
+         "optimizer: {type: sgd, lr: 0.1}\ntrain: {epochs: 2}\n"
+      << "quantization: " << quantization << "\n";
+  std::ofstream(dir / "train.log") << "[2026-01-01 00:00:00.000] data parallel: " << ranks
+                                   << " rank(s) over mpi, 100.00% of gradient values quantized\n";
+  MetricsWriter writer((dir / "metrics.csv").string());
+  for (const MetricsRow& r : rows) writer.append(r);
+}
+
+MetricsRow row(int64_t epoch, int64_t step, double wall, double accuracy, double samples_per_s) {
+  MetricsRow r;
+  r.epoch = epoch;
+  r.step = step;
+  r.wall_time_s = wall;
+  r.train_loss = 1.0 / static_cast<double>(epoch + 1);
+  r.test_accuracy = accuracy;
+  r.samples_per_s = samples_per_s;
+  r.phases.add(Phase::data, 0.1);
+  r.phases.add(Phase::forward, 0.2);
+  r.phases.add(Phase::backward, 0.3);
+  r.phases.add(Phase::optimizer, 0.4);
+  r.exposed_comm_s = 0.5;
+  r.bytes_sent_per_step = 326;
+  r.fraction_quantized = 1.0;
+  return r;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("predict: pure bandwidth, one bucket after backward", "[predict]") {
+  predict::StepProfile p = compute_only(0.05, 0.1);
+  p.buckets = {fp32_bucket(1e6)};
+  const predict::StepPrediction s = predict::predict_step(p, 4, {1e9, 0.0});
+  // Ring allreduce of 4 MB on 4 ranks at 1 GB/s: 2 * 3/4 * 4e6 / 1e9 = 6 ms, all after backward.
+  CHECK(s.communicate_s == Approx(6e-3));
+  CHECK(s.exposed_s == Approx(6e-3));
+  CHECK(s.step_s == Approx(0.156));
+  CHECK(s.speedup == Approx(4 * 0.15 / 0.156));
+  // One replica exchanges nothing.
+  const predict::StepPrediction one = predict::predict_step(p, 1, {1e9, 0.0});
+  CHECK(one.step_s == Approx(0.15));
+  CHECK(one.speedup == 1);
+}
+
+TEST_CASE("predict: latency-bound small payloads", "[predict]") {
+  predict::Bucket b;
+  b.values = 2;
+  b.allreduce_values = 2;
+  b.allreduce_bytes = 8;
+  // 96 ranks, 5 us per message: 2 * 95 * 5e-6 = 0.95 ms; the 8 bytes add 2 * 95/96 * 8 / 12.5e9.
+  CHECK(predict::communicate_time(b, 96, {12.5e9, 5e-6}) == Approx(9.5e-4 + 2.0 * 95 / 96 * 8 / 12.5e9).epsilon(1e-12));
+  // Allgather: (p-1) messages and (p-1) payloads.
+  predict::Bucket g;
+  g.allgather_bytes = 1000;
+  CHECK(predict::communicate_time(g, 96, {1e9, 5e-6}) == Approx(95 * 5e-6 + 95 * 1000 / 1e9));
+  CHECK(predict::communicate_time(g, 1, {1e9, 5e-6}) == 0);
+}
+
+TEST_CASE("predict: overlap hides the first bucket's exchange under backward", "[predict]") {
+  predict::StepProfile p = compute_only(0.0, 1.0);
+  predict::Bucket first, last;  // ready at 75% and 100% of backward
+  first.values = 3e6;
+  first.rsag_bytes = 0.1e9;  // 2 ranks, 1 GB/s: 2 * 1/2 * 0.1e9 / 1e9 = 0.1 s
+  last.values = 1e6;
+  last.rsag_bytes = 0.02e9;  // 0.02 s
+  p.buckets = {first, last};
+  const predict::Network net{1e9, 0.0};
+  predict::StepPrediction s = predict::predict_step(p, 2, net);
+  // first: 0.75 -> 0.85, hidden; last: 1.0 -> 1.02: only 0.02 s exposed.
+  CHECK(s.communicate_s == Approx(0.12));
+  CHECK(s.exposed_s == Approx(0.02));
+  CHECK(s.step_s == Approx(1.02));
+  // The first bucket overruns backward: 0.75 -> 1.15, then the last 1.15 -> 1.17.
+  p.buckets[0].rsag_bytes = 0.4e9;
+  CHECK(predict::predict_step(p, 2, net).exposed_s == Approx(0.17));
+  // Without overlap everything is exposed.
+  p.buckets[0].rsag_bytes = 0.1e9;
+  p.overlap = false;
+  CHECK(predict::predict_step(p, 2, net).exposed_s == Approx(0.12));
+}
+
+TEST_CASE("predict: encode and decode scale with the algorithm", "[predict]") {
+  predict::StepProfile ag = compute_only(0, 0);
+  predict::Bucket b;
+  b.values = b.allgather_values = 1e6;
+  ag.buckets = {b};
+  ag.measured_ranks = 2;
+  ag.encode_s = 0.01;  // 1e6 values encoded: 1e-8 s per value
+  ag.decode_s = 0.02;  // 2 payloads of 1e6 values decoded: 1e-8 s per value
+  const predict::StepPrediction s = predict::predict_step(ag, 8, {1e12, 0});
+  CHECK(s.encode_s == Approx(0.01));
+  CHECK(s.decode_s == Approx(0.08));  // 8 payloads
+
+  predict::StepProfile rs = compute_only(0, 0);
+  predict::Bucket r;
+  r.values = r.rsag_values = 1e6;
+  rs.buckets = {r};
+  rs.measured_ranks = 4;
+  rs.encode_s = 0.0125;  // (1 + 1/4) * 1e6 values
+  rs.decode_s = 0.02;    // 2 * 1e6 values
+  const predict::StepPrediction t = predict::predict_step(rs, 2, {1e12, 0});
+  CHECK(t.encode_s == Approx(0.015));  // (1 + 1/2) * 1e6 * 1e-8
+  CHECK(t.decode_s == Approx(0.02));
+}
+
+TEST_CASE("predict: bandwidth and latency parsing", "[predict]") {
+  CHECK(predict::parse_bandwidth("1gbit", "x") == Approx(125e6));
+  CHECK(predict::parse_bandwidth("10Gbit", "x") == Approx(1.25e9));
+  CHECK(predict::parse_bandwidth("100mbit", "x") == Approx(12.5e6));
+  CHECK(predict::parse_bandwidth("12GB/s", "x") == Approx(12e9));
+  CHECK(predict::parse_latency("5us", "x") == Approx(5e-6));
+  CHECK(predict::parse_latency("0", "x") == 0);
+  CHECK_THAT(error_of([] { predict::parse_bandwidth("fast", "--bandwidth"); }),
+             Catch::Contains("--bandwidth: 'fast' does not start with a non-negative number"));
+  CHECK_THAT(error_of([] { predict::parse_bandwidth("1gbyte", "--bandwidth"); }), Catch::Contains("unknown bandwidth unit"));
+  CHECK_THAT(error_of([] { predict::parse_latency("5 parsecs", "--latency"); }), Catch::Contains("unknown latency unit"));
+}
+
+TEST_CASE("compare: --methods become config overrides; unknown methods fail first", "[compare]") {
+  const std::vector<Variant> v = parse_variants("fp32,qsgd:bits=2,onebit:mode=bucket:bucket=64");
+  REQUIRE(v.size() == 3);
+  CHECK(v[0].folder == "fp32");
+  CHECK(v[0].overrides == std::vector<std::string>{"quantization.method=fp32"});
+  CHECK(v[1].label == "qsgd:bits=2");
+  CHECK(v[1].folder == "qsgd_bits2");
+  CHECK(v[1].overrides == std::vector<std::string>{"quantization.method=qsgd", "quantization.bits=2"});
+  CHECK(v[2].overrides == std::vector<std::string>{"quantization.method=onebit", "quantization.mode=bucket",
+                                                   "quantization.bucket=64"});
+  CHECK_THAT(error_of([] { parse_variants("fp32,int3"); }),
+             Catch::Contains("--methods int3: quantization.method must be one of fp32, fp16"));
+  CHECK_THAT(error_of([] { parse_variants("qsgd:bits=3"); }), Catch::Contains("bits"));
+  CHECK_THAT(error_of([] { parse_variants("fp32,fp32"); }), Catch::Contains("'fp32' is given twice"));
+}
+
+TEST_CASE("compare: finished, unfinished and stale run directories", "[compare]") {
+  TempDir tmp;
+  const fs::path run = tmp.path() / "runs" / "fp32";
+  CHECK(run_state(run.string(), "cmd", 2) == RunState::absent);
+  write_run(run, "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);
+  CHECK(run_state(run.string(), "cmd", 2) == RunState::unfinished);  // no marker
+  write_marker(run.string(), "fp32", "cmd", 1.0);
+  CHECK(run_state(run.string(), "cmd", 2) == RunState::unfinished);  // 1 of 2 epochs
+  CHECK(run_state(run.string(), "cmd", 1) == RunState::finished);
+  CHECK(run_state(run.string(), "other cmd", 1) == RunState::stale);
+  CHECK(shell_join({"a b", "c=d", "it's"}) == "'a b' c=d 'it'\\''s'");
+}
+
+TEST_CASE("compare report: table values and files from synthetic runs", "[compare][report]") {
+  TempDir tmp;
+  // fp32: 97.5% at epoch 2 (11 s); samples/s over both epochs: 20 steps / (10/1000 + 10/500) = 666.7.
+  write_run(tmp.path() / "fp32", "{method: fp32}", {row(1, 10, 5, 0.95, 1000), row(2, 20, 11, 0.975, 500)}, 2);
+  // fp16 (min_numel 0: every tensor in fp16): best 97.2% at epoch 1 (4 s), final 96.8%, 2000 samples/s.
+  write_run(tmp.path() / "fp16", "{method: fp16, min_numel: 0}", {row(1, 10, 4, 0.972, 2000), row(2, 20, 8, 0.968, 2000)},
+            2);
+  const RunRecord fp32 = load_run((tmp.path() / "fp32").string(), "fp32");
+  const RunRecord fp16 = load_run((tmp.path() / "fp16").string(), "fp16");
+  // 16-8-3 MLP: (16*8 + 8) + (8*3 + 3) = 163 gradient values in two dense layers.
+  CHECK(fp32.gradient_values == 163);
+  CHECK(fp32.payload_bytes == 163 * 4);
+  CHECK(fp16.payload_bytes == 163 * 2);
+  CHECK(fp32.ranks == 2);
+  // Per step: (2 rows * (0.1 + 0.2 + 0.3 + 0.4 + 0.5 exposed)) / 20 steps = 150 ms.
+  CHECK(fp32.measured_step_s() == Approx(0.15));
+  CHECK(fp32.profile.buckets.size() == 1);
+
+  const SummaryRow a = summarize(fp32, 0.97, &fp32);
+  CHECK(a.final_accuracy == Approx(0.975));
+  CHECK(a.best_epoch == 2);
+  REQUIRE(a.time_to_target_s);
+  CHECK(*a.time_to_target_s == Approx(11));
+  CHECK(a.samples_per_s == Approx(20.0 / 0.03));
+  CHECK(a.bits_per_value == Approx(32));
+  const SummaryRow b = summarize(fp16, 0.97, &fp32);
+  CHECK(b.best_accuracy == Approx(0.972));
+  CHECK(b.best_epoch == 1);
+  CHECK(*b.time_to_target_s == Approx(4));
+  CHECK(*b.speedup == Approx(3.0));
+  CHECK(b.bits_per_value == Approx(16));
+  CHECK_FALSE(summarize(fp16, 0.99, &fp32).time_to_target_s);
+
+  const std::string table = markdown_table({a, b}, 0.97);
+  CHECK_THAT(table, Catch::Contains("| fp32 | 2 | 2 | 97.50% | 97.50% (2) | 11.0 s | 667 | 1.00x | 150.0 | 32.00 | 0.000 MB | 1.000 |"));
+  CHECK_THAT(table, Catch::Contains("| fp16 | 2 | 2 | 96.80% | 97.20% (1) | 4.0 s | 2000 | 3.00x | 150.0 | 16.00 |"));
+  CHECK_THAT(markdown_table({summarize(fp16, 0.99, &fp32)}, 0.99), Catch::Contains("| not reached |"));
+
+  const bool have_gnuplot = std::system("command -v gnuplot >/dev/null 2>&1") == 0;
+  ReportOptions options;
+  options.command = "build/qtrain compare x.yaml --methods fp32,fp16";
+  options.gnuplot = have_gnuplot ? "gnuplot" : "";
+  const fs::path report = tmp.path() / "report";
+  CHECK(write_report({fp32, fp16}, report.string(), options).empty());
+  std::ifstream md(report / "report.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Catch::Contains(options.command));
+  CHECK_THAT(text, Catch::Contains("| fp16 | 2 | 2 | 96.80% |"));
+  CHECK(fs::exists(report / "plots.gp"));
+  CHECK(fs::exists(report / "data" / "fp16.metrics.dat"));
+  if (!have_gnuplot) {
+    WARN("gnuplot is not installed: the images were not checked");
+    return;
+  }
+  for (const char* name : {"accuracy", "loss_time", "phases", "exchange", "bytes"})
+    for (const char* ext : {".png", ".svg"}) {
+      INFO(name << ext);
+      CHECK(fs::file_size(report / (std::string(name) + ext)) > 1000);
+    }
+}
+
+TEST_CASE("compare and predict: bad run directories", "[compare]") {
+  TempDir tmp;
+  CHECK_THAT(error_of([&] { load_run(tmp.path().string(), "x"); }), Catch::Contains("no metrics file"));
+  std::ofstream(tmp.path() / "metrics.csv") << "epoch,step\n1,2\n";
+  CHECK_THAT(error_of([&] { load_run(tmp.path().string(), "x"); }), Catch::Contains("the header has no column"));
+  std::ofstream(tmp.path() / "metrics.csv") << MetricsWriter::header() << "\n";
+  CHECK_THAT(error_of([&] { load_run(tmp.path().string(), "x"); }), Catch::Contains("no rows yet"));
+  std::ofstream(tmp.path() / "metrics.csv") << MetricsWriter::header() << "\n1,2,3\n";
+  CHECK_THAT(error_of([&] { load_run(tmp.path().string(), "x"); }), Catch::Contains("metrics.csv:2: 3 cells"));
+  CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }), Catch::Contains("no finished runs"));
+}

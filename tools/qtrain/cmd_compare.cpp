@@ -1,0 +1,404 @@
+// `qtrain compare CONFIG --methods fp32,fp16,dettmers8,... [--ranks 4] [--netbed 1gbit] [--out DIR]`:
+// trains one config under several quantization methods, one run directory per method (DIR/runs/),
+// then writes DIR/report/ (report.md and plots). Each training is a child process: `qtrain train`,
+// under `mpirun` for --ranks > 1, inside tools/netbed.sh's bandwidth-limited testbed with --netbed.
+// Finished runs are reused, so an interrupted sweep continues where it stopped (sweep.h).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <yaml-cpp/yaml.h>
+
+#include "framework/check.h"
+#include "framework/run_config.h"
+#include "framework/safetensors.h"
+#include "tools/qtrain/commands.h"
+#include "tools/qtrain/report.h"
+#include "tools/qtrain/run_record.h"
+#include "tools/qtrain/sweep.h"
+
+#ifndef QTRAIN_SOURCE_DIR
+#define QTRAIN_SOURCE_DIR "."
+#endif
+
+namespace qtrain::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string>& startup_env() {
+  static std::vector<std::string> env;
+  return env;
+}
+
+// The training in progress: compare forwards SIGINT / SIGTERM / SIGHUP to it (tools/netbed.sh then
+// tears its testbed down), so that stopping compare never leaves an orphaned training behind.
+volatile sig_atomic_t g_child_pid = 0;
+volatile sig_atomic_t g_signal = 0;
+extern "C" void forward_signal(int sig) {
+  g_signal = sig;
+  if (g_child_pid > 0) ::kill(static_cast<pid_t>(g_child_pid), sig);
+}
+void install_signal_forwarding() {
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string format_duration(double s) {
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, t / 60 % 60) : fmt::format("{}m{:02}s", t / 60, t % 60);
+}
+
+// The sweep-wide progress: one redrawn line on a terminal, plain lines otherwise.
+class SweepProgress {
+ public:
+  explicit SweepProgress(size_t variants) : variants_(variants), tty_(::isatty(STDERR_FILENO) != 0) {}
+  void update(size_t index, const std::string& label, double variant_fraction, const std::string& detail) {
+    const double total = (static_cast<double>(index) + std::clamp(variant_fraction, 0.0, 1.0)) / variants_;
+    const std::string text = fmt::format("{:3.0f}% | run {}/{} {} | {} | elapsed {}", 100 * total, index + 1, variants_,
+                                         label, detail, format_duration(seconds_since(start_)));
+    if (tty_) {
+      constexpr int kWidth = 24;
+      const int filled = static_cast<int>(kWidth * total);
+      std::fprintf(stderr, "\r\033[2K[%s%s] %s", std::string(static_cast<size_t>(filled), '#').c_str(),
+                   std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), text.c_str());
+      std::fflush(stderr);
+      return;
+    }
+    // Not a terminal (a log file): a line when the run changes, else at most every 15 s.
+    if (index != last_index_ || seconds_since(last_line_) >= 15) {
+      std::fprintf(stderr, "compare: %s\n", text.c_str());
+      last_line_ = Clock::now();
+    }
+    last_index_ = index;
+  }
+  void message(const std::string& line) {
+    if (tty_) std::fprintf(stderr, "\r\033[2K");
+    std::fprintf(stderr, "compare: %s\n", line.c_str());
+  }
+
+ private:
+  size_t variants_;
+  bool tty_;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point last_line_ = Clock::now();
+  size_t last_index_ = SIZE_MAX;
+};
+
+// A progress line of a training run in `lines` mode: "epoch 1/2 batch 50/118 step 50 loss 0.3 ...".
+struct ProgressLine {
+  long long epoch = 0, epochs = 0, batch = 0, batches = 0, step = 0;
+  double loss = 0;
+};
+bool parse_progress_line(const std::string& line, ProgressLine& p) {
+  return std::sscanf(line.c_str(), "epoch %lld/%lld batch %lld/%lld step %lld loss %lf", &p.epoch, &p.epochs, &p.batch,
+                     &p.batches, &p.step, &p.loss) == 6;
+}
+
+// Runs argv with the environment qtrain started with (before MPI_Init added its own variables, which
+// would confuse a child mpirun), stdout and stderr merged into `on_line`, one call per line; `on_tick`
+// about once a second. Returns the exit status (128 + signal when killed).
+int run_child(const std::vector<std::string>& argv, const std::function<void(const std::string&)>& on_line,
+              const std::function<void()>& on_tick) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(fmt::format("compare: pipe failed: {}", std::strerror(errno)));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env = startup_env();
+  if (::geteuid() == 0) {  // Open MPI refuses root unless told; the documented flags of this machine
+    env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+    env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+  }
+  std::vector<char*> envp;
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc == 0) g_child_pid = pid;
+  if (rc == 0 && g_signal != 0) ::kill(pid, g_signal);  // a signal that came while it was starting
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    input_error("compare: cannot start '{}': {}", argv[0], std::strerror(rc));
+  }
+  std::string pending;
+  char buf[4096];
+  for (;;) {
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, 1000);
+    if (ready > 0) {
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n <= 0) break;
+      pending.append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        on_line(pending.substr(0, nl));
+        pending.erase(0, nl + 1);
+      }
+    } else if (ready < 0 && errno != EINTR) {
+      break;
+    }
+    on_tick();
+  }
+  if (!pending.empty()) on_line(pending);
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child_pid = 0;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct CompareArgs {
+  std::string config;
+  std::string methods;
+  int ranks = 1;
+  std::string netbed;
+  int64_t epochs = 0;
+  std::string out;
+  std::vector<std::string> overrides;
+  bool resume = false;
+  std::string report_only;
+  double target = 0.97;
+  int64_t curve_every = 10;
+  std::string netbed_script = std::string(QTRAIN_SOURCE_DIR) + "/tools/netbed.sh";
+  std::string gnuplot = "gnuplot";
+};
+
+std::string read_command(const fs::path& dir) {
+  const fs::path sweep = dir / "sweep.yaml";
+  if (!fs::exists(sweep)) return "";
+  const YAML::Node node = YAML::LoadFile(sweep.string());
+  return node["command"] ? node["command"].as<std::string>() : "";
+}
+
+void make_report(const fs::path& dir, const CompareArgs& a) {
+  ReportOptions options;
+  options.target = a.target;
+  options.command = read_command(dir);
+  options.gnuplot = a.gnuplot;
+  const std::vector<RunRecord> runs = load_finished_runs(dir.string());
+  const std::string warning = write_report(runs, (dir / "report").string(), options);
+  if (!warning.empty()) std::fprintf(stderr, "compare: warning: %s\n", warning.c_str());
+  std::fprintf(stderr, "compare: report of %zu run(s) in %s\n", runs.size(), (dir / "report" / "report.md").c_str());
+}
+
+void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
+  if (a.ranks < 1) input_error("compare: --ranks must be >= 1, got {}", a.ranks);
+  if (!a.netbed.empty() && a.ranks < 2) input_error("compare: --netbed needs --ranks of at least 2");
+  if (!fs::exists(a.config)) input_error("{}: config file not found", a.config);
+  const std::vector<Variant> variants = parse_variants(a.methods);
+  const fs::path dir = fs::absolute(a.out.empty() ? fs::path("runs") / ("compare-" + fs::path(a.config).stem().string())
+                                                  : fs::path(a.out));
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  if (!a.netbed.empty() && !fs::exists(a.netbed_script))
+    input_error("compare --netbed: {} not found (give --netbed-script)", a.netbed_script);
+
+  // Every variant's config is parsed before anything runs, so that a bad --set or method parameter
+  // does not stop the sweep half way.
+  bool threads_given = false;
+  for (const std::string& o : a.overrides) threads_given |= o.rfind("train.threads=", 0) == 0;
+  struct Job {
+    Variant variant;
+    fs::path run_dir;
+    std::vector<std::string> train_args;  // after the launcher
+    int64_t epochs = 0;
+  };
+  std::vector<Job> jobs;
+  for (const Variant& v : variants) {
+    Job job{v, dir / "runs" / v.folder, {}, 0};
+    std::vector<std::string> sets = a.overrides;
+    if (a.epochs > 0) sets.push_back(fmt::format("train.epochs={}", a.epochs));
+    // Ranks share the cores: one BLAS thread pool per rank would oversubscribe them.
+    if (a.ranks > 1 && !threads_given)
+      sets.push_back(fmt::format("train.threads={}", std::max(1u, std::thread::hardware_concurrency() / a.ranks)));
+    sets.insert(sets.end(), v.overrides.begin(), v.overrides.end());
+    sets.push_back("output.dir=" + job.run_dir.string());
+    sets.push_back("output.progress=lines");
+    sets.push_back(fmt::format("train.log_every_steps={}", a.curve_every));
+    const RunConfig rc = parse_run_config(a.config, sets);
+    job.epochs = rc.train.epochs;
+    job.train_args = {self, "train", fs::absolute(a.config).string()};
+    for (const std::string& s : sets) {
+      job.train_args.push_back("--set");
+      job.train_args.push_back(s);
+    }
+    jobs.push_back(std::move(job));
+  }
+  auto launcher = [&]() -> std::vector<std::string> {
+    if (a.ranks == 1) return {};
+    if (!a.netbed.empty())
+      return {a.netbed_script, "run", "--hosts", std::to_string(a.ranks), "--rate", a.netbed, "--prefix", "qtcmp", "--"};
+    return {"mpirun", "-np", std::to_string(a.ranks), "--oversubscribe", "--bind-to", "none",
+            "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1"};
+  };
+
+  fs::create_directories(dir / "runs");
+  {
+    YAML::Emitter e;
+    e << YAML::BeginMap << YAML::Key << "command" << YAML::Value << shell_join(own_argv) << YAML::Key << "variants"
+      << YAML::Value << YAML::BeginSeq;
+    for (const Job& j : jobs)
+      e << YAML::BeginMap << YAML::Key << "label" << YAML::Value << j.variant.label << YAML::Key << "folder"
+        << YAML::Value << j.variant.folder << YAML::EndMap;
+    e << YAML::EndSeq << YAML::EndMap;
+    write_file_atomically((dir / "sweep.yaml").string(), std::string(e.c_str()) + "\n");
+  }
+
+  install_signal_forwarding();
+  SweepProgress progress(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& job = jobs[i];
+    std::vector<std::string> argv = launcher();
+    argv.insert(argv.end(), job.train_args.begin(), job.train_args.end());
+    const std::string command = shell_join(argv);
+    const RunState state = run_state(job.run_dir.string(), command, job.epochs);
+    if (state == RunState::finished) {
+      progress.message(fmt::format("{}: finished run reused ({})", job.variant.label, job.run_dir.string()));
+      continue;
+    }
+    double wall_offset = 0;
+    const fs::path curve_path = job.run_dir / "curve.csv";
+    if (state == RunState::unfinished && a.resume && fs::exists(job.run_dir / "checkpoint.safetensors")) {
+      // Continue from the checkpoint with the launcher of this sweep and the run's own resolved config.
+      argv = launcher();
+      for (const std::string& s : {self, std::string("train"), std::string("--resume"), job.run_dir.string()})
+        argv.push_back(s);
+      for (const CurvePoint& p : read_curve_csv(curve_path.string())) wall_offset = std::max(wall_offset, p.wall_s);
+      progress.message(fmt::format("{}: resuming the unfinished run from its checkpoint", job.variant.label));
+    } else {
+      if (state != RunState::absent) {
+        progress.message(fmt::format("{}: {} run in {} is started again", job.variant.label, run_state_name(state),
+                                     job.run_dir.string()));
+        fs::remove_all(job.run_dir);
+      }
+      fs::create_directories(job.run_dir);
+    }
+    const bool new_curve = !fs::exists(curve_path);
+    std::ofstream curve(curve_path, std::ios::app);
+    if (new_curve) curve << "wall_s,step,train_loss\n";
+    std::ofstream log(job.run_dir / "output.log", std::ios::app);
+    log << "$ " << shell_join(argv) << "\n";
+    const auto start = Clock::now();
+    double fraction = 0;
+    int64_t last_step = -1;
+    std::string detail = "starting";
+    std::string last_line;
+    const int status = run_child(
+        argv,
+        [&](const std::string& line) {
+          log << line << "\n";
+          if (!line.empty()) last_line = line;
+          ProgressLine p;
+          if (!parse_progress_line(line, p) || p.batches <= 0 || p.epochs <= 0 || p.step <= last_step) return;
+          last_step = p.step;
+          curve << fmt::format("{:.3f},{},{:.6f}\n", wall_offset + seconds_since(start), p.step, p.loss);
+          fraction = (static_cast<double>(p.epoch - 1) * p.batches + p.batch) / (static_cast<double>(p.epochs) * p.batches);
+          detail = fmt::format("epoch {}/{} batch {}/{} loss {:.4f}", p.epoch, p.epochs, p.batch, p.batches, p.loss);
+        },
+        [&] {
+          log.flush();
+          curve.flush();
+          progress.update(i, job.variant.label, fraction, detail);
+        });
+    log.close();
+    curve.close();
+    if (g_signal != 0)
+      throw Error(fmt::format("compare: interrupted (signal {}) during the {} run; run the same command again to "
+                              "continue (finished runs are kept{})",
+                              static_cast<int>(g_signal), job.variant.label, a.resume ? "" : "; add --resume to continue this one from its checkpoint"));
+    if (status != 0)
+      input_error("compare: the {} run failed (exit status {}); its output is in {}; last line: {}", job.variant.label,
+                  status, (job.run_dir / "output.log").string(), last_line);
+    const std::vector<MetricsRecord> rows = read_metrics_csv((job.run_dir / "metrics.csv").string());
+    if (rows.back().epoch < job.epochs)
+      input_error("compare: the {} run exited after {} of {} epochs (see {})", job.variant.label, rows.back().epoch,
+                  job.epochs, (job.run_dir / "output.log").string());
+    write_marker(job.run_dir.string(), job.variant.label, command, seconds_since(start));
+    progress.message(fmt::format("{}: done in {}, test accuracy {:.2f}%", job.variant.label,
+                                 format_duration(seconds_since(start)), 100 * rows.back().test_accuracy));
+  }
+  make_report(dir, a);
+}
+
+}  // namespace
+
+void remember_startup_environment(char** envp) {
+  startup_env().clear();
+  for (char** e = envp; e != nullptr && *e != nullptr; ++e) startup_env().emplace_back(*e);
+}
+
+void add_compare_command(CLI::App& app, const MpiRuntime& mpi) {
+  auto args = std::make_shared<CompareArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "compare", "Train one config under several quantization methods and write a report comparing them");
+  cmd->add_option("config", args->config, "YAML config (e.g. configs/mnist_mlp.yaml)");
+  cmd->add_option("--methods", args->methods,
+                  "Comma-separated methods with ':'-separated parameters, e.g. "
+                  "fp32,fp16,dettmers8,onebit,qsgd:bits=2,qsgd:bits=4,adaptive")
+      ->type_name("LIST");
+  cmd->add_option("--ranks", args->ranks, "Data-parallel ranks per run (mpirun -np; default 1)")->type_name("N");
+  cmd->add_option("--netbed", args->netbed,
+                  "Run each training on the bandwidth-limited testbed of tools/netbed.sh at this rate (e.g. 1gbit)")
+      ->type_name("RATE");
+  cmd->add_option("--epochs", args->epochs, "Override train.epochs for every run")->type_name("N");
+  cmd->add_option("--out", args->out, "Sweep folder (default runs/compare-<config name>)")->type_name("DIR");
+  cmd->add_option("--set", args->overrides, "Override a config key for every run (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  cmd->add_flag("--resume", args->resume,
+                "Continue an unfinished run from its last checkpoint instead of starting it again");
+  cmd->add_option("--report-only", args->report_only, "Only regenerate DIR/report/ from the finished runs in DIR")
+      ->type_name("DIR");
+  cmd->add_option("--target", args->target, "Test accuracy for the time-to-accuracy column (default 0.97)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--curve-every", args->curve_every, "Record the training loss every N steps (default 10)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--netbed-script", args->netbed_script, "Path of tools/netbed.sh")->type_name("PATH");
+  cmd->add_option("--gnuplot", args->gnuplot, "gnuplot executable for the plots ('' = write the script only)");
+  cmd->callback([args, &mpi] {
+    if (mpi.size() > 1)
+      input_error("compare: run it without mpirun; it starts mpirun itself for each run (--ranks N)");
+    if (!args->report_only.empty()) {
+      make_report(fs::path(args->report_only), *args);
+      return;
+    }
+    if (args->config.empty()) input_error("compare: give a CONFIG file (or --report-only DIR)");
+    if (args->methods.empty()) input_error("compare: give --methods, e.g. --methods fp32,dettmers8,qsgd:bits=4");
+    // The command as a reader would type it, recorded in sweep.yaml and shown above the report's table.
+    std::vector<std::string> argv = {"build/qtrain", "compare", args->config, "--methods", args->methods};
+    if (args->ranks != 1) argv.insert(argv.end(), {"--ranks", std::to_string(args->ranks)});
+    if (!args->netbed.empty()) argv.insert(argv.end(), {"--netbed", args->netbed});
+    if (args->epochs > 0) argv.insert(argv.end(), {"--epochs", std::to_string(args->epochs)});
+    if (!args->out.empty()) argv.insert(argv.end(), {"--out", args->out});
+    for (const std::string& s : args->overrides) argv.insert(argv.end(), {"--set", s});
+    if (args->target != 0.97) argv.insert(argv.end(), {"--target", fmt::format("{:g}", args->target)});
+    run_sweep(*args, argv);
+  });
+}
+
+}  // namespace qtrain::cli

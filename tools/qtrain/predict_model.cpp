@@ -1,0 +1,129 @@
+// The step-time model of predict_model.h (the formulas are derived there).
+#include "tools/qtrain/predict_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+#include "framework/check.h"
+
+namespace qtrain::predict {
+namespace {
+
+// Values weighted by how often encode touches them on p ranks (see the header).
+double encode_weight(const Bucket& b, int p) {
+  const double native = p > 1 ? b.allreduce_values : b.allreduce_16bit_values;
+  return b.allgather_values + b.rsag_values * (1.0 + 1.0 / p) + native;
+}
+double decode_weight(const Bucket& b, int p) {
+  const double native = p > 1 ? b.allreduce_values : b.allreduce_16bit_values;
+  return b.allgather_values * p + 2.0 * b.rsag_values + native;
+}
+
+double parse_number_with_unit(const std::string& text, const std::string& what, std::string& unit) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double v = std::strtod(begin, &end);
+  if (end == begin || !(v >= 0)) input_error("{}: '{}' does not start with a non-negative number", what, text);
+  unit = end;
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return v;
+}
+
+}  // namespace
+
+double communicate_time(const Bucket& b, int ranks, const Network& net) {
+  if (ranks <= 1) return 0;
+  const double p = ranks, B = net.bandwidth_bytes_per_s, a = net.latency_s;
+  double t = 0;
+  if (b.allreduce_bytes > 0) t += 2 * (p - 1) / p * b.allreduce_bytes / B + 2 * (p - 1) * a;
+  if (b.allgather_bytes > 0) t += (p - 1) * b.allgather_bytes / B + (p - 1) * a;
+  if (b.rsag_bytes > 0) t += 2 * (p - 1) / p * b.rsag_bytes / B + 2 * (p - 1) * a;
+  return t;
+}
+
+double encode_time(const Bucket& b, int ranks, double u_encode) { return u_encode * encode_weight(b, ranks); }
+double decode_time(const Bucket& b, int ranks, double u_decode) { return u_decode * decode_weight(b, ranks); }
+
+double fitted_encode_cost(const StepProfile& profile) {
+  double w = 0;
+  for (const Bucket& b : profile.buckets) w += encode_weight(b, profile.measured_ranks);
+  return w > 0 ? profile.encode_s / w : 0.0;
+}
+
+double fitted_decode_cost(const StepProfile& profile) {
+  double w = 0;
+  for (const Bucket& b : profile.buckets) w += decode_weight(b, profile.measured_ranks);
+  return w > 0 ? profile.decode_s / w : 0.0;
+}
+
+StepPrediction predict_step(const StepProfile& profile, int ranks, const Network& net) {
+  QT_CHECK(ranks >= 1, "predict_step: ranks must be >= 1, got {}", ranks);
+  StepPrediction r;
+  r.ranks = ranks;
+  r.compute_s = profile.compute_s();
+  if (ranks == 1) {  // one replica exchanges nothing
+    r.step_s = r.compute_s;
+    r.speedup = 1;
+    return r;
+  }
+  const double ue = fitted_encode_cost(profile), ud = fitted_decode_cost(profile);
+  double total_values = 0;
+  for (const Bucket& b : profile.buckets) total_values += b.values;
+  double ready_values = 0, end = 0, serial = 0;
+  for (const Bucket& b : profile.buckets) {
+    ready_values += b.values;
+    const double enc = encode_time(b, ranks, ue), comm = communicate_time(b, ranks, net), dec = decode_time(b, ranks, ud);
+    r.encode_s += enc;
+    r.communicate_s += comm;
+    r.decode_s += dec;
+    serial += enc + comm + dec;
+    const double ready = total_values > 0 ? profile.backward_s * ready_values / total_values : profile.backward_s;
+    end = std::max(ready, end) + enc + comm + dec;
+  }
+  r.exposed_s = profile.overlap ? std::max(0.0, end - profile.backward_s) : serial;
+  r.step_s = r.compute_s + r.exposed_s;
+  r.speedup = r.step_s > 0 ? ranks * r.compute_s / r.step_s : 0;
+  return r;
+}
+
+double parse_bandwidth(const std::string& text, const std::string& what) {
+  std::string unit;
+  const double v = parse_number_with_unit(text, what, unit);
+  double bits = 0;
+  if (unit == "bit" || unit == "bps") bits = 1;
+  else if (unit == "kbit" || unit == "kbps") bits = 1e3;
+  else if (unit == "mbit" || unit == "mbps") bits = 1e6;
+  else if (unit == "gbit" || unit == "gbps") bits = 1e9;
+  else if (unit == "tbit" || unit == "tbps") bits = 1e12;
+  else if (unit == "b/s") return v;
+  else if (unit == "mb/s") return v * 1e6;
+  else if (unit == "gb/s") return v * 1e9;
+  else
+    input_error("{}: unknown bandwidth unit in '{}'; use e.g. 100mbit, 1gbit, 10gbit (bits per second) or 12GB/s (bytes)",
+                what, text);
+  if (v <= 0) input_error("{}: the bandwidth must be > 0, got '{}'", what, text);
+  return v * bits / 8;
+}
+
+double parse_latency(const std::string& text, const std::string& what) {
+  std::string unit;
+  const double v = parse_number_with_unit(text, what, unit);
+  if (unit == "s") return v;
+  if (unit == "ms") return v * 1e-3;
+  if (unit == "us") return v * 1e-6;
+  if (unit == "ns") return v * 1e-9;
+  if (unit.empty() && v == 0) return 0;
+  input_error("{}: unknown latency unit in '{}'; use e.g. 5us, 0.5ms, 0", what, text);
+}
+
+std::string format_bandwidth(double bytes_per_s) {
+  const double bits = bytes_per_s * 8;
+  if (bits >= 1e9) return fmt::format("{:g} Gbit/s", bits / 1e9);
+  if (bits >= 1e6) return fmt::format("{:g} Mbit/s", bits / 1e6);
+  return fmt::format("{:g} GB/s", bytes_per_s / 1e9);
+}
+
+}  // namespace qtrain::predict

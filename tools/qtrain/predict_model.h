@@ -1,0 +1,103 @@
+// A Dettmers-style performance model of one synchronous data-parallel training step: from the per-phase
+// times measured on a few ranks and the bytes the gradient exchange moves, predict the time per step on
+// p replicas over a network of bandwidth B and per-message latency alpha, and the speedup over one
+// replica. Pure arithmetic (no I/O), so that every formula can be checked by hand in tests.
+//
+// Derivation (one step; every rank does the same work at the same time):
+//
+//   compute   c = data + forward + backward + optimizer, measured per step. Each replica keeps its
+//             batch size (weak scaling), so c does not depend on p.
+//
+//   traffic   per bucket, for one replica's payload of b bytes (fp32 / fp16 values, or the encoded
+//             payload of a quantizer), with the standard bandwidth-optimal ring / pairwise algorithms:
+//               ring allreduce (fp32, fp16):          2(p-1)/p * b / B  +  2(p-1) * alpha
+//               allgather of payloads (dettmers8):      (p-1)  * b / B  +   (p-1) * alpha
+//               reduce-scatter + allgather (qsgd,     2(p-1)/p * b / B  +  2(p-1) * alpha
+//                 onebit, adaptive): each rank sends p-1 stripes of b/p to their owners, then the
+//                 owners' re-encoded stripes (b/p each) are allgathered.
+//             Allreduce moves the same bytes as reduce-scatter + allgather; allgather moves p/2 times
+//             more, so allgather only pays off for payloads much smaller than fp32 and few ranks.
+//
+//   encode / decode   proportional to the values they touch, with one cost per value u_e and u_d
+//             fitted to the measured run (taken at p_run ranks):
+//               allgather:                  encode n values, decode p payloads of n values
+//               reduce-scatter + allgather: encode n (p stripes) + n/p (the owner's re-encode),
+//                                           decode n (p stripes of n/p) + n (every owner's stripe)
+//               allreduce (p > 1):          pack n values to the wire type, unpack n
+//             so  encode(p) = u_e * (n_ag + n_rs (1 + 1/p) + n_ar)  and
+//                 decode(p) = u_d * (n_ag p + 2 n_rs + n_ar),
+//             and u_e, u_d are the measured encode and decode times divided by the same sums at p_run.
+//             (In a world of one fp32 allreduce is skipped: n_ar counts only 16-bit values there.)
+//
+//   overlap   buckets become ready during backward in order; bucket k is ready once backward has
+//             produced its values, at  r_k = backward * (share of values in buckets 0..k). One
+//             exchange thread processes buckets in order:  s_k = max(r_k, e_{k-1}),
+//             e_k = s_k + encode_k + comm_k + decode_k. What the loop waits for after backward is
+//             exposed = max(0, e_last - backward); the rest is hidden. Without overlap every bucket
+//             starts after backward: exposed = the sum of all exchange times.
+//
+//   step time   t(p) = c + exposed(p);   one replica needs no exchange: t(1) = c;
+//   speedup     S(p) = p * t(1) / t(p)   (samples per second of p replicas over one replica's).
+//
+// Quantization pays off against fp32 at (p, B) when its encode + decode cost is smaller than the
+// communication it saves (after overlap); compare_methods() reports where that stops being true.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace qtrain::predict {
+
+// One bucket of the gradient exchange, in the order backward makes buckets ready.
+struct Bucket {
+  double values = 0;           // gradient values in the bucket (its share of backward)
+  // Bytes of one replica's payload, by reduction algorithm.
+  double allreduce_bytes = 0;  // native fp32 / fp16 / bf16 values
+  double allgather_bytes = 0;  // encoded payloads exchanged by allgather
+  double rsag_bytes = 0;       // encoded payloads exchanged by reduce-scatter + allgather
+  // Values, by algorithm (for the encode / decode cost).
+  double allreduce_values = 0, allreduce_16bit_values = 0, allgather_values = 0, rsag_values = 0;
+};
+
+// What one run measured, per step.
+struct StepProfile {
+  double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  double encode_s = 0, decode_s = 0;  // total per step, on the exchange thread
+  int measured_ranks = 1;             // the world size of the measured run
+  bool overlap = true;
+  std::vector<Bucket> buckets;
+  double compute_s() const { return data_s + forward_s + backward_s + optimizer_s; }
+};
+
+struct Network {
+  double bandwidth_bytes_per_s = 125e6;  // per link and direction (1 Gbit/s = 125e6 B/s)
+  double latency_s = 5e-6;               // per message
+};
+
+struct StepPrediction {
+  int ranks = 1;
+  double compute_s = 0;
+  double encode_s = 0, communicate_s = 0, decode_s = 0;  // summed over buckets
+  double exposed_s = 0;                                  // what the loop waits for after backward
+  double step_s = 0;                                     // compute + exposed
+  double speedup = 1;                                    // p * t(1) / t(p)
+};
+
+// Communication time of one bucket's payloads on p ranks (0 for p == 1).
+double communicate_time(const Bucket& b, int ranks, const Network& net);
+// Encode / decode time of one bucket on p ranks with per-value costs u_e, u_d.
+double encode_time(const Bucket& b, int ranks, double u_encode);
+double decode_time(const Bucket& b, int ranks, double u_decode);
+// The per-value costs fitted to the measured run (0 when it encoded nothing).
+double fitted_encode_cost(const StepProfile& profile);
+double fitted_decode_cost(const StepProfile& profile);
+
+StepPrediction predict_step(const StepProfile& profile, int ranks, const Network& net);
+
+// Parses "1gbit", "10Gbit", "100mbit", "25gbps" (bits) or "1GB/s" (bytes) to bytes per second, and
+// "5us", "1ms", "0", "2e-6s" to seconds. Throw InputError naming `what`.
+double parse_bandwidth(const std::string& text, const std::string& what);
+double parse_latency(const std::string& text, const std::string& what);
+std::string format_bandwidth(double bytes_per_s);
+
+}  // namespace qtrain::predict

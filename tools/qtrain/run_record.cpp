@@ -1,0 +1,201 @@
+// Reading a run directory back (see run_record.h).
+#include "tools/qtrain/run_record.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "comm/exchange_config.h"
+#include "framework/check.h"
+#include "framework/metrics.h"
+#include "framework/net.h"
+#include "framework/run_config.h"
+#include "framework/trainer.h"
+#include "quant/policy.h"
+
+namespace qtrain::cli {
+namespace fs = std::filesystem;
+namespace {
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  std::string cell;
+  while (std::getline(ss, cell, ',')) out.push_back(cell);
+  if (!line.empty() && line.back() == ',') out.emplace_back();
+  return out;
+}
+
+double to_number(const std::string& cell, const std::string& path, int line, const std::string& column) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(cell, &used);
+    if (used == cell.size()) return v;
+  } catch (const std::exception&) {
+  }
+  input_error("{}:{}: column {}: expected a number, got '{}'", path, line, column, cell);
+}
+
+// "[...] data parallel: 4 rank(s) over mpi, ..." in train.log; 1 when the log is absent.
+int ranks_from_log(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  const std::string key = "data parallel: ";
+  while (std::getline(in, line)) {
+    const size_t at = line.find(key);
+    if (at != std::string::npos) return std::max(1, std::atoi(line.c_str() + at + key.size()));
+  }
+  return 1;
+}
+
+}  // namespace
+
+std::vector<MetricsRecord> read_metrics_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) input_error("{}: no metrics file (the run did not start, or this is not a qtrain run directory)", path);
+  std::string line;
+  if (!std::getline(in, line) || line.empty()) input_error("{}: empty metrics file", path);
+  const std::vector<std::string> header = split_csv_line(line);
+  std::map<std::string, size_t> col;
+  for (size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
+  auto index = [&](const std::string& name) {
+    auto it = col.find(name);
+    if (it == col.end()) input_error("{}: the header has no column '{}' (expected {})", path, name, MetricsWriter::header());
+    return it->second;
+  };
+  const size_t c_epoch = index("epoch"), c_step = index("step"), c_wall = index("wall_time_s"),
+               c_loss = index("train_loss"), c_acc = index("test_accuracy"), c_sps = index("samples_per_s"),
+               c_bytes = index("bytes_sent_per_step"), c_hidden = index("hidden_comm_s"),
+               c_exposed = index("exposed_comm_s"), c_frac = index("fraction_quantized");
+  std::array<size_t, PhaseTimers::kCount> c_phase{};
+  for (int p = 0; p < PhaseTimers::kCount; ++p)
+    c_phase[static_cast<size_t>(p)] = index(fmt::format("time_{}_s", phase_name(static_cast<Phase>(p))));
+
+  std::vector<MetricsRecord> rows;
+  int number = 1;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.empty()) continue;
+    const std::vector<std::string> cells = split_csv_line(line);
+    if (cells.size() != header.size())
+      input_error("{}:{}: {} cells, the header has {} (a truncated line?)", path, number, cells.size(), header.size());
+    auto num = [&](size_t c) { return to_number(cells[c], path, number, header[c]); };
+    MetricsRecord r;
+    r.epoch = static_cast<int64_t>(num(c_epoch));
+    r.step = static_cast<int64_t>(num(c_step));
+    r.wall_time_s = num(c_wall);
+    r.train_loss = num(c_loss);
+    r.test_accuracy = num(c_acc);
+    r.samples_per_s = num(c_sps);
+    for (size_t p = 0; p < c_phase.size(); ++p) r.phase_s[p] = num(c_phase[p]);
+    r.bytes_sent_per_step = num(c_bytes);
+    r.hidden_comm_s = num(c_hidden);
+    r.exposed_comm_s = num(c_exposed);
+    r.fraction_quantized = num(c_frac);
+    rows.push_back(r);
+  }
+  if (rows.empty()) input_error("{}: no rows yet (the run has not finished an epoch)", path);
+  return rows;
+}
+
+std::vector<CurvePoint> read_curve_csv(const std::string& path) {
+  std::vector<CurvePoint> out;
+  std::ifstream in(path);
+  if (!in) return out;
+  std::string line;
+  std::getline(in, line);  // header
+  int number = 1;
+  while (std::getline(in, line)) {
+    ++number;
+    const std::vector<std::string> cells = split_csv_line(line);
+    if (cells.size() != 3) input_error("{}:{}: expected wall_s,step,train_loss", path, number);
+    out.push_back({to_number(cells[0], path, number, "wall_s"),
+                   static_cast<int64_t>(to_number(cells[1], path, number, "step")),
+                   to_number(cells[2], path, number, "train_loss")});
+  }
+  return out;
+}
+
+double RunRecord::measured_step_s() const {
+  if (steps() == 0) return 0;
+  double exposed = 0;
+  for (const MetricsRecord& r : rows) exposed += r.exposed_comm_s;
+  return profile.compute_s() + exposed / static_cast<double>(steps());
+}
+
+RunRecord load_run(const std::string& dir, const std::string& label) {
+  if (!fs::is_directory(dir)) input_error("{}: not a directory", dir);
+  RunRecord run;
+  run.dir = dir;
+  run.label = label;
+  run.rows = read_metrics_csv((fs::path(dir) / "metrics.csv").string());
+  run.curve = read_curve_csv((fs::path(dir) / "curve.csv").string());
+  run.ranks = ranks_from_log((fs::path(dir) / "train.log").string());
+  run.fraction_quantized = run.rows.back().fraction_quantized;
+
+  const std::string config_path = (fs::path(dir) / "config.resolved.yaml").string();
+  if (!fs::exists(config_path)) input_error("{}: no config.resolved.yaml (not a qtrain run directory)", dir);
+  const RunConfig config = parse_run_config(config_path, {});
+  run.batch_size = config.data.batch_size;
+  run.method = config.quantization.base.str();
+
+  // Per-step averages of the measured phases.
+  const double steps = static_cast<double>(std::max<int64_t>(1, run.steps()));
+  std::array<double, PhaseTimers::kCount> total{};
+  for (const MetricsRecord& r : run.rows)
+    for (size_t p = 0; p < total.size(); ++p) total[p] += r.phase_s[p];
+  auto per_step = [&](Phase p) { return total[static_cast<size_t>(p)] / steps; };
+  predict::StepProfile& prof = run.profile;
+  prof.data_s = per_step(Phase::data);
+  prof.forward_s = per_step(Phase::forward);
+  prof.backward_s = per_step(Phase::backward);
+  prof.optimizer_s = per_step(Phase::optimizer);
+  prof.encode_s = per_step(Phase::encode);
+  prof.decode_s = per_step(Phase::decode);
+  prof.measured_ranks = run.ranks;
+  prof.overlap = config.communication.overlap;
+
+  // The exchange plan, as GradientExchange builds it: per tensor a spec and an algorithm; buckets
+  // filled from the last tensor to the first (the order backward finishes them) up to bucket_mb.
+  const Net net(config.model, DType::f32, Device::cpu(), layer_registry(), loss_registry());
+  const std::vector<ParamEntry>& entries = net.param_entries();
+  const double bucket_bytes = config.communication.bucket_mb * 1024.0 * 1024.0;
+  double filled = 0;
+  for (int t = static_cast<int>(entries.size()) - 1; t >= 0; --t) {
+    const ParamEntry& e = entries[static_cast<size_t>(t)];
+    if (prof.buckets.empty() || filled >= bucket_bytes) {
+      prof.buckets.emplace_back();
+      filled = 0;
+    }
+    filled += 4.0 * static_cast<double>(e.numel);
+    predict::Bucket& b = prof.buckets.back();
+    const double n = static_cast<double>(e.numel);
+    b.values += n;
+    run.gradient_values += n;
+    const QuantSpec spec = config.quantization.resolve(e.layer_name, e.layer_type, e.numel);
+    const ReduceAlgorithm algorithm = config.communication.algorithm_for(spec);
+    double bytes = 0;
+    if (algorithm == ReduceAlgorithm::allreduce) {
+      const bool sixteen = spec.method != QuantMethod::fp32;
+      bytes = n * (sixteen ? 2 : 4);
+      b.allreduce_bytes += bytes;
+      b.allreduce_values += n;
+      if (sixteen) b.allreduce_16bit_values += n;
+    } else {
+      const int64_t column = e.shape.empty() ? 1 : e.shape.back();
+      bytes = static_cast<double>(make_quantizer(spec)->max_encoded_bytes(e.numel, column));
+      if (algorithm == ReduceAlgorithm::allgather) {
+        b.allgather_bytes += bytes;
+        b.allgather_values += n;
+      } else {
+        b.rsag_bytes += bytes;
+        b.rsag_values += n;
+      }
+    }
+    run.payload_bytes += bytes;
+  }
+  return run;
+}
+
+}  // namespace qtrain::cli

@@ -1,0 +1,56 @@
+// What `qtrain compare` and `qtrain predict` read back from a finished run directory: the rows of
+// metrics.csv, the world size (from train.log), the resolved config's model and exchange plan turned
+// into predict::Bucket (values and payload bytes per bucket, as GradientExchange forms them), and the
+// training-loss curve that `compare` records while the run goes (curve.csv, optional).
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "framework/phase_timers.h"
+#include "tools/qtrain/predict_model.h"
+
+namespace qtrain::cli {
+
+struct MetricsRecord {
+  int64_t epoch = 0, step = 0;
+  double wall_time_s = 0, train_loss = 0, test_accuracy = 0, samples_per_s = 0;
+  std::array<double, PhaseTimers::kCount> phase_s{};  // seconds since the previous row
+  double bytes_sent_per_step = 0, hidden_comm_s = 0, exposed_comm_s = 0, fraction_quantized = 0;
+};
+
+// Reads metrics.csv by column name (the columns MetricsWriter::header() writes; extra columns are
+// ignored). Throws InputError naming the file when it is missing, empty or malformed.
+std::vector<MetricsRecord> read_metrics_csv(const std::string& path);
+
+struct CurvePoint {
+  double wall_s = 0;  // since the start of the run
+  int64_t step = 0;
+  double train_loss = 0;  // running mean over the epoch so far
+};
+// curve.csv ("wall_s,step,train_loss"); empty when the file does not exist.
+std::vector<CurvePoint> read_curve_csv(const std::string& path);
+
+struct RunRecord {
+  std::string dir, label;
+  std::vector<MetricsRecord> rows;
+  std::vector<CurvePoint> curve;
+  int ranks = 1;
+  int64_t batch_size = 0;     // per replica
+  std::string method;         // the config's quantization method, e.g. "qsgd(bits=4, bucket=512, norm=max)"
+  double gradient_values = 0;
+  double payload_bytes = 0;   // one replica's encoded gradient per step (all tensors, headers included)
+  double fraction_quantized = 0;
+  predict::StepProfile profile;  // per-step averages over all rows
+
+  int64_t steps() const { return rows.empty() ? 0 : rows.back().step; }
+  double bits_per_value() const { return gradient_values > 0 ? 8 * payload_bytes / gradient_values : 0; }
+  // The training loop's time per step: data + forward + backward + optimizer + exposed communication.
+  double measured_step_s() const;
+};
+
+// Loads `dir` (metrics.csv and config.resolved.yaml required; train.log and curve.csv optional).
+RunRecord load_run(const std::string& dir, const std::string& label);
+
+}  // namespace qtrain::cli

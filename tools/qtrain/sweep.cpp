@@ -1,0 +1,131 @@
+// Sweep bookkeeping (see sweep.h).
+#include "tools/qtrain/sweep.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <algorithm>
+#include <set>
+
+#include "framework/check.h"
+#include "framework/safetensors.h"
+#include "tools/qtrain/method_list.h"
+#include "tools/qtrain/report.h"
+#include "tools/qtrain/run_record.h"
+
+namespace qtrain::cli {
+namespace fs = std::filesystem;
+
+std::vector<Variant> parse_variants(const std::string& methods) {
+  // The same parser as bench-quant's --methods: unknown names and bad parameters fail here, before
+  // anything runs, with the message of the config parser.
+  const std::vector<MethodChoice> choices = parse_method_list(methods);
+  std::vector<Variant> out;
+  std::set<std::string> folders;
+  for (const MethodChoice& c : choices) {
+    Variant v;
+    v.label = c.label;
+    v.folder = label_to_filename(c.label);
+    if (!folders.insert(v.folder).second) input_error("--methods: '{}' is given twice", c.label);
+    size_t at = 0;
+    bool first = true;
+    while (at <= c.label.size()) {
+      const size_t colon = c.label.find(':', at);
+      const std::string part = c.label.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
+      at = colon == std::string::npos ? c.label.size() + 1 : colon + 1;
+      v.overrides.push_back(first ? "quantization.method=" + part : "quantization." + part);
+      first = false;
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+const char* run_state_name(RunState state) {
+  switch (state) {
+    case RunState::absent: return "new";
+    case RunState::unfinished: return "unfinished";
+    case RunState::finished: return "finished";
+    case RunState::stale: return "stale";
+  }
+  return "?";
+}
+
+RunState run_state(const std::string& run_dir, const std::string& command, int64_t epochs) {
+  if (!fs::exists(run_dir)) return RunState::absent;
+  const fs::path marker = fs::path(run_dir) / "compare.done";
+  if (!fs::exists(marker)) return RunState::unfinished;
+  YAML::Node node;
+  try {
+    node = YAML::LoadFile(marker.string());
+  } catch (const YAML::Exception&) {
+    return RunState::unfinished;  // a marker we cannot read proves nothing
+  }
+  if (!node["command"] || node["command"].as<std::string>() != command) return RunState::stale;
+  try {
+    const std::vector<MetricsRecord> rows = read_metrics_csv((fs::path(run_dir) / "metrics.csv").string());
+    if (rows.back().epoch < epochs) return RunState::unfinished;
+  } catch (const InputError&) {
+    return RunState::unfinished;
+  }
+  return RunState::finished;
+}
+
+void write_marker(const std::string& run_dir, const std::string& label, const std::string& command, double wall_s) {
+  YAML::Emitter e;
+  e << YAML::BeginMap << YAML::Key << "label" << YAML::Value << label << YAML::Key << "command" << YAML::Value
+    << command << YAML::Key << "wall_s" << YAML::Value << wall_s << YAML::EndMap;
+  write_file_atomically((fs::path(run_dir) / "compare.done").string(), std::string(e.c_str()) + "\n");
+}
+
+// The finished runs of a sweep folder, in the order of its sweep.yaml (else by folder name).
+std::vector<RunRecord> load_finished_runs(const std::string& sweep_dir) {
+  const fs::path dir(sweep_dir);
+  std::vector<std::pair<std::string, std::string>> order;  // folder, label
+  const fs::path sweep = dir / "sweep.yaml";
+  if (fs::exists(sweep)) {
+    const YAML::Node node = YAML::LoadFile(sweep.string());
+    for (const YAML::Node& v : node["variants"]) order.emplace_back(v["folder"].as<std::string>(), v["label"].as<std::string>());
+  } else if (fs::is_directory(dir / "runs")) {
+    std::vector<fs::path> folders;
+    for (const auto& e : fs::directory_iterator(dir / "runs"))
+      if (e.is_directory()) folders.push_back(e.path());
+    std::sort(folders.begin(), folders.end());
+    for (const fs::path& f : folders) {
+      std::string label = f.filename().string();
+      if (fs::exists(f / "compare.done")) label = YAML::LoadFile((f / "compare.done").string())["label"].as<std::string>();
+      order.emplace_back(f.filename().string(), label);
+    }
+  }
+  std::vector<RunRecord> runs;
+  for (const auto& [folder, label] : order) {
+    const fs::path run = dir / "runs" / folder;
+    if (!fs::exists(run / "compare.done")) continue;  // unfinished: not reported
+    runs.push_back(load_run(run.string(), label));
+  }
+  if (runs.empty())
+    input_error("{}: no finished runs (expected DIR/runs/<method>/ with compare.done, as `qtrain compare` writes)",
+                dir.string());
+  return runs;
+}
+
+
+std::string shell_join(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const std::string& a : argv) {
+    if (!out.empty()) out += ' ';
+    const bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                                         "_-+=./:,@%") == std::string::npos;
+    if (plain) {
+      out += a;
+      continue;
+    }
+    out += '\'';
+    for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
+
+}  // namespace qtrain::cli
