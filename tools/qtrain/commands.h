@@ -12,5 +12,6 @@ void add_train_command(CLI::App& app, const MpiRuntime& mpi);
 void add_eval_command(CLI::App& app);
 void add_bench_quant_command(CLI::App& app);
 void add_bench_allreduce_command(CLI::App& app);
+void add_bench_model_command(CLI::App& app);
 
 }  // namespace qtrain::cli

@@ -1,0 +1,211 @@
+// conv2d: configuration, shapes and the CPU path. Samples are processed in blocks of n: their im2col
+// matrices sit side by side in one (K, n*P) matrix (K = C*kh*kw, P = OH*OW), so each GEMM is
+// (OC x K) . (K x n*P): wide enough to keep both cores' OpenBLAS kernels busy even for the small
+// 7x7..16x16 feature maps of CIFAR networks, where a per-sample GEMM would be too thin.
+//   forward   Y (OC, n*P) = W (OC, K) . col          then scattered into y (n, OC, P) plus the bias
+//   backward  dW (OC, K) += dY (OC, n*P) . col^T     dY is dy gathered from (n, OC, P)
+//             dcol (K, n*P) = W^T . dY               then col2im into dx
+// A 1x1, stride-1, unpadded convolution needs no im2col: each sample's x (C, P) is its column
+// matrix, so it runs per sample straight on x and y.
+#include "layers/conv2d.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "layers/blas.h"
+#include "layers/dispatch.h"
+#include "layers/im2col.h"
+
+namespace qtrain {
+
+using layer_detail::batch_of;
+using layer_detail::check_batch;
+using layer_detail::check_float;
+using layer_detail::describe;
+using layer_detail::dispatch_float;
+
+namespace {
+
+// Elements of one im2col block. About 4 MiB of floats: large enough for wide GEMMs, small enough that
+// the block stays in the last-level cache between im2col and the GEMM that reads it.
+constexpr int64_t kColumnBudget = int64_t{1} << 20;
+
+bool is_pointwise(const Window2d& w) {
+  return w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
+}
+
+}  // namespace
+
+Conv2d::Conv2d(int64_t out_channels, Window2d window, bool bias) : out_channels_(out_channels), win_(window), bias_(bias) {
+  QT_CHECK(out_channels > 0, "conv2d: out_channels must be > 0, got {}", out_channels);
+  QT_CHECK(win_.kh > 0 && win_.kw > 0 && win_.sh > 0 && win_.sw > 0 && win_.ph >= 0 && win_.pw >= 0,
+           "conv2d: invalid window kernel [{}, {}] stride [{}, {}] padding [{}, {}]", win_.kh, win_.kw, win_.sh,
+           win_.sw, win_.ph, win_.pw);
+}
+
+Shape Conv2d::setup(const Shape& input) {
+  geom_ = image_geometry(describe(*this), input, win_);
+  ready_ = true;
+  return {out_channels_, geom_.oh, geom_.ow};
+}
+
+std::vector<ParamSpec> Conv2d::param_specs() const {
+  QT_CHECK(ready_, "{}: param_specs() before setup()", describe(*this));
+  const int64_t fan_in = geom_.c * win_.kh * win_.kw;
+  const int64_t fan_out = out_channels_ * win_.kh * win_.kw;
+  std::vector<ParamSpec> specs;
+  specs.push_back({"weight", {out_channels_, geom_.c, win_.kh, win_.kw}, Init::uniform_fan_in, fan_in, fan_out});
+  if (bias_) specs.push_back({"bias", {out_channels_}, Init::uniform_fan_in, fan_in, fan_out});
+  return specs;
+}
+
+void Conv2d::check_bound(const Context& ctx, DType dtype) const {
+  QT_CHECK(ready_, "{}: called before setup()", describe(*this));
+  QT_CHECK(params_.size() == (bias_ ? 2u : 1u) && grads_.size() == params_.size(),
+           "{}: parameters not bound (call bind() after setup())", describe(*this));
+  const Shape wshape{out_channels_, geom_.c, win_.kh, win_.kw};
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const char* what = i == 0 ? "weight" : "bias";
+    const Shape expected = i == 0 ? wshape : Shape{out_channels_};
+    for (const Tensor* t : {&params_[i], &grads_[i]}) {
+      check_float(*this, what, *t, ctx);
+      QT_CHECK(t->shape() == expected && t->dtype() == dtype, "{}: {} (or its gradient) is {} {}, expected {} {}",
+               describe(*this), what, dtype_name(t->dtype()), shape_str(t->shape()), dtype_name(dtype),
+               shape_str(expected));
+    }
+  }
+}
+
+int64_t Conv2d::block_samples(int64_t batch) const {
+  const int64_t per_sample = geom_.c * win_.kh * win_.kw * geom_.out_plane();
+  return std::clamp<int64_t>(kColumnBudget / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(batch, 1));
+}
+
+template <typename T>
+void Conv2d::forward_cpu(const T* x, T* y, int64_t batch) {
+  const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p = geom_.out_plane(), in = geom_.c * geom_.in_plane();
+  const T* w = params_[0].data<T>();
+  const T* b = bias_ ? params_[1].data<T>() : nullptr;
+  if (is_pointwise(win_)) {
+    for (int64_t s = 0; s < batch; ++s) {
+      T* ys = y + s * oc * p;
+      if (b) {
+        for (int64_t o = 0; o < oc; ++o) std::fill_n(ys + o * p, p, b[o]);
+      }
+      // y_s (OC, P) = W (OC, C) . x_s (C, P) [+ bias rows]
+      blas_gemm<T>(false, false, oc, p, k, w, k, x + s * in, p, b ? T(1) : T(0), ys, p);
+    }
+    return;
+  }
+  const int64_t block = block_samples(batch);
+  T* col = scratch_.get<T>(static_cast<size_t>(k * block * p + oc * block * p));
+  T* out = col + k * block * p;
+  for (int64_t s0 = 0; s0 < batch; s0 += block) {
+    const int64_t n = std::min(block, batch - s0);
+    for (int64_t s = 0; s < n; ++s) im2col(x + (s0 + s) * in, geom_, win_, col + s * p, n * p);
+    // out (OC, n*P) = W (OC, K) . col (K, n*P)
+    blas_gemm<T>(false, false, oc, n * p, k, w, k, col, n * p, T(0), out, n * p);
+    for (int64_t s = 0; s < n; ++s) {
+      for (int64_t o = 0; o < oc; ++o) {
+        const T* __restrict src = out + o * n * p + s * p;
+        T* __restrict dst = y + ((s0 + s) * oc + o) * p;
+        const T bias = b ? b[o] : T(0);
+        for (int64_t i = 0; i < p; ++i) dst[i] = src[i] + bias;
+      }
+    }
+  }
+}
+
+template <typename T>
+void Conv2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t batch) {
+  const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p = geom_.out_plane(), in = geom_.c * geom_.in_plane();
+  const T* w = params_[0].data<T>();
+  T* dw = grads_[0].data<T>();
+  if (bias_) {
+    // db[o] = sum over samples and positions of dy[s][o][:]
+    T* db = grads_[1].data<T>();
+    std::fill_n(db, oc, T(0));
+    for (int64_t s = 0; s < batch; ++s)
+      for (int64_t o = 0; o < oc; ++o) {
+        const T* __restrict row = dy + (s * oc + o) * p;
+        T sum = 0;
+        for (int64_t i = 0; i < p; ++i) sum += row[i];
+        db[o] += sum;
+      }
+  }
+  if (batch == 0) {
+    std::fill_n(dw, oc * k, T(0));
+    return;
+  }
+  if (is_pointwise(win_)) {
+    for (int64_t s = 0; s < batch; ++s) {
+      // dW (OC, C) += dy_s (OC, P) . x_s^T (P, C);  dx_s (C, P) = W^T (C, OC) . dy_s (OC, P)
+      blas_gemm<T>(false, true, oc, k, p, dy + s * oc * p, p, x + s * in, p, s == 0 ? T(0) : T(1), dw, k);
+      if (dx) blas_gemm<T>(true, false, k, p, oc, w, k, dy + s * oc * p, p, T(0), dx + s * in, p);
+    }
+    return;
+  }
+  const int64_t block = block_samples(batch);
+  T* col = scratch_.get<T>(static_cast<size_t>(k * block * p + oc * block * p));
+  T* dyc = col + k * block * p;
+  if (dx) std::fill_n(dx, batch * in, T(0));
+  for (int64_t s0 = 0; s0 < batch; s0 += block) {
+    const int64_t n = std::min(block, batch - s0);
+    for (int64_t s = 0; s < n; ++s) {
+      im2col(x + (s0 + s) * in, geom_, win_, col + s * p, n * p);
+      for (int64_t o = 0; o < oc; ++o) std::memcpy(dyc + o * n * p + s * p, dy + ((s0 + s) * oc + o) * p, p * sizeof(T));
+    }
+    // dW (OC, K) (+)= dY (OC, n*P) . col^T (n*P, K)
+    blas_gemm<T>(false, true, oc, k, n * p, dyc, n * p, col, n * p, s0 == 0 ? T(0) : T(1), dw, k);
+    if (dx) {
+      // dcol (K, n*P) = W^T (K, OC) . dY (OC, n*P), written over col (no longer needed).
+      blas_gemm<T>(true, false, k, n * p, oc, w, k, dyc, n * p, T(0), col, n * p);
+      for (int64_t s = 0; s < n; ++s) col2im_add(col + s * p, n * p, geom_, win_, dx + (s0 + s) * in);
+    }
+  }
+}
+
+void Conv2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  const int64_t batch = batch_of(*this, x);
+  check_float(*this, "x", x, ctx);
+  check_batch(*this, "x", x, batch, Shape{geom_.c, geom_.h, geom_.w}, x.dtype());
+  check_float(*this, "y", y, ctx);
+  check_batch(*this, "y", y, batch, Shape{out_channels_, geom_.oh, geom_.ow}, x.dtype());
+  check_bound(ctx, x.dtype());
+  const Tensor* b = bias_ ? &params_[1] : nullptr;
+  if (x.device().is_cuda()) return conv2d_forward_cuda(ctx, cudnn_, geom_, win_, x, params_[0], b, y);
+  dispatch_float(x.dtype(), [&]<typename T>() { forward_cpu<T>(x.data<T>(), y.data<T>(), batch); });
+}
+
+void Conv2d::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  const int64_t batch = batch_of(*this, x);
+  check_float(*this, "x", x, ctx);
+  check_batch(*this, "x", x, batch, Shape{geom_.c, geom_.h, geom_.w}, x.dtype());
+  check_float(*this, "dy", dy, ctx);
+  check_batch(*this, "dy", dy, batch, Shape{out_channels_, geom_.oh, geom_.ow}, x.dtype());
+  if (dx.defined()) {
+    check_float(*this, "dx", dx, ctx);
+    check_batch(*this, "dx", dx, batch, Shape{geom_.c, geom_.h, geom_.w}, x.dtype());
+  }
+  check_bound(ctx, x.dtype());
+  Tensor* db = bias_ ? &grads_[1] : nullptr;
+  Tensor* dxp = dx.defined() ? &dx : nullptr;
+  if (x.device().is_cuda())
+    return conv2d_backward_cuda(ctx, cudnn_, geom_, win_, x, params_[0], dy, grads_[0], db, dxp);
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    backward_cpu<T>(x.data<T>(), dy.data<T>(), dxp ? dxp->data<T>() : nullptr, batch);
+  });
+}
+
+std::unique_ptr<Layer> make_conv2d(ConfigNode& cfg) {
+  if (!cfg.has("out_channels")) cfg.fail("out_channels", "is required (the number of output channels)");
+  const int64_t out_channels = cfg.get_int("out_channels", 0, 1, int64_t{1} << 30);
+  const Window2d win = read_window(cfg, {1, 1});
+  const bool bias = cfg.get<bool>("bias", true);
+  cfg.accept("type");
+  cfg.accept("name");
+  cfg.finish();
+  return std::make_unique<Conv2d>(out_channels, win, bias);
+}
+
+}  // namespace qtrain

@@ -1,0 +1,165 @@
+// maxpool2d / avgpool2d: configuration and the CPU reference, one plane (sample, channel) at a time.
+// Max backward recomputes each window's first maximum and adds dy there (overlapping windows add
+// into the same input element); avg backward spreads dy/divisor over the window.
+#include "layers/pool2d.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "layers/dispatch.h"
+
+namespace qtrain {
+
+using layer_detail::batch_of;
+using layer_detail::check_batch;
+using layer_detail::check_float;
+using layer_detail::describe;
+using layer_detail::dispatch_float;
+
+namespace {
+
+// One window's bounds: rows [y0, y1) and columns [x0, x1) clipped to the input, and PyTorch's
+// average divisor.
+struct Span {
+  int64_t y0, y1, x0, x1;
+  int64_t divisor;
+};
+
+Span window_at(const ImageGeometry& g, const PoolOptions& o, int64_t oh, int64_t ow) {
+  const Window2d& w = o.window;
+  int64_t y0 = oh * w.sh - w.ph, x0 = ow * w.sw - w.pw;
+  int64_t y1 = std::min(y0 + w.kh, g.h + w.ph), x1 = std::min(x0 + w.kw, g.w + w.pw);
+  const int64_t padded = (y1 - y0) * (x1 - x0);
+  y0 = std::max<int64_t>(y0, 0);
+  x0 = std::max<int64_t>(x0, 0);
+  y1 = std::min(y1, g.h);
+  x1 = std::min(x1, g.w);
+  return {y0, y1, x0, x1, o.count_include_pad ? padded : (y1 - y0) * (x1 - x0)};
+}
+
+// Index (in the plane) of the window's first maximum; -1 for a window without input elements.
+template <typename T>
+int64_t argmax_at(const T* plane, const ImageGeometry& g, const Span& s) {
+  int64_t best = -1;
+  T best_v = -std::numeric_limits<T>::infinity();
+  for (int64_t iy = s.y0; iy < s.y1; ++iy)
+    for (int64_t ix = s.x0; ix < s.x1; ++ix) {
+      const T v = plane[iy * g.w + ix];
+      if (best < 0 || v > best_v || (std::isnan(v) && !std::isnan(best_v))) best = iy * g.w + ix, best_v = v;
+    }
+  return best;
+}
+
+template <typename T>
+void forward_cpu(PoolKind kind, const PoolOptions& o, const ImageGeometry& g, const T* x, T* y, int64_t planes) {
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* plane = x + pl * g.in_plane();
+    T* out = y + pl * g.out_plane();
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const Span s = window_at(g, o, oh, ow);
+        if (kind == PoolKind::max) {
+          const int64_t at = argmax_at(plane, g, s);
+          out[oh * g.ow + ow] = at < 0 ? -std::numeric_limits<T>::infinity() : plane[at];
+        } else {
+          T sum = 0;
+          for (int64_t iy = s.y0; iy < s.y1; ++iy)
+            for (int64_t ix = s.x0; ix < s.x1; ++ix) sum += plane[iy * g.w + ix];
+          out[oh * g.ow + ow] = s.divisor > 0 ? sum / static_cast<T>(s.divisor) : T(0);
+        }
+      }
+  }
+}
+
+template <typename T>
+void backward_cpu(PoolKind kind, const PoolOptions& o, const ImageGeometry& g, const T* x, const T* dy, T* dx,
+                  int64_t planes) {
+  std::fill_n(dx, planes * g.in_plane(), T(0));
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* plane = x + pl * g.in_plane();
+    const T* d = dy + pl * g.out_plane();
+    T* out = dx + pl * g.in_plane();
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const Span s = window_at(g, o, oh, ow);
+        const T grad = d[oh * g.ow + ow];
+        if (kind == PoolKind::max) {
+          const int64_t at = argmax_at(plane, g, s);
+          if (at >= 0) out[at] += grad;
+        } else if (s.divisor > 0) {
+          const T share = grad / static_cast<T>(s.divisor);
+          for (int64_t iy = s.y0; iy < s.y1; ++iy)
+            for (int64_t ix = s.x0; ix < s.x1; ++ix) out[iy * g.w + ix] += share;
+        }
+      }
+  }
+}
+
+}  // namespace
+
+Pool2d::Pool2d(PoolKind kind, PoolOptions options) : kind_(kind), opt_(options) {
+  const Window2d& w = opt_.window;
+  QT_CHECK(w.kh > 0 && w.kw > 0 && w.sh > 0 && w.sw > 0 && w.ph >= 0 && w.pw >= 0,
+           "{}: invalid window kernel [{}, {}] stride [{}, {}] padding [{}, {}]", type(), w.kh, w.kw, w.sh, w.sw, w.ph,
+           w.pw);
+}
+
+Shape Pool2d::setup(const Shape& input) {
+  geom_ = image_geometry(describe(*this), input, opt_.window, opt_.ceil_mode, /*pad_at_most_half=*/true);
+  ready_ = true;
+  return {geom_.c, geom_.oh, geom_.ow};
+}
+
+void Pool2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  QT_CHECK(ready_, "{}: called before setup()", describe(*this));
+  const int64_t batch = batch_of(*this, x);
+  check_float(*this, "x", x, ctx);
+  check_batch(*this, "x", x, batch, Shape{geom_.c, geom_.h, geom_.w}, x.dtype());
+  check_float(*this, "y", y, ctx);
+  check_batch(*this, "y", y, batch, Shape{geom_.c, geom_.oh, geom_.ow}, x.dtype());
+  if (x.device().is_cuda()) return pool2d_forward_cuda(ctx, kind_, opt_, geom_, x, y);
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    forward_cpu<T>(kind_, opt_, geom_, x.data<T>(), y.data<T>(), batch * geom_.c);
+  });
+}
+
+void Pool2d::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  QT_CHECK(ready_, "{}: called before setup()", describe(*this));
+  if (!dx.defined()) return;  // no parameters: nothing to do for a first layer
+  const int64_t batch = batch_of(*this, x);
+  check_float(*this, "x", x, ctx);
+  check_batch(*this, "x", x, batch, Shape{geom_.c, geom_.h, geom_.w}, x.dtype());
+  check_float(*this, "dy", dy, ctx);
+  check_batch(*this, "dy", dy, batch, Shape{geom_.c, geom_.oh, geom_.ow}, x.dtype());
+  check_float(*this, "dx", dx, ctx);
+  check_batch(*this, "dx", dx, batch, Shape{geom_.c, geom_.h, geom_.w}, x.dtype());
+  if (x.device().is_cuda()) return pool2d_backward_cuda(ctx, kind_, opt_, geom_, x, dy, dx);
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    backward_cpu<T>(kind_, opt_, geom_, x.data<T>(), dy.data<T>(), dx.data<T>(), batch * geom_.c);
+  });
+}
+
+namespace {
+
+PoolOptions read_pool_options(ConfigNode& cfg, bool avg) {
+  PoolOptions o;
+  o.window = read_window(cfg, {-1, -1});  // stride defaults to the kernel
+  o.ceil_mode = cfg.get<bool>("ceil_mode", false);
+  if (avg) o.count_include_pad = cfg.get<bool>("count_include_pad", true);
+  cfg.accept("type");
+  cfg.accept("name");
+  cfg.finish();
+  return o;
+}
+
+}  // namespace
+
+std::unique_ptr<Layer> make_maxpool2d(ConfigNode& cfg) {
+  return std::make_unique<Pool2d>(PoolKind::max, read_pool_options(cfg, false));
+}
+std::unique_ptr<Layer> make_avgpool2d(ConfigNode& cfg) {
+  return std::make_unique<Pool2d>(PoolKind::avg, read_pool_options(cfg, true));
+}
+
+}  // namespace qtrain
