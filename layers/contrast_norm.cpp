@@ -1,6 +1,5 @@
 // contrast_norm: configuration and the CPU reference, one (sample, channel) plane at a time. The
-// window sums are separable box sums (a row pass, then a column pass), so each costs O(size) per
-// element with unit-stride inner loops.
+// window sums are separable sliding box sums (a row pass, then a column pass), O(1) per element.
 //   forward   m = box(x)/size^2, d = x - m, D = k + s box(d^2) (s = alpha/size^2), y = x D^-beta
 //   backward  with g = -beta dy y / D (dL/dD) and the adjoint box box' (window mirrored):
 //             dL/dd = 2 s d box'(g) =: h,  dx = dy D^-beta + h - box'(h)/size^2
@@ -22,27 +21,43 @@ using layer_detail::dispatch_float;
 namespace {
 
 // out(y, x) = sum of in(y', x') for y' in [y - before, y + after], x' likewise, clipped to (h, w).
-// tmp holds h*w elements.
+// tmp holds h*w elements. Both passes are sliding sums (add the element entering the window,
+// subtract the one leaving it): O(1) per element whatever the window size; the column pass slides
+// whole rows, so its inner loops are unit-stride vector loops over x.
 template <typename T>
 void box_sum(const T* __restrict in, T* __restrict out, T* __restrict tmp, int64_t h, int64_t w, int64_t before,
              int64_t after) {
   for (int64_t y = 0; y < h; ++y) {
     const T* __restrict row = in + y * w;
     T* __restrict t = tmp + y * w;
-    for (int64_t x = 0; x < w; ++x) {
-      const int64_t lo = std::max<int64_t>(0, x - before), hi = std::min(w - 1, x + after);
-      T s = 0;
-      for (int64_t xx = lo; xx <= hi; ++xx) s += row[xx];
+    T s = 0;
+    for (int64_t x = 0; x <= std::min(after, w - 1); ++x) s += row[x];
+    t[0] = s;
+    for (int64_t x = 1; x < w; ++x) {
+      if (x + after < w) s += row[x + after];
+      if (x - before - 1 >= 0) s -= row[x - before - 1];
       t[x] = s;
     }
   }
-  for (int64_t y = 0; y < h; ++y) {
-    T* __restrict o = out + y * w;
-    std::fill_n(o, w, T(0));
-    const int64_t lo = std::max<int64_t>(0, y - before), hi = std::min(h - 1, y + after);
-    for (int64_t yy = lo; yy <= hi; ++yy) {
-      const T* __restrict t = tmp + yy * w;
-      for (int64_t x = 0; x < w; ++x) o[x] += t[x];
+  T* __restrict o = out;
+  std::fill_n(o, w, T(0));
+  for (int64_t yy = 0; yy <= std::min(after, h - 1); ++yy) {
+    const T* __restrict t = tmp + yy * w;
+    for (int64_t x = 0; x < w; ++x) o[x] += t[x];
+  }
+  for (int64_t y = 1; y < h; ++y) {
+    const T* __restrict prev = out + (y - 1) * w;
+    T* __restrict cur = out + y * w;
+    const T* __restrict enter = y + after < h ? tmp + (y + after) * w : nullptr;
+    const T* __restrict leave = y - before - 1 >= 0 ? tmp + (y - before - 1) * w : nullptr;
+    if (enter && leave) {
+      for (int64_t x = 0; x < w; ++x) cur[x] = prev[x] + enter[x] - leave[x];
+    } else if (enter) {
+      for (int64_t x = 0; x < w; ++x) cur[x] = prev[x] + enter[x];
+    } else if (leave) {
+      for (int64_t x = 0; x < w; ++x) cur[x] = prev[x] - leave[x];
+    } else {
+      std::copy_n(prev, w, cur);
     }
   }
 }

@@ -1,18 +1,19 @@
 // locally_connected2d: configuration, shapes and the CPU path. Layouts (P = OH*OW, K = C*kh*kw):
-//   cols (P, K, B)   the window of every sample at every position: cols[p][k][b] = col_b[k][p]
+//   cols (P, B, K)   the window of every sample at every position: cols[p][b] is sample b's K inputs
+//                    under the window at p (im2col order), written contiguously from one sample's
+//                    image, which stays in L1 while its P windows are gathered
 //   outs (P, OC, B)  per-position outputs (forward) or gathered dy (backward)
-// Batching the samples of one position into the GEMM's N dimension makes P products of
-// (OC x K) . (K x B) instead of B*P matrix-vector products; the two transposes (gather, scatter) cost
-// memory traffic only.
-//   forward   outs_p = W_p . cols_p                  y[b][oc][p] = outs[p][oc][b] + bias[oc][p]
-//   backward  dW_p = dY_p . cols_p^T;  dcols_p = W_p^T . dY_p, scattered back through col2im
+// Batching the samples of one position into a GEMM dimension makes P products of (OC x K) . (K x B)
+// instead of B*P matrix-vector products; the gathers and scatters cost memory traffic only.
+//   forward   outs_p = W_p . cols_p^T                y[b][oc][p] = outs[p][oc][b] + bias[oc][p]
+//   backward  dW_p = dY_p . cols_p;  dcols_p = dY_p^T . W_p, added back into dx (col2im)
 #include "layers/locally_connected2d.h"
 
 #include <algorithm>
 
 #include "layers/blas.h"
 #include "layers/dispatch.h"
-#include "layers/im2col.h"
+#include "layers/conv_geometry.h"
 
 namespace qtrain {
 
@@ -24,17 +25,50 @@ using layer_detail::dispatch_float;
 
 namespace {
 
-// cols (P, K, B) from x (B, C, H, W); tmp holds one sample's (K, P) im2col matrix.
-template <typename T>
-void gather_windows(const T* x, const ImageGeometry& g, const Window2d& win, int64_t batch, T* tmp, T* cols) {
-  const int64_t k_total = g.c * win.kh * win.kw, p_total = g.out_plane(), in = g.c * g.in_plane();
-  for (int64_t b = 0; b < batch; ++b) {
-    im2col(x + b * in, g, win, tmp, p_total);
-    for (int64_t k = 0; k < k_total; ++k) {
-      const T* __restrict row = tmp + k * p_total;
-      T* __restrict dst = cols + k * batch + b;
-      for (int64_t p = 0; p < p_total; ++p) dst[p * k_total * batch] = row[p];
+// Calls f(k, index) for every kernel offset k of the window at (oh, ow) whose input element lies
+// inside the image, with that element's index in one sample's (C, H, W); offsets in the padding are
+// skipped (their value is 0).
+template <typename F>
+void for_window(const ImageGeometry& g, const Window2d& win, int64_t oh, int64_t ow, F f) {
+  const int64_t y0 = oh * win.sh - win.ph, x0 = ow * win.sw - win.pw;
+  int64_t k = 0;
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t i = 0; i < win.kh; ++i) {
+      const int64_t iy = y0 + i;
+      for (int64_t j = 0; j < win.kw; ++j, ++k) {
+        const int64_t ix = x0 + j;
+        if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) f(k, (c * g.h + iy) * g.w + ix);
+      }
     }
+}
+
+// cols (P, B, K) from x (B, C, H, W).
+template <typename T>
+void gather_windows(const T* x, const ImageGeometry& g, const Window2d& win, int64_t batch, T* cols) {
+  const int64_t k_total = g.c * win.kh * win.kw, in = g.c * g.in_plane();
+  for (int64_t b = 0; b < batch; ++b) {
+    const T* __restrict xb = x + b * in;
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        T* __restrict row = cols + ((oh * g.ow + ow) * batch + b) * k_total;
+        std::fill_n(row, k_total, T(0));
+        for_window(g, win, oh, ow, [&](int64_t k, int64_t idx) { row[k] = xb[idx]; });
+      }
+  }
+}
+
+// dx (B, C, H, W) = the sum of dcols (P, B, K) over the windows that copied each element.
+template <typename T>
+void scatter_windows(const T* dcols, const ImageGeometry& g, const Window2d& win, int64_t batch, T* dx) {
+  const int64_t k_total = g.c * win.kh * win.kw, in = g.c * g.in_plane();
+  std::fill_n(dx, batch * in, T(0));
+  for (int64_t b = 0; b < batch; ++b) {
+    T* __restrict db = dx + b * in;
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const T* __restrict row = dcols + ((oh * g.ow + ow) * batch + b) * k_total;
+        for_window(g, win, oh, ow, [&](int64_t k, int64_t idx) { db[idx] += row[k]; });
+      }
   }
 }
 
@@ -81,14 +115,13 @@ template <typename T>
 void LocallyConnected2d::forward_cpu(const T* x, T* y, int64_t batch) {
   const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p_total = geom_.out_plane();
   if (batch == 0) return;
-  T* cols = scratch_.get<T>(static_cast<size_t>(p_total * k * batch + p_total * oc * batch + k * p_total));
+  T* cols = scratch_.get<T>(static_cast<size_t>(p_total * k * batch + p_total * oc * batch));
   T* outs = cols + p_total * k * batch;
-  T* tmp = outs + p_total * oc * batch;
-  gather_windows(x, geom_, win_, batch, tmp, cols);
+  gather_windows(x, geom_, win_, batch, cols);
   const T* w = params_[0].data<T>();
   for (int64_t p = 0; p < p_total; ++p)
-    // outs_p (OC, B) = W_p (OC, K) . cols_p (K, B)
-    blas_gemm<T>(false, false, oc, batch, k, w + p * oc * k, k, cols + p * k * batch, batch, T(0),
+    // outs_p (OC, B) = W_p (OC, K) . cols_p^T (K, B)
+    blas_gemm<T>(false, true, oc, batch, k, w + p * oc * k, k, cols + p * batch * k, k, T(0),
                  outs + p * oc * batch, batch);
   const T* b = bias_ ? params_[1].data<T>() : nullptr;
   for (int64_t s = 0; s < batch; ++s)
@@ -102,7 +135,6 @@ void LocallyConnected2d::forward_cpu(const T* x, T* y, int64_t batch) {
 template <typename T>
 void LocallyConnected2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t batch) {
   const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p_total = geom_.out_plane();
-  const int64_t in = geom_.c * geom_.in_plane();
   T* dw = grads_[0].data<T>();
   if (bias_) {
     // db[oc][p] = sum over samples of dy[s][oc][p]
@@ -115,10 +147,9 @@ void LocallyConnected2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t ba
     std::fill_n(dw, p_total * oc * k, T(0));
     return;
   }
-  T* cols = scratch_.get<T>(static_cast<size_t>(p_total * k * batch + p_total * oc * batch + k * p_total));
+  T* cols = scratch_.get<T>(static_cast<size_t>(p_total * k * batch + p_total * oc * batch));
   T* dys = cols + p_total * k * batch;
-  T* tmp = dys + p_total * oc * batch;
-  gather_windows(x, geom_, win_, batch, tmp, cols);
+  gather_windows(x, geom_, win_, batch, cols);
   // dys (P, OC, B) from dy (B, OC, P)
   for (int64_t s = 0; s < batch; ++s)
     for (int64_t o = 0; o < oc; ++o) {
@@ -128,23 +159,14 @@ void LocallyConnected2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t ba
     }
   const T* w = params_[0].data<T>();
   for (int64_t p = 0; p < p_total; ++p) {
-    // dW_p (OC, K) = dY_p (OC, B) . cols_p^T (B, K)
-    blas_gemm<T>(false, true, oc, k, batch, dys + p * oc * batch, batch, cols + p * k * batch, batch, T(0),
+    // dW_p (OC, K) = dY_p (OC, B) . cols_p (B, K)
+    blas_gemm<T>(false, false, oc, k, batch, dys + p * oc * batch, batch, cols + p * batch * k, k, T(0),
                  dw + p * oc * k, k);
-    // dcols_p (K, B) = W_p^T (K, OC) . dY_p (OC, B), over cols (no longer needed)
-    if (dx) blas_gemm<T>(true, false, k, batch, oc, w + p * oc * k, k, dys + p * oc * batch, batch, T(0),
-                         cols + p * k * batch, batch);
+    // dcols_p (B, K) = dY_p^T (B, OC) . W_p (OC, K), over cols (no longer needed)
+    if (dx) blas_gemm<T>(true, false, batch, k, oc, dys + p * oc * batch, batch, w + p * oc * k, k, T(0),
+                         cols + p * batch * k, k);
   }
-  if (!dx) return;
-  std::fill_n(dx, batch * in, T(0));
-  for (int64_t s = 0; s < batch; ++s) {
-    for (int64_t kk = 0; kk < k; ++kk) {
-      const T* __restrict src = cols + kk * batch + s;
-      T* __restrict row = tmp + kk * p_total;
-      for (int64_t p = 0; p < p_total; ++p) row[p] = src[p * k * batch];
-    }
-    col2im_add(tmp, p_total, geom_, win_, dx + s * in);
-  }
+  if (dx) scatter_windows(cols, geom_, win_, batch, dx);
 }
 
 void LocallyConnected2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {

@@ -1,7 +1,9 @@
-// locally_connected2d on CUDA: the CPU path's layouts (locally_connected2d.cpp) with kernels for the
+// locally_connected2d on CUDA: the CPU path's arithmetic (locally_connected2d.cpp), with kernels for the
 // gathers and scatters and cublasSgemmStridedBatched for the P per-position products.
 //   cols (P, K, B), outs / dys (P, OC, B), w (P, OC, K): every per-position matrix is contiguous and
-//   P matrices apart by a fixed stride, which is what the strided-batched GEMM wants.
+//   P matrices apart by a fixed stride, which is what the strided-batched GEMM wants. (The CPU
+//   gathers cols as (P, B, K) for cache locality; here b is innermost so that the threads of a warp,
+//   which differ in b, write adjacent addresses.)
 // cuBLAS is column-major: a row-major (r, c) matrix is the column-major (c, r) matrix at the same
 // address, so each row-major product below is issued as its transpose (written out at each call).
 // The col2im step gathers (each dx element sums its windows), so no atomics and deterministic sums.

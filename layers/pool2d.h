@@ -5,8 +5,8 @@
 //    start in the right padding is dropped);
 //  - padding at most half the kernel (PyTorch's rule);
 //  - max: padded positions never win; the gradient goes to the first maximum of the window in
-//    row-major order (strictly greater replaces; NaN counts as a maximum, as in PyTorch). The CPU
-//    and CUDA paths apply this same rule, so their gradients agree on ties too;
+//    row-major order (NaN counts as a maximum, as in PyTorch). The CPU and CUDA paths apply this
+//    same rule, so their gradients agree on ties too;
 //  - avg: the divisor is the window clipped to the padded input (count_include_pad true, PyTorch's
 //    default; with ceil_mode a window hanging past the padding counts only its padded part), or the
 //    number of real input elements with count_include_pad false.
@@ -40,7 +40,8 @@ class Pool2d : public Layer {
 
   Shape setup(const Shape& input) override;
   void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  // Max: recomputes each window's argmax from x (nothing is stored between the calls).
+  // Max: the gradient goes to the first element of each window equal to y (the matching forward's
+  // output), i.e. the window's first maximum; nothing is stored between the calls.
   void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
  private:
