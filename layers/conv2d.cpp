@@ -7,6 +7,10 @@
 //             dcol (K, n*P) = W^T . dY               then col2im into dx
 // A 1x1, stride-1, unpadded convolution needs no im2col: each sample's x (C, P) is its column
 // matrix, so it runs per sample straight on x and y.
+// With stride 1, dx is itself a convolution: of dy with the flipped, transposed kernel
+// W'[c][oc][i][j] = W[oc][c][kh-1-i][kw-1-j] and padding k-1-p. Computing it that way (im2col of dy,
+// then one GEMM per block whose output is dx) replaces the (K, n*P) dcol product and its col2im
+// scatter, which for few channels wrote and re-read far more memory than dx itself.
 #include "layers/conv2d.h"
 
 #include <algorithm>
@@ -145,10 +149,12 @@ void Conv2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t batch) {
     }
     return;
   }
+  // dx as a convolution of dy (stride 1, and padding small enough that the flipped padding is >= 0).
+  const bool dx_by_conv = dx && win_.sh == 1 && win_.sw == 1 && win_.ph < win_.kh && win_.pw < win_.kw;
   const int64_t block = block_samples(batch);
   T* col = scratch_.get<T>(static_cast<size_t>(k * block * p + oc * block * p));
   T* dyc = col + k * block * p;
-  if (dx) std::fill_n(dx, batch * in, T(0));
+  if (dx && !dx_by_conv) std::fill_n(dx, batch * in, T(0));
   for (int64_t s0 = 0; s0 < batch; s0 += block) {
     const int64_t n = std::min(block, batch - s0);
     for (int64_t s = 0; s < n; ++s) {
@@ -157,11 +163,45 @@ void Conv2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t batch) {
     }
     // dW (OC, K) (+)= dY (OC, n*P) . col^T (n*P, K)
     blas_gemm<T>(false, true, oc, k, n * p, dyc, n * p, col, n * p, s0 == 0 ? T(0) : T(1), dw, k);
-    if (dx) {
+    if (dx && !dx_by_conv) {
       // dcol (K, n*P) = W^T (K, OC) . dY (OC, n*P), written over col (no longer needed).
       blas_gemm<T>(true, false, k, n * p, oc, w, k, dyc, n * p, T(0), col, n * p);
       for (int64_t s = 0; s < n; ++s) col2im_add(col + s * p, n * p, geom_, win_, dx + (s0 + s) * in);
     }
+  }
+  if (dx_by_conv) backward_data_by_conv<T>(dy, dx, batch);
+}
+
+template <typename T>
+void Conv2d::backward_data_by_conv(const T* dy, T* dx, int64_t batch) {
+  const int64_t oc = out_channels_, c = geom_.c, kk = win_.kh * win_.kw, hw = geom_.in_plane();
+  // dy's geometry as the input of the flipped convolution; its output is (C, H, W).
+  const Window2d flipped{win_.kh, win_.kw, 1, 1, win_.kh - 1 - win_.ph, win_.kw - 1 - win_.pw};
+  ImageGeometry g;
+  g.c = oc;
+  g.h = geom_.oh;
+  g.w = geom_.ow;
+  g.oh = geom_.h;
+  g.ow = geom_.w;
+  const int64_t k2 = oc * kk;  // rows of dy's im2col matrix
+  const int64_t block = std::clamp<int64_t>(kColumnBudget / std::max<int64_t>(k2 * hw, 1), 1, std::max<int64_t>(batch, 1));
+  T* wt = scratch_.get<T>(static_cast<size_t>(c * k2 + k2 * block * hw + c * block * hw));
+  T* col = wt + c * k2;
+  T* out = col + k2 * block * hw;
+  // W' (C, OC*kh*kw): W'[ci][(o*kh + i)*kw + j] = W[o][ci][kh-1-i][kw-1-j]
+  const T* w = params_[0].data<T>();
+  for (int64_t o = 0; o < oc; ++o)
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t t = 0; t < kk; ++t) wt[ci * k2 + o * kk + t] = w[(o * c + ci) * kk + (kk - 1 - t)];
+  const int64_t dyn = oc * g.h * g.w, in = c * hw;
+  for (int64_t s0 = 0; s0 < batch; s0 += block) {
+    const int64_t n = std::min(block, batch - s0);
+    for (int64_t s = 0; s < n; ++s) im2col(dy + (s0 + s) * dyn, g, flipped, col + s * hw, n * hw);
+    // out (C, n*HW) = W' (C, OC*kh*kw) . col (OC*kh*kw, n*HW)
+    blas_gemm<T>(false, false, c, n * hw, k2, wt, k2, col, n * hw, T(0), out, n * hw);
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t ci = 0; ci < c; ++ci)
+        std::memcpy(dx + (s0 + s) * in + ci * hw, out + ci * n * hw + s * hw, static_cast<size_t>(hw) * sizeof(T));
   }
 }
 

@@ -41,6 +41,8 @@ class Conv2d : public Layer {
   void check_bound(const Context& ctx, DType dtype) const;
   template <typename T> void forward_cpu(const T* x, T* y, int64_t batch);
   template <typename T> void backward_cpu(const T* x, const T* dy, T* dx, int64_t batch);
+  // dx for stride 1: the convolution of dy with the flipped, transposed kernel (conv2d.cpp).
+  template <typename T> void backward_data_by_conv(const T* dy, T* dx, int64_t batch);
   // Samples per im2col block: as many as keep the column matrix near kColumnBudget elements.
   int64_t block_samples(int64_t batch) const;
 

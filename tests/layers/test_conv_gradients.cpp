@@ -71,6 +71,12 @@ TEST_CASE("conv2d gradients", "[layers][gradcheck][conv2d]") {
     Conv2d layer(3, window(5, 3, 2, 1, 2, 0), false);
     require_ok(check(layer, {2, 7, 5}, 3, 32));
   }
+  SECTION("stride 1 (dx as the flipped convolution): 5x3 kernel, padding [2, 0], and 2x2 with padding 1") {
+    Conv2d a(3, window(5, 3, 1, 1, 2, 0), true);
+    require_ok(check(a, {2, 6, 5}, 2, 36));
+    Conv2d b(2, window(2, 2, 1, 1, 1, 1), false);
+    require_ok(check(b, {3, 4, 3}, 2, 37));
+  }
   SECTION("stride 2 with an input the stride does not divide") {
     Conv2d layer(2, window(3, 3, 2, 2, 0, 0), true);
     require_ok(check(layer, {2, 8, 9}, 2, 33));
