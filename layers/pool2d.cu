@@ -1,7 +1,8 @@
 // maxpool2d / avgpool2d on CUDA: one thread per output element forward, one thread per input element
 // backward. Backward gathers (each input element sums the windows that contain it) instead of
-// scattering with atomics, so it is deterministic; max backward recomputes each window's first
-// maximum with exactly the CPU's scan order and comparison, so ties route to the same element.
+// scattering with atomics, so it is deterministic, and adds in the CPU's order, so it is bitwise equal
+// to it. Max backward recomputes each window's first maximum in row-major order: the element the
+// CPU finds as the first one equal to the forward output, so ties route to the same element.
 #include <cfloat>
 
 #include "framework/cuda_context.h"
@@ -33,7 +34,8 @@ __device__ Span window_at(const Geo& g, int oh, int ow) {
   return {y0, y1, x0, x1, g.count_include_pad ? padded : (y1 - y0) * (x1 - x0)};
 }
 
-// The CPU's argmax_at: the first maximum in row-major order; NaN counts as a maximum.
+// The first maximum in row-major order (NaN counts as a maximum): the CPU's max_at value and
+// first_index_of position (pool2d.cpp).
 __device__ int argmax_at(const float* plane, const Geo& g, const Span& s) {
   int best = -1;
   float best_v = -FLT_MAX;
