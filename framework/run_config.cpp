@@ -4,9 +4,8 @@
 #include <filesystem>
 
 namespace qtrain {
-namespace {
 
-ModelConfig parse_model(ConfigNode section) {
+ModelConfig parse_model_config(ConfigNode section) {
   ModelConfig m;
   m.input = section.get_int_list("input", {}, 1, 1 << 20);
   if (m.input.empty()) section.fail("input", "is required: the per-sample input shape, e.g. [1, 28, 28]");
@@ -23,6 +22,8 @@ ModelConfig parse_model(ConfigNode section) {
   section.finish();
   return m;
 }
+
+namespace {
 
 TrainConfig parse_train(ConfigNode section) {
   TrainConfig t;
@@ -61,7 +62,7 @@ RunConfig parse_run_config(const std::string& file, const std::vector<std::strin
   rc.device = root.get_choice("device", rc.device, {"cpu", "cuda", "auto"});
   ConfigNode data = root.child("data");
   rc.data = parse_data_config(data);
-  rc.model = parse_model(root.child("model"));
+  rc.model = parse_model_config(root.child("model"));
   rc.optimizer = root.child("optimizer");
   rc.train = parse_train(root.child("train"));
   rc.output = parse_output(root.child("output"), rc.name);

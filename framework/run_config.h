@@ -51,6 +51,10 @@ struct RunConfig {
   std::string file;      // where it came from
 };
 
+// Parses a `model` section (input shape, layer blocks, loss); the layer blocks themselves are
+// validated by their factories when the Net is built. Also used by `qtrain bench-model`.
+ModelConfig parse_model_config(ConfigNode section);
+
 // Loads `file`, applies `overrides` ("a.b=value"), and validates every section except the layer
 // blocks and the optimizer (validated when the Net and Optimizer are built, still before training).
 RunConfig parse_run_config(const std::string& file, const std::vector<std::string>& overrides);

@@ -5,10 +5,16 @@
 #include "layers/activation.h"
 #include "layers/add.h"
 #include "layers/batchnorm.h"
+#include "layers/contrast_norm.h"
+#include "layers/conv2d.h"
 #include "layers/dense.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
+#include "layers/global_avgpool.h"
+#include "layers/locally_connected2d.h"
+#include "layers/lrn.h"
 #include "layers/pad_channels.h"
+#include "layers/pool2d.h"
 #include "layers/softmax_cross_entropy.h"
 
 namespace qtrain {
@@ -60,6 +66,50 @@ void batchnorm_backward_cuda(Context&, int64_t, int64_t, int64_t, double, const 
 
 LossStats softmax_cross_entropy_cuda(Context&, const Tensor&, const Tensor&, Tensor*, SoftmaxCrossEntropyScratch&) {
   no_cuda("softmax_cross_entropy");
+}
+
+// Without CUDA no cuDNN state is ever created, so there is nothing to free.
+void Conv2dCudnnDeleter::operator()(Conv2dCudnn*) const noexcept {}
+void conv2d_forward_cuda(Context&, Conv2dCudnnPtr&, const ImageGeometry&, const Window2d&, const Tensor&,
+                         const Tensor&, const Tensor*, Tensor&) {
+  no_cuda("conv2d");
+}
+void conv2d_backward_cuda(Context&, Conv2dCudnnPtr&, const ImageGeometry&, const Window2d&, const Tensor&,
+                          const Tensor&, const Tensor&, Tensor&, Tensor*, Tensor*) {
+  no_cuda("conv2d");
+}
+
+void pool2d_forward_cuda(Context&, PoolKind kind, const PoolOptions&, const ImageGeometry&, const Tensor&, Tensor&) {
+  no_cuda(kind == PoolKind::max ? "maxpool2d" : "avgpool2d");
+}
+void pool2d_backward_cuda(Context&, PoolKind kind, const PoolOptions&, const ImageGeometry&, const Tensor&,
+                          const Tensor&, Tensor&) {
+  no_cuda(kind == PoolKind::max ? "maxpool2d" : "avgpool2d");
+}
+
+void global_avgpool_forward_cuda(Context&, const Tensor&, Tensor&, int64_t, int64_t) { no_cuda("global_avgpool"); }
+void global_avgpool_backward_cuda(Context&, const Tensor&, Tensor&, int64_t, int64_t) { no_cuda("global_avgpool"); }
+
+void lrn_forward_cuda(Context&, const LrnOptions&, const Tensor&, Tensor&) { no_cuda("lrn"); }
+void lrn_backward_cuda(Context&, const LrnOptions&, const Tensor&, const Tensor&, const Tensor&, Tensor&) {
+  no_cuda("lrn");
+}
+
+void contrast_norm_forward_cuda(Context&, const ContrastNormOptions&, const Tensor&, Tensor&, Tensor&) {
+  no_cuda("contrast_norm");
+}
+void contrast_norm_backward_cuda(Context&, const ContrastNormOptions&, const Tensor&, const Tensor&, Tensor&,
+                                 Tensor&) {
+  no_cuda("contrast_norm");
+}
+
+void locally_connected2d_forward_cuda(Context&, const ImageGeometry&, const Window2d&, const Tensor&, const Tensor&,
+                                      const Tensor*, Tensor&, Tensor&) {
+  no_cuda("locally_connected2d");
+}
+void locally_connected2d_backward_cuda(Context&, const ImageGeometry&, const Window2d&, const Tensor&, const Tensor&,
+                                       const Tensor&, Tensor&, Tensor*, Tensor*, Tensor&) {
+  no_cuda("locally_connected2d");
 }
 
 }  // namespace qtrain

@@ -6,10 +6,16 @@
 #include "layers/activation.h"
 #include "layers/add.h"
 #include "layers/batchnorm.h"
+#include "layers/contrast_norm.h"
+#include "layers/conv2d.h"
 #include "layers/dense.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
+#include "layers/global_avgpool.h"
+#include "layers/locally_connected2d.h"
+#include "layers/lrn.h"
 #include "layers/pad_channels.h"
+#include "layers/pool2d.h"
 #include "layers/softmax_cross_entropy.h"
 
 namespace qtrain {
@@ -24,6 +30,13 @@ void register_layers(LayerRegistry& registry) {
   registry.add("pad_channels", make_pad_channels);
   registry.add("batchnorm1d", make_batchnorm1d);
   registry.add("batchnorm2d", make_batchnorm2d);
+  registry.add("conv2d", make_conv2d);
+  registry.add("maxpool2d", make_maxpool2d);
+  registry.add("avgpool2d", make_avgpool2d);
+  registry.add("global_avgpool", make_global_avgpool);
+  registry.add("lrn", make_lrn);
+  registry.add("contrast_norm", make_contrast_norm);
+  registry.add("locally_connected2d", make_locally_connected2d);
 }
 
 void register_losses(LossRegistry& registry) { registry.add("softmax_cross_entropy", make_softmax_cross_entropy); }

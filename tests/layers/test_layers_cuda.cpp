@@ -9,10 +9,16 @@
 #include "layers/activation.h"
 #include "layers/add.h"
 #include "layers/batchnorm.h"
+#include "layers/contrast_norm.h"
+#include "layers/conv2d.h"
 #include "layers/dense.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
+#include "layers/global_avgpool.h"
+#include "layers/locally_connected2d.h"
+#include "layers/lrn.h"
 #include "layers/pad_channels.h"
+#include "layers/pool2d.h"
 #include "layers/softmax_cross_entropy.h"
 #include "tests/support/gradcheck.h"
 
@@ -350,4 +356,175 @@ TEST_CASE("batchnorm2d: cuDNN matches the CPU reference", "[cuda][layers][batchn
     b.forward(gpu, x_gpu, y_gpu, false);
     require_close(download(gpu, y_gpu), y, 1e-5, 1e-5, "batchnorm evaluation y");
   }
+}
+// ---- image layers ----------------------------------------------------------------------------------
+
+namespace {
+
+// Tolerances of one parity comparison: |got - ref| <= atol + rtol |ref| per output.
+struct Tol {
+  double atol = 0, rtol = 0;
+};
+struct ImageParityTol {
+  Tol y, dx, grads;
+  bool bitwise = false;  // the same operations in the same order on both sides
+};
+
+Shape batched(int64_t batch, const Shape& s) {
+  Shape out{batch};
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+// Runs the same layer (a on the CPU, b on the GPU, both set up and bound with the same parameter
+// values) forward and backward on the same x and dy, and compares y, dx and the parameter gradients.
+// x may be given (distinct values for max pooling); otherwise it is uniform in [-1, 1).
+void image_parity(Layer& a, Layer& b, const Shape& input, int64_t batch, const ImageParityTol& tol, const char* what,
+                  const Tensor* given_x = nullptr) {
+  INFO(what);
+  Context cpu = Context::cpu(1, 1);
+  Context gpu = Context::cuda(0, 1);
+  const Shape out = a.setup(input);
+  REQUIRE(b.setup(input) == out);
+  BoundParams pa = bind_random_params(a, 21, DType::f32);
+  BoundParams pb = bind_random_params(b, 21, DType::f32, kGpu);
+  fence_legacy_stream(pb.params);
+  const Tensor x = given_x ? *given_x : random_tensor(batched(batch, input), 22, -1, 1, DType::f32);
+  const Tensor dy = random_tensor(batched(batch, out), 23, -1, 1, DType::f32);
+  const Tensor x_gpu = upload(x), dy_gpu = upload(dy);
+  Tensor y = Tensor::empty(dy.shape(), DType::f32), y_gpu = Tensor::empty(dy.shape(), DType::f32, kGpu);
+  a.forward(cpu, x, y, true);
+  b.forward(gpu, x_gpu, y_gpu, true);
+  // Backward gets the CPU's y on both sides so that it is compared on its own.
+  const Tensor y_up = upload(y);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32), dx_gpu = Tensor::empty(x.shape(), DType::f32, kGpu);
+  a.backward(cpu, x, y, dy, dx);
+  b.backward(gpu, x_gpu, y_up, dy_gpu, dx_gpu);
+  const Tensor y_got = download(gpu, y_gpu), dx_got = download(gpu, dx_gpu);
+  if (tol.bitwise) {
+    require_bitwise(y_got, y, "y");
+    require_bitwise(dx_got, dx, "dx");
+  } else {
+    require_close(y_got, y, tol.y.atol, tol.y.rtol, "y");
+    require_close(dx_got, dx, tol.dx.atol, tol.dx.rtol, "dx");
+  }
+  if (!a.param_specs().empty())
+    require_close(download(gpu, pb.grads), pa.grads, tol.grads.atol, tol.grads.rtol, "parameter gradients");
+}
+
+// Distinct values in [-1, 1) in a scrambled order (no ties in any pooling window).
+Tensor distinct_f32(const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = static_cast<float>(-1.0 + 2.0 * ((i * 7919) % n) / n);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d: cuDNN matches the im2col + OpenBLAS reference", "[cuda][layers][conv2d]") {
+  struct Case {
+    Window2d win;
+    Shape input;
+    int64_t out_channels;
+    bool bias;
+  };
+  const Case cases[] = {{{3, 3, 1, 1, 1, 1}, {16, 12, 12}, 16, true},
+                        {{5, 5, 1, 1, 2, 2}, {3, 32, 32}, 64, true},
+                        {{3, 2, 2, 1, 1, 0}, {5, 9, 7}, 6, false},
+                        {{1, 1, 1, 1, 0, 0}, {8, 6, 6}, 4, true}};
+  for (const Case& c : cases) {
+    Conv2d a(c.out_channels, c.win, c.bias), b(c.out_channels, c.win, c.bias);
+    const int64_t k = c.input[0] * c.win.kh * c.win.kw, batch = 4;
+    const Shape out = a.setup(c.input);
+    const int64_t positions = batch * out[1] * out[2];
+    // Each output is a K-term dot product with |x|, |W| <= 1, the bias added once; cuDNN may pick a
+    // Winograd or FFT algorithm, whose transforms add error beyond a plain sum's, so the bound is the
+    // plain-sum bound (gemm_atol) times 16. dW and db sum over batch*OH*OW positions, dx over
+    // OC*kh*kw terms.
+    ImageParityTol tol;
+    tol.y = {16 * gemm_atol(k + 1, 1, 1), 0};
+    tol.dx = {16 * gemm_atol(c.out_channels * c.win.kh * c.win.kw, 1, 1), 0};
+    tol.grads = {16 * gemm_atol(positions, 1, 1), 0};
+    image_parity(a, b, c.input, batch, tol, "conv2d");
+  }
+}
+
+TEST_CASE("pooling: the CUDA kernels repeat the CPU's arithmetic exactly", "[cuda][layers][pool]") {
+  ImageParityTol exact;
+  exact.bitwise = true;
+  const Shape input{3, 13, 11};
+  const Tensor x = distinct_f32(batched(2, input));
+  for (bool ceil_mode : {false, true}) {
+    Pool2d a(PoolKind::max, {{3, 3, 2, 2, 1, 1}, ceil_mode}), b(PoolKind::max, {{3, 3, 2, 2, 1, 1}, ceil_mode});
+    image_parity(a, b, input, 2, exact, "maxpool2d 3x3 s2 p1", &x);
+    Pool2d c(PoolKind::max, {{3, 3, 2, 2, 0, 0}, ceil_mode}), d(PoolKind::max, {{3, 3, 2, 2, 0, 0}, ceil_mode});
+    image_parity(c, d, input, 2, exact, "maxpool2d 3x3 s2", &x);
+    for (bool include_pad : {true, false}) {
+      const PoolOptions o{{3, 2, 2, 2, 1, 1}, ceil_mode, include_pad};
+      Pool2d e(PoolKind::avg, o), f(PoolKind::avg, o);
+      image_parity(e, f, input, 2, exact, "avgpool2d 3x2 s2 p1", &x);
+    }
+  }
+  // Ties: a constant input sends every window's gradient to its first element on both sides.
+  Tensor flat = Tensor::empty(batched(2, input), DType::f32);
+  flat.fill_(0.5);
+  Pool2d g(PoolKind::max, {{3, 3, 2, 2, 1, 1}}), h(PoolKind::max, {{3, 3, 2, 2, 1, 1}});
+  image_parity(g, h, input, 2, exact, "maxpool2d ties", &flat);
+}
+
+TEST_CASE("global_avgpool: CUDA matches the CPU", "[cuda][layers][pool]") {
+  GlobalAvgPool a, b;
+  // Means of 8*8 = 64 values in [-1, 1): the two summation orders differ by at most 64 u each.
+  ImageParityTol tol;
+  tol.y = {2 * 64 * kUnit, 0};
+  tol.dx = {0, 2 * kUnit};  // one multiplication on each side
+  image_parity(a, b, {16, 8, 8}, 5, tol, "global_avgpool");
+}
+
+TEST_CASE("lrn: cuDNN matches the CPU reference", "[cuda][layers][lrn]") {
+  for (int64_t size : {3, 5}) {
+    const LrnOptions o{size, 0.5, 0.75, 2.0};
+    Lrn a(o), b(o);
+    // A few roundings and one powf per element on each side (cuDNN's exact sequence is undocumented):
+    // 64 u relative, plus the same absolute amount for outputs near 0 (|y| <= |x| <= 1).
+    ImageParityTol tol;
+    tol.y = {64 * kUnit, 64 * kUnit};
+    tol.dx = {256 * kUnit, 256 * kUnit};
+    image_parity(a, b, {12, 5, 6}, 3, tol, "lrn");
+  }
+}
+
+TEST_CASE("contrast_norm: CUDA matches the CPU reference", "[cuda][layers][cnorm]") {
+  for (int64_t size : {3, 4, 9}) {
+    const ContrastNormOptions o{size, 1.0, 0.75, 1.0};
+    ContrastNorm a(o), b(o);
+    // Window sums of size^2 terms in another order (box passes on the CPU, direct loops here) and
+    // powf: size^2 u relative on the sums, carried through D^-beta; backward chains three such sums.
+    ImageParityTol tol;
+    const double sums = static_cast<double>(size * size) * kUnit;
+    tol.y = {16 * sums, 16 * sums};
+    tol.dx = {64 * sums, 64 * sums};
+    image_parity(a, b, {4, 15, 15}, 3, tol, "contrast_norm");
+  }
+}
+
+TEST_CASE("locally_connected2d: strided-batched cuBLAS matches the CPU", "[cuda][layers][local]") {
+  for (bool bias : {true, false}) {
+    const Window2d win{3, 3, 1, 1, 1, 1};
+    LocallyConnected2d a(8, win, bias), b(8, win, bias);
+    const int64_t batch = 16, k = 6 * 9;
+    ImageParityTol tol;
+    tol.y = {gemm_atol(k + 1, 1, 1), 0};
+    tol.dx = {gemm_atol(8 * 9, 1, 1), 0};
+    tol.grads = {gemm_atol(batch, 1, 1), 0};
+    image_parity(a, b, {6, 7, 7}, batch, tol, bias ? "locally_connected2d with bias" : "locally_connected2d");
+  }
+  const Window2d strided{3, 2, 2, 2, 0, 1};
+  LocallyConnected2d a(5, strided, true), b(5, strided, true);
+  ImageParityTol tol;
+  tol.y = {gemm_atol(3 * 6 + 1, 1, 1), 0};
+  tol.dx = {gemm_atol(5 * 6, 1, 1), 0};
+  tol.grads = {gemm_atol(4, 1, 1), 0};
+  image_parity(a, b, {3, 9, 8}, 4, tol, "locally_connected2d strided");
 }

@@ -15,6 +15,7 @@ void add_bench_allreduce_command(CLI::App& app);
 void add_bench_data_command(CLI::App& app);
 void add_compare_command(CLI::App& app, const MpiRuntime& mpi);
 void add_predict_command(CLI::App& app);
+void add_bench_model_command(CLI::App& app);
 
 // The environment qtrain started with, saved before MPI_Init adds its own variables: `compare` starts
 // its trainings (and their mpirun) with it.

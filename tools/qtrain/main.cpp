@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   qtrain::cli::add_bench_data_command(app);
   qtrain::cli::add_compare_command(app, *mpi);
   qtrain::cli::add_predict_command(app);
+  qtrain::cli::add_bench_model_command(app);
   // One line per error; in a job of several ranks the failing rank aborts the whole job, so that the
   // other ranks do not wait forever in a collective for it.
   auto report = [&](const char* kind, const char* what) {

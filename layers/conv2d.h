@@ -1,0 +1,68 @@
+// conv2d: a 2-D convolution (cross-correlation, as PyTorch's nn.Conv2d) over one image (C, H, W) per
+// sample: y[oc][oh][ow] = b[oc] + sum_{c,i,j} W[oc][c][i][j] x[c][oh*sh - ph + i][ow*sw - pw + j].
+// Weight (out_channels, C, kh, kw) and bias (out_channels), PyTorch's layout and default
+// initialization (both U(+-1/sqrt(fan_in)), fan_in = C*kh*kw), so checkpoints map one to one.
+// Config keys: out_channels (required), kernel (int or [kh, kw], required), stride (default 1),
+// padding (default 0), bias (default true).
+// CPU: im2col + one OpenBLAS GEMM per group of samples (conv2d.cpp); a 1x1 stride-1 unpadded
+// convolution is a plain GEMM on the input. CUDA: cuDNN (conv2d.cu).
+#pragma once
+
+#include <memory>
+
+#include "framework/layer.h"
+#include "layers/conv_geometry.h"
+#include "layers/cpu_scratch.h"
+
+namespace qtrain {
+
+// cuDNN descriptors, chosen algorithms and workspace of one layer (conv2d.cu); built on first use and
+// rebuilt only when the batch size changes.
+struct Conv2dCudnn;
+struct Conv2dCudnnDeleter {
+  void operator()(Conv2dCudnn* state) const noexcept;
+};
+using Conv2dCudnnPtr = std::unique_ptr<Conv2dCudnn, Conv2dCudnnDeleter>;
+
+class Conv2d : public Layer {
+ public:
+  Conv2d(int64_t out_channels, Window2d window, bool bias);
+
+  const char* type() const override { return "conv2d"; }
+  const Window2d& window() const { return win_; }
+  const ImageGeometry& geometry() const { return geom_; }
+
+  Shape setup(const Shape& input) override;
+  std::vector<ParamSpec> param_specs() const override;
+  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+ private:
+  void check_bound(const Context& ctx, DType dtype) const;
+  template <typename T> void forward_cpu(const T* x, T* y, int64_t batch);
+  template <typename T> void backward_cpu(const T* x, const T* dy, T* dx, int64_t batch);
+  // dx for stride 1: the convolution of dy with the flipped, transposed kernel (conv2d.cpp).
+  template <typename T> void backward_data_by_conv(const T* dy, T* dx, int64_t batch);
+  // Samples per im2col block: as many as keep the column matrix near kColumnBudget elements.
+  int64_t block_samples(int64_t batch) const;
+
+  int64_t out_channels_;
+  Window2d win_;
+  bool bias_;
+  ImageGeometry geom_;
+  bool ready_ = false;
+  CpuScratch scratch_;
+  Conv2dCudnnPtr cudnn_;
+};
+
+// Factory for the layer registry.
+std::unique_ptr<Layer> make_conv2d(ConfigNode& cfg);
+
+// CUDA entry points (conv2d.cu; cuda_disabled.cpp without CUDA). x (B, C, H, W), w (OC, C, kh, kw),
+// b (OC) or null, y/dy (B, OC, OH, OW), dx null for a first layer; f32 on ctx's device.
+void conv2d_forward_cuda(Context& ctx, Conv2dCudnnPtr& state, const ImageGeometry& g, const Window2d& win,
+                         const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
+void conv2d_backward_cuda(Context& ctx, Conv2dCudnnPtr& state, const ImageGeometry& g, const Window2d& win,
+                          const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db, Tensor* dx);
+
+}  // namespace qtrain

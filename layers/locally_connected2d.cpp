@@ -1,0 +1,226 @@
+// locally_connected2d: configuration, shapes and the CPU path. Layouts (P = OH*OW, K = C*kh*kw):
+//   cols (P, B, K)   the window of every sample at every position: cols[p][b] is sample b's K inputs
+//                    under the window at p (im2col order), written contiguously from one sample's
+//                    image, which stays in L1 while its P windows are gathered
+//   outs (P, OC, B)  per-position outputs (forward) or gathered dy (backward)
+// Batching the samples of one position into a GEMM dimension makes P products of (OC x K) . (K x B)
+// instead of B*P matrix-vector products; the gathers and scatters cost memory traffic only.
+//   forward   outs_p = W_p . cols_p^T                y[b][oc][p] = outs[p][oc][b] + bias[oc][p]
+//   backward  dW_p = dY_p . cols_p;  dcols_p = dY_p^T . W_p, added back into dx (col2im)
+#include "layers/locally_connected2d.h"
+
+#include <algorithm>
+
+#include "layers/blas.h"
+#include "layers/dispatch.h"
+#include "layers/conv_geometry.h"
+
+namespace qtrain {
+
+using layer_detail::batch_of;
+using layer_detail::check_batch;
+using layer_detail::check_float;
+using layer_detail::describe;
+using layer_detail::dispatch_float;
+
+namespace {
+
+// Calls f(k, index) for every kernel offset k of the window at (oh, ow) whose input element lies
+// inside the image, with that element's index in one sample's (C, H, W); offsets in the padding are
+// skipped (their value is 0).
+template <typename F>
+void for_window(const ImageGeometry& g, const Window2d& win, int64_t oh, int64_t ow, F f) {
+  const int64_t y0 = oh * win.sh - win.ph, x0 = ow * win.sw - win.pw;
+  int64_t k = 0;
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t i = 0; i < win.kh; ++i) {
+      const int64_t iy = y0 + i;
+      for (int64_t j = 0; j < win.kw; ++j, ++k) {
+        const int64_t ix = x0 + j;
+        if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) f(k, (c * g.h + iy) * g.w + ix);
+      }
+    }
+}
+
+// cols (P, B, K) from x (B, C, H, W).
+template <typename T>
+void gather_windows(const T* x, const ImageGeometry& g, const Window2d& win, int64_t batch, T* cols) {
+  const int64_t k_total = g.c * win.kh * win.kw, in = g.c * g.in_plane();
+  for (int64_t b = 0; b < batch; ++b) {
+    const T* __restrict xb = x + b * in;
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        T* __restrict row = cols + ((oh * g.ow + ow) * batch + b) * k_total;
+        std::fill_n(row, k_total, T(0));
+        for_window(g, win, oh, ow, [&](int64_t k, int64_t idx) { row[k] = xb[idx]; });
+      }
+  }
+}
+
+// dx (B, C, H, W) = the sum of dcols (P, B, K) over the windows that copied each element.
+template <typename T>
+void scatter_windows(const T* dcols, const ImageGeometry& g, const Window2d& win, int64_t batch, T* dx) {
+  const int64_t k_total = g.c * win.kh * win.kw, in = g.c * g.in_plane();
+  std::fill_n(dx, batch * in, T(0));
+  for (int64_t b = 0; b < batch; ++b) {
+    T* __restrict db = dx + b * in;
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const T* __restrict row = dcols + ((oh * g.ow + ow) * batch + b) * k_total;
+        for_window(g, win, oh, ow, [&](int64_t k, int64_t idx) { db[idx] += row[k]; });
+      }
+  }
+}
+
+}  // namespace
+
+LocallyConnected2d::LocallyConnected2d(int64_t out_channels, Window2d window, bool bias)
+    : out_channels_(out_channels), win_(window), bias_(bias) {
+  QT_CHECK(out_channels > 0, "locally_connected2d: out_channels must be > 0, got {}", out_channels);
+  QT_CHECK(win_.kh > 0 && win_.kw > 0 && win_.sh > 0 && win_.sw > 0 && win_.ph >= 0 && win_.pw >= 0,
+           "locally_connected2d: invalid window kernel [{}, {}] stride [{}, {}] padding [{}, {}]", win_.kh, win_.kw,
+           win_.sh, win_.sw, win_.ph, win_.pw);
+}
+
+Shape LocallyConnected2d::setup(const Shape& input) {
+  geom_ = image_geometry(describe(*this), input, win_);
+  ready_ = true;
+  return {out_channels_, geom_.oh, geom_.ow};
+}
+
+std::vector<ParamSpec> LocallyConnected2d::param_specs() const {
+  QT_CHECK(ready_, "{}: param_specs() before setup()", describe(*this));
+  const int64_t k = geom_.c * win_.kh * win_.kw;
+  std::vector<ParamSpec> specs;
+  specs.push_back({"weight", {geom_.out_plane(), out_channels_, k}, Init::uniform_fan_in, k, out_channels_});
+  if (bias_) specs.push_back({"bias", {out_channels_, geom_.oh, geom_.ow}, Init::uniform_fan_in, k, out_channels_});
+  return specs;
+}
+
+void LocallyConnected2d::check_bound(const Context& ctx, DType dtype) const {
+  QT_CHECK(ready_, "{}: called before setup()", describe(*this));
+  QT_CHECK(params_.size() == (bias_ ? 2u : 1u) && grads_.size() == params_.size(),
+           "{}: parameters not bound (call bind() after setup())", describe(*this));
+  // Expected shapes as arrays (param_specs() order), so that a passing check allocates nothing.
+  const int64_t wshape[3] = {geom_.out_plane(), out_channels_, geom_.c * win_.kh * win_.kw};
+  const int64_t bshape[3] = {out_channels_, geom_.oh, geom_.ow};
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const char* what = i == 0 ? "weight" : "bias";
+    const int64_t* expected = i == 0 ? wshape : bshape;
+    for (const Tensor* t : {&params_[i], &grads_[i]}) {
+      check_float(*this, what, *t, ctx);
+      const bool ok = t->shape().size() == 3 && std::equal(expected, expected + 3, t->shape().begin());
+      QT_CHECK(ok && t->dtype() == dtype, "{}: {} (or its gradient) is {} {}, expected {} {}", describe(*this), what,
+               dtype_name(t->dtype()), shape_str(t->shape()), dtype_name(dtype), shape_str(Shape(expected, expected + 3)));
+    }
+  }
+}
+
+template <typename T>
+void LocallyConnected2d::forward_cpu(const T* x, T* y, int64_t batch) {
+  const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p_total = geom_.out_plane();
+  if (batch == 0) return;
+  T* cols = scratch_.get<T>(static_cast<size_t>(p_total * k * batch + p_total * oc * batch));
+  T* outs = cols + p_total * k * batch;
+  gather_windows(x, geom_, win_, batch, cols);
+  const T* w = params_[0].data<T>();
+  for (int64_t p = 0; p < p_total; ++p)
+    // outs_p (OC, B) = W_p (OC, K) . cols_p^T (K, B)
+    blas_gemm<T>(false, true, oc, batch, k, w + p * oc * k, k, cols + p * batch * k, k, T(0),
+                 outs + p * oc * batch, batch);
+  const T* b = bias_ ? params_[1].data<T>() : nullptr;
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t o = 0; o < oc; ++o) {
+      T* __restrict dst = y + (s * oc + o) * p_total;
+      const T* __restrict src = outs + o * batch + s;
+      for (int64_t p = 0; p < p_total; ++p) dst[p] = src[p * oc * batch] + (b ? b[o * p_total + p] : T(0));
+    }
+}
+
+template <typename T>
+void LocallyConnected2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t batch) {
+  const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p_total = geom_.out_plane();
+  T* dw = grads_[0].data<T>();
+  if (bias_) {
+    // db[oc][p] = sum over samples of dy[s][oc][p]
+    T* db = grads_[1].data<T>();
+    std::fill_n(db, oc * p_total, T(0));
+    for (int64_t s = 0; s < batch; ++s)
+      for (int64_t i = 0; i < oc * p_total; ++i) db[i] += dy[s * oc * p_total + i];
+  }
+  if (batch == 0) {
+    std::fill_n(dw, p_total * oc * k, T(0));
+    return;
+  }
+  T* cols = scratch_.get<T>(static_cast<size_t>(p_total * k * batch + p_total * oc * batch));
+  T* dys = cols + p_total * k * batch;
+  gather_windows(x, geom_, win_, batch, cols);
+  // dys (P, OC, B) from dy (B, OC, P)
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t o = 0; o < oc; ++o) {
+      const T* __restrict src = dy + (s * oc + o) * p_total;
+      T* __restrict dst = dys + o * batch + s;
+      for (int64_t p = 0; p < p_total; ++p) dst[p * oc * batch] = src[p];
+    }
+  const T* w = params_[0].data<T>();
+  for (int64_t p = 0; p < p_total; ++p) {
+    // dW_p (OC, K) = dY_p (OC, B) . cols_p (B, K)
+    blas_gemm<T>(false, false, oc, k, batch, dys + p * oc * batch, batch, cols + p * batch * k, k, T(0),
+                 dw + p * oc * k, k);
+    // dcols_p (B, K) = dY_p^T (B, OC) . W_p (OC, K), over cols (no longer needed)
+    if (dx) blas_gemm<T>(true, false, batch, k, oc, dys + p * oc * batch, batch, w + p * oc * k, k, T(0),
+                         cols + p * batch * k, k);
+  }
+  if (dx) scatter_windows(cols, geom_, win_, batch, dx);
+}
+
+void LocallyConnected2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  const int64_t batch = batch_of(*this, x);
+  // Per-sample shapes as arrays: the per-call checks allocate nothing.
+  const int64_t in_dims[3] = {geom_.c, geom_.h, geom_.w}, out_dims[3] = {out_channels_, geom_.oh, geom_.ow};
+  check_float(*this, "x", x, ctx);
+  check_batch(*this, "x", x, batch, in_dims, 3, x.dtype());
+  check_float(*this, "y", y, ctx);
+  check_batch(*this, "y", y, batch, out_dims, 3, x.dtype());
+  check_bound(ctx, x.dtype());
+  const Tensor* b = bias_ ? &params_[1] : nullptr;
+  if (x.device().is_cuda())
+    return locally_connected2d_forward_cuda(ctx, geom_, win_, x, params_[0], b, y, device_scratch_);
+  dispatch_float(x.dtype(), [&]<typename T>() { forward_cpu<T>(x.data<T>(), y.data<T>(), batch); });
+}
+
+void LocallyConnected2d::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  const int64_t batch = batch_of(*this, x);
+  // Per-sample shapes as arrays: the per-call checks allocate nothing.
+  const int64_t in_dims[3] = {geom_.c, geom_.h, geom_.w}, out_dims[3] = {out_channels_, geom_.oh, geom_.ow};
+  check_float(*this, "x", x, ctx);
+  check_batch(*this, "x", x, batch, in_dims, 3, x.dtype());
+  check_float(*this, "dy", dy, ctx);
+  check_batch(*this, "dy", dy, batch, out_dims, 3, x.dtype());
+  if (dx.defined()) {
+    check_float(*this, "dx", dx, ctx);
+    check_batch(*this, "dx", dx, batch, in_dims, 3, x.dtype());
+  }
+  check_bound(ctx, x.dtype());
+  Tensor* db = bias_ ? &grads_[1] : nullptr;
+  Tensor* dxp = dx.defined() ? &dx : nullptr;
+  if (x.device().is_cuda())
+    return locally_connected2d_backward_cuda(ctx, geom_, win_, x, params_[0], dy, grads_[0], db, dxp,
+                                             device_scratch_);
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    backward_cpu<T>(x.data<T>(), dy.data<T>(), dxp ? dxp->data<T>() : nullptr, batch);
+  });
+}
+
+std::unique_ptr<Layer> make_locally_connected2d(ConfigNode& cfg) {
+  if (!cfg.has("out_channels")) cfg.fail("out_channels", "is required (the number of output channels)");
+  const int64_t out_channels = cfg.get_int("out_channels", 0, 1, int64_t{1} << 30);
+  const Window2d win = read_window(cfg, {1, 1});
+  const bool bias = cfg.get<bool>("bias", true);
+  cfg.accept("type");
+  cfg.accept("name");
+  cfg.finish();
+  return std::make_unique<LocallyConnected2d>(out_channels, win, bias);
+}
+
+}  // namespace qtrain

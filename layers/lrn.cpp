@@ -1,0 +1,148 @@
+// lrn: configuration and the CPU reference, one sample (C, P = H*W) at a time so that every inner
+// loop runs over the P positions of a channel and vectorizes.
+//   forward   D = k + s * window_sum(x^2) over channels (s = alpha/size), y = x D^-beta
+//   backward  dx[j] = dy[j] D[j]^-beta + 2 s x[j] sum_{i : j in window(i)} g[i],  g = -beta dy y / D
+// window(i) = [i - size/2, i + (size-1)/2], so the channels i whose window holds j are
+// [j - (size-1)/2, j + size/2].
+#include "layers/lrn.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "layers/dispatch.h"
+
+namespace qtrain {
+
+using layer_detail::batch_of;
+using layer_detail::check_batch;
+using layer_detail::check_float;
+using layer_detail::describe;
+using layer_detail::dispatch_float;
+
+namespace {
+
+// out[c] = sum_{c' = c - before}^{c + after} in[c'] over rows of length p (rows outside [0, C) add 0).
+template <typename T>
+void channel_window_sum(const T* __restrict in, T* __restrict out, int64_t channels, int64_t p, int64_t before,
+                        int64_t after) {
+  for (int64_t c = 0; c < channels; ++c) {
+    T* __restrict o = out + c * p;
+    std::fill_n(o, p, T(0));
+    const int64_t lo = std::max<int64_t>(0, c - before), hi = std::min(channels - 1, c + after);
+    for (int64_t cc = lo; cc <= hi; ++cc) {
+      const T* __restrict r = in + cc * p;
+      for (int64_t i = 0; i < p; ++i) o[i] += r[i];
+    }
+  }
+}
+
+// D (C, P) of one sample; sq is scratch of the same size.
+template <typename T>
+void denominators(const LrnOptions& o, const T* __restrict x, T* __restrict sq, T* __restrict d, int64_t channels,
+                  int64_t p) {
+  for (int64_t i = 0; i < channels * p; ++i) sq[i] = x[i] * x[i];
+  channel_window_sum(sq, d, channels, p, o.size / 2, (o.size - 1) / 2);
+  const T k = static_cast<T>(o.k), s = static_cast<T>(o.alpha / static_cast<double>(o.size));
+  for (int64_t i = 0; i < channels * p; ++i) d[i] = k + s * d[i];
+}
+
+template <typename T>
+void forward_cpu(const LrnOptions& o, const T* x, T* y, int64_t batch, int64_t channels, int64_t p, T* scratch) {
+  T* sq = scratch;
+  T* d = scratch + channels * p;
+  const T beta = static_cast<T>(o.beta);
+  for (int64_t b = 0; b < batch; ++b) {
+    const T* xs = x + b * channels * p;
+    T* ys = y + b * channels * p;
+    denominators(o, xs, sq, d, channels, p);
+    for (int64_t i = 0; i < channels * p; ++i) ys[i] = xs[i] * std::pow(d[i], -beta);
+  }
+}
+
+template <typename T>
+void backward_cpu(const LrnOptions& o, const T* x, const T* dy, T* dx, int64_t batch, int64_t channels, int64_t p,
+                  T* scratch) {
+  T* sq = scratch;  // then g
+  T* d = scratch + channels * p;
+  T* acc = scratch + 2 * channels * p;
+  const T beta = static_cast<T>(o.beta), two_s = static_cast<T>(2 * o.alpha / static_cast<double>(o.size));
+  for (int64_t b = 0; b < batch; ++b) {
+    const T* xs = x + b * channels * p;
+    const T* ds = dy + b * channels * p;
+    T* out = dx + b * channels * p;
+    denominators(o, xs, sq, d, channels, p);
+    T* g = sq;
+    for (int64_t i = 0; i < channels * p; ++i) {
+      const T scale = std::pow(d[i], -beta);
+      out[i] = ds[i] * scale;
+      g[i] = -beta * ds[i] * xs[i] * scale / d[i];  // -beta dy y / D
+    }
+    channel_window_sum(g, acc, channels, p, (o.size - 1) / 2, o.size / 2);
+    for (int64_t i = 0; i < channels * p; ++i) out[i] += two_s * xs[i] * acc[i];
+  }
+}
+
+}  // namespace
+
+Lrn::Lrn(LrnOptions options) : opt_(options) {
+  QT_CHECK(opt_.size >= 1, "lrn: size must be >= 1, got {}", opt_.size);
+  QT_CHECK(opt_.k > 0 || opt_.alpha > 0, "lrn: k and alpha cannot both be 0");
+}
+
+Shape Lrn::setup(const Shape& input) {
+  if (input.size() != 3)
+    throw Error(fmt::format("{} expects one image (channels, height, width) per sample, got input shape {}",
+                            describe(*this), shape_str(input)));
+  for (int64_t d : input)
+    if (d <= 0) throw Error(fmt::format("{} got an input of shape {}", describe(*this), shape_str(input)));
+  input_ = input;
+  return input;
+}
+
+void Lrn::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  QT_CHECK(!input_.empty(), "{}: called before setup()", describe(*this));
+  const int64_t batch = batch_of(*this, x);
+  check_float(*this, "x", x, ctx);
+  check_batch(*this, "x", x, batch, input_, x.dtype());
+  check_float(*this, "y", y, ctx);
+  check_batch(*this, "y", y, batch, input_, x.dtype());
+  if (x.device().is_cuda()) return lrn_forward_cuda(ctx, opt_, x, y);
+  const int64_t c = input_[0], p = input_[1] * input_[2];
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    forward_cpu<T>(opt_, x.data<T>(), y.data<T>(), batch, c, p, scratch_.get<T>(static_cast<size_t>(2 * c * p)));
+  });
+}
+
+void Lrn::backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  QT_CHECK(!input_.empty(), "{}: called before setup()", describe(*this));
+  if (!dx.defined()) return;
+  const int64_t batch = batch_of(*this, x);
+  check_float(*this, "x", x, ctx);
+  check_batch(*this, "x", x, batch, input_, x.dtype());
+  check_float(*this, "dy", dy, ctx);
+  check_batch(*this, "dy", dy, batch, input_, x.dtype());
+  check_float(*this, "dx", dx, ctx);
+  check_batch(*this, "dx", dx, batch, input_, x.dtype());
+  if (x.device().is_cuda()) return lrn_backward_cuda(ctx, opt_, x, y, dy, dx);
+  const int64_t c = input_[0], p = input_[1] * input_[2];
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    backward_cpu<T>(opt_, x.data<T>(), dy.data<T>(), dx.data<T>(), batch, c, p,
+                    scratch_.get<T>(static_cast<size_t>(3 * c * p)));
+  });
+}
+
+std::unique_ptr<Layer> make_lrn(ConfigNode& cfg) {
+  LrnOptions o;
+  if (!cfg.has("size")) cfg.fail("size", "is required (the number of neighbouring channels, e.g. 5)");
+  o.size = cfg.get_int("size", 5, 1, 1 << 16);
+  o.alpha = cfg.get_double("alpha", o.alpha, 0.0, 1e30);
+  o.beta = cfg.get_double("beta", o.beta, 0.0, 1e30);
+  o.k = cfg.get_double("k", o.k, 0.0, 1e30);
+  if (o.k == 0 && o.alpha == 0) cfg.fail("k", "k and alpha cannot both be 0 (the denominator would be 0)");
+  cfg.accept("type");
+  cfg.accept("name");
+  cfg.finish();
+  return std::make_unique<Lrn>(o);
+}
+
+}  // namespace qtrain

@@ -1,0 +1,421 @@
+// Forward values, the backward contract and configuration of the image layers on the CPU path:
+// forward outputs against PyTorch 1.13 reference values (generated once by the snippet below and
+// pasted here), conv2d against a direct 7-loop convolution across several im2col blocks, the
+// locally connected layer against conv2d with shared weights, max pooling's tie rule, and the
+// configuration and shape errors a user sees.
+//
+// Reference values: /usr/bin/python3 with torch 1.13, float64, on the inputs built by seq() below:
+//   import math, torch; import torch.nn.functional as F; torch.set_default_dtype(torch.float64)
+//   seq = lambda n, f: torch.tensor([f(i) for i in range(n)])
+//   xs = lambda s: seq(math.prod(s), lambda i: 1.5*math.sin(0.37*i+0.1)).reshape(s)
+//   x = xs((2,2,4,3)); w = seq(24, lambda i: 0.5*math.cos(0.23*i)).reshape(2,2,3,2); b = seq(2, lambda i: 0.1*i-0.1)
+//   F.conv2d(x, w, b, stride=(2,1), padding=(1,1))
+//   x = xs((1,2,6,5)); F.max_pool2d(x, 3, 2, 1, ceil_mode=True)
+//   F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=True)   # and count_include_pad=False
+//   x = xs((1,4,2,2)); F.local_response_norm(x, 3, alpha=0.2, beta=0.75, k=1.0)   # and size 4
+//   def cnorm(x, size, alpha, beta, k):   # contrast_norm.h's definition in PyTorch ops
+//       a = size//2; pads = (a, size-1-a, a, size-1-a)
+//       box = lambda v: F.avg_pool2d(F.pad(v, pads), size, 1)
+//       d = x - box(x); return x * (k + alpha*box(d*d))**(-beta)
+//   x = xs((1,2,4,5)); cnorm(x, 3, 0.8, 0.75, 1.0)   # and size 2
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "layers/contrast_norm.h"
+#include "layers/conv2d.h"
+#include "layers/global_avgpool.h"
+#include "layers/locally_connected2d.h"
+#include "layers/lrn.h"
+#include "layers/pool2d.h"
+#include "layers/register_all.h"
+#include "tests/support/gradcheck.h"
+
+using namespace qtrain;
+using namespace qtrain::testing;
+
+namespace {
+
+ConfigNode layer_config(const std::string& yaml) {
+  auto source = std::make_shared<ConfigSource>();
+  source->file = "model.yaml";
+  return ConfigNode(YAML::Load(yaml), "model.layers.0", source);
+}
+
+std::unique_ptr<Layer> create(const std::string& yaml) {
+  LayerRegistry registry("layer type");
+  register_layers(registry);
+  ConfigNode cfg = layer_config(yaml);
+  const std::string type = cfg.require<std::string>("type");
+  return registry.create(type, cfg);
+}
+
+template <typename T>
+Tensor seq(const Shape& shape, double (*f)(int64_t)) {
+  Tensor t = Tensor::empty(shape, dtype_of<T>());
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = static_cast<T>(f(i));
+  return t;
+}
+double sin_input(int64_t i) { return 1.5 * std::sin(0.37 * static_cast<double>(i) + 0.1); }
+
+template <typename T>
+void require_values(const Tensor& got, const std::vector<double>& want, double rtol) {
+  REQUIRE(got.numel() == static_cast<int64_t>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("element " << i << ": got " << got.data<T>()[i] << ", want " << want[i]);
+    REQUIRE(std::fabs(got.data<T>()[i] - want[i]) <= rtol * std::max(1.0, std::fabs(want[i])));
+  }
+}
+
+// The reference values are printed with 10 significant digits.
+template <typename T>
+double tolerance() {
+  return std::is_same_v<T, float> ? 2e-6 : 2e-9;
+}
+
+// Binds `values` (one arena) to a layer's parameters in param_specs() order.
+struct Arena {
+  Tensor params, grads;
+};
+Arena bind(Layer& layer, const Tensor& values) {
+  Arena a{values, Tensor::zeros(values.shape(), values.dtype())};
+  std::vector<Tensor> p, g;
+  int64_t offset = 0;
+  for (const ParamSpec& s : layer.param_specs()) {
+    p.push_back(a.params.view(offset, s.shape));
+    g.push_back(a.grads.view(offset, s.shape));
+    offset += shape_numel(s.shape);
+  }
+  REQUIRE(offset == values.numel());
+  layer.bind(std::move(p), std::move(g));
+  return a;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("conv2d matches PyTorch's F.conv2d", "[layers][conv2d]", float, double) {
+  using T = TestType;
+  Context ctx = Context::cpu(1, 1);
+  Conv2d layer(2, {3, 2, 2, 1, 1, 1}, true);
+  REQUIRE(layer.setup({2, 4, 3}) == Shape{2, 2, 4});
+  Tensor values = Tensor::empty({26}, dtype_of<T>());
+  for (int i = 0; i < 24; ++i) values.data<T>()[i] = static_cast<T>(0.5 * std::cos(0.23 * i));
+  values.data<T>()[24] = static_cast<T>(-0.1);
+  values.data<T>()[25] = static_cast<T>(0.0);
+  Arena arena = bind(layer, values);
+  const Tensor x = seq<T>({2, 2, 4, 3}, sin_input);
+  Tensor y = Tensor::empty({2, 2, 2, 4}, dtype_of<T>());
+  layer.forward(ctx, x, y, true);
+  require_values<T>(y,
+                    {0.9614542133,  1.9645289,     1.936902472,   0.937434884,   0.158280329,   0.254204666,
+                     -0.3077040841, -0.2731768864, -0.9049050446, -1.801104077,  -2.03011074,   -1.056756481,
+                     -0.4646949445, -0.7708078832, -0.2804361628, -0.09238466474, -0.8781027184, -1.705043447,
+                     -2.079177662,  -1.155027135,  -0.7161577277, -1.173846638,  -0.7074862561, -0.3493134323,
+                     0.4700352326,  1.037519769,   1.604931568,   0.8768922077,  0.7138536444,  1.287221558,
+                     0.9697857319,  0.4557091348},
+                    tolerance<T>());
+}
+
+TEST_CASE("conv2d agrees with a direct convolution across several im2col blocks", "[layers][conv2d]") {
+  // 16 channels of 32x32 with a 3x3 kernel: 147k column entries per sample, so the 9 samples span two
+  // blocks of the CPU path; stride 2 and padding 1 exercise the strided copy.
+  Context ctx = Context::cpu(1, 2);
+  const int64_t batch = 9, c = 16, h = 32, w = 32, oc = 8;
+  for (const Window2d win : {Window2d{3, 3, 1, 1, 1, 1}, Window2d{3, 3, 2, 2, 1, 1}}) {
+    Conv2d layer(oc, win, true);
+    const Shape out = layer.setup({c, h, w});
+    BoundParams params = bind_random_params(layer, 5);
+    const Tensor x = random_tensor({batch, c, h, w}, 6);
+    Tensor y = Tensor::empty({batch, out[0], out[1], out[2]}, DType::f64);
+    layer.forward(ctx, x, y, true);
+    const double* xs = x.data<double>();
+    const double* wt = layer.params()[0].data<double>();
+    const double* bs = layer.params()[1].data<double>();
+    double worst = 0;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t o = 0; o < oc; ++o)
+        for (int64_t oy = 0; oy < out[1]; ++oy)
+          for (int64_t ox = 0; ox < out[2]; ++ox) {
+            double s = bs[o];
+            for (int64_t ci = 0; ci < c; ++ci)
+              for (int64_t i = 0; i < 3; ++i)
+                for (int64_t j = 0; j < 3; ++j) {
+                  const int64_t iy = oy * win.sh - win.ph + i, ix = ox * win.sw - win.pw + j;
+                  if (iy >= 0 && iy < h && ix >= 0 && ix < w)
+                    s += wt[((o * c + ci) * 3 + i) * 3 + j] * xs[((b * c + ci) * h + iy) * w + ix];
+                }
+            const double got = y.data<double>()[((b * oc + o) * out[1] + oy) * out[2] + ox];
+            worst = std::max(worst, std::fabs(got - s));
+          }
+    REQUIRE(worst < 1e-12);
+  }
+}
+
+TEST_CASE("locally_connected2d with every position's weights equal is conv2d", "[layers][local]") {
+  Context ctx = Context::cpu(1, 1);
+  const Window2d win{3, 2, 2, 1, 1, 0};
+  const Shape input{3, 7, 6};
+  Conv2d conv(4, win, true);
+  LocallyConnected2d local(4, win, true);
+  const Shape out = conv.setup(input);
+  REQUIRE(local.setup(input) == out);
+  BoundParams cp = bind_random_params(conv, 8);
+  const int64_t positions = out[1] * out[2], k = 3 * 3 * 2;
+  // local weight (P, OC, K) = conv weight (OC, K) at every p; bias (OC, P) = conv bias per channel.
+  Tensor values = Tensor::empty({positions * 4 * k + 4 * positions}, DType::f64);
+  for (int64_t p = 0; p < positions; ++p)
+    for (int64_t i = 0; i < 4 * k; ++i) values.data<double>()[p * 4 * k + i] = conv.params()[0].data<double>()[i];
+  for (int64_t o = 0; o < 4; ++o)
+    for (int64_t p = 0; p < positions; ++p)
+      values.data<double>()[positions * 4 * k + o * positions + p] = conv.params()[1].data<double>()[o];
+  Arena arena = bind(local, values);
+  const Tensor x = random_tensor({3, 3, 7, 6}, 9);
+  Tensor y1 = Tensor::empty({3, 4, out[1], out[2]}, DType::f64), y2 = y1.clone();
+  conv.forward(ctx, x, y1, true);
+  local.forward(ctx, x, y2, true);
+  for (int64_t i = 0; i < y1.numel(); ++i) REQUIRE(std::fabs(y1.data<double>()[i] - y2.data<double>()[i]) < 1e-12);
+  // dx agrees too, and the local weight gradients summed over positions are the conv weight gradient.
+  const Tensor dy = random_tensor(y1.shape(), 10);
+  Tensor dx1 = Tensor::empty(x.shape(), DType::f64), dx2 = dx1.clone();
+  conv.backward(ctx, x, y1, dy, dx1);
+  local.backward(ctx, x, y2, dy, dx2);
+  for (int64_t i = 0; i < dx1.numel(); ++i) REQUIRE(std::fabs(dx1.data<double>()[i] - dx2.data<double>()[i]) < 1e-12);
+  for (int64_t i = 0; i < 4 * k; ++i) {
+    double sum = 0;
+    for (int64_t p = 0; p < positions; ++p) sum += local.grads()[0].data<double>()[p * 4 * k + i];
+    REQUIRE(std::fabs(sum - conv.grads()[0].data<double>()[i]) < 1e-11);
+  }
+}
+
+TEMPLATE_TEST_CASE("pooling matches PyTorch with padding and ceil_mode", "[layers][pool]", float, double) {
+  using T = TestType;
+  Context ctx = Context::cpu(1, 1);
+  const Tensor x = seq<T>({1, 2, 6, 5}, sin_input);
+  Tensor y = Tensor::empty({1, 2, 4, 3}, dtype_of<T>());
+  SECTION("max") {
+    Pool2d layer(PoolKind::max, {{3, 3, 2, 2, 1, 1}, true});
+    REQUIRE(layer.setup({2, 6, 5}) == Shape{2, 4, 3});
+    layer.forward(ctx, x, y, false);
+    require_values<T>(y,
+                      {1.393439573, 1.403424002, 1.49993647,  1.393439573, 1.098347166,   1.123761522,
+                       1.499807563, 1.499807563, 1.123761522, 0.1120624356, -0.4364284358, -1.289963538,
+                       1.130506178, 1.499609006, 1.499609006, 1.130506178, 1.499609006,   1.499609006,
+                       1.499340806, 1.381797163, 1.413955705, 1.499340806, 1.381797163,   0.626871814},
+                      tolerance<T>());
+  }
+  SECTION("avg, count_include_pad") {
+    Pool2d layer(PoolKind::avg, {{3, 3, 2, 2, 1, 1}, true, true});
+    REQUIRE(layer.setup({2, 6, 5}) == Shape{2, 4, 3});
+    layer.forward(ctx, x, y, false);
+    require_values<T>(y,
+                      {0.3689851435,  0.5638796808,  0.2887750145,   -0.1098362964, -0.2111092978, -0.1364206443,
+                       0.1449591022,  0.1985173929,  0.08660950395,  -0.05406100004, -0.4420404566, -0.4615748892,
+                       -0.1000026753, 0.1690777211,  0.297230191,    0.08579762313, 0.01455233285, -0.06882246854,
+                       -0.009486591785, 0.1009322487, 0.1272230773,  0.4801896616,  0.5143171223,  0.1197562544},
+                      tolerance<T>());
+  }
+  SECTION("avg, count_include_pad false") {
+    Pool2d layer(PoolKind::avg, {{3, 3, 2, 2, 1, 1}, true, false});
+    REQUIRE(layer.setup({2, 6, 5}) == Shape{2, 4, 3});
+    layer.forward(ctx, x, y, false);
+    require_values<T>(y,
+                      {0.8302165729,  0.8458195212,  0.6497437827,  -0.1647544445, -0.2111092978, -0.2046309664,
+                       0.2174386533,  0.1985173929,  0.1299142559,  -0.1621830001, -0.8840809133, -1.384724668,
+                       -0.2250060194, 0.2536165817,  0.6687679297,  0.1286964347,  0.01455233285, -0.1032337028,
+                       -0.01422988768, 0.1009322487, 0.190834616,   1.440568985,   1.028634245,   0.3592687633},
+                      tolerance<T>());
+  }
+}
+
+TEST_CASE("pooling output sizes follow PyTorch's floor and ceil_mode rules", "[layers][pool]") {
+  // AlexNet / Dettmers: 3x3 stride 2 on 32 -> 15, on 15 -> 7; ceil_mode on 32 -> 16.
+  REQUIRE(window_output_size(32, 3, 2, 0, false) == 15);
+  REQUIRE(window_output_size(15, 3, 2, 0, false) == 7);
+  REQUIRE(window_output_size(32, 3, 2, 0, true) == 16);
+  REQUIRE(window_output_size(55, 3, 2, 0, false) == 27);
+  // ceil_mode drops a window that would start in the right padding only: 5 + 2*1, k 2, s 2.
+  REQUIRE(window_output_size(5, 2, 2, 1, true) == 3);
+  Pool2d dettmers(PoolKind::max, {{3, 3, 2, 2, 0, 0}});
+  REQUIRE(dettmers.setup({64, 32, 32}) == Shape{64, 15, 15});
+}
+
+TEST_CASE("maxpool2d sends a tie's gradient to the first maximum in row-major order", "[layers][pool]") {
+  Context ctx = Context::cpu(1, 1);
+  Pool2d layer(PoolKind::max, {{2, 2, 1, 1, 0, 0}});
+  REQUIRE(layer.setup({1, 2, 3}) == Shape{1, 1, 2});
+  // [[1, 2, 5], [5, 5, 5]]: the left window holds two 5s, the right one three; the first in row-major
+  // order wins (the last would be elements 4 and 5).
+  Tensor x = Tensor::empty({1, 1, 2, 3}, DType::f64);
+  const double xv[] = {1, 2, 5, 5, 5, 5};
+  std::copy(xv, xv + 6, x.data<double>());
+  Tensor y = Tensor::empty({1, 1, 1, 2}, DType::f64);
+  layer.forward(ctx, x, y, true);
+  REQUIRE(y.data<double>()[0] == 5);
+  REQUIRE(y.data<double>()[1] == 5);
+  Tensor dy = Tensor::empty({1, 1, 1, 2}, DType::f64);
+  dy.data<double>()[0] = 10;
+  dy.data<double>()[1] = 100;
+  Tensor dx = Tensor::empty(x.shape(), DType::f64);
+  dx.fill_(std::nan(""));
+  layer.backward(ctx, x, y, dy, dx);
+  const std::vector<double> want{0, 0, 100, 10, 0, 0};
+  for (int i = 0; i < 6; ++i) REQUIRE(dx.data<double>()[i] == want[static_cast<size_t>(i)]);
+}
+
+TEMPLATE_TEST_CASE("lrn matches PyTorch's F.local_response_norm", "[layers][lrn]", float, double) {
+  using T = TestType;
+  Context ctx = Context::cpu(1, 1);
+  const Tensor x = seq<T>({1, 4, 2, 2}, sin_input);
+  Tensor y = Tensor::empty({1, 4, 2, 2}, dtype_of<T>());
+  SECTION("size 3") {
+    Lrn layer({3, 0.2, 0.75, 1.0});
+    layer.setup({4, 2, 2});
+    layer.forward(ctx, x, y, false);
+    require_values<T>(y,
+                      {0.1347175709, 0.60768392, 0.9969814841, 1.255685876, 1.348491417, 1.236791293, 0.9463144213,
+                       0.5472002717, 0.1006151465, -0.353330043, -0.7795241618, -1.126785165, -1.333680604,
+                       -1.318979459, -1.129501153, -0.7927657803},
+                      tolerance<T>());
+  }
+  SECTION("size 4 (PyTorch's window is one channel longer before than after)") {
+    Lrn layer({4, 0.2, 0.75, 1.0});
+    layer.setup({4, 2, 2});
+    layer.forward(ctx, x, y, false);
+    require_values<T>(y,
+                      {0.1381391716, 0.6239085411, 1.024099108, 1.289148765, 1.382942157, 1.272017041, 0.9795955152,
+                       0.5700727607, 0.1050858834, -0.3636398795, -0.7787846409, -1.092103252, -1.271125817,
+                       -1.271447313, -1.115416611, -0.8027363891},
+                      tolerance<T>());
+  }
+}
+
+TEMPLATE_TEST_CASE("contrast_norm matches its definition written in PyTorch ops", "[layers][cnorm]", float, double) {
+  using T = TestType;
+  Context ctx = Context::cpu(1, 1);
+  const Tensor x = seq<T>({1, 2, 4, 5}, sin_input);
+  Tensor y = Tensor::empty({1, 2, 4, 5}, dtype_of<T>());
+  SECTION("size 3") {
+    ContrastNorm layer({3, 0.8, 0.75, 1.0});
+    layer.setup({2, 4, 5});
+    layer.forward(ctx, x, y, false);
+    require_values<T>(
+        y, {0.1284197731,  0.5636667984,  0.9675934265,  1.168640793,   1.291093045,   1.08662279,    0.7753355118,
+            0.4595673125,  0.08308729022, -0.3186413106, -0.7085822466, -0.8978767694, -1.034308274,  -0.995515904,
+            -0.9414964385, -0.7790473355, -0.3094593184, 0.1178998253,  0.4753159867,  0.8433693702,  1.193544122,
+            1.141894484,   0.9990919883,  0.7559900941,  0.4913562269,  0.0824008485,  -0.2867958641, -0.6174998962,
+            -0.8685920114, -1.119190284,  -1.109329518,  -0.8468179934, -0.5865413664, -0.2504202619, 0.1253260977,
+            0.530611836,   0.7845903147,  1.020973959,   1.151997127,   1.183670828},
+        tolerance<T>());
+  }
+  SECTION("size 2 (window [p - 1, p])") {
+    ContrastNorm layer({2, 0.8, 0.75, 1.0});
+    layer.setup({2, 4, 5});
+    layer.forward(ctx, x, y, false);
+    require_values<T>(
+        y, {0.1494674041,  0.6562845042,  1.01658048,    1.21735424,    1.276881527,   1.21112242,    0.9210658208,
+            0.5860225711,  0.09937264941, -0.3042198583, -0.7062858956, -0.8264663387, -0.9952978401, -1.04272383,
+            -0.9089554659, -0.7494428943, -0.2659523034, 0.09961979501, 0.4201084742,  0.6986343656,  1.210044536,
+            1.202709461,   1.205559343,   0.9935038963,  0.6207293356,  0.09553694045, -0.3081150455, -0.5995993287,
+            -0.8154155509, -0.9852718471, -1.228064234,  -0.9052145889, -0.6108383278, -0.2491731224, 0.1058739169,
+            0.5379798259,  0.7183824609,  0.9231294848,  1.040866424,   0.9954770808},
+        tolerance<T>());
+  }
+}
+
+TEST_CASE("global_avgpool averages each channel", "[layers][pool]") {
+  Context ctx = Context::cpu(1, 1);
+  GlobalAvgPool layer;
+  REQUIRE(layer.setup({2, 2, 2}) == Shape{2});
+  Tensor x = Tensor::empty({1, 2, 2, 2}, DType::f32);
+  const float xv[] = {1, 2, 3, 4, -1, -1, -1, 7};
+  std::copy(xv, xv + 8, x.data<float>());
+  Tensor y = Tensor::empty({1, 2}, DType::f32);
+  layer.forward(ctx, x, y, false);
+  REQUIRE(y.data<float>()[0] == 2.5f);
+  REQUIRE(y.data<float>()[1] == 1.0f);
+}
+
+TEST_CASE("the registry builds the image layers from their configs", "[layers][config]") {
+  auto conv = create("{type: conv2d, out_channels: 64, kernel: 5, padding: 2}");
+  auto& c = dynamic_cast<Conv2d&>(*conv);
+  REQUIRE(c.setup({3, 32, 32}) == Shape{64, 32, 32});
+  REQUIRE(c.param_specs().size() == 2);
+  REQUIRE(c.param_specs()[0].shape == Shape{64, 3, 5, 5});
+  REQUIRE(c.param_specs()[0].fan_in == 75);  // PyTorch's bound 1/sqrt(C*kh*kw)
+  auto rect = create("{type: conv2d, out_channels: 2, kernel: [3, 1], stride: [2, 1], padding: [1, 0], bias: false}");
+  REQUIRE(rect->setup({1, 8, 4}) == Shape{2, 4, 4});
+  REQUIRE(rect->param_specs().size() == 1);
+  auto pool = create("{type: maxpool2d, kernel: 3, stride: 2}");
+  REQUIRE(pool->setup({64, 32, 32}) == Shape{64, 15, 15});
+  REQUIRE(create("{type: maxpool2d, kernel: 2}")->setup({1, 8, 6}) == Shape{1, 4, 3});  // stride = kernel
+  REQUIRE(create("{type: avgpool2d, kernel: 3, stride: 2, padding: 1, ceil_mode: true, count_include_pad: false}")
+              ->setup({2, 7, 7}) == Shape{2, 4, 4});
+  REQUIRE(create("{type: global_avgpool}")->setup({8, 4, 4}) == Shape{8});
+  REQUIRE(create("{type: lrn, size: 5, alpha: 0.0001, beta: 0.75, k: 2}")->setup({96, 55, 55}) == Shape{96, 55, 55});
+  REQUIRE(create("{type: contrast_norm, size: 9}")->setup({64, 15, 15}) == Shape{64, 15, 15});
+  auto local = create("{type: locally_connected2d, out_channels: 32, kernel: 3, padding: 1}");
+  REQUIRE(local->setup({64, 7, 7}) == Shape{32, 7, 7});
+  REQUIRE(local->param_specs()[0].shape == Shape{49, 32, 576});
+  REQUIRE(local->param_specs()[1].shape == Shape{32, 7, 7});
+}
+
+TEST_CASE("image layer configuration errors name the key and what was expected", "[layers][config]") {
+  REQUIRE_THROWS_WITH(create("{type: conv2d, kernel: 3}"),
+                      Catch::Contains("model.layers.0.out_channels is required"));
+  REQUIRE_THROWS_WITH(create("{type: conv2d, out_channels: 8}"), Catch::Contains("model.layers.0.kernel is required"));
+  REQUIRE_THROWS_WITH(create("{type: conv2d, out_channels: 8, kernel: 3, padding: -1}"),
+                      Catch::Contains("model.layers.0.padding must be >= 0, got -1"));
+  REQUIRE_THROWS_WITH(create("{type: conv2d, out_channels: 8, kernel: [3, 3, 3]}"),
+                      Catch::Contains("kernel must be an integer or a list [height, width], got 3 entries"));
+  REQUIRE_THROWS_WITH(create("{type: conv2d, out_channels: 8, kernel: [3, -3]}"),
+                      Catch::Contains("kernel entry 1 must be in [1,"));
+  REQUIRE_THROWS_WITH(create("{type: conv2d, out_channels: 0, kernel: 3}"),
+                      Catch::Contains("out_channels must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(create("{type: maxpool2d, kernel: 3, stride: 0}"), Catch::Contains("stride must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(create("{type: maxpool2d, kernel: 3, count_include_pad: true}"),
+                      Catch::Contains("unknown key 'model.layers.0.count_include_pad'"));
+  REQUIRE_THROWS_WITH(create("{type: lrn}"), Catch::Contains("model.layers.0.size is required"));
+  REQUIRE_THROWS_WITH(create("{type: contrast_norm, size: 0}"), Catch::Contains("size must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(create("{type: locally_connected2d, kernel: 3}"),
+                      Catch::Contains("model.layers.0.out_channels is required"));
+  REQUIRE_THROWS_AS(create("{type: conv2d, kernel: 3}"), InputError);
+}
+
+TEST_CASE("image layers reject shapes they cannot handle", "[layers][config]") {
+  Conv2d conv(4, {5, 5, 1, 1, 0, 0}, true);
+  REQUIRE_THROWS_WITH(conv.setup({3, 4, 8}),
+                      Catch::Contains("kernel [5, 5] is larger than the padded input [4, 8]"));
+  REQUIRE_THROWS_WITH(conv.setup({48}), Catch::Contains("expects one image (channels, height, width) per sample"));
+  Conv2d padded(4, {5, 5, 1, 1, 1, 1}, true);
+  REQUIRE(padded.setup({3, 3, 3}) == Shape{4, 1, 1});  // the padding makes room for the kernel
+  Pool2d pool(PoolKind::max, {{3, 3, 2, 2, 2, 2}});
+  REQUIRE_THROWS_WITH(pool.setup({1, 8, 8}), Catch::Contains("padding [2, 2] must be at most half of the kernel"));
+  LocallyConnected2d local(2, {9, 9, 1, 1, 0, 0}, true);
+  REQUIRE_THROWS_WITH(local.setup({2, 7, 7}), Catch::Contains("kernel [9, 9] is larger than the padded input"));
+  GlobalAvgPool gap;
+  REQUIRE_THROWS_WITH(gap.setup({10}), Catch::Contains("expects one image"));
+}
+
+TEST_CASE("conv2d f32 agrees with f64 and backward overwrites its gradients", "[layers][conv2d]") {
+  Context ctx = Context::cpu(1, 1);
+  Conv2d a(6, {3, 3, 2, 2, 1, 1}, true), b(6, {3, 3, 2, 2, 1, 1}, true);
+  const Shape out = a.setup({4, 9, 7});
+  b.setup({4, 9, 7});
+  BoundParams p64 = bind_random_params(a, 3, DType::f64);
+  BoundParams p32 = bind_random_params(b, 3, DType::f32);
+  const Tensor x64 = random_tensor({3, 4, 9, 7}, 4), x32 = random_tensor({3, 4, 9, 7}, 4, -1, 1, DType::f32);
+  const Shape ys{3, out[0], out[1], out[2]};
+  Tensor y64 = Tensor::empty(ys, DType::f64), y32 = Tensor::empty(ys, DType::f32);
+  a.forward(ctx, x64, y64, true);
+  b.forward(ctx, x32, y32, true);
+  for (int64_t i = 0; i < y64.numel(); ++i) REQUIRE(std::fabs(y32.data<float>()[i] - y64.data<double>()[i]) < 1e-5);
+  // Backward twice with the same dy: the gradients must be equal (overwritten, not accumulated).
+  const Tensor dy = random_tensor(ys, 5);
+  Tensor dx = Tensor::empty(x64.shape(), DType::f64);
+  Tensor undefined;
+  a.backward(ctx, x64, y64, dy, undefined);  // a first layer: no dx
+  const Tensor first = p64.grads.clone();
+  a.backward(ctx, x64, y64, dy, dx);
+  for (int64_t i = 0; i < first.numel(); ++i) REQUIRE(first.data<double>()[i] == p64.grads.data<double>()[i]);
+}
