@@ -10,6 +10,9 @@ find_package(Catch2 REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(ZLIB REQUIRED)
+# FFTW (single precision) for the speech features in data/.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(FFTW3F REQUIRED IMPORTED_TARGET fftw3f)
 
 # OpenBLAS: link it by name (not the generic libblas alternative) so that openblas_set_num_threads and
 # openblas_get_corename are available; tools and the trainer use them.

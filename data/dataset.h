@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/check.h"
 #include "framework/config_node.h"
 #include "framework/tensor.h"
 
@@ -22,6 +23,20 @@ class Dataset {
   // Writes sample `index` (normalized floats, shape_numel(sample_shape()) values) and its label.
   // Must be safe to call concurrently.
   virtual void read(int64_t index, float* x, int32_t* label) const = 0;
+
+  // Sequence datasets (speech). A sample is a variable number of frames, each of sample_shape(), and
+  // its target is a variable-length sequence of classes in [1, num_classes()): class 0 is the CTC
+  // blank. The Loader pads such samples into batches (Batch::lengths, targets, target_lengths).
+  virtual bool is_sequence() const { return false; }
+  // Frames of sample `index`.
+  virtual int64_t sequence_length(int64_t /*index*/) const { return 1; }
+  // Writes sequence_length(index) frames into x and replaces *targets. Safe to call concurrently.
+  virtual void read_sequence(int64_t /*index*/, float* /*x*/, std::vector<int32_t>* /*targets*/) const {
+    throw Error("this dataset holds no sequences");
+  }
+  // The text of each class, for decoding (index 0, the blank, is ""; " " separates words); empty
+  // for classification datasets.
+  virtual std::vector<std::string> vocabulary() const { return {}; }
 };
 
 enum class Split { train, test };
@@ -38,6 +53,16 @@ struct DataConfig {
   std::vector<double> mean, std;  // per-channel normalization; empty = the dataset's standard values
   int64_t limit_train = 0;        // use only the first N training samples (0 = all)
   int64_t limit_test = 0;         // use only the first N test samples (0 = all)
+  // Speech datasets (an4): features and their cache. Ignored by the image datasets.
+  struct Speech {
+    std::string byte_order = "big";  // of headerless .raw audio: big | little
+    int num_mels = 40;
+    double window_ms = 25.0;
+    double hop_ms = 10.0;
+    int fft_size = 512;
+    std::string window = "hann";  // hann | hamming
+    std::string cache_dir;        // where computed features are cached; empty: no cache
+  } speech;
 };
 
 // Parses and validates the `data` section (calls finish()).
