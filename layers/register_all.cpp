@@ -4,6 +4,7 @@
 #include "layers/register_all.h"
 
 #include "layers/activation.h"
+#include "layers/ctc_loss.h"
 #include "layers/dense.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
@@ -19,6 +20,9 @@ void register_layers(LayerRegistry& registry) {
   registry.add("dropout", make_dropout);
 }
 
-void register_losses(LossRegistry& registry) { registry.add("softmax_cross_entropy", make_softmax_cross_entropy); }
+void register_losses(LossRegistry& registry) {
+  registry.add("softmax_cross_entropy", make_softmax_cross_entropy);
+  registry.add("ctc", make_ctc);
+}
 
 }  // namespace qtrain
