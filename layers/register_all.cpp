@@ -8,6 +8,7 @@
 #include "layers/dense.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
+#include "layers/lstm.h"
 #include "layers/softmax_cross_entropy.h"
 
 namespace qtrain {
@@ -18,6 +19,7 @@ void register_layers(LayerRegistry& registry) {
   for (ActivationKind kind : {ActivationKind::relu, ActivationKind::tanh, ActivationKind::sigmoid})
     registry.add(activation_name(kind), [kind](ConfigNode& cfg) { return make_activation(cfg, kind); });
   registry.add("dropout", make_dropout);
+  registry.add("lstm", make_lstm);
 }
 
 void register_losses(LossRegistry& registry) {
