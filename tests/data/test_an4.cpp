@@ -351,8 +351,9 @@ TEST_CASE("loader: sequence batches are zero-padded with lengths and concatenate
 }
 
 TEST_CASE("an4: the real corpus (skipped when ../shared/data/an4 is absent)", "[an4][real]") {
-  const fs::path root = fs::path(QTRAIN_SOURCE_DIR) / ".." / ".." / "shared" / "data" / "an4";
-  const fs::path alt = fs::path("/work/shared/data/an4");
+  // ../shared/data/an4 beside the checkout (or beside the folder of worktrees).
+  const fs::path root = fs::path(QTRAIN_SOURCE_DIR) / ".." / "shared" / "data" / "an4";
+  const fs::path alt = fs::path(QTRAIN_SOURCE_DIR) / ".." / ".." / "shared" / "data" / "an4";
   const fs::path folder = fs::is_directory(root) ? root : alt;
   if (!fs::is_directory(folder)) {
     WARN("skipped: the AN4 corpus is not at " << root.string());
