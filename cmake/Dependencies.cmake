@@ -12,6 +12,9 @@ find_package(nlohmann_json REQUIRED)
 find_package(ZLIB REQUIRED)
 # libjpeg-turbo (libjpeg62-turbo-dev) decodes the imagefolder dataset's JPEG files.
 find_package(JPEG REQUIRED)
+# FFTW (single precision) for the speech features in data/.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(FFTW3F REQUIRED IMPORTED_TARGET fftw3f)
 
 # OpenBLAS: link it by name (not the generic libblas alternative) so that openblas_set_num_threads and
 # openblas_get_corename are available; tools and the trainer use them.

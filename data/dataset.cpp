@@ -5,6 +5,7 @@
 #include <limits>
 #include <thread>
 
+#include "data/an4.h"
 #include "data/cifar.h"
 #include "data/dataset.h"
 #include "data/imagefolder.h"
@@ -45,7 +46,7 @@ DataConfig parse_data_config(ConfigNode& section) {
   constexpr int64_t kMaxBatch = 1 << 20;
   constexpr int64_t kMaxSamples = std::numeric_limits<int32_t>::max();
   DataConfig c;
-  c.dataset = section.get_choice("dataset", c.dataset, {"mnist", "fashion_mnist", "cifar10", "cifar100", "imagefolder"});
+  c.dataset = section.get_choice("dataset", c.dataset, {"mnist", "fashion_mnist", "cifar10", "cifar100", "imagefolder", "an4"});
   c.path = section.require<std::string>("path");
   if (c.path.empty()) section.fail("path", "must name the folder with the dataset's files");
   c.batch_size = section.get_int("batch_size", c.batch_size, 1, kMaxBatch);
@@ -72,6 +73,20 @@ DataConfig parse_data_config(ConfigNode& section) {
   if (c.eval_resize < c.image_size)
     section.fail("eval_resize", fmt::format("must be >= image_size ({}) for the center crop, got {}", c.image_size,
                                             c.eval_resize));
+  if (c.dataset == "an4") {
+    // Speech keys exist only for speech datasets, so a typo'd image config still fails finish().
+    c.speech.byte_order = section.get_choice("byte_order", c.speech.byte_order, {"big", "little"});
+    c.speech.cache_dir = section.get<std::string>("cache_dir", c.speech.cache_dir);
+    if (section.has("features")) {
+      ConfigNode f = section.child("features");
+      c.speech.num_mels = static_cast<int>(f.get_int("num_mels", c.speech.num_mels, 1, 512));
+      c.speech.window_ms = f.get_double("window_ms", c.speech.window_ms, 1.0, 1000.0);
+      c.speech.hop_ms = f.get_double("hop_ms", c.speech.hop_ms, 0.1, 1000.0);
+      c.speech.fft_size = static_cast<int>(f.get_int("fft_size", c.speech.fft_size, 16, 1 << 16));
+      c.speech.window = f.get_choice("window", c.speech.window, {"hann", "hamming"});
+      f.finish();
+    }
+  }
   section.finish();
   return c;
 }
@@ -107,10 +122,22 @@ std::unique_ptr<Dataset> open_dataset(const DataConfig& config, Split split) {
     o.augment = augment;
     return open_imagefolder(config.path, split, o);
   }
+  if (config.dataset == "an4") {
+    An4Options a;
+    a.audio.raw_byte_order = config.speech.byte_order == "little" ? ByteOrder::little : ByteOrder::big;
+    a.features.num_mels = config.speech.num_mels;
+    a.features.window_ms = config.speech.window_ms;
+    a.features.hop_ms = config.speech.hop_ms;
+    a.features.fft_size = config.speech.fft_size;
+    a.features.window = config.speech.window == "hamming" ? WindowType::hamming : WindowType::hann;
+    a.cache_dir = config.speech.cache_dir;
+    a.limit = limit;
+    return open_an4(config.path, split, a);
+  }
   MnistOptions o;
   if (config.dataset == "mnist") o.variant = MnistVariant::mnist;
   else if (config.dataset == "fashion_mnist") o.variant = MnistVariant::fashion_mnist;
-  else input_error("data.dataset must be one of mnist, fashion_mnist, cifar10, cifar100, imagefolder, got '{}'", config.dataset);
+  else input_error("data.dataset must be one of mnist, fashion_mnist, cifar10, cifar100, imagefolder, an4, got '{}'", config.dataset);
   if (!config.mean.empty()) o.mean = config.mean[0];
   if (!config.std.empty()) o.std = config.std[0];
   o.limit = limit;

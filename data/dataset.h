@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/augment.h"
+#include "framework/check.h"
 #include "framework/config_node.h"
 #include "framework/philox.h"
 #include "framework/tensor.h"
@@ -31,6 +32,20 @@ class Dataset {
   virtual void read_augmented(int64_t index, PhiloxKey /*key*/, float* x, int32_t* label) const {
     read(index, x, label);
   }
+
+  // Sequence datasets (speech). A sample is a variable number of frames, each of sample_shape(), and
+  // its target is a variable-length sequence of classes in [1, num_classes()): class 0 is the CTC
+  // blank. The Loader pads such samples into batches (Batch::lengths, targets, target_lengths).
+  virtual bool is_sequence() const { return false; }
+  // Frames of sample `index`.
+  virtual int64_t sequence_length(int64_t /*index*/) const { return 1; }
+  // Writes sequence_length(index) frames into x and replaces *targets. Safe to call concurrently.
+  virtual void read_sequence(int64_t /*index*/, float* /*x*/, std::vector<int32_t>* /*targets*/) const {
+    throw Error("this dataset holds no sequences");
+  }
+  // The text of each class, for decoding (index 0, the blank, is ""; " " separates words); empty
+  // for classification datasets.
+  virtual std::vector<std::string> vocabulary() const { return {}; }
 };
 
 enum class Split { train, test };
@@ -53,6 +68,16 @@ struct DataConfig {
   int64_t image_size = 224;       // imagefolder: side of the square samples
   int64_t eval_resize = 256;      // imagefolder: evaluation resizes the shorter side to this (default
                                   // image_size * 256 / 224), then center-crops image_size
+  // Speech datasets (an4): features and their cache. Ignored by the image datasets.
+  struct Speech {
+    std::string byte_order = "big";  // of headerless .raw audio: big | little
+    int num_mels = 40;
+    double window_ms = 25.0;
+    double hop_ms = 10.0;
+    int fft_size = 512;
+    std::string window = "hann";  // hann | hamming
+    std::string cache_dir;        // where computed features are cached; empty: no cache
+  } speech;
 };
 
 // Parses and validates the `data` section (calls finish()).

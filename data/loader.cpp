@@ -3,6 +3,7 @@
 // epoch starts and in the destructor; a reader exception travels to next().
 #include "data/loader.h"
 
+#include <algorithm>
 #include <limits>
 #include <numeric>
 
@@ -85,6 +86,7 @@ Batch Loader::assemble(const std::vector<int64_t>& permutation, int64_t epoch, i
   const int64_t sample_numel = shape_numel(sample);
   Shape x_shape{rows};
   x_shape.insert(x_shape.end(), sample.begin(), sample.end());
+  if (dataset_.is_sequence()) return assemble_sequences(permutation, epoch, index);
   Batch batch;
   batch.x = Tensor::empty(x_shape, DType::f32);        // (B, sample...)
   batch.labels = Tensor::empty({rows}, DType::i32);   // (B)
@@ -106,6 +108,40 @@ Batch Loader::assemble(const std::vector<int64_t>& permutation, int64_t epoch, i
   } else {
     for (int64_t r = 0; r < rows; ++r) read_row(r);
   }
+  return batch;
+}
+
+// Sequences are zero-padded to the longest one in the batch: x is (B, T_max, frame...).
+Batch Loader::assemble_sequences(const std::vector<int64_t>& permutation, int64_t epoch, int64_t index) const {
+  const int64_t begin = index * options_.batch_size;
+  const int64_t rows = std::min(options_.batch_size, shard_size_ - begin);
+  const Shape frame = dataset_.sample_shape();
+  const int64_t frame_numel = shape_numel(frame);
+  std::vector<int64_t> ids(static_cast<size_t>(rows));
+  int64_t t_max = 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    ids[static_cast<size_t>(r)] = permutation[static_cast<size_t>(shard_begin_ + begin + r)];
+    t_max = std::max(t_max, dataset_.sequence_length(ids[static_cast<size_t>(r)]));
+  }
+  Shape x_shape{rows, t_max};
+  x_shape.insert(x_shape.end(), frame.begin(), frame.end());
+  Batch batch;
+  batch.x = Tensor::zeros(x_shape, DType::f32);
+  batch.labels = Tensor::zeros({rows}, DType::i32);
+  batch.lengths = Tensor::empty({rows}, DType::i32);
+  batch.target_lengths = Tensor::empty({rows}, DType::i32);
+  batch.epoch = epoch;
+  batch.index = index;
+  std::vector<int32_t> all_targets, targets;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t id = ids[static_cast<size_t>(r)];
+    dataset_.read_sequence(id, batch.x.data<float>() + r * t_max * frame_numel, &targets);
+    batch.lengths.data<int32_t>()[r] = static_cast<int32_t>(dataset_.sequence_length(id));
+    batch.target_lengths.data<int32_t>()[r] = static_cast<int32_t>(targets.size());
+    all_targets.insert(all_targets.end(), targets.begin(), targets.end());
+  }
+  batch.targets = Tensor::empty({std::max<int64_t>(1, static_cast<int64_t>(all_targets.size()))}, DType::i32);
+  std::copy(all_targets.begin(), all_targets.end(), batch.targets.data<int32_t>());
   return batch;
 }
 

@@ -37,6 +37,10 @@ struct LoaderOptions {
 struct Batch {
   Tensor x;       // (B, sample_shape...) f32, CPU
   Tensor labels;  // (B) i32, CPU
+  // Sequence datasets only (undefined otherwise): x is (B, T_max, frame...) zero-padded, lengths (B)
+  // i32 the frames of each sample, targets the concatenated target sequences (i32, at least one
+  // element), target_lengths (B) i32 their lengths.
+  Tensor lengths, targets, target_lengths;
   int64_t epoch = 0;
   int64_t index = 0;  // batch index within the epoch
 };
@@ -67,6 +71,7 @@ class Loader {
  private:
   void produce(int64_t epoch, int64_t first_batch);
   Batch assemble(const std::vector<int64_t>& permutation, int64_t epoch, int64_t index) const;
+  Batch assemble_sequences(const std::vector<int64_t>& permutation, int64_t epoch, int64_t index) const;
   void stop();
 
   const Dataset& dataset_;

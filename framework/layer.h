@@ -36,6 +36,10 @@ struct ParamSpec {
   Init init = Init::zeros;
   int64_t fan_in = 1;
   int64_t fan_out = 1;
+  // Optional: after `init`, elements [fill_begin, fill_end) are set to fill_value (the LSTM's
+  // forget-gate bias). Empty by default.
+  int64_t fill_begin = 0, fill_end = 0;
+  double fill_value = 0.0;
 };
 
 class Layer {
@@ -91,6 +95,12 @@ class Layer {
   // Given dy, overwrites this layer's parameter gradients and, when dx is defined, writes dx.
   // x and y are the tensors of the matching forward call (training mode).
   virtual void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+
+  // Sequence batches (Net::forward_sequence): the B samples' T frames arrive as B*T rows (sample-
+  // major, sample b's frame t at row b*T + t) and `lengths` ((B) i32, CPU) holds each sample's valid
+  // frames. Per-frame layers (dense, activations) ignore it; recurrent layers (lstm) need it. Called
+  // before every forward of a sequence batch.
+  virtual void set_sequence_lengths(const Tensor& /*lengths*/) {}
 
  protected:
   std::vector<Tensor> params_;

@@ -2,6 +2,7 @@
 // Appends on resume, after checking that the existing header is the one this version writes.
 #pragma once
 
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ struct MetricsRow {
   double hidden_comm_s = 0;   // exchange time overlapped with backward (not waited for)
   double exposed_comm_s = 0;  // time the training loop waited for the exchange after backward
   double fraction_quantized = 0;  // of all gradient values, those not sent as fp32
+  // Sequence tasks (CTC): character and word error rates on the test set; NaN (an empty cell) for
+  // classification and for rows without an evaluation.
+  double test_cer = std::nan(""), test_wer = std::nan("");
 };
 
 class MetricsWriter {

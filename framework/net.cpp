@@ -1,6 +1,7 @@
 // Net construction (layer graph, shapes, arena layout), initialization, forward, loss and backward.
 #include "framework/net.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -51,6 +52,7 @@ void initialize_values(std::vector<double>& values, const ParamSpec& spec, uint6
       break;
     }
   }
+  for (int64_t i = std::max<int64_t>(spec.fill_begin, 0); i < std::min(spec.fill_end, n); ++i) values[i] = spec.fill_value;
 }
 
 Net::Net(const ModelConfig& config, DType dtype, Device device, const LayerRegistry& layers,
@@ -228,6 +230,28 @@ const Tensor& Net::forward(Context& ctx, const Tensor& x, bool training) {
   // The returned tensor must outlive this call: keep the narrowed view in a member.
   logits_ = acts_.back().narrow_rows(batch_);
   return logits_;
+}
+
+const Tensor& Net::forward_sequence(Context& ctx, const Tensor& x, const Tensor& lengths, bool training) {
+  QT_CHECK(x.ndim() >= 2, "a sequence batch must be (batch, time, frame...), got {}", shape_str(x.shape()));
+  QT_CHECK(lengths.defined() && lengths.dtype() == DType::i32 && lengths.device().is_cpu() &&
+               lengths.numel() == x.dim(0),
+           "a sequence batch of {} needs {} i32 lengths on the CPU", shape_str(x.shape()), x.dim(0));
+  sequence_batch_ = x.dim(0);
+  sequence_frames_ = x.dim(1);
+  Shape rows{sequence_batch_ * sequence_frames_};
+  rows.insert(rows.end(), x.shape().begin() + 2, x.shape().end());
+  for (auto& layer : layers_) layer->set_sequence_lengths(lengths);
+  return forward(ctx, x.reshape(rows), training);
+}
+
+LossStats Net::loss_sequence(Context& ctx, const SequenceTargets& targets, bool with_gradient) {
+  QT_CHECK(sequence_batch_ > 0 && batch_ == sequence_batch_ * sequence_frames_,
+           "loss_sequence needs a preceding forward_sequence");
+  const int64_t classes = logits_.dim(1);
+  const Shape btc{sequence_batch_, sequence_frames_, classes};
+  Tensor dlogits = dacts_.back().narrow_rows(batch_).reshape(btc);
+  return loss_->compute_sequence(ctx, logits_.reshape(btc), targets, with_gradient ? &dlogits : nullptr);
 }
 
 LossStats Net::loss(Context& ctx, const Tensor& labels, bool with_gradient) {

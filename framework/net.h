@@ -41,6 +41,14 @@ class Net {
   const Tensor& forward(Context& ctx, const Tensor& x, bool training);
   // Loss of the last forward; with `with_gradient`, also prepares backward().
   LossStats loss(Context& ctx, const Tensor& labels, bool with_gradient);
+  // Sequence batches: x is (B, T, input...) zero-padded and lengths (B) i32 on the CPU. The layers run
+  // on the B*T frames as rows (so dense is time-distributed), after set_sequence_lengths(lengths);
+  // returns the logits as (B*T, classes).
+  const Tensor& forward_sequence(Context& ctx, const Tensor& x, const Tensor& lengths, bool training);
+  // Loss of the last forward_sequence (a sequence loss such as ctc), with the logits seen as (B, T, C).
+  LossStats loss_sequence(Context& ctx, const SequenceTargets& targets, bool with_gradient);
+  bool has_sequence_loss() const { return loss_->is_sequence_loss(); }
+  Loss& loss_function() { return *loss_; }
   // Backpropagates the last loss into grads(); `on_layer_done(i)` runs after layer i's gradients are
   // final (layers complete in reverse config order), so communication can start while backward
   // continues. Where an activation feeds several layers, their gradients for it are summed.
@@ -99,6 +107,7 @@ class Net {
   Tensor input_;                  // the last forward's input (a reference, not a copy)
   Tensor logits_;                 // view of the last forward's logits
   int64_t batch_ = 0;
+  int64_t sequence_batch_ = 0, sequence_frames_ = 0;  // B and T of the last forward_sequence
 };
 
 // Fills `values` (CPU, f64) per `init` from a Philox stream keyed by `key_seed`.

@@ -15,6 +15,7 @@
 #include "framework/progress.h"
 #include "framework/safetensors.h"
 #include "layers/register_all.h"
+#include "optim/clip.h"
 
 namespace qtrain {
 namespace fs = std::filesystem;
@@ -35,10 +36,23 @@ uint64_t fnv1a64(const void* data, size_t bytes) {
 // A batch moved to the net's device and dtype; CPU f32 batches are used in place.
 struct DeviceBatch {
   Tensor x, labels;
+  SequenceTargets sequence;  // sequence datasets: lengths and targets stay on the CPU
 };
 DeviceBatch to_device(const Batch& b, Device device) {
-  if (device.is_cpu()) return {b.x, b.labels};
-  return {b.x.to(device), b.labels.to(device)};
+  DeviceBatch out{device.is_cpu() ? b.x : b.x.to(device), device.is_cpu() ? b.labels : b.labels.to(device), {}};
+  out.sequence = {b.lengths, b.targets, b.target_lengths};
+  return out;
+}
+
+// Forward and loss of one batch: classification through Net::forward/loss, sequence batches (a
+// sequence loss such as ctc) through forward_sequence/loss_sequence.
+LossStats forward_and_loss(Net& net, Context& ctx, const DeviceBatch& b, bool training, bool with_gradient) {
+  if (!net.has_sequence_loss()) {
+    net.forward(ctx, b.x, training);
+    return net.loss(ctx, b.labels, with_gradient);
+  }
+  net.forward_sequence(ctx, b.x, b.sequence.input_lengths, training);
+  return net.loss_sequence(ctx, b.sequence, with_gradient);
 }
 }  // namespace
 
@@ -80,19 +94,27 @@ EvalResult evaluate(Net& net, Context& ctx, Loader& loader) {
   loader.start_epoch(0);
   double loss_sum = 0;
   int64_t correct = 0, count = 0;
+  LossStats errors;  // sequence tasks: edit distances
   while (auto batch = loader.next()) {
     DeviceBatch b = to_device(*batch, net.device());
-    net.forward(ctx, b.x, /*training=*/false);
-    const LossStats s = net.loss(ctx, b.labels, /*with_gradient=*/false);
+    const LossStats s = forward_and_loss(net, ctx, b, /*training=*/false, /*with_gradient=*/false);
     loss_sum += s.loss_sum;
     correct += s.correct;
     count += s.count;
+    errors.char_errors += s.char_errors;
+    errors.chars += s.chars;
+    errors.word_errors += s.word_errors;
+    errors.words += s.words;
   }
   EvalResult r;
   r.samples = count;
   if (count > 0) {
     r.loss = loss_sum / static_cast<double>(count);
     r.accuracy = static_cast<double>(correct) / static_cast<double>(count);
+  }
+  if (net.has_sequence_loss()) {
+    r.cer = static_cast<double>(errors.char_errors) / static_cast<double>(std::max<int64_t>(errors.chars, 1));
+    r.wer = static_cast<double>(errors.word_errors) / static_cast<double>(std::max<int64_t>(errors.words, 1));
   }
   return r;
 }
@@ -121,6 +143,11 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   if (train_set_->sample_shape() != net_->input_shape())
     input_error("{}: model.input is {} but the {} samples are {}", config_.file, shape_str(net_->input_shape()),
                 config_.data.dataset, shape_str(train_set_->sample_shape()));
+  if (net_->has_sequence_loss() != train_set_->is_sequence())
+    input_error("{}: loss {} {} but dataset {} {}", config_.file, net_->loss_function().type(),
+                net_->has_sequence_loss() ? "needs sequences" : "needs class labels", config_.data.dataset,
+                train_set_->is_sequence() ? "holds sequences (use loss: ctc)" : "holds class labels");
+  net_->loss_function().set_vocabulary(train_set_->vocabulary());
   if (net_->output_shape()[0] != train_set_->num_classes())
     input_error("{}: the last layer produces {} scores but {} has {} classes", config_.file, net_->output_shape()[0],
                 config_.data.dataset, train_set_->num_classes());
@@ -349,8 +376,7 @@ TrainSummary Trainer::run() {
       ctx_->set_step(static_cast<uint64_t>(pos.step));
       {
         ScopedPhase p(timers, Phase::forward);
-        net_->forward(*ctx_, b.x, /*training=*/true);
-        const LossStats s = net_->loss(*ctx_, b.labels, /*with_gradient=*/true);
+        const LossStats s = forward_and_loss(*net_, *ctx_, b, /*training=*/true, /*with_gradient=*/true);
         if (!std::isfinite(s.loss_sum))
           input_error("step {}: the training loss is {} (diverged); lower optimizer.lr or check the data", pos.step,
                       s.loss_sum);
@@ -370,6 +396,11 @@ TrainSummary Trainer::run() {
         const auto t_wait = std::chrono::steady_clock::now();
         exchange_->finish_step();
         exposed_s += seconds_since(t_wait);
+      }
+      // Clipping sees the averaged gradients, identical on every rank, so replicas stay in step.
+      if (optimizer_->clip_norm() > 0) {
+        ScopedPhase p(timers, Phase::optimizer);
+        clip_grad_norm(*ctx_, net_->grads(), optimizer_->clip_norm());
       }
       {
         ScopedPhase p(timers, Phase::optimizer);
@@ -416,6 +447,8 @@ TrainSummary Trainer::run() {
       summary.test = evaluate(*net_, *ctx_, *test_loader_);
       row.test_loss = summary.test.loss;
       row.test_accuracy = summary.test.accuracy;
+      row.test_cer = summary.test.cer;
+      row.test_wer = summary.test.wer;
     }
     row.wall_time_s = seconds_since(t_start);
     if (metrics) metrics->append(row);
@@ -427,7 +460,10 @@ TrainSummary Trainer::run() {
                          timers.seconds(Phase::data), timers.seconds(Phase::forward), timers.seconds(Phase::backward),
                          timers.seconds(Phase::optimizer), timers.seconds(Phase::encode),
                          timers.seconds(Phase::communicate), timers.seconds(Phase::decode), row.hidden_comm_s,
-                         row.exposed_comm_s, row.bytes_sent_per_step / 1e6));
+                         row.exposed_comm_s, row.bytes_sent_per_step / 1e6) +
+             (std::isnan(row.test_cer) ? std::string()
+                                       : fmt::format(" | test CER {:.2f}% WER {:.2f}%", 100 * row.test_cer,
+                                                     100 * row.test_wer)));
     if (options_.rank == 0 && ex.steps > 0 && comm_->size() > 1) {
       std::string per_layer = "bytes sent per step by tensor:";
       for (size_t t = 0; t < exchange_->tensors().size(); ++t)

@@ -3,6 +3,8 @@
 // timing, evaluation, metrics.csv, progress output and atomic checkpoints; resumes exactly.
 #pragma once
 
+#include <cmath>
+
 #include <memory>
 #include <string>
 
@@ -32,8 +34,10 @@ struct TrainOptions {
 
 struct EvalResult {
   double loss = 0;
-  double accuracy = 0;
+  double accuracy = 0;  // sequence tasks: the fraction of utterances decoded exactly
   int64_t samples = 0;
+  // Sequence tasks only (NaN otherwise): character / word error rate of greedy CTC decoding.
+  double cer = std::nan(""), wer = std::nan("");
 };
 
 struct TrainSummary {

@@ -8,12 +8,14 @@
 #include "layers/batchnorm.h"
 #include "layers/contrast_norm.h"
 #include "layers/conv2d.h"
+#include "layers/ctc_loss.h"
 #include "layers/dense.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
 #include "layers/global_avgpool.h"
 #include "layers/locally_connected2d.h"
 #include "layers/lrn.h"
+#include "layers/lstm.h"
 #include "layers/pad_channels.h"
 #include "layers/pool2d.h"
 #include "layers/softmax_cross_entropy.h"
@@ -37,8 +39,12 @@ void register_layers(LayerRegistry& registry) {
   registry.add("lrn", make_lrn);
   registry.add("contrast_norm", make_contrast_norm);
   registry.add("locally_connected2d", make_locally_connected2d);
+  registry.add("lstm", make_lstm);
 }
 
-void register_losses(LossRegistry& registry) { registry.add("softmax_cross_entropy", make_softmax_cross_entropy); }
+void register_losses(LossRegistry& registry) {
+  registry.add("softmax_cross_entropy", make_softmax_cross_entropy);
+  registry.add("ctc", make_ctc);
+}
 
 }  // namespace qtrain

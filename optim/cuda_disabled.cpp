@@ -1,6 +1,7 @@
 // Builds without the CUDA toolkit: the optimizers' CUDA launchers exist but throw, naming the
 // optimizer, so a CUDA arena reaching them is a clear error (never a silent CPU fallback).
 #include "framework/check.h"
+#include "optim/clip.h"
 #include "optim/kernels.h"
 
 namespace qtrain::optim_detail {
@@ -20,3 +21,9 @@ void adam_step_cuda(Context&, const AdamCoeffs<float>&, float*, const float*, fl
 }
 
 }  // namespace qtrain::optim_detail
+
+namespace qtrain {
+double clip_grad_norm_cuda(Context&, Tensor&, double) {
+  throw Error("clip_grad_norm: a CUDA tensor arrived but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)");
+}
+}  // namespace qtrain

@@ -69,6 +69,7 @@ std::unique_ptr<Optimizer> make_optimizer(ConfigNode& section) {
   if (type == "sgd") out = parse_sgd(section, lr, weight_decay);
   else if (type == "rmsprop") out = parse_rmsprop(section, lr, weight_decay);
   else out = parse_adam(section, lr, weight_decay);
+  out->set_clip_norm(section.get_double("clip_norm", 0.0, 0.0, kInf));
   section.finish();
   return out;
 }

@@ -28,6 +28,13 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, Tensor>> state() = 0;
   // The base learning rate from the config (the schedule scales it).
   virtual double base_lr() const = 0;
+  // optimizer.clip_norm: the trainer clips the averaged gradients to this global L2 norm before
+  // step() (optim/clip.h); 0 = no clipping.
+  double clip_norm() const { return clip_norm_; }
+  void set_clip_norm(double max_norm) { clip_norm_ = max_norm; }
+
+ private:
+  double clip_norm_ = 0;
 };
 
 // Parses the `optimizer` section (type: sgd | rmsprop | adam and their options). The `schedule`

@@ -323,7 +323,7 @@ TEST_CASE("data config: defaults and values", "[data][config]") {
 TEST_CASE("data config: errors", "[data][config]") {
   REQUIRE_THROWS_WITH(data_config_from("data: {batch_size: 8}\n"), Catch::Contains("data.path is required"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, dataset: imagenet}\n"),
-                      Catch::Contains("data.dataset must be one of mnist, fashion_mnist, cifar10, cifar100, imagefolder, got 'imagenet'"));
+                      Catch::Contains("data.dataset must be one of mnist, fashion_mnist, cifar10, cifar100, imagefolder, an4, got 'imagenet'"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, batch_size: 0}\n"),
                       Catch::Contains("data.batch_size must be >= 1, got 0"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, mean: [0.1, 0.2, 0.3]}\n"),

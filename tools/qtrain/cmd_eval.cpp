@@ -1,4 +1,7 @@
-// `qtrain eval RUN_DIR [--checkpoint FILE] [--set key=value ...]`: test loss and accuracy of a trained run.
+// `qtrain eval RUN_DIR [--checkpoint FILE] [--set key=value ...]`: test loss and accuracy of a trained run
+// (and the character / word error rates of a speech run).
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "framework/trainer.h"
@@ -30,6 +33,7 @@ void add_eval_command(CLI::App& app) {
     Net net(rc.model, DType::f32, device, layer_registry(), loss_registry());
     const TrainingPosition pos = load_checkpoint(checkpoint, net, nullptr);
     std::unique_ptr<Dataset> test = open_dataset(rc.data, Split::test);
+    net.loss_function().set_vocabulary(test->vocabulary());
     LoaderOptions lo;
     lo.batch_size = rc.data.eval_batch_size;
     lo.shuffle = false;
@@ -39,6 +43,7 @@ void add_eval_command(CLI::App& app) {
     const EvalResult r = evaluate(net, ctx, loader);
     std::printf("%s: step %lld, %lld test samples, loss %.4f, accuracy %.2f%%\n", checkpoint.c_str(),
                 static_cast<long long>(pos.step), static_cast<long long>(r.samples), r.loss, 100 * r.accuracy);
+    if (!std::isnan(r.cer)) std::printf("character error rate %.2f%%, word error rate %.2f%%\n", 100 * r.cer, 100 * r.wer);
   });
 }
 

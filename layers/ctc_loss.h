@@ -1,0 +1,66 @@
+// ctc: Connectionist Temporal Classification (Graves et al. 2006) over (B, T, C) logits with blank
+// class 0. Per utterance, loss = -log p(target | x), p summed over every alignment by the log-space
+// forward-backward recursion on the blank-extended target (length 2L+1).
+//
+// Normalization: the reported and differentiated loss is the mean over the batch of the per-utterance
+// loss, i.e. PyTorch's ctc_loss(reduction='sum') / B. (PyTorch's default 'mean' also divides each
+// utterance by its target length; we do not, so long and short transcriptions weigh by their
+// log-likelihood, as in DeepSpeech.) The gradient w.r.t. the logits goes through the log-softmax:
+// dL/dz[t,k] = (softmax[t,k] - (1/p) sum_{s: l'_s = k} alpha_t(s) beta_t(s)) / B for t < T_b, 0 beyond.
+// An impossible alignment (T_b < L + the number of repeated neighbours) has p = 0: with zero_infinity
+// (the default) its loss and gradient are 0 (PyTorch's zero_infinity=True); otherwise it is an error.
+//
+// Decoding is greedy (best path): the arg-max class of every valid frame, repeats merged, blanks
+// removed. Character errors are the Levenshtein distance between decoding and target (spaces count as
+// characters); word errors the distance between their word sequences, words being split at the class
+// whose text is " " (set_vocabulary); without one each utterance counts as one word.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "framework/loss.h"
+
+namespace qtrain {
+
+struct CtcOptions {
+  bool zero_infinity = true;
+};
+
+class CtcLoss : public Loss {
+ public:
+  explicit CtcLoss(CtcOptions options = {}) : options_(options) {}
+  const char* type() const override { return "ctc"; }
+  // Classification labels make no sense for CTC.
+  LossStats compute(Context& ctx, const Tensor& logits, const Tensor& labels, Tensor* dlogits) override;
+  bool is_sequence_loss() const override { return true; }
+  LossStats compute_sequence(Context& ctx, const Tensor& logits, const SequenceTargets& targets,
+                             Tensor* dlogits) override;
+  void set_vocabulary(const std::vector<std::string>& vocabulary) override;
+  int space_class() const { return space_class_; }
+
+ private:
+  CtcOptions options_;
+  int space_class_ = -1;
+  // Per-call work space (log-probabilities, alpha, beta), grown on demand: no allocation per call.
+  std::vector<double> log_probs_, alpha_, beta_;
+};
+
+std::unique_ptr<Loss> make_ctc(ConfigNode& cfg);
+
+// Greedy best-path decoding of one utterance: frames x classes row-major scores (logits or log
+// probabilities: the arg-max is the same), the first `frames` rows valid.
+template <typename T>
+std::vector<int32_t> ctc_greedy_decode(const T* scores, int64_t frames, int64_t classes);
+
+// Levenshtein distance (insertions, deletions, substitutions all cost 1).
+int64_t edit_distance(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+
+// Word sequences of a class sequence split at `space` (-1: the whole sequence is one word); words are
+// numbered by their content so that edit_distance compares them.
+std::vector<std::vector<int32_t>> split_words(const std::vector<int32_t>& s, int space);
+// Word-level edit distance of two class sequences; *ref_words receives the reference's word count.
+int64_t word_edit_distance(const std::vector<int32_t>& hyp, const std::vector<int32_t>& ref, int space,
+                           int64_t* ref_words);
+
+}  // namespace qtrain

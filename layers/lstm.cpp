@@ -1,0 +1,309 @@
+// lstm: configuration, argument checks and the CPU reference (see lstm.h for the equations, layout
+// and the handling of padded sequences).
+#include "layers/lstm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "layers/dispatch.h"
+
+namespace qtrain {
+
+using layer_detail::check_float;
+using layer_detail::describe;
+using layer_detail::dispatch_float;
+
+namespace {
+
+template <typename T>
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
+                1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
+                1.0, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  }
+}
+
+template <typename T> inline T sigmoid(T v) { return T(1) / (T(1) + std::exp(-v)); }
+
+template <typename T> void grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+// The frame of sample b (length n) processed at step k by direction dir, or -1 when k >= n.
+inline int64_t frame_at(int dir, int64_t k, int64_t n) { return k >= n ? -1 : dir == 0 ? k : n - 1 - k; }
+
+}  // namespace
+
+Lstm::Lstm(LstmOptions options) : options_(options), dirs_(options.bidirectional ? 2 : 1) {
+  QT_CHECK(options.hidden_size > 0, "lstm: hidden_size must be > 0, got {}", options.hidden_size);
+  QT_CHECK(options.num_layers > 0, "lstm: num_layers must be > 0, got {}", options.num_layers);
+}
+
+Shape Lstm::setup(const Shape& input) {
+  if (input.size() != 1 || input[0] <= 0)
+    throw Error(fmt::format("lstm expects one feature dimension per frame, got {}", shape_str(input)));
+  input_ = input[0];
+  return {dirs_ * options_.hidden_size};
+}
+
+std::vector<ParamSpec> Lstm::param_specs() const {
+  QT_CHECK(input_ > 0, "{}: param_specs() before setup()", describe(*this));
+  const int64_t h = options_.hidden_size;
+  std::vector<ParamSpec> specs;
+  for (int64_t l = 0; l < options_.num_layers; ++l) {
+    for (int d = 0; d < dirs_; ++d) {
+      const std::string suffix = fmt::format("_l{}{}", l, d == 1 ? "_reverse" : "");
+      // PyTorch initializes every LSTM parameter with U(+-1/sqrt(hidden_size)): fan_in = H.
+      specs.push_back({"weight_ih" + suffix, {4 * h, layer_input(l)}, Init::uniform_fan_in, h, 4 * h});
+      specs.push_back({"weight_hh" + suffix, {4 * h, h}, Init::uniform_fan_in, h, 4 * h});
+      ParamSpec bias_ih{"bias_ih" + suffix, {4 * h}, Init::uniform_fan_in, h, 4 * h};
+      bias_ih.fill_begin = h;  // forget-gate rows [H, 2H)
+      bias_ih.fill_end = 2 * h;
+      bias_ih.fill_value = options_.forget_bias;
+      ParamSpec bias_hh = bias_ih;
+      bias_hh.name = "bias_hh" + suffix;
+      bias_hh.fill_value = 0.0;
+      specs.push_back(bias_ih);
+      specs.push_back(bias_hh);
+    }
+  }
+  return specs;
+}
+
+void Lstm::set_sequence_lengths(const Tensor& lengths) {
+  QT_CHECK(lengths.defined() && lengths.dtype() == DType::i32 && lengths.device().is_cpu(),
+           "{}: sequence lengths must be i32 on the CPU", describe(*this));
+  lengths_.assign(lengths.data<int32_t>(), lengths.data<int32_t>() + lengths.numel());
+}
+
+int64_t Lstm::frames_of(const Tensor& x) const {
+  const int64_t batch = static_cast<int64_t>(lengths_.size());
+  QT_CHECK(batch > 0, "{}: no sequence lengths; an lstm runs on sequence batches (a speech dataset)",
+           describe(*this));
+  QT_CHECK(x.ndim() == 2 && x.dim(0) % batch == 0, "{}: {} rows are not {} sequences of equal padded length",
+           describe(*this), x.ndim() > 0 ? x.dim(0) : 0, batch);
+  const int64_t frames = x.dim(0) / batch;
+  for (int64_t b = 0; b < batch; ++b)
+    QT_CHECK(lengths_[static_cast<size_t>(b)] >= 0 && lengths_[static_cast<size_t>(b)] <= frames,
+             "{}: sample {} has length {}, outside [0, {}]", describe(*this), b, lengths_[static_cast<size_t>(b)],
+             frames);
+  return frames;
+}
+
+template <typename T>
+void Lstm::forward_cpu(const T* x, T* y, int64_t batch, int64_t frames, Workspace<T>& ws) {
+  const int64_t H = options_.hidden_size, G = 4 * H, rows = batch * frames, out = dirs_ * H;
+  const size_t L = static_cast<size_t>(options_.num_layers);
+  ws.outputs.resize(L);
+  ws.gates.resize(L * dirs_);
+  ws.cells.resize(L * dirs_);
+  grow(ws.h, static_cast<size_t>(batch * H));
+  grow(ws.c, static_cast<size_t>(batch * H));
+  grow(ws.step, static_cast<size_t>(batch * G));
+  for (size_t l = 0; l < L; ++l) {
+    const int64_t in = layer_input(static_cast<int64_t>(l));
+    const T* input = l == 0 ? x : ws.outputs[l - 1].data();
+    T* output = y;
+    if (l + 1 < L) {
+      grow(ws.outputs[l], static_cast<size_t>(rows * out));
+      output = ws.outputs[l].data();
+    }
+    std::fill(output, output + rows * out, T(0));
+    for (int d = 0; d < dirs_; ++d) {
+      const size_t slot = l * dirs_ + static_cast<size_t>(d);
+      grow(ws.gates[slot], static_cast<size_t>(rows * G));
+      grow(ws.cells[slot], static_cast<size_t>(rows * H));
+      T* gates = ws.gates[slot].data();
+      T* cells = ws.cells[slot].data();
+      const T* w_ih = param(static_cast<int64_t>(l), d, 0).template data<T>();
+      const T* w_hh = param(static_cast<int64_t>(l), d, 1).template data<T>();
+      const T* b_ih = param(static_cast<int64_t>(l), d, 2).template data<T>();
+      const T* b_hh = param(static_cast<int64_t>(l), d, 3).template data<T>();
+      // Input projection of every frame at once: gates (rows, 4H) = input W_ih^T + b_ih + b_hh.
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t g = 0; g < G; ++g) gates[r * G + g] = b_ih[g] + b_hh[g];
+      gemm<T>(CblasNoTrans, CblasTrans, rows, G, in, input, in, w_ih, in, T(1), gates, G);
+      T* h = ws.h.data();
+      T* c = ws.c.data();
+      T* step = ws.step.data();
+      std::fill(h, h + batch * H, T(0));
+      std::fill(c, c + batch * H, T(0));
+      for (int64_t k = 0; k < frames; ++k) {
+        // step (B, 4H) = h W_hh^T: the recurrent part of every sample's gates.
+        gemm<T>(CblasNoTrans, CblasTrans, batch, G, H, h, H, w_hh, H, T(0), step, G);
+        for (int64_t b = 0; b < batch; ++b) {
+          const int64_t t = frame_at(d, k, lengths_[static_cast<size_t>(b)]);
+          if (t < 0) continue;
+          const int64_t row = b * frames + t;
+          T* gr = gates + row * G;
+          const T* sr = step + b * G;
+          T* hb = h + b * H;
+          T* cb = c + b * H;
+          T* cr = cells + row * H;
+          T* yr = output + row * out + d * H;
+          for (int64_t j = 0; j < H; ++j) {
+            const T i = sigmoid(gr[j] + sr[j]);
+            const T f = sigmoid(gr[H + j] + sr[H + j]);
+            const T g = std::tanh(gr[2 * H + j] + sr[2 * H + j]);
+            const T o = sigmoid(gr[3 * H + j] + sr[3 * H + j]);
+            gr[j] = i;
+            gr[H + j] = f;
+            gr[2 * H + j] = g;
+            gr[3 * H + j] = o;
+            const T cn = f * cb[j] + i * g;
+            cb[j] = cn;
+            cr[j] = cn;
+            hb[j] = yr[j] = o * std::tanh(cn);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void Lstm::backward_cpu(const T* x, const T* y, const T* dy, T* dx, int64_t batch, int64_t frames, Workspace<T>& ws) {
+  const int64_t H = options_.hidden_size, G = 4 * H, rows = batch * frames, out = dirs_ * H;
+  const int64_t L = options_.num_layers;
+  grow(ws.dh, static_cast<size_t>(batch * H));
+  grow(ws.dc, static_cast<size_t>(batch * H));
+  grow(ws.hprev, static_cast<size_t>(batch * H));
+  grow(ws.step, static_cast<size_t>(batch * G));
+  grow(ws.dgates, static_cast<size_t>(rows * G));
+  grow(ws.dlayer_out, static_cast<size_t>(rows * out));
+  grow(ws.dlayer_in, static_cast<size_t>(rows * std::max(out, input_)));
+  // The gradient w.r.t. this layer's output; padding rows carry none.
+  T* dout = ws.dlayer_out.data();
+  std::fill(dout, dout + rows * out, T(0));
+  for (int64_t b = 0; b < batch; ++b)
+    std::copy_n(dy + b * frames * out, lengths_[static_cast<size_t>(b)] * out, dout + b * frames * out);
+
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const int64_t in = layer_input(l);
+    const T* input = l == 0 ? x : ws.outputs[static_cast<size_t>(l - 1)].data();
+    const T* output = l == L - 1 ? y : ws.outputs[static_cast<size_t>(l)].data();
+    T* din = l == 0 ? dx : ws.dlayer_in.data();  // null: the net's input needs no gradient
+    for (int d = 0; d < dirs_; ++d) {
+      const size_t slot = static_cast<size_t>(l * dirs_ + d);
+      const T* gates = ws.gates[slot].data();
+      const T* cells = ws.cells[slot].data();
+      const T* w_ih = param(l, d, 0).template data<T>();
+      const T* w_hh = param(l, d, 1).template data<T>();
+      T* dw_ih = grad(l, d, 0).template data<T>();
+      T* dw_hh = grad(l, d, 1).template data<T>();
+      T* db_ih = grad(l, d, 2).template data<T>();
+      T* db_hh = grad(l, d, 3).template data<T>();
+      T* dgates = ws.dgates.data();
+      T* dh = ws.dh.data();
+      T* dc = ws.dc.data();
+      T* hprev = ws.hprev.data();
+      T* step = ws.step.data();
+      std::fill(dgates, dgates + rows * G, T(0));
+      std::fill(dh, dh + batch * H, T(0));
+      std::fill(dc, dc + batch * H, T(0));
+      std::fill(dw_hh, dw_hh + G * H, T(0));
+      for (int64_t k = frames - 1; k >= 0; --k) {
+        for (int64_t b = 0; b < batch; ++b) {
+          const int64_t n = lengths_[static_cast<size_t>(b)];
+          const int64_t t = frame_at(d, k, n);
+          T* sb = step + b * G;
+          T* hp = hprev + b * H;
+          if (t < 0) {
+            std::fill(sb, sb + G, T(0));
+            std::fill(hp, hp + H, T(0));
+            continue;
+          }
+          const int64_t row = b * frames + t;
+          const int64_t prev_t = k == 0 ? -1 : frame_at(d, k - 1, n);
+          const int64_t prev_row = b * frames + prev_t;
+          const T* gr = gates + row * G;
+          const T* cr = cells + row * H;
+          const T* dyr = dout + row * out + d * H;
+          T* dhb = dh + b * H;
+          T* dcb = dc + b * H;
+          for (int64_t j = 0; j < H; ++j) {
+            const T i = gr[j], f = gr[H + j], g = gr[2 * H + j], o = gr[3 * H + j];
+            const T c_prev = prev_t < 0 ? T(0) : cells[prev_row * H + j];
+            const T tc = std::tanh(cr[j]);
+            const T dht = dyr[j] + dhb[j];
+            const T dct = dcb[j] + dht * o * (T(1) - tc * tc);
+            sb[j] = dct * g * i * (T(1) - i);
+            sb[H + j] = dct * c_prev * f * (T(1) - f);
+            sb[2 * H + j] = dct * i * (T(1) - g * g);
+            sb[3 * H + j] = dht * tc * o * (T(1) - o);
+            dcb[j] = dct * f;
+            hp[j] = prev_t < 0 ? T(0) : output[prev_row * out + d * H + j];
+          }
+          std::copy_n(sb, G, dgates + row * G);
+        }
+        // dh (B, H) = step W_hh; dW_hh += step^T hprev.
+        gemm<T>(CblasNoTrans, CblasNoTrans, batch, H, G, step, G, w_hh, H, T(0), dh, H);
+        gemm<T>(CblasTrans, CblasNoTrans, G, H, batch, step, G, hprev, H, T(1), dw_hh, H);
+      }
+      // Over all frames at once: dW_ih = dgates^T input, biases = column sums, dinput (+)= dgates W_ih.
+      gemm<T>(CblasTrans, CblasNoTrans, G, in, rows, dgates, G, input, in, T(0), dw_ih, in);
+      std::fill(db_ih, db_ih + G, T(0));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t g = 0; g < G; ++g) db_ih[g] += dgates[r * G + g];
+      std::copy_n(db_ih, G, db_hh);
+      if (din) gemm<T>(CblasNoTrans, CblasNoTrans, rows, in, G, dgates, G, w_ih, in, d == 0 ? T(0) : T(1), din, in);
+    }
+    if (l > 0) std::copy_n(ws.dlayer_in.data(), rows * out, dout);
+  }
+}
+
+void Lstm::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  check_float(*this, "x", x, ctx);
+  check_float(*this, "y", y, ctx);
+  const int64_t frames = frames_of(x);
+  const int64_t batch = static_cast<int64_t>(lengths_.size());
+  layer_detail::check_batch(*this, "x", x, batch * frames, input_, x.dtype());
+  layer_detail::check_batch(*this, "y", y, batch * frames, dirs_ * options_.hidden_size, x.dtype());
+  QT_CHECK(params_.size() == static_cast<size_t>(4 * options_.num_layers * dirs_), "{}: parameters not bound",
+           describe(*this));
+  QT_CHECK(x.device().is_cpu(), "{}: the CUDA path (cuDNN RNN) is not implemented yet; train on the CPU",
+           describe(*this));
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float>) forward_cpu<T>(x.data<T>(), y.data<T>(), batch, frames, ws_f_);
+    else forward_cpu<T>(x.data<T>(), y.data<T>(), batch, frames, ws_d_);
+  });
+}
+
+void Lstm::backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  check_float(*this, "x", x, ctx);
+  check_float(*this, "dy", dy, ctx);
+  const int64_t frames = frames_of(x);
+  const int64_t batch = static_cast<int64_t>(lengths_.size());
+  layer_detail::check_batch(*this, "dy", dy, batch * frames, dirs_ * options_.hidden_size, x.dtype());
+  if (dx.defined()) layer_detail::check_batch(*this, "dx", dx, batch * frames, input_, x.dtype());
+  QT_CHECK(x.device().is_cpu(), "{}: the CUDA path (cuDNN RNN) is not implemented yet; train on the CPU",
+           describe(*this));
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    T* dxp = dx.defined() ? dx.data<T>() : nullptr;
+    if constexpr (std::is_same_v<T, float>)
+      backward_cpu<T>(x.data<T>(), y.data<T>(), dy.data<T>(), dxp, batch, frames, ws_f_);
+    else
+      backward_cpu<T>(x.data<T>(), y.data<T>(), dy.data<T>(), dxp, batch, frames, ws_d_);
+  });
+}
+
+std::unique_ptr<Layer> make_lstm(ConfigNode& cfg) {
+  cfg.accept("type");
+  cfg.accept("name");
+  LstmOptions o;
+  if (!cfg.has("hidden_size")) cfg.fail("hidden_size", "is required (the LSTM's state size)");
+  o.hidden_size = cfg.get_int("hidden_size", 1, 1, 1 << 16);
+  o.num_layers = cfg.get_int("num_layers", o.num_layers, 1, 64);
+  o.bidirectional = cfg.get<bool>("bidirectional", o.bidirectional);
+  o.forget_bias = cfg.get_double("forget_bias", o.forget_bias, -100.0, 100.0);
+  cfg.finish();
+  return std::make_unique<Lstm>(o);
+}
+
+}  // namespace qtrain

@@ -1,0 +1,77 @@
+// lstm: a multi-layer, optionally bidirectional LSTM over padded variable-length sequences, with the
+// gates and parameters of PyTorch's nn.LSTM (so reference tests and checkpoints map one to one):
+//   i = sigma(W_ii x + b_ii + W_hi h + b_hi)   f = sigma(...)   g = tanh(...)   o = sigma(...)
+//   c' = f c + i g,   h' = o tanh(c')
+// Per layer l and direction (suffix "_reverse"): weight_ih_l{l} (4H, in), weight_hh_l{l} (4H, H),
+// bias_ih_l{l} (4H), bias_hh_l{l} (4H), gate rows in the order i, f, g, o. Layer l > 0 reads the
+// concatenated [forward, reverse] outputs of layer l-1. Initialization: PyTorch's U(+-1/sqrt(H)) for
+// everything, then the forget-gate rows of bias_ih set to forget_bias (default 1.0) and those of
+// bias_hh to 0, so the forget gate starts open (Jozefowicz et al. 2015).
+//
+// Sequences: the layer runs inside Net::forward_sequence, so x is (B*T, in) with sample b's frame t at
+// row b*T + t and set_sequence_lengths gives each sample's length n_b. The forward direction runs
+// t = 0..n_b-1, the reverse direction t = n_b-1..0 (each sample starts at its own last frame); outputs
+// at t >= n_b are zero, and gradients arriving there are ignored, so padding never leaks in.
+//
+// CPU path (templated on float/double): per layer and direction one GEMM projects every frame's input
+// at once, then one (B, H) x (H, 4H) GEMM per time step for the recurrence; backward mirrors it (one
+// GEMM per step for dh and dW_hh, one each for dW_ih and dx over all frames).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "framework/layer.h"
+
+namespace qtrain {
+
+struct LstmOptions {
+  int64_t hidden_size = 0;
+  int64_t num_layers = 1;
+  bool bidirectional = false;
+  double forget_bias = 1.0;
+};
+
+class Lstm : public Layer {
+ public:
+  explicit Lstm(LstmOptions options);
+  const char* type() const override { return "lstm"; }
+  const LstmOptions& options() const { return options_; }
+
+  Shape setup(const Shape& input) override;
+  std::vector<ParamSpec> param_specs() const override;
+  void set_sequence_lengths(const Tensor& lengths) override;
+  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+  // Work space of the CPU path for one dtype, grown on demand (no allocation per call once grown).
+  template <typename T>
+  struct Workspace {
+    std::vector<std::vector<T>> outputs;  // per layer but the last: (B*T, dirs*H)
+    std::vector<std::vector<T>> gates;    // per layer and direction: activated i, f, g, o (B*T, 4H)
+    std::vector<std::vector<T>> cells;    // per layer and direction: c (B*T, H)
+    std::vector<T> h, c, step, hprev, dh, dc, dgates, dlayer_out, dlayer_in;
+  };
+
+ private:
+  template <typename T> void forward_cpu(const T* x, T* y, int64_t batch, int64_t frames, Workspace<T>& ws);
+  template <typename T>
+  void backward_cpu(const T* x, const T* y, const T* dy, T* dx, int64_t batch, int64_t frames, Workspace<T>& ws);
+  int64_t layer_input(int64_t layer) const { return layer == 0 ? input_ : dirs_ * options_.hidden_size; }
+  const Tensor& param(int64_t layer, int dir, int which) const {
+    return params_[static_cast<size_t>((layer * dirs_ + dir) * 4 + which)];
+  }
+  Tensor& grad(int64_t layer, int dir, int which) { return grads_[static_cast<size_t>((layer * dirs_ + dir) * 4 + which)]; }
+  int64_t frames_of(const Tensor& x) const;
+
+  LstmOptions options_;
+  int dirs_ = 1;
+  int64_t input_ = -1;
+  std::vector<int32_t> lengths_;
+  Workspace<float> ws_f_;
+  Workspace<double> ws_d_;
+};
+
+std::unique_ptr<Layer> make_lstm(ConfigNode& cfg);
+
+}  // namespace qtrain
