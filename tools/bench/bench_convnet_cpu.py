@@ -6,6 +6,7 @@ run, alternating the two programs. Both train on SYNTHETIC RANDOM INPUT (this is
 `qtrain bench-model` and tools/bench/torch_convnet_peer.py), so no dataset is needed.
 
   tools/bench/bench_convnet_cpu.py [--threads 2] [--batch 128] [--steps 10] [--repeat 3] [--skip-layers]
+  tools/bench/bench_convnet_cpu.py --model resnet110 --skip-layers    # ResNet-110 instead
 
 Reports the median over the repetitions of each program's median step time. Environment as in
 bench_mlp_cpu.py: OMP_WAIT_POLICY=passive, OPENBLAS_CORETYPE=SkylakeX on AVX-512 CPUs.
@@ -50,6 +51,8 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--skip-layers", action="store_true", help="only the whole-model comparison")
+    p.add_argument("--model", choices=["dettmers", "resnet110"], default="dettmers",
+                   help="the whole-model comparison: Dettmers' convnet or configs/cifar_resnet110.yaml")
     p.add_argument("--qtrain", default=os.path.join(ROOT, "build/qtrain"))
     args = p.parse_args()
 
@@ -61,13 +64,16 @@ def main():
     peer = ["/usr/bin/python3", os.path.join(ROOT, "tools/bench/torch_convnet_peer.py")]
     import torch
 
+    model = MODEL if args.model == "dettmers" else os.path.join(ROOT, "configs/cifar_resnet110.yaml")
     q_rates, t_rates = [], []
     for _ in range(args.repeat):
-        q_rates.append(run([args.qtrain, "bench-model", MODEL, "--device", "cpu", "--threads", str(args.threads)]
+        q_rates.append(run([args.qtrain, "bench-model", model, "--device", "cpu", "--threads", str(args.threads)]
                            + common, env)["samples_per_s"])
-        t_rates.append(run(peer + ["model", "--threads", str(args.threads)] + common, env)["samples_per_s"])
+        t_rates.append(run(peer + ["model", "--model", args.model, "--threads", str(args.threads)] + common,
+                           env)["samples_per_s"])
     q, t = statistics.median(q_rates), statistics.median(t_rates)
-    print(f"Dettmers CIFAR-10 convnet, batch {args.batch}, SGD, {args.threads} threads, synthetic input, "
+    name = "Dettmers CIFAR-10 convnet" if args.model == "dettmers" else "CIFAR-10 ResNet-110"
+    print(f"{name}, batch {args.batch}, SGD, {args.threads} threads, synthetic input, "
           f"median step of {args.steps} after {args.warmup} warm-up, median of {args.repeat} alternating runs")
     print("| program | samples/s | runs (samples/s) |")
     print("|---|---|---|")

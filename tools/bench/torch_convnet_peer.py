@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The PyTorch peer of qtrain's convnet CPU benchmark (tools/bench/bench_convnet_cpu.py). Two modes:
 
-  model   Dettmers' CIFAR-10 network as in tools/bench/models/dettmers_cifar10_convnet.yaml, trained on
+  model   Dettmers' CIFAR-10 network as in tools/bench/models/dettmers_cifar10_convnet.yaml (or, with
+          --model resnet110, ResNet-110 as configs/cifar_resnet110.yaml with its SGD), trained on
           the same kind of SYNTHETIC RANDOM INPUT as `qtrain bench-model` (uniform [-1, 1), labels
           i mod 10), plain SGD lr 0.01: forward + cross-entropy + backward + step, median step time.
   layers  nn.Conv2d 3x3 padding 1 of ResNet's CIFAR stages, forward and backward (input gradient
@@ -64,10 +65,45 @@ def dettmers_convnet():
         nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
 
 
+class BasicBlock(nn.Module):
+    """ResNet-110's block as configs/cifar_resnet110.yaml: conv-bn-relu-conv-bn, plus the identity or the
+    option-A shortcut (subsample by 2, zero-pad the channels evenly), then relu."""
+
+    def __init__(self, in_ch, out_ch, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(out_ch)
+        self.conv2 = nn.Conv2d(out_ch, out_ch, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_ch)
+        self.stride, self.pad = stride, out_ch - in_ch
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        s = x[:, :, ::self.stride, ::self.stride] if self.stride > 1 else x
+        if self.pad:
+            s = F.pad(s, (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
+        return F.relu(y + s)
+
+
+def resnet110():
+    layers = [nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
+    in_ch = 16
+    for out_ch, stride in [(16, 1), (32, 2), (64, 2)]:
+        for b in range(18):
+            layers.append(BasicBlock(in_ch, out_ch, stride if b == 0 else 1))
+            in_ch = out_ch
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)]
+    return nn.Sequential(*layers)
+
+
 def time_model(args):
     torch.manual_seed(1)
-    model = dettmers_convnet()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if args.model == "resnet110":  # the optimizer of configs/cifar_resnet110.yaml
+        model = resnet110()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    else:
+        model = dettmers_convnet()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.rand(args.batch, 3, 32, 32) * 2 - 1
     y = torch.arange(args.batch) % 10
     times = []
@@ -113,6 +149,7 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--model", choices=["dettmers", "resnet110"], default="dettmers")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print(json.dumps(time_model(args) if args.mode == "model" else time_layers(args)))
