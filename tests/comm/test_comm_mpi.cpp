@@ -29,6 +29,24 @@ std::string where(const Communicator& comm) {
   return "rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size());
 }
 
+// Sums n crafted f32 and f64 values per rank (comm_test_util.h) and checks every element is exact.
+void check_exact_f32_f64_sums(MpiComm& comm, Context& ctx, size_t n) {
+  const int p = comm.size(), r = comm.rank();
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = f32_value(r, i);
+  comm.all_reduce_sum(ctx, x.data(), static_cast<int64_t>(n), ReduceType::f32);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += x[i] != f32_sum(p, i);
+  CHECK(wrong == 0);
+
+  std::vector<double> y(n);
+  for (size_t i = 0; i < n; ++i) y[i] = f64_value(r, i);
+  comm.all_reduce_sum(ctx, y.data(), static_cast<int64_t>(n), ReduceType::f64);
+  wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += y[i] != f64_sum(p, i);
+  CHECK(wrong == 0);
+}
+
 }  // namespace
 
 TEST_CASE("MpiComm reports the world", "[mpi]") {
@@ -51,22 +69,9 @@ TEST_CASE("all_reduce_sum of f32 and f64 is exact on crafted values", "[mpi]") {
   comm.set_max_message_bytes(MESSAGE_LIMIT());
   INFO(where(comm) << ", message limit " << comm.max_message_bytes());
   Context ctx = Context::cpu(1);
-  const int p = comm.size(), r = comm.rank();
 
   for (size_t n : {size_t{1}, size_t{1001}}) {
-    std::vector<float> x(n);
-    for (size_t i = 0; i < n; ++i) x[i] = f32_value(r, i);
-    comm.all_reduce_sum(ctx, x.data(), static_cast<int64_t>(n), ReduceType::f32);
-    size_t wrong = 0;
-    for (size_t i = 0; i < n; ++i) wrong += x[i] != f32_sum(p, i);
-    CHECK(wrong == 0);
-
-    std::vector<double> y(n);
-    for (size_t i = 0; i < n; ++i) y[i] = f64_value(r, i);
-    comm.all_reduce_sum(ctx, y.data(), static_cast<int64_t>(n), ReduceType::f64);
-    wrong = 0;
-    for (size_t i = 0; i < n; ++i) wrong += y[i] != f64_sum(p, i);
-    CHECK(wrong == 0);
+    check_exact_f32_f64_sums(comm, ctx, n);
   }
   // Zero elements: nothing to do, on every rank.
   comm.all_reduce_sum(ctx, nullptr, 0, ReduceType::f32);
@@ -135,19 +140,7 @@ TEST_CASE("the ring allreduce is exact on crafted values for every segment size"
   // Fewer elements than ranks (empty chunks), a prime count, and a few thousand.
   for (size_t n : {size_t{1}, size_t{3}, size_t{1001}, size_t{4099}}) {
     INFO(n << " elements");
-    std::vector<float> x(n);
-    for (size_t i = 0; i < n; ++i) x[i] = f32_value(r, i);
-    comm.all_reduce_sum(ctx, x.data(), static_cast<int64_t>(n), ReduceType::f32);
-    size_t wrong = 0;
-    for (size_t i = 0; i < n; ++i) wrong += x[i] != f32_sum(p, i);
-    CHECK(wrong == 0);
-
-    std::vector<double> y(n);
-    for (size_t i = 0; i < n; ++i) y[i] = f64_value(r, i);
-    comm.all_reduce_sum(ctx, y.data(), static_cast<int64_t>(n), ReduceType::f64);
-    wrong = 0;
-    for (size_t i = 0; i < n; ++i) wrong += y[i] != f64_sum(p, i);
-    CHECK(wrong == 0);
+    check_exact_f32_f64_sums(comm, ctx, n);
 
     std::vector<uint16_t> h(n), b(n);
     for (size_t i = 0; i < n; ++i) {
