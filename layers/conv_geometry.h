@@ -25,6 +25,12 @@ struct ImageGeometry {
   int64_t oh = 0, ow = 0;
   int64_t in_plane() const { return h * w; }
   int64_t out_plane() const { return oh * ow; }
+  // Per-sample shapes as arrays, for the allocation-free per-call checks: (C, H, W) in and
+  // (out_channels, OH, OW) out.
+  struct Dims {
+    int64_t in[3], out[3];
+  };
+  Dims dims(int64_t out_channels) const { return {{c, h, w}, {out_channels, oh, ow}}; }
 };
 
 // Output length along one axis, as PyTorch computes it: floor((in + 2p - k) / s) + 1, or with

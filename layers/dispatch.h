@@ -56,6 +56,14 @@ void check_batch(const Who& who, const char* what, const Tensor& t, int64_t batc
   check_batch(who, what, t, batch, &features, 1, dtype);
 }
 
+// check_float and check_batch together: the usual check of one operand of forward or backward.
+template <typename Who>
+void check_operand(const Who& who, const char* what, const Tensor& t, const Context& ctx, int64_t batch,
+                   const int64_t* dims, size_t n, DType dtype) {
+  check_float(who, what, t, ctx);
+  check_batch(who, what, t, batch, dims, n, dtype);
+}
+
 // The batch size of x, which must have at least one dimension.
 template <typename Who>
 int64_t batch_of(const Who& who, const Tensor& x) {

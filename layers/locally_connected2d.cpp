@@ -18,8 +18,8 @@
 namespace qtrain {
 
 using layer_detail::batch_of;
-using layer_detail::check_batch;
 using layer_detail::check_float;
+using layer_detail::check_operand;
 using layer_detail::describe;
 using layer_detail::dispatch_float;
 
@@ -176,12 +176,9 @@ void LocallyConnected2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t ba
 
 void LocallyConnected2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
   const int64_t batch = batch_of(*this, x);
-  // Per-sample shapes as arrays: the per-call checks allocate nothing.
-  const int64_t in_dims[3] = {geom_.c, geom_.h, geom_.w}, out_dims[3] = {out_channels_, geom_.oh, geom_.ow};
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, in_dims, 3, x.dtype());
-  check_float(*this, "y", y, ctx);
-  check_batch(*this, "y", y, batch, out_dims, 3, x.dtype());
+  const ImageGeometry::Dims d = geom_.dims(out_channels_);
+  check_operand(*this, "x", x, ctx, batch, d.in, 3, x.dtype());
+  check_operand(*this, "y", y, ctx, batch, d.out, 3, x.dtype());
   check_bound(ctx, x.dtype());
   const Tensor* b = bias_ ? &params_[1] : nullptr;
   if (x.device().is_cuda())
@@ -191,15 +188,11 @@ void LocallyConnected2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool)
 
 void LocallyConnected2d::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   const int64_t batch = batch_of(*this, x);
-  // Per-sample shapes as arrays: the per-call checks allocate nothing.
-  const int64_t in_dims[3] = {geom_.c, geom_.h, geom_.w}, out_dims[3] = {out_channels_, geom_.oh, geom_.ow};
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, in_dims, 3, x.dtype());
-  check_float(*this, "dy", dy, ctx);
-  check_batch(*this, "dy", dy, batch, out_dims, 3, x.dtype());
+  const ImageGeometry::Dims d = geom_.dims(out_channels_);
+  check_operand(*this, "x", x, ctx, batch, d.in, 3, x.dtype());
+  check_operand(*this, "dy", dy, ctx, batch, d.out, 3, x.dtype());
   if (dx.defined()) {
-    check_float(*this, "dx", dx, ctx);
-    check_batch(*this, "dx", dx, batch, in_dims, 3, x.dtype());
+    check_operand(*this, "dx", dx, ctx, batch, d.in, 3, x.dtype());
   }
   check_bound(ctx, x.dtype());
   Tensor* db = bias_ ? &grads_[1] : nullptr;

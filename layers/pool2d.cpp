@@ -15,8 +15,7 @@
 namespace qtrain {
 
 using layer_detail::batch_of;
-using layer_detail::check_batch;
-using layer_detail::check_float;
+using layer_detail::check_operand;
 using layer_detail::describe;
 using layer_detail::dispatch_float;
 
@@ -175,12 +174,9 @@ Shape Pool2d::setup(const Shape& input) {
 void Pool2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
   QT_CHECK(ready_, "{}: called before setup()", describe(*this));
   const int64_t batch = batch_of(*this, x);
-  // Per-sample shapes as arrays: the per-call checks allocate nothing.
-  const int64_t in_dims[3] = {geom_.c, geom_.h, geom_.w}, out_dims[3] = {geom_.c, geom_.oh, geom_.ow};
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, in_dims, 3, x.dtype());
-  check_float(*this, "y", y, ctx);
-  check_batch(*this, "y", y, batch, out_dims, 3, x.dtype());
+  const ImageGeometry::Dims d = geom_.dims(geom_.c);
+  check_operand(*this, "x", x, ctx, batch, d.in, 3, x.dtype());
+  check_operand(*this, "y", y, ctx, batch, d.out, 3, x.dtype());
   if (x.device().is_cuda()) return pool2d_forward_cuda(ctx, kind_, opt_, geom_, x, y);
   dispatch_float(x.dtype(), [&]<typename T>() {
     forward_cpu<T>(kind_, opt_, geom_, x.data<T>(), y.data<T>(), batch * geom_.c);
@@ -191,18 +187,13 @@ void Pool2d::backward(Context& ctx, const Tensor& x, const Tensor& y, const Tens
   QT_CHECK(ready_, "{}: called before setup()", describe(*this));
   if (!dx.defined()) return;  // no parameters: nothing to do for a first layer
   const int64_t batch = batch_of(*this, x);
-  // Per-sample shapes as arrays: the per-call checks allocate nothing.
-  const int64_t in_dims[3] = {geom_.c, geom_.h, geom_.w}, out_dims[3] = {geom_.c, geom_.oh, geom_.ow};
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, in_dims, 3, x.dtype());
-  check_float(*this, "dy", dy, ctx);
-  check_batch(*this, "dy", dy, batch, out_dims, 3, x.dtype());
+  const ImageGeometry::Dims d = geom_.dims(geom_.c);
+  check_operand(*this, "x", x, ctx, batch, d.in, 3, x.dtype());
+  check_operand(*this, "dy", dy, ctx, batch, d.out, 3, x.dtype());
   if (kind_ == PoolKind::max) {
-    check_float(*this, "y", y, ctx);
-    check_batch(*this, "y", y, batch, out_dims, 3, x.dtype());
+    check_operand(*this, "y", y, ctx, batch, d.out, 3, x.dtype());
   }
-  check_float(*this, "dx", dx, ctx);
-  check_batch(*this, "dx", dx, batch, in_dims, 3, x.dtype());
+  check_operand(*this, "dx", dx, ctx, batch, d.in, 3, x.dtype());
   if (x.device().is_cuda()) return pool2d_backward_cuda(ctx, kind_, opt_, geom_, x, dy, dx);
   dispatch_float(x.dtype(), [&]<typename T>() {
     backward_cpu<T>(kind_, opt_, geom_, x.data<T>(), kind_ == PoolKind::max ? y.data<T>() : nullptr, dy.data<T>(),
