@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "layers/conv_geometry.h"
 #include "layers/dispatch.h"
 
 namespace qtrain {
@@ -127,11 +128,7 @@ ContrastNorm::ContrastNorm(ContrastNormOptions options) : opt_(options) {
 }
 
 Shape ContrastNorm::setup(const Shape& input) {
-  if (input.size() != 3)
-    throw Error(fmt::format("{} expects one image (channels, height, width) per sample, got input shape {}",
-                            describe(*this), shape_str(input)));
-  for (int64_t d : input)
-    if (d <= 0) throw Error(fmt::format("{} got an input of shape {}", describe(*this), shape_str(input)));
+  check_image_input(describe(*this), input);
   input_ = input;
   return input;
 }

@@ -13,13 +13,17 @@ int64_t window_output_size(int64_t in, int64_t k, int64_t s, int64_t p, bool cei
   return out;
 }
 
-ImageGeometry image_geometry(const std::string& who, const Shape& input, const Window2d& win, bool ceil_mode,
-                             bool pad_at_most_half) {
+void check_image_input(const std::string& who, const Shape& input) {
   if (input.size() != 3)
     throw Error(fmt::format("{} expects one image (channels, height, width) per sample, got input shape {}", who,
                             shape_str(input)));
   for (int64_t d : input)
     if (d <= 0) throw Error(fmt::format("{} got an input of shape {} with an empty dimension", who, shape_str(input)));
+}
+
+ImageGeometry image_geometry(const std::string& who, const Shape& input, const Window2d& win, bool ceil_mode,
+                             bool pad_at_most_half) {
+  check_image_input(who, input);
   if (pad_at_most_half && (2 * win.ph > win.kh || 2 * win.pw > win.kw))
     throw Error(fmt::format("{}: padding [{}, {}] must be at most half of the kernel [{}, {}]", who, win.ph, win.pw,
                             win.kh, win.kw));

@@ -38,6 +38,9 @@ struct ImageGeometry {
 // (torch.nn.MaxPool2d's rule, so that every window covers at least one input element).
 int64_t window_output_size(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode);
 
+// Throws unless `input` is one non-empty image (C, H, W) per sample; `who` names the layer.
+void check_image_input(const std::string& who, const Shape& input);
+
 // Validates `input` as (C, H, W) and the window against it, and returns the geometry. `who` names the
 // layer in messages ("conv2d 'conv1'"). Rejects a kernel larger than the padded input and (when
 // `pad_at_most_half`, PyTorch's pooling rule) padding larger than half the kernel.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "layers/conv_geometry.h"
 #include "layers/dispatch.h"
 
 namespace qtrain {
@@ -14,11 +15,7 @@ using layer_detail::describe;
 using layer_detail::dispatch_float;
 
 Shape GlobalAvgPool::setup(const Shape& input) {
-  if (input.size() != 3)
-    throw Error(fmt::format("{} expects one image (channels, height, width) per sample, got input shape {}",
-                            describe(*this), shape_str(input)));
-  for (int64_t d : input)
-    if (d <= 0) throw Error(fmt::format("{} got an input of shape {}", describe(*this), shape_str(input)));
+  check_image_input(describe(*this), input);
   input_ = input;
   plane_ = input[1] * input[2];
   return {input[0]};

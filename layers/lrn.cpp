@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "layers/conv_geometry.h"
 #include "layers/dispatch.h"
 
 namespace qtrain {
@@ -90,11 +91,7 @@ Lrn::Lrn(LrnOptions options) : opt_(options) {
 }
 
 Shape Lrn::setup(const Shape& input) {
-  if (input.size() != 3)
-    throw Error(fmt::format("{} expects one image (channels, height, width) per sample, got input shape {}",
-                            describe(*this), shape_str(input)));
-  for (int64_t d : input)
-    if (d <= 0) throw Error(fmt::format("{} got an input of shape {}", describe(*this), shape_str(input)));
+  check_image_input(describe(*this), input);
   input_ = input;
   return input;
 }
