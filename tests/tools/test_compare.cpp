@@ -272,3 +272,56 @@ TEST_CASE("compare and predict: bad run directories", "[compare]") {
   CHECK_THAT(error_of([&] { load_run(tmp.path().string(), "x"); }), Catch::Contains("metrics.csv:2: 3 cells"));
   CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }), Catch::Contains("no finished runs"));
 }
+
+TEST_CASE("compare report: error-rate columns and plots for sequence tasks", "[compare][report]") {
+  TempDir tmp;
+  auto seq_row = [](int64_t epoch, double cer, double wer) {
+    MetricsRow r = row(epoch, 10 * epoch, 5.0 * static_cast<double>(epoch), 0.1, 100);
+    r.test_cer = cer;
+    r.test_wer = wer;
+    return r;
+  };
+  // fp32: CER 30% then 18%, lowest at epoch 2; qsgd 2-bit: 18% at epoch 1, 20% at the end.
+  write_run(tmp.path() / "fp32", "{method: fp32}", {seq_row(1, 0.30, 0.70), seq_row(2, 0.18, 0.41)}, 4);
+  write_run(tmp.path() / "q2", "{method: qsgd, bits: 2}", {seq_row(1, 0.18, 0.40), seq_row(2, 0.20, 0.45)}, 4);
+  const RunRecord fp32 = load_run((tmp.path() / "fp32").string(), "fp32");
+  const RunRecord q2 = load_run((tmp.path() / "q2").string(), "qsgd:bits=2");
+  REQUIRE(fp32.rows.back().has_error_rates());
+  CHECK(fp32.rows.back().test_wer == Approx(0.41));
+  const SummaryRow a = summarize(fp32, 0.97, &fp32), b = summarize(q2, 0.97, &fp32);
+  REQUIRE(b.best_cer);
+  CHECK(*b.best_cer == Approx(0.18));
+  CHECK(b.best_cer_epoch == 1);
+  CHECK(*b.final_cer == Approx(0.20));
+  CHECK(*b.final_wer == Approx(0.45));
+  const std::string table = markdown_table({a, b}, 0.97);
+  CHECK_THAT(table, Catch::Contains("| best accuracy (epoch) | final CER | final WER | best CER (epoch) | time to"));
+  CHECK_THAT(table, Catch::Contains("| fp32 | 4 | 2 | 10.00% | 10.00% (1) | 18.00% | 41.00% | 18.00% (2) | not reached |"));
+  CHECK_THAT(table, Catch::Contains("| qsgd:bits=2 | 4 | 2 | 10.00% | 10.00% (1) | 20.00% | 45.00% | 18.00% (1) |"));
+
+  // Classification runs keep the table without the error-rate columns.
+  write_run(tmp.path() / "mlp", "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);
+  const RunRecord mlp = load_run((tmp.path() / "mlp").string(), "fp32");
+  CHECK_FALSE(mlp.rows.back().has_error_rates());
+  CHECK_THAT(markdown_table({summarize(mlp, 0.97, nullptr)}, 0.97), !Catch::Contains("CER"));
+  // Mixed: a run without error rates shows "-" in those columns.
+  CHECK_THAT(markdown_table({a, summarize(mlp, 0.97, nullptr)}, 0.97), Catch::Contains("| 90.00% (1) | - | - | - |"));
+
+  const bool have_gnuplot = std::system("command -v gnuplot >/dev/null 2>&1") == 0;
+  ReportOptions options;
+  options.gnuplot = have_gnuplot ? "gnuplot" : "";
+  const fs::path report = tmp.path() / "report";
+  CHECK(write_report({fp32, q2}, report.string(), options).empty());
+  std::ifstream data(report / "data" / "qsgd_bits2.metrics.dat");
+  const std::string text((std::istreambuf_iterator<char>(data)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Catch::Contains("2 10.0000 10.000 0.333333 20.0000 45.0000"));
+  if (!have_gnuplot) {
+    WARN("gnuplot is not installed: the images were not checked");
+    return;
+  }
+  for (const char* name : {"cer", "wer"})
+    for (const char* ext : {".png", ".svg"}) {
+      INFO(name << ext);
+      CHECK(fs::file_size(report / (std::string(name) + ext)) > 1000);
+    }
+}

@@ -97,23 +97,43 @@ SummaryRow summarize(const RunRecord& run, double target, const RunRecord* basel
   s.fraction_quantized = run.fraction_quantized;
   s.step_ms = 1e3 * run.measured_step_s();
   s.bytes_sent_per_step = run.rows.back().bytes_sent_per_step;
+  for (const MetricsRecord& r : run.rows) {
+    if (!r.has_error_rates()) continue;
+    if (!s.best_cer || r.test_cer < *s.best_cer) {
+      s.best_cer = r.test_cer;
+      s.best_cer_epoch = r.epoch;
+    }
+  }
+  if (run.rows.back().has_error_rates()) {
+    s.final_cer = run.rows.back().test_cer;
+    s.final_wer = run.rows.back().test_wer;
+  }
   return s;
 }
 
 std::string markdown_table(const std::vector<SummaryRow>& rows, double target) {
+  // The error-rate columns appear when any run is a sequence task; "-" for a run without them.
+  bool error_rates = false;
+  for (const SummaryRow& r : rows) error_rates = error_rates || r.best_cer.has_value();
+  auto rate = [](const std::optional<double>& v) { return v ? percent(*v) : std::string("-"); };
   std::string s = fmt::format(
-      "| method | ranks | epochs | final accuracy | best accuracy (epoch) | time to {} | samples/s | speedup over "
+      "| method | ranks | epochs | final accuracy | best accuracy (epoch) | {}time to {} | samples/s | speedup over "
       "fp32 | ms per step | bits per value | sent per step per rank | fraction quantized |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-      percent(target));
-  for (const SummaryRow& r : rows)
-    s += fmt::format("| {} | {} | {} | {} | {} ({}) | {} | {:.0f} | {} | {:.1f} | {:.2f} | {} | {:.3f} |\n", r.label,
-                     r.ranks, r.epochs, percent(r.final_accuracy), percent(r.best_accuracy), r.best_epoch,
+      "|---|---|---|---|---|{}---|---|---|---|---|---|---|\n",
+      error_rates ? "final CER | final WER | best CER (epoch) | " : "", percent(target), error_rates ? "---|---|---|" : "");
+  for (const SummaryRow& r : rows) {
+    const std::string rates =
+        !error_rates ? ""
+        : r.best_cer ? fmt::format("{} | {} | {} ({}) | ", rate(r.final_cer), rate(r.final_wer), rate(r.best_cer), r.best_cer_epoch)
+                     : "- | - | - | ";
+    s += fmt::format("| {} | {} | {} | {} | {} ({}) | {}{} | {:.0f} | {} | {:.1f} | {:.2f} | {} | {:.3f} |\n", r.label,
+                     r.ranks, r.epochs, percent(r.final_accuracy), percent(r.best_accuracy), r.best_epoch, rates,
                      r.time_to_target_s ? fmt::format("{:.1f} s", *r.time_to_target_s) : "not reached",
                      r.samples_per_s, r.speedup ? fmt::format("{:.2f}x", *r.speedup) : "-", r.step_ms,
                      r.bits_per_value,
                      r.ranks > 1 ? fmt::format("{:.3f} MB", r.bytes_sent_per_step / 1e6) : "- (one rank)",
                      r.fraction_quantized);
+  }
   return s;
 }
 
@@ -133,9 +153,12 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
   std::string bytes = "# method MB_per_step_per_rank payload_MB\n";
   for (const RunRecord& r : runs) {
     const std::string base = label_to_filename(r.label);
-    std::string m = "# epoch test_accuracy_percent wall_s train_loss\n";
+    // CER and WER in percent, NaN (which gnuplot skips) for runs of classification tasks.
+    std::string m = "# epoch test_accuracy_percent wall_s train_loss test_cer_percent test_wer_percent\n";
     for (const MetricsRecord& row : r.rows)
-      m += fmt::format("{} {:.4f} {:.3f} {:.6f}\n", row.epoch, 100 * row.test_accuracy, row.wall_time_s, row.train_loss);
+      m += fmt::format("{} {:.4f} {:.3f} {:.6f} {} {}\n", row.epoch, 100 * row.test_accuracy, row.wall_time_s,
+                       row.train_loss, row.has_error_rates() ? fmt::format("{:.4f}", 100 * row.test_cer) : "NaN",
+                       row.has_error_rates() ? fmt::format("{:.4f}", 100 * row.test_wer) : "NaN");
     write_text(out / "data" / (base + ".metrics.dat"), m);
     std::string c = "# wall_s step train_loss\n";
     if (r.curve.size() >= 2)
@@ -161,7 +184,9 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
   write_text(out / "data" / "bytes.dat", bytes);
 
   // The gnuplot script: every run overlaid on the curves; one bar per run on the others.
-  std::string acc_plot = "plot ", loss_plot = "plot ";
+  bool error_rates = false;
+  for (const SummaryRow& r : rows) error_rates = error_rates || r.best_cer.has_value();
+  std::string acc_plot = "plot ", loss_plot = "plot ", cer_plot = "plot ", wer_plot = "plot ";
   for (size_t i = 0; i < runs.size(); ++i) {
     const std::string base = label_to_filename(runs[i].label);
     const std::string sep = i + 1 < runs.size() ? ", \\\n     " : "";
@@ -169,6 +194,10 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
                             gnuplot_quote(runs[i].label), sep);
     loss_plot += fmt::format("'data/{}.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title {}{}", base,
                              gnuplot_quote(runs[i].label), sep);
+    cer_plot += fmt::format("'data/{}.metrics.dat' using 1:5 with linespoints lw 2 title {}{}", base,
+                            gnuplot_quote(runs[i].label), sep);
+    wer_plot += fmt::format("'data/{}.metrics.dat' using 1:6 with linespoints lw 2 title {}{}", base,
+                            gnuplot_quote(runs[i].label), sep);
   }
   std::string script = "# Generated by qtrain compare; regenerate with: gnuplot plots.gp (in this folder)\n";
   script += plot_block("accuracy",
@@ -180,6 +209,13 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
                        "set xlabel 'wall-clock time (s)'\nset ylabel 'training loss'\nset logscale y\n"
                        "set key top right\nset grid\n",
                        loss_plot);
+  if (error_rates) {
+    const std::string settings = "set xlabel 'epoch'\nset key top right\nset grid\nset xtics 1\nset offsets 0.1, 0.1, 0, 0\n";
+    script += plot_block("cer", "set title 'Test character error rate after each epoch (greedy CTC decoding)'\n"
+                                "set ylabel 'CER (%)'\n" + settings, cer_plot);
+    script += plot_block("wer", "set title 'Test word error rate after each epoch (greedy CTC decoding)'\n"
+                                "set ylabel 'WER (%)'\n" + settings, wer_plot);
+  }
   std::string stack_plot = "plot ";
   const char* stack_titles[] = {"data", "forward", "backward", "optimizer", "exposed communication"};
   for (int c = 0; c < 5; ++c)
@@ -221,6 +257,9 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
       "- sent per step per rank: bytes this rank put on the wire per step (ring allreduce counted as "
       "2(p-1)/p of the data).\n\n",
       options.baseline, percent(options.target));
+  if (error_rates)
+    md += "- CER / WER: character / word error rate of greedy CTC decoding on the test set (edit distance over the "
+          "reference length).\n\n![test CER vs epoch](cer.svg)\n\n![test WER vs epoch](wer.svg)\n\n";
   md += "![test accuracy vs epoch](accuracy.svg)\n\n![training loss vs wall-clock time](loss_time.svg)\n\n"
         "![time per step by phase](phases.svg)\n\n![exchange time per step](exchange.svg)\n\n"
         "![bytes per step](bytes.svg)\n";

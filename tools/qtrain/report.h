@@ -1,7 +1,8 @@
 // The report of a `qtrain compare` sweep: report.md (a Markdown table of what each method cost in
 // accuracy and saved in time) and plots drawn by gnuplot (PNG and SVG): test accuracy vs epoch,
 // training loss vs wall-clock time, a stacked bar of the time per step in each phase, and the bytes on
-// the wire per step. The numbers come from RunRecord; gnuplot only draws the data files written here.
+// the wire per step; for sequence tasks (CTC) also the test character and word error rates vs epoch,
+// with their columns in the table. The numbers come from RunRecord; gnuplot only draws the data files written here.
 #pragma once
 
 #include <optional>
@@ -25,6 +26,9 @@ struct SummaryRow {
   double fraction_quantized = 0;
   double step_ms = 0;                      // the training loop's time per step
   double bytes_sent_per_step = 0;          // measured, per rank (0 in a world of one)
+  // Sequence tasks: test character / word error rate of the last epoch and the lowest CER.
+  std::optional<double> final_cer, final_wer, best_cer;
+  int64_t best_cer_epoch = 0;
 };
 
 SummaryRow summarize(const RunRecord& run, double target, const RunRecord* baseline);
@@ -38,7 +42,7 @@ struct ReportOptions {
 };
 
 // Writes out_dir/report.md, out_dir/data/*.dat, out_dir/plots.gp and (through gnuplot) the images
-// accuracy, loss_time, phases and bytes as .png and .svg. Returns a warning ("" if none), e.g. when
+// accuracy, loss_time, phases, exchange and bytes (and cer, wer for sequence tasks) as .png and .svg. Returns a warning ("" if none), e.g. when
 // gnuplot is missing: the table is still written.
 std::string write_report(const std::vector<RunRecord>& runs, const std::string& out_dir, const ReportOptions& options);
 

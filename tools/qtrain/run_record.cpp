@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "comm/exchange_config.h"
@@ -68,6 +69,11 @@ std::vector<MetricsRecord> read_metrics_csv(const std::string& path) {
                c_loss = index("train_loss"), c_acc = index("test_accuracy"), c_sps = index("samples_per_s"),
                c_bytes = index("bytes_sent_per_step"), c_hidden = index("hidden_comm_s"),
                c_exposed = index("exposed_comm_s"), c_frac = index("fraction_quantized");
+  auto optional_index = [&](const std::string& name) {
+    auto it = col.find(name);
+    return it == col.end() ? std::optional<size_t>() : std::optional<size_t>(it->second);
+  };
+  const std::optional<size_t> c_cer = optional_index("test_cer"), c_wer = optional_index("test_wer");
   std::array<size_t, PhaseTimers::kCount> c_phase{};
   for (int p = 0; p < PhaseTimers::kCount; ++p)
     c_phase[static_cast<size_t>(p)] = index(fmt::format("time_{}_s", phase_name(static_cast<Phase>(p))));
@@ -93,6 +99,9 @@ std::vector<MetricsRecord> read_metrics_csv(const std::string& path) {
     r.hidden_comm_s = num(c_hidden);
     r.exposed_comm_s = num(c_exposed);
     r.fraction_quantized = num(c_frac);
+    // Empty in the rows of classification runs (MetricsWriter writes NaN as an empty cell).
+    if (c_cer && !cells[*c_cer].empty()) r.test_cer = num(*c_cer);
+    if (c_wer && !cells[*c_wer].empty()) r.test_wer = num(*c_wer);
     rows.push_back(r);
   }
   if (rows.empty()) input_error("{}: no rows yet (the run has not finished an epoch)", path);

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <array>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -18,10 +20,13 @@ struct MetricsRecord {
   double wall_time_s = 0, train_loss = 0, test_accuracy = 0, samples_per_s = 0;
   std::array<double, PhaseTimers::kCount> phase_s{};  // seconds since the previous row
   double bytes_sent_per_step = 0, hidden_comm_s = 0, exposed_comm_s = 0, fraction_quantized = 0;
+  // Sequence tasks (CTC) only: character and word error rate on the test set; NaN otherwise.
+  double test_cer = std::numeric_limits<double>::quiet_NaN(), test_wer = std::numeric_limits<double>::quiet_NaN();
+  bool has_error_rates() const { return !std::isnan(test_cer); }
 };
 
 // Reads metrics.csv by column name (the columns MetricsWriter::header() writes; extra columns are
-// ignored). Throws InputError naming the file when it is missing, empty or malformed.
+// ignored; test_cer / test_wer may be absent or empty, as in runs of classification tasks). Throws InputError naming the file when it is missing, empty or malformed.
 std::vector<MetricsRecord> read_metrics_csv(const std::string& path);
 
 struct CurvePoint {
