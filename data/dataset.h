@@ -55,7 +55,7 @@ struct DataConfig {
   std::string dataset = "mnist";  // mnist | fashion_mnist | cifar10 | cifar100 | imagefolder
   std::string path;               // folder with the dataset's files (required)
   int64_t batch_size = 128;       // per replica
-  int64_t eval_batch_size = 1000;
+  int64_t eval_batch_size = 128;  // default: batch_size
   bool shuffle = true;
   bool drop_last = false;
   int prefetch = 2;               // batches the loader thread prepares ahead

@@ -299,7 +299,8 @@ TEST_CASE("data config: defaults and values", "[data][config]") {
   REQUIRE(c.dataset == "mnist");
   REQUIRE(c.path == "data/mnist");
   REQUIRE(c.batch_size == 128);
-  REQUIRE(c.eval_batch_size == 1000);
+  REQUIRE(c.eval_batch_size == 128);  // the training batch
+  REQUIRE(data_config_from("data: {path: data/mnist, batch_size: 32}\n").eval_batch_size == 32);
   REQUIRE(c.shuffle);
   REQUIRE(!c.drop_last);
   REQUIRE(c.prefetch == 2);
