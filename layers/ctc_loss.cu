@@ -1,0 +1,210 @@
+// ctc's CUDA path: one thread block per utterance runs the CPU reference's log-space forward-backward
+// recursion, in double and in the same operation order (log-softmax of each valid frame, alpha over
+// the blank-extended target, beta, then the occupation sums in increasing state order), so the two
+// paths differ only by the last-bit differences of CUDA's and glibc's exp/log/log1p. Within a block
+// the threads split the states of one time step (and the frames, for the log-softmax and the
+// gradient), with a barrier per step.
+//
+// Why not cudnnCTCLoss_v8: it limits label lengths (256) and takes the gradient w.r.t. its own
+// normalization mode, and its summation order is unspecified; this kernel reproduces the reference's
+// semantics (blank 0, zero_infinity, the 1/B normalization, zero gradient at padded frames) exactly.
+//
+// The per-utterance log-likelihoods and the arg-max class of every frame go back to the host, which
+// sums the loss in sample order (deterministic) and does the greedy decoding and edit distances.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "framework/cuda_context.h"
+#include "layers/ctc_loss.h"
+
+namespace qtrain {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMetaFields = 5;  // T_b, L_b, target offset, alpha/beta offset, log-prob offset
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+__device__ inline double log_add(double a, double b) {
+  if (a == kNegInf) return b;
+  if (b == kNegInf) return a;
+  const double m = a < b ? b : a;  // std::max, as on the CPU
+  return m + log1p(exp(-fabs(a - b)));
+}
+
+// Blank-extended target l': blank (0) at even states, target[s / 2] at odd ones.
+__device__ inline int extended(const int* __restrict__ target, long long s) {
+  return (s & 1) ? target[s / 2] : 0;
+}
+
+__global__ void ctc_kernel(const float* __restrict__ logits, long long frames, int classes,
+                           const long long* __restrict__ meta, const int* __restrict__ targets,
+                           double* __restrict__ log_probs_all, double* __restrict__ alpha_all,
+                           double* __restrict__ beta_all, double* __restrict__ log_p_out, int* __restrict__ best_out,
+                           float* __restrict__ dlogits, double inv_batch) {
+  __shared__ double shared_log_p;
+  const long long b = blockIdx.x;
+  const long long* m = meta + kMetaFields * b;
+  const long long tb = m[0], states = 2 * m[1] + 1;
+  const int* __restrict__ tgt = targets + m[2];
+  double* __restrict__ alpha = alpha_all + m[3];
+  double* __restrict__ beta = beta_all + m[3];
+  double* __restrict__ lp = log_probs_all + m[4];
+  const float* __restrict__ z = logits + b * frames * classes;
+
+  // Log-softmax of the valid frames (the CPU's max, sum and subtraction, in double) and the first
+  // arg-max of every frame, compared in f32 as ctc_greedy_decode does.
+  for (long long t = threadIdx.x; t < frames; t += blockDim.x) {
+    int best = 0;
+    if (t < tb) {
+      const float* row = z + t * classes;
+      double max = row[0];
+      for (int c = 1; c < classes; ++c) {
+        const double v = row[c];
+        max = max < v ? v : max;
+      }
+      double sum = 0;
+      for (int c = 0; c < classes; ++c) sum += exp(static_cast<double>(row[c]) - max);
+      const double log_sum = max + log(sum);
+      for (int c = 0; c < classes; ++c) lp[t * classes + c] = static_cast<double>(row[c]) - log_sum;
+      for (int c = 1; c < classes; ++c)
+        if (row[c] > row[best]) best = c;
+    }
+    best_out[b * frames + t] = best;
+  }
+  __syncthreads();
+
+  // alpha_t(s): log probability of the prefixes ending in state s at frame t (emission included).
+  for (long long s = threadIdx.x; s < states; s += blockDim.x)
+    alpha[s] = s == 0 ? lp[0] : s == 1 ? lp[extended(tgt, 1)] : kNegInf;
+  __syncthreads();
+  for (long long t = 1; t < tb; ++t) {
+    const double* prev = alpha + (t - 1) * states;
+    double* cur = alpha + t * states;
+    const double* lpt = lp + t * classes;
+    for (long long s = threadIdx.x; s < states; s += blockDim.x) {
+      const int e = extended(tgt, s);
+      double a = prev[s];
+      if (s >= 1) a = log_add(a, prev[s - 1]);
+      if (s >= 2 && e != 0 && e != extended(tgt, s - 2)) a = log_add(a, prev[s - 2]);
+      cur[s] = a == kNegInf ? kNegInf : a + lpt[e];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const double* last = alpha + (tb - 1) * states;
+    const double log_p = states > 1 ? log_add(last[states - 1], last[states - 2]) : last[0];
+    shared_log_p = log_p;
+    log_p_out[b] = log_p;
+  }
+  __syncthreads();
+  if (!dlogits) return;
+
+  // Padded frames get no gradient, and neither does an impossible sample (zero_infinity; without it
+  // the host raises an error).
+  const double log_p = shared_log_p;
+  const bool impossible = log_p == kNegInf;
+  float* __restrict__ dz = dlogits + b * frames * classes;
+  for (long long i = (impossible ? 0 : tb) * classes + threadIdx.x; i < frames * classes; i += blockDim.x) dz[i] = 0.0f;
+  if (impossible) return;  // uniform over the block: no barrier is skipped by only some threads
+
+  // beta_t(s): log probability of completing the target from state s at frame t (emission at t excluded).
+  for (long long s = threadIdx.x; s < states; s += blockDim.x)
+    beta[(tb - 1) * states + s] = s >= states - 2 ? 0.0 : kNegInf;
+  __syncthreads();
+  for (long long t = tb - 2; t >= 0; --t) {
+    const double* next = beta + (t + 1) * states;
+    const double* lpn = lp + (t + 1) * classes;
+    double* cur = beta + t * states;
+    for (long long s = threadIdx.x; s < states; s += blockDim.x) {
+      const int e = extended(tgt, s);
+      double v = next[s] + lpn[e];
+      if (s + 1 < states) v = log_add(v, next[s + 1] + lpn[extended(tgt, s + 1)]);
+      if (s + 2 < states) {
+        const int e2 = extended(tgt, s + 2);
+        if (e2 != 0 && e2 != e) v = log_add(v, next[s + 2] + lpn[e2]);
+      }
+      cur[s] = v;
+    }
+    __syncthreads();
+  }
+
+  // dL/dz[t, c] = (softmax[t, c] - sum over states s with l'_s = c of exp(alpha + beta - log p)) / B,
+  // the occupation summed in double in increasing state order, one rounding to f32 at the end.
+  for (long long i = threadIdx.x; i < tb * classes; i += blockDim.x) {
+    const long long t = i / classes;
+    const int c = static_cast<int>(i % classes);
+    const double* at = alpha + t * states;
+    const double* bt = beta + t * states;
+    double occupation = 0;
+    if (c == 0) {
+      for (long long s = 0; s < states; s += 2) occupation += exp(at[s] + bt[s] - log_p);
+    } else {
+      for (long long s = 1; s < states; s += 2)
+        if (tgt[s / 2] == c) occupation += exp(at[s] + bt[s] - log_p);
+    }
+    dz[i] = static_cast<float>((exp(lp[i]) - occupation) * inv_batch);
+  }
+}
+
+// A device buffer of at least `count` elements; the old one may still be read by queued work.
+void grow(Tensor& buffer, int64_t count, DType dtype, Device device, cudaStream_t stream) {
+  if (buffer.defined() && buffer.numel() >= count) return;
+  if (buffer.defined()) CUDA_CHECK(cudaStreamSynchronize(stream));
+  buffer = Tensor::empty({std::max<int64_t>(count, 1)}, dtype, device);
+}
+
+}  // namespace
+
+void ctc_loss_cuda(Context& ctx, const Tensor& logits, const int32_t* input_lengths, const int32_t* target_lengths,
+                   const int32_t* targets, Tensor* dlogits, CtcCudaScratch& scratch) {
+  const int64_t batch = logits.dim(0), frames = logits.dim(1), classes = logits.dim(2);
+  QT_CHECK(batch <= 0x7fffffffLL && classes <= 0x7fffffffLL, "ctc: {} samples of {} classes exceed one grid", batch,
+           classes);
+  const Device device = logits.device();
+  cudaStream_t stream = ctx.cuda().stream;
+  scratch.host_meta.resize(static_cast<size_t>(kMetaFields * batch));
+  int64_t target_total = 0, work_total = 0, log_prob_total = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t* m = scratch.host_meta.data() + kMetaFields * b;
+    m[0] = input_lengths[b];
+    m[1] = target_lengths[b];
+    m[2] = target_total;
+    m[3] = work_total;
+    m[4] = log_prob_total;
+    target_total += target_lengths[b];
+    work_total += static_cast<int64_t>(input_lengths[b]) * (2 * static_cast<int64_t>(target_lengths[b]) + 1);
+    log_prob_total += static_cast<int64_t>(input_lengths[b]) * classes;
+  }
+  grow(scratch.meta, kMetaFields * batch * static_cast<int64_t>(sizeof(int64_t)), DType::u8, device, stream);
+  grow(scratch.targets, target_total, DType::i32, device, stream);
+  grow(scratch.log_probs, log_prob_total, DType::f64, device, stream);
+  grow(scratch.alpha, work_total, DType::f64, device, stream);
+  if (dlogits) grow(scratch.beta, work_total, DType::f64, device, stream);
+  grow(scratch.log_p, batch, DType::f64, device, stream);
+  grow(scratch.best, batch * frames, DType::i32, device, stream);
+
+  // Host-to-device copies from pageable memory return once the data is staged, so the host arrays may
+  // change afterwards.
+  CUDA_CHECK(cudaMemcpyAsync(scratch.meta.raw(), scratch.host_meta.data(), scratch.host_meta.size() * sizeof(int64_t),
+                             cudaMemcpyHostToDevice, stream));
+  if (target_total > 0)
+    CUDA_CHECK(cudaMemcpyAsync(scratch.targets.raw(), targets, static_cast<size_t>(target_total) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream));
+  ctc_kernel<<<static_cast<unsigned>(batch), kThreads, 0, stream>>>(
+      logits.data<float>(), frames, static_cast<int>(classes), static_cast<const long long*>(scratch.meta.raw()),
+      scratch.targets.data<int32_t>(), scratch.log_probs.data<double>(), scratch.alpha.data<double>(),
+      dlogits ? scratch.beta.data<double>() : nullptr, scratch.log_p.data<double>(), scratch.best.data<int32_t>(),
+      dlogits ? dlogits->data<float>() : nullptr, 1.0 / static_cast<double>(batch));
+  CUDA_CHECK(cudaGetLastError());
+
+  scratch.host_log_p.resize(static_cast<size_t>(batch));
+  scratch.host_best.resize(static_cast<size_t>(batch * frames));
+  CUDA_CHECK(cudaMemcpyAsync(scratch.host_log_p.data(), scratch.log_p.raw(), static_cast<size_t>(batch) * sizeof(double),
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(scratch.host_best.data(), scratch.best.raw(),
+                             static_cast<size_t>(batch * frames) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace qtrain
