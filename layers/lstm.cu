@@ -16,15 +16,20 @@
 // and checkpoints all see it): a table of copy segments, built once from cudnnGetRNNWeightParams and
 // merged where both sides are contiguous, packs the parameters into cuDNN's weight space before each
 // forward and unpacks the weight gradients after backward (device-to-device copies on the stream).
-// cuDNN documents only CUDNN_WGRAD_MODE_ADD for cudnnRNNBackwardWeights_v8, so the gradient weight
-// space is zeroed first; the unpack then overwrites the layer's gradients, which is the layer contract.
+// Weight gradients use CUDNN_WGRAD_MODE_ADD into a zeroed gradient space (the mode cuDNN's documentation
+// lists for cudnnRNNBackwardWeights_v8; it equals SET's result either way); the unpack then overwrites
+// the layer's gradients, which is the layer contract.
 //
 // Data. x (B*T, in) with sample b's frame t at row b*T + t is CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED
 // [B, T, in] with seqLengthArray = the lengths (CUDNN_RNN_PADDED_IO_ENABLED); cuDNN runs each sample's
 // reverse direction from the sample's own last frame, as the CPU path does. The CPU path's padding
 // rules are enforced here rather than left to cuDNN's handling of padded positions: y's padded rows are
 // zeroed after forward, dy reaches cuDNN with its padded rows zeroed (a masked copy), and dx's padded
-// rows are zeroed after backward data.
+// rows are zeroed after backward data. cuDNN does not accept a sequence of length 0 inside a batch
+// (ONNX Runtime works around the same limit): such a sample runs one step on a zeroed input frame
+// (a masked copy of x, made only for batches that have one), its output is zeroed like padding, and
+// as it receives no gradient it contributes exactly zero to every gradient. A batch of only empty
+// samples never reaches cuDNN.
 //
 // Numerics: f32 data and compute, CUDNN_FMA_MATH (no TF32, so results agree with the f32 CPU reference
 // to f32 rounding), CUDNN_RNN_ALGO_STANDARD (any batch size and lengths), no dropout. Initial states are
@@ -73,11 +78,16 @@ struct LstmCudnn {
   // a training-mode forward that no backward has consumed yet.
   int64_t batch = -1, frames = -1;
   int32_t max_length = 0;
+  bool has_empty = false;  // a sample of length 0: cuDNN runs it for one step on x_masked
   bool reserve_valid = false;
-  Tensor lengths;  // i32 on the device: cuDNN's devSeqLengths (capacity >= batch)
+  std::vector<int32_t> host_lengths;  // [the lengths (B) | cuDNN's lengths (B): 0 raised to 1]
+  Tensor lengths;                     // i32 on the device, host_lengths' copy (capacity >= 2B)
   size_t work_bytes = 0, reserve_bytes = 0;  // what the last forward needed
   Tensor workspace, reserve;                 // u8, grown only
-  Tensor dy_masked, dx_scratch;              // f32, grown only
+  Tensor dy_masked, dx_scratch, x_masked;    // f32, grown only
+
+  const int32_t* true_lengths() const { return lengths.data<int32_t>(); }
+  const int32_t* cudnn_lengths() const { return lengths.data<int32_t>() + batch; }
 
   ~LstmCudnn() {
     // Destructors must not throw: errors while freeing descriptors are ignored.
@@ -116,8 +126,16 @@ __global__ void masked_copy_kernel(float* __restrict__ dst, const float* __restr
 void zero_padding(const LstmCudnn& s, float* data, int64_t width, cudaStream_t stream) {
   const long long n = s.batch * s.frames * width;
   if (n == 0) return;
-  zero_padding_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(data, s.lengths.data<int32_t>(), s.frames,
-                                                                        width, n);
+  zero_padding_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(data, s.true_lengths(), s.frames, width, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// dst = src with the padding rows (of the true lengths) zeroed.
+void masked_copy(const LstmCudnn& s, float* dst, const float* src, int64_t width, cudaStream_t stream) {
+  const long long n = s.batch * s.frames * width;
+  if (n == 0) return;
+  masked_copy_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst, src, s.true_lengths(), s.frames, width,
+                                                                       n);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -256,30 +274,41 @@ LstmCudnn& prepare(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& shape
   return s;
 }
 
-// Descriptors and device lengths for this batch. cuDNN needs the lengths twice: on the host in the
-// data descriptors and on the device (devSeqLengths). The host-to-device copy is from pageable memory,
-// so it returns only once the values are staged and `lengths` may change afterwards.
+// Descriptors and device lengths for this batch. cuDNN needs its lengths twice: on the host in the
+// data descriptors and on the device (devSeqLengths, which cuDNN >= 8.9.1 no longer reads but older
+// versions require); the masking kernels need the true lengths on the device. One host-to-device copy
+// from pageable memory carries both: it returns only once the values are staged, so host_lengths may
+// change afterwards.
 void set_batch(Context& ctx, LstmCudnn& s, const LstmCudaShape& shape, const std::vector<int32_t>& lengths,
                Device device) {
   cudaStream_t stream = ctx.cuda().stream;
   const int batch = as_int(shape.batch, "batch"), frames = as_int(shape.frames, "frames");
   QT_CHECK(static_cast<int64_t>(lengths.size()) == shape.batch, "lstm: {} lengths for a batch of {}", lengths.size(),
            shape.batch);
+  s.host_lengths.resize(2 * lengths.size());
+  s.max_length = 0;
+  s.has_empty = false;
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    s.host_lengths[b] = lengths[b];
+    s.host_lengths[lengths.size() + b] = std::max(lengths[b], 1);
+    s.max_length = std::max(s.max_length, lengths[b]);
+    s.has_empty = s.has_empty || lengths[b] == 0;
+  }
+  const int* cudnn_lengths = s.host_lengths.data() + lengths.size();
   const int hidden = as_int(shape.hidden, "hidden_size");
   CUDNN_CHECK(cudnnSetRNNDataDescriptor(s.x_desc, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED, frames,
-                                        batch, as_int(shape.input, "input size"), lengths.data(), &s.padding_fill));
+                                        batch, as_int(shape.input, "input size"), cudnn_lengths, &s.padding_fill));
   CUDNN_CHECK(cudnnSetRNNDataDescriptor(s.y_desc, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED, frames,
-                                        batch, as_int(shape.dirs * shape.hidden, "output size"), lengths.data(),
+                                        batch, as_int(shape.dirs * shape.hidden, "output size"), cudnn_lengths,
                                         &s.padding_fill));
   const int h_dims[3] = {as_int(shape.layers * shape.dirs, "layers"), batch, hidden};
   const int h_strides[3] = {batch * hidden, hidden, 1};
   CUDNN_CHECK(cudnnSetTensorNdDescriptor(s.h_desc, CUDNN_DATA_FLOAT, 3, h_dims, h_strides));
-  grow(s.lengths, shape.batch, DType::i32, device, stream);
-  CUDA_CHECK(cudaMemcpyAsync(s.lengths.raw(), lengths.data(), lengths.size() * sizeof(int32_t),
+  grow(s.lengths, 2 * shape.batch, DType::i32, device, stream);
+  CUDA_CHECK(cudaMemcpyAsync(s.lengths.raw(), s.host_lengths.data(), s.host_lengths.size() * sizeof(int32_t),
                              cudaMemcpyHostToDevice, stream));
   s.batch = shape.batch;
   s.frames = shape.frames;
-  s.max_length = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
 }
 
 void check_params(const LstmCudnn& s, const std::vector<Tensor>& tensors, const char* what) {
@@ -332,6 +361,13 @@ void lstm_forward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& s
     return;
   }
   pack_weights(s, params, stream);
+  // A batch with an empty sample runs it for one step on a zeroed frame (see the top of this file).
+  const float* x_ptr = x.data<float>();
+  if (s.has_empty) {
+    grow(s.x_masked, shape.batch * shape.frames * shape.input, DType::f32, device, stream);
+    masked_copy(s, s.x_masked.data<float>(), x_ptr, shape.input, stream);
+    x_ptr = s.x_masked.data<float>();
+  }
   const cudnnForwardMode_t mode = training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE;
   size_t work = 0, reserve = 0;
   CUDNN_CHECK(cudnnGetRNNTempSpaceSizes(handle, s.rnn, mode, s.x_desc, &work, &reserve));
@@ -339,7 +375,7 @@ void lstm_forward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& s
   grow(s.reserve, static_cast<int64_t>(reserve), DType::u8, device, stream);
   s.work_bytes = work;
   s.reserve_bytes = reserve;
-  CUDNN_CHECK(cudnnRNNForward(handle, s.rnn, mode, s.lengths.data<int32_t>(), s.x_desc, x.data<float>(), s.y_desc,
+  CUDNN_CHECK(cudnnRNNForward(handle, s.rnn, mode, s.cudnn_lengths(), s.x_desc, x_ptr, s.y_desc,
                               y.data<float>(), s.h_desc, nullptr, nullptr, s.h_desc, nullptr, nullptr, s.weight_bytes,
                               s.weights.raw(), work, or_null(s.workspace, work), reserve,
                               or_null(s.reserve, reserve)));
@@ -373,10 +409,7 @@ void lstm_backward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& 
   }
   // Gradients arriving at padded steps are ignored (CPU semantics): cuDNN sees them as zeros.
   grow(s.dy_masked, rows * out, DType::f32, device, stream);
-  const long long n = rows * out;
-  masked_copy_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-      s.dy_masked.data<float>(), dy.data<float>(), s.lengths.data<int32_t>(), shape.frames, out, n);
-  CUDA_CHECK(cudaGetLastError());
+  masked_copy(s, s.dy_masked.data<float>(), dy.data<float>(), out, stream);
   // cuDNN always computes dx; without a destination it goes to scratch.
   float* dx_ptr = nullptr;
   if (dx) {
@@ -385,15 +418,17 @@ void lstm_backward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& 
     grow(s.dx_scratch, rows * shape.input, DType::f32, device, stream);
     dx_ptr = s.dx_scratch.data<float>();
   }
-  CUDNN_CHECK(cudnnRNNBackwardData_v8(handle, s.rnn, s.lengths.data<int32_t>(), s.y_desc, y.data<float>(),
+  CUDNN_CHECK(cudnnRNNBackwardData_v8(handle, s.rnn, s.cudnn_lengths(), s.y_desc, y.data<float>(),
                                       s.dy_masked.data<float>(), s.x_desc, dx_ptr, s.h_desc, nullptr, nullptr, nullptr,
                                       s.h_desc, nullptr, nullptr, nullptr, s.weight_bytes, s.weights.raw(),
                                       s.work_bytes, or_null(s.workspace, s.work_bytes), s.reserve_bytes,
                                       or_null(s.reserve, s.reserve_bytes)));
   if (dx) zero_padding(s, dx_ptr, shape.input, stream);
   CUDA_CHECK(cudaMemsetAsync(s.dweights.raw(), 0, s.weight_bytes, stream));
-  CUDNN_CHECK(cudnnRNNBackwardWeights_v8(handle, s.rnn, CUDNN_WGRAD_MODE_ADD, s.lengths.data<int32_t>(), s.x_desc,
-                                         x.data<float>(), s.h_desc, nullptr, s.y_desc, y.data<float>(), s.weight_bytes,
+  // The x of the forward: the masked copy when the batch has an empty sample.
+  const float* x_ptr = s.has_empty ? s.x_masked.data<float>() : x.data<float>();
+  CUDNN_CHECK(cudnnRNNBackwardWeights_v8(handle, s.rnn, CUDNN_WGRAD_MODE_ADD, s.cudnn_lengths(), s.x_desc, x_ptr,
+                                         s.h_desc, nullptr, s.y_desc, y.data<float>(), s.weight_bytes,
                                          s.dweights.raw(), s.work_bytes, or_null(s.workspace, s.work_bytes),
                                          s.reserve_bytes, or_null(s.reserve, s.reserve_bytes)));
   unpack_gradients(s, grads, stream);
