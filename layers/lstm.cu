@@ -294,6 +294,9 @@ void set_batch(Context& ctx, LstmCudnn& s, const LstmCudaShape& shape, const std
     s.max_length = std::max(s.max_length, lengths[b]);
     s.has_empty = s.has_empty || lengths[b] == 0;
   }
+  s.batch = shape.batch;
+  s.frames = shape.frames;
+  if (s.max_length == 0) return;  // nothing for cuDNN to run (a maximum length of 0 is not a valid descriptor)
   const int* cudnn_lengths = s.host_lengths.data() + lengths.size();
   const int hidden = as_int(shape.hidden, "hidden_size");
   CUDNN_CHECK(cudnnSetRNNDataDescriptor(s.x_desc, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED, frames,
@@ -307,8 +310,6 @@ void set_batch(Context& ctx, LstmCudnn& s, const LstmCudaShape& shape, const std
   grow(s.lengths, 2 * shape.batch, DType::i32, device, stream);
   CUDA_CHECK(cudaMemcpyAsync(s.lengths.raw(), s.host_lengths.data(), s.host_lengths.size() * sizeof(int32_t),
                              cudaMemcpyHostToDevice, stream));
-  s.batch = shape.batch;
-  s.frames = shape.frames;
 }
 
 void check_params(const LstmCudnn& s, const std::vector<Tensor>& tensors, const char* what) {
