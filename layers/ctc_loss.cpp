@@ -24,19 +24,27 @@ inline double log_add(double a, double b) {
 
 }  // namespace
 
-template <typename T>
-std::vector<int32_t> ctc_greedy_decode(const T* scores, int64_t frames, int64_t classes) {
+std::vector<int32_t> ctc_collapse(const int32_t* best, int64_t frames) {
   std::vector<int32_t> out;
   int32_t previous = -1;
   for (int64_t t = 0; t < frames; ++t) {
-    const T* row = scores + t * classes;
-    int32_t best = 0;
-    for (int64_t c = 1; c < classes; ++c)
-      if (row[c] > row[best]) best = static_cast<int32_t>(c);
-    if (best != previous && best != 0) out.push_back(best);
-    previous = best;
+    if (best[t] != previous && best[t] != 0) out.push_back(best[t]);
+    previous = best[t];
   }
   return out;
+}
+
+template <typename T>
+std::vector<int32_t> ctc_greedy_decode(const T* scores, int64_t frames, int64_t classes) {
+  std::vector<int32_t> best(static_cast<size_t>(frames));
+  for (int64_t t = 0; t < frames; ++t) {
+    const T* row = scores + t * classes;
+    int32_t b = 0;  // the first arg-max: ties go to the lower class
+    for (int64_t c = 1; c < classes; ++c)
+      if (row[c] > row[b]) b = static_cast<int32_t>(c);
+    best[static_cast<size_t>(t)] = b;
+  }
+  return ctc_collapse(best.data(), frames);
 }
 template std::vector<int32_t> ctc_greedy_decode<float>(const float*, int64_t, int64_t);
 template std::vector<int32_t> ctc_greedy_decode<double>(const double*, int64_t, int64_t);
@@ -87,6 +95,22 @@ LossStats CtcLoss::compute(Context&, const Tensor&, const Tensor&, Tensor*) {
   input_error("loss ctc needs sequence targets (a speech dataset such as an4), not class labels");
 }
 
+void CtcLoss::add_sample(LossStats& stats, int64_t b, double log_p, int64_t frames, int64_t target_length,
+                         const std::vector<int32_t>& hyp, const int32_t* target) const {
+  const bool impossible = log_p == kNegInf;
+  if (impossible && !options_.zero_infinity)
+    input_error("ctc: sample {} cannot be aligned: {} frames for a target of {} classes (set zero_infinity: true "
+                "to ignore such samples)", b, frames, target_length);
+  if (!impossible) stats.loss_sum += -log_p;
+  const std::vector<int32_t> ref(target, target + target_length);
+  stats.char_errors += edit_distance(hyp, ref);
+  stats.chars += target_length;
+  int64_t words = 0;
+  stats.word_errors += word_edit_distance(hyp, ref, space_class_, &words);
+  stats.words += words;
+  stats.correct += hyp == ref ? 1 : 0;
+}
+
 void CtcLoss::set_vocabulary(const std::vector<std::string>& vocabulary) {
   space_class_ = -1;
   for (size_t i = 1; i < vocabulary.size(); ++i)
@@ -124,11 +148,20 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
     const int64_t dims[] = {frames, classes};
     layer_detail::check_batch(who, "dlogits", *dlogits, batch, dims, 2, logits.dtype());
   }
-  QT_CHECK(logits.device().is_cpu(), "ctc: the CUDA path is not implemented; compute the loss on CPU tensors");
 
   LossStats stats;
   stats.count = batch;
   if (batch == 0) return stats;
+  if (logits.device().is_cuda()) {
+    ctc_loss_cuda(ctx, logits, in_len, tgt_len, targets, dlogits, cuda_);
+    int64_t offset = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      const std::vector<int32_t> hyp = ctc_collapse(cuda_.host_best.data() + b * frames, in_len[b]);
+      add_sample(stats, b, cuda_.host_log_p[static_cast<size_t>(b)], in_len[b], tgt_len[b], hyp, targets + offset);
+      offset += tgt_len[b];
+    }
+    return stats;
+  }
   layer_detail::dispatch_float(logits.dtype(), [&]<typename T>() {
     const T* z_all = logits.data<T>();
     T* dz_all = dlogits ? dlogits->data<T>() : nullptr;
@@ -173,10 +206,6 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
       const double* last = alpha + (tb - 1) * states;
       const double log_p = states > 1 ? log_add(last[states - 1], last[states - 2]) : last[0];
       const bool impossible = log_p == kNegInf;
-      if (impossible && !options_.zero_infinity)
-        input_error("ctc: sample {} cannot be aligned: {} frames for a target of {} classes (set zero_infinity: true "
-                    "to ignore such samples)", b, tb, len);
-      if (!impossible) stats.loss_sum += -log_p;
 
       if (dz_all) {
         T* dz = dz_all + b * frames * classes;
@@ -216,15 +245,8 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
         }
       }
 
-      // Greedy decoding and error counts.
-      const std::vector<int32_t> hyp = ctc_greedy_decode(z, tb, classes);
-      const std::vector<int32_t> ref(tgt, tgt + len);
-      stats.char_errors += edit_distance(hyp, ref);
-      stats.chars += len;
-      int64_t words = 0;
-      stats.word_errors += word_edit_distance(hyp, ref, space_class_, &words);
-      stats.words += words;
-      stats.correct += hyp == ref ? 1 : 0;
+      // Loss (or the impossible-alignment error), greedy decoding and error counts.
+      add_sample(stats, b, log_p, tb, len, ctc_greedy_decode(z, tb, classes), tgt);
     }
   });
   return stats;

@@ -14,6 +14,10 @@
 // removed. Character errors are the Levenshtein distance between decoding and target (spaces count as
 // characters); word errors the distance between their word sequences, words being split at the class
 // whose text is " " (set_vocabulary); without one each utterance counts as one word.
+//
+// CUDA path (f32 logits, ctc_loss.cu): one thread block per utterance runs the same log-space recursion
+// in double; the per-utterance log-likelihoods and the per-frame arg-max classes come back to the host,
+// which sums the loss and decodes (greedy decoding is a few comparisons per frame, not worth a kernel).
 #pragma once
 
 #include <memory>
@@ -25,6 +29,18 @@ namespace qtrain {
 
 struct CtcOptions {
   bool zero_infinity = true;
+};
+
+// Buffers of the CUDA path, grown only when a larger batch arrives (ctc_loss.cu).
+struct CtcCudaScratch {
+  Tensor meta;                      // u8 on the GPU holding (5B) i64: per sample T_b, L_b and 3 offsets
+  Tensor targets;                   // i32 on the GPU
+  Tensor log_probs, alpha, beta;    // f64 on the GPU
+  Tensor log_p;                     // (B) f64 on the GPU: log p(target | x), -inf when impossible
+  Tensor best;                      // (B*T) i32 on the GPU: arg-max class per frame
+  std::vector<int64_t> host_meta;
+  std::vector<double> host_log_p;
+  std::vector<int32_t> host_best;
 };
 
 class CtcLoss : public Loss {
@@ -40,13 +56,29 @@ class CtcLoss : public Loss {
   int space_class() const { return space_class_; }
 
  private:
+  // The loss and error counts of sample b once its log-likelihood is known (both paths).
+  void add_sample(LossStats& stats, int64_t b, double log_p, int64_t frames, int64_t target_length,
+                  const std::vector<int32_t>& hyp, const int32_t* target) const;
+
   CtcOptions options_;
   int space_class_ = -1;
   // Per-call work space (log-probabilities, alpha, beta), grown on demand: no allocation per call.
   std::vector<double> log_probs_, alpha_, beta_;
+  CtcCudaScratch cuda_;
 };
 
 std::unique_ptr<Loss> make_ctc(ConfigNode& cfg);
+
+// CUDA entry point (ctc_loss.cu; sequence_cuda_disabled.cpp without CUDA). logits (B, T, C) f32 on
+// ctx's device; input_lengths (B, each in [1, T]), target_lengths (B) and targets (their sum, classes in
+// [1, C)) on the host, already checked; dlogits (B, T, C) or null receives d(sum of losses / B)/dlogits
+// (0 at padded frames and for impossible samples). Leaves log p per sample in scratch.host_log_p and
+// the arg-max class of every frame in scratch.host_best (B*T), and synchronizes ctx's stream.
+void ctc_loss_cuda(Context& ctx, const Tensor& logits, const int32_t* input_lengths, const int32_t* target_lengths,
+                   const int32_t* targets, Tensor* dlogits, CtcCudaScratch& scratch);
+
+// Best-path decoding of per-frame arg-max classes: repeats merged, blanks (0) removed.
+std::vector<int32_t> ctc_collapse(const int32_t* best, int64_t frames);
 
 // Greedy best-path decoding of one utterance: frames x classes row-major scores (logits or log
 // probabilities: the arg-max is the same), the first `frames` rows valid.

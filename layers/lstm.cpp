@@ -96,6 +96,22 @@ int64_t Lstm::frames_of(const Tensor& x) const {
   return frames;
 }
 
+void Lstm::check_bound(const Context& ctx) const {
+  const size_t count = static_cast<size_t>(4 * options_.num_layers * dirs_);
+  QT_CHECK(params_.size() == count && grads_.size() == count, "{}: parameters not bound (call bind() after setup())",
+           describe(*this));
+  // The CPU path reads the parameters as host arrays, the CUDA path as device pointers: both must live
+  // where the context computes.
+  for (size_t i = 0; i < count; ++i) {
+    check_float(*this, "parameter", params_[i], ctx);
+    check_float(*this, "parameter gradient", grads_[i], ctx);
+  }
+}
+
+LstmCudaShape Lstm::cuda_shape(int64_t batch, int64_t frames) const {
+  return {input_, options_.hidden_size, options_.num_layers, dirs_, batch, frames};
+}
+
 template <typename T>
 void Lstm::forward_cpu(const T* x, T* y, int64_t batch, int64_t frames, Workspace<T>& ws) {
   const int64_t H = options_.hidden_size, G = 4 * H, rows = batch * frames, out = dirs_ * H;
@@ -258,17 +274,16 @@ void Lstm::backward_cpu(const T* x, const T* y, const T* dy, T* dx, int64_t batc
   }
 }
 
-void Lstm::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
+void Lstm::forward(Context& ctx, const Tensor& x, Tensor& y, bool training) {
   check_float(*this, "x", x, ctx);
   check_float(*this, "y", y, ctx);
   const int64_t frames = frames_of(x);
   const int64_t batch = static_cast<int64_t>(lengths_.size());
   layer_detail::check_batch(*this, "x", x, batch * frames, input_, x.dtype());
   layer_detail::check_batch(*this, "y", y, batch * frames, dirs_ * options_.hidden_size, x.dtype());
-  QT_CHECK(params_.size() == static_cast<size_t>(4 * options_.num_layers * dirs_), "{}: parameters not bound",
-           describe(*this));
-  QT_CHECK(x.device().is_cpu(), "{}: the CUDA path (cuDNN RNN) is not implemented yet; train on the CPU",
-           describe(*this));
+  check_bound(ctx);
+  if (x.device().is_cuda())
+    return lstm_forward_cuda(ctx, cudnn_, cuda_shape(batch, frames), lengths_, params_, x, y, training);
   dispatch_float(x.dtype(), [&]<typename T>() {
     if constexpr (std::is_same_v<T, float>) forward_cpu<T>(x.data<T>(), y.data<T>(), batch, frames, ws_f_);
     else forward_cpu<T>(x.data<T>(), y.data<T>(), batch, frames, ws_d_);
@@ -282,8 +297,11 @@ void Lstm::backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor
   const int64_t batch = static_cast<int64_t>(lengths_.size());
   layer_detail::check_batch(*this, "dy", dy, batch * frames, dirs_ * options_.hidden_size, x.dtype());
   if (dx.defined()) layer_detail::check_batch(*this, "dx", dx, batch * frames, input_, x.dtype());
-  QT_CHECK(x.device().is_cpu(), "{}: the CUDA path (cuDNN RNN) is not implemented yet; train on the CPU",
-           describe(*this));
+  if (dx.defined()) check_float(*this, "dx", dx, ctx);
+  check_bound(ctx);
+  if (x.device().is_cuda())
+    return lstm_backward_cuda(ctx, cudnn_, cuda_shape(batch, frames), params_, grads_, x, y, dy,
+                              dx.defined() ? &dx : nullptr);
   dispatch_float(x.dtype(), [&]<typename T>() {
     T* dxp = dx.defined() ? dx.data<T>() : nullptr;
     if constexpr (std::is_same_v<T, float>)

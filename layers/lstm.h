@@ -16,6 +16,11 @@
 // CPU path (templated on float/double): per layer and direction one GEMM projects every frame's input
 // at once, then one (B, H) x (H, 4H) GEMM per time step for the recurrence; backward mirrors it (one
 // GEMM per step for dh and dW_hh, one each for dW_ih and dx over all frames).
+//
+// CUDA path (f32, lstm.cu): cuDNN's RNN API (CUDNN_LSTM, double bias, batch-major unpacked data with
+// per-sample lengths), whose gates, gate order and two biases are PyTorch's, so qtrain's parameters
+// stay the source of truth and are copied into cuDNN's weight space before every forward (and the
+// weight gradients out of it after backward). Same semantics as the CPU path, padding included.
 #pragma once
 
 #include <memory>
@@ -24,6 +29,21 @@
 #include "framework/layer.h"
 
 namespace qtrain {
+
+// cuDNN descriptors, weight space, work and reserve space of one lstm layer (lstm.cu); built on first
+// use, the buffers grown only when a larger (batch, frames) arrives.
+struct LstmCudnn;
+struct LstmCudnnDeleter {
+  void operator()(LstmCudnn* state) const noexcept;
+};
+using LstmCudnnPtr = std::unique_ptr<LstmCudnn, LstmCudnnDeleter>;
+
+// The sizes the CUDA path needs besides the tensors.
+struct LstmCudaShape {
+  int64_t input = 0, hidden = 0, layers = 0;
+  int dirs = 1;
+  int64_t batch = 0, frames = 0;
+};
 
 struct LstmOptions {
   int64_t hidden_size = 0;
@@ -63,6 +83,8 @@ class Lstm : public Layer {
   }
   Tensor& grad(int64_t layer, int dir, int which) { return grads_[static_cast<size_t>((layer * dirs_ + dir) * 4 + which)]; }
   int64_t frames_of(const Tensor& x) const;
+  void check_bound(const Context& ctx) const;
+  LstmCudaShape cuda_shape(int64_t batch, int64_t frames) const;
 
   LstmOptions options_;
   int dirs_ = 1;
@@ -70,8 +92,20 @@ class Lstm : public Layer {
   std::vector<int32_t> lengths_;
   Workspace<float> ws_f_;
   Workspace<double> ws_d_;
+  LstmCudnnPtr cudnn_;
 };
 
 std::unique_ptr<Layer> make_lstm(ConfigNode& cfg);
+
+// CUDA entry points (lstm.cu; sequence_cuda_disabled.cpp without CUDA). x (B*T, input) and y/dy
+// (B*T, dirs*H) f32 on ctx's device, sample b's frame t at row b*T + t; lengths (B) on the host, each
+// in [0, T]; params/grads in Lstm::param_specs() order. Backward needs the training-mode forward of
+// the same x just before it (its reserve space); dx is null when the input needs no gradient.
+void lstm_forward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& shape,
+                       const std::vector<int32_t>& lengths, const std::vector<Tensor>& params, const Tensor& x,
+                       Tensor& y, bool training);
+void lstm_backward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& shape,
+                        const std::vector<Tensor>& params, std::vector<Tensor>& grads, const Tensor& x,
+                        const Tensor& y, const Tensor& dy, Tensor* dx);
 
 }  // namespace qtrain
