@@ -11,60 +11,13 @@
 
 #include "layers/ctc_loss.h"
 #include "layers/lstm.h"
+#include "tests/support/cuda_parity.h"
 #include "tests/support/gradcheck.h"
 
 using namespace qtrain;
 using namespace qtrain::testing;
 
 namespace {
-
-constexpr double kUnit = 5.9604644775390625e-8;  // u = 2^-24, the unit roundoff of f32
-const Device kGpu = Device::cuda(0);
-
-// Tensor::to() and Tensor::zeros() work on the legacy default stream while layers run on the
-// context's non-blocking stream, which does not wait for it. A device-to-host copy on the legacy
-// stream returns only when everything queued there before it is done, so reading one element back
-// fences the uploads (as in test_layers_cuda.cpp).
-void fence_legacy_stream(const Tensor& on_gpu) {
-  if (on_gpu.numel() > 0) (void)on_gpu.view(0, {1}).to(Device::cpu());
-}
-
-Tensor upload(const Tensor& host) {
-  Tensor t = host.to(kGpu);
-  fence_legacy_stream(t);
-  return t;
-}
-
-Tensor download(Context& ctx, const Tensor& t) {
-  ctx.synchronize();
-  return t.to(Device::cpu());
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(static_cast<double>(t.data<float>()[i])));
-  return m;
-}
-
-// Every element within atol; reports the count and the worst one.
-void require_close(const Tensor& got, const Tensor& ref, double atol, const std::string& what) {
-  REQUIRE(got.shape() == ref.shape());
-  int64_t bad = 0, worst = -1;
-  double worst_error = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double error = std::fabs(static_cast<double>(got.data<float>()[i]) - ref.data<float>()[i]);
-    if (!(error <= atol)) {
-      ++bad;
-      if (worst < 0 || error > worst_error) worst = i, worst_error = error;
-    }
-  }
-  INFO(what << ": " << bad << " of " << ref.numel() << " elements differ by more than " << atol
-            << (worst >= 0 ? " (worst at " + std::to_string(worst) + ": got " +
-                                 std::to_string(got.data<float>()[worst]) + ", want " +
-                                 std::to_string(ref.data<float>()[worst]) + ")"
-                           : std::string()));
-  REQUIRE(bad == 0);
-}
 
 Tensor i32(const std::vector<int32_t>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::i32);
@@ -122,7 +75,7 @@ void compare_lstm_batch(Lstm& cpu_layer, Lstm& gpu_layer, Context& cpu, Context&
   const Tensor y_got = download(gpu, y_gpu);
   // Pre-activations sum in + H (first layer) or dirs*H + H products and two biases.
   const int64_t k_forward = std::max(c.input, dirs * c.hidden) + c.hidden + 2;
-  require_close(y_got, y, lstm_atol(k_forward, steps, y), "lstm y");
+  require_close(y_got, y, lstm_atol(k_forward, steps, y), 0.0, "lstm y");
   require_zero_padding(y_got, lengths, frames, "lstm y");
 
   Tensor dx = Tensor::empty({rows, c.input}, DType::f32), dx_gpu = Tensor::empty({rows, c.input}, DType::f32, kGpu);
@@ -130,7 +83,7 @@ void compare_lstm_batch(Lstm& cpu_layer, Lstm& gpu_layer, Context& cpu, Context&
   gpu_layer.backward(gpu, x_gpu, y_gpu, dy_gpu, dx_gpu);
   const Tensor dx_got = download(gpu, dx_gpu);
   // dx = dgates W_ih: 4H products per element, dgates themselves carried back through every step.
-  require_close(dx_got, dx, lstm_atol(4 * c.hidden + k_forward, steps, dx), "lstm dx");
+  require_close(dx_got, dx, lstm_atol(4 * c.hidden + k_forward, steps, dx), 0.0, "lstm dx");
   require_zero_padding(dx_got, lengths, frames, "lstm dx");
 
   // Parameter gradients: sums over all B*T frames of dgates times inputs or states.
@@ -140,7 +93,7 @@ void compare_lstm_batch(Lstm& cpu_layer, Lstm& gpu_layer, Context& cpu, Context&
   for (const ParamSpec& spec : specs) {
     const int64_t n = shape_numel(spec.shape);
     const Tensor ref = pa.grads.view(offset, {n});
-    require_close(grads_got.view(offset, {n}), ref, lstm_atol(rows + k_forward, steps, ref), "lstm d" + spec.name);
+    require_close(grads_got.view(offset, {n}), ref, lstm_atol(rows + k_forward, steps, ref), 0.0, "lstm d" + spec.name);
     offset += n;
   }
 }
@@ -206,7 +159,7 @@ TEST_CASE("lstm: CUDA inference forward matches training forward; backward needs
   const Tensor train = download(gpu, y_train), eval = download(gpu, y_eval);
   // The same cell on the same data; cuDNN may pick different kernels for the two modes, so the bound
   // is the forward bound of the parity test (6 steps x 2 layers, K = 2H + H + 2).
-  require_close(eval, train, lstm_atol(3 * c.hidden + 2, 12, train), "inference y");
+  require_close(eval, train, lstm_atol(3 * c.hidden + 2, 12, train), 0.0, "inference y");
   require_zero_padding(eval, lengths, 6, "inference y");
   // The inference forward leaves no reserve space for backward: a clear error, not stale gradients.
   REQUIRE_THROWS_WITH(b.backward(gpu, x_gpu, y_eval, dy_gpu, dx), Catch::Contains("training-mode forward"));
@@ -261,7 +214,7 @@ void compare_ctc(const CtcBatch& c, bool zero_infinity, uint64_t seed) {
   // softmax term), each time by at most u/B. So the two differ by at most (L_max + 2) u / B.
   const int64_t longest = *std::max_element(c.target_lengths.begin(), c.target_lengths.end());
   require_close(download(gpu, dz_gpu), dz, static_cast<double>(longest + 2) * kUnit / static_cast<double>(batch),
-                "ctc dlogits");
+                0.0, "ctc dlogits");
 
   const LossStats no_grad = b.compute_sequence(gpu, z_gpu, st, nullptr);
   REQUIRE(no_grad.loss_sum == g.loss_sum);
