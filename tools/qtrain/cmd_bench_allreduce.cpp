@@ -5,7 +5,13 @@
 // Per size and variant: time per exchange (median over iterations, every rank synchronized by a
 // barrier before each), algbw = size / time, busbw = algbw * 2(P-1)/P (the allreduce convention),
 // the bytes this rank put on the wire, the speedup over fp32 MPI_Allreduce and, when --link-gbit is
-// given, the ideal time (bytes on the wire over the link rate) and the ratio to it.
+// given, the ideal time (bytes on the wire over the link rate) and the ratio to it. Where the time
+// goes on rank 0: its encode and decode time per exchange (wall clock on the exchange thread) and
+// the CPU time of its whole process per exchange (user + system, so MPI's copies and the kernel's
+// TCP work count): cpu near time means the rank computed all along, cpu well below time that it
+// waited for the network or for a core.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -53,16 +59,28 @@ void run(const Options& o) {
   if (root) {
     std::printf("# qtrain bench-allreduce: %d ranks over %s, median of %d iterations after %d warm-up\n", P, comm->name(),
                 o.iterations, o.warmup);
-    std::printf("%10s %-24s %-25s %10s %9s %9s %12s %8s%s\n", "size(MB)", "method", "algorithm", "time(ms)",
-                "algbw", "busbw", "wire(MB)", "speedup", o.link_gbit > 0 ? "   ideal(ms) /ideal" : "");
+    std::printf("%10s %-24s %-25s %10s %9s %9s %12s %8s %8s %8s %8s%s\n", "size(MB)", "method", "algorithm",
+                "time(ms)", "algbw", "busbw", "wire(MB)", "speedup", "enc(ms)", "dec(ms)", "cpu(ms)",
+                o.link_gbit > 0 ? "   ideal(ms) /ideal" : "");
   }
+  // CPU seconds (user + system) of this process so far.
+  auto cpu_seconds = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+    return sec(u.ru_utime) + sec(u.ru_stime);
+  };
+  double cpu_per_iteration = 0;  // of the last barrier_time call, mean over its timed iterations
   auto barrier_time = [&](auto&& body) {
     std::vector<double> times;
+    double cpu = 0;
     for (int i = 0; i < o.warmup + o.iterations; ++i) {
       comm->barrier();
+      const double c0 = cpu_seconds();
       const auto t0 = std::chrono::steady_clock::now();
       body();
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= o.warmup) cpu += cpu_seconds() - c0;
       // The slowest rank defines the collective's time (doubles travel as their bit patterns).
       uint64_t bits = 0;
       std::memcpy(&bits, &t, sizeof bits);
@@ -74,6 +92,7 @@ void run(const Options& o) {
       }
       if (i >= o.warmup) times.push_back(slowest);
     }
+    cpu_per_iteration = cpu / o.iterations;
     return times;
   };
   for (double mb : o.sizes_mb) {
@@ -102,11 +121,14 @@ void run(const Options& o) {
       comm->all_reduce_sum(ctx, work.raw(), n, ReduceType::f32);
     }));
     if (mpi && o.mpi_allreduce == "ring") mpi->set_ring(ring_min, mpi->ring_segment_bytes());
-    auto print = [&](const std::string& method, const std::string& algorithm, double t, double wire) {
+    const double cpu_base = cpu_per_iteration;
+    // enc and dec: rank 0's encode and decode seconds per exchange (0 for the library baseline).
+    auto print = [&](const std::string& method, const std::string& algorithm, double t, double wire, double enc,
+                     double dec, double cpu) {
       if (!root) return;
       const double algbw = bytes / t / 1e9, busbw = algbw * 2.0 * (P - 1) / std::max(P, 1);
-      std::printf("%10.1f %-24s %-25s %10.3f %9.3f %9.3f %12.3f %8.2f", mb, method.c_str(), algorithm.c_str(), 1e3 * t,
-                  algbw, busbw, wire / 1e6, t_base / t);
+      std::printf("%10.1f %-24s %-25s %10.3f %9.3f %9.3f %12.3f %8.2f %8.1f %8.1f %8.1f", mb, method.c_str(),
+                  algorithm.c_str(), 1e3 * t, algbw, busbw, wire / 1e6, t_base / t, 1e3 * enc, 1e3 * dec, 1e3 * cpu);
       double ideal = 0;
       if (o.link_gbit > 0) {
         ideal = wire / (o.link_gbit * 1e9 / 8);
@@ -118,10 +140,10 @@ void run(const Options& o) {
         json << fmt::format(
             "{{\"size_mb\": {}, \"method\": \"{}\", \"algorithm\": \"{}\", \"ranks\": {}, \"time_s\": {:.6g}, "
             "\"algbw_gbs\": {:.6g}, \"busbw_gbs\": {:.6g}, \"wire_bytes\": {:.0f}, \"speedup_vs_mpi_allreduce\": {:.4g}, "
-            "\"ideal_s\": {:.6g}}}\n",
-            mb, method, algorithm, P, t, algbw, busbw, wire, t_base / t, ideal);
+            "\"ideal_s\": {:.6g}, \"encode_s\": {:.6g}, \"decode_s\": {:.6g}, \"cpu_s\": {:.6g}}}\n",
+            mb, method, algorithm, P, t, algbw, busbw, wire, t_base / t, ideal, enc, dec, cpu);
     };
-    print("MPI_Allreduce fp32", "native", t_base, 2.0 * (P - 1) / P * bytes);
+    print("MPI_Allreduce fp32", "native", t_base, 2.0 * (P - 1) / P * bytes, 0, 0, cpu_base);
 
     for (const MethodChoice& m : methods) {
       for (const std::string& alg : o.algorithms) {
@@ -143,8 +165,9 @@ void run(const Options& o) {
           ex->exchange(ctx, work, step++);
         });
         const ExchangeStats st = ex->take_stats();
-        print(m.label, reduce_algorithm_name(ex->algorithm(0)), median(times),
-              st.bytes_sent / std::max<int64_t>(st.steps, 1));
+        const double steps = static_cast<double>(std::max<int64_t>(st.steps, 1));
+        print(m.label, reduce_algorithm_name(ex->algorithm(0)), median(times), st.bytes_sent / steps,
+              st.phases.seconds(Phase::encode) / steps, st.phases.seconds(Phase::decode) / steps, cpu_per_iteration);
       }
     }
   }
