@@ -27,28 +27,25 @@ namespace {
 // implementation of fp16/bf16 rounding in qtrain). fp32 has at least 2p + 2 bits for both formats,
 // so the double rounding (fp32, then 16 bits) gives the correctly rounded 16-bit sum. Loads go
 // through memcpy because MPI may hand over buffers without 2-byte alignment.
-void sum_f16(void* in, void* inout, int* len, MPI_Datatype*) {
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void sum_16bit(void* in, void* inout, int* len, MPI_Datatype*) {
   const auto* a = static_cast<const uint8_t*>(in);
   auto* b = static_cast<uint8_t*>(inout);
   for (size_t i = 0, n = static_cast<size_t>(*len); i < n; ++i) {
     uint16_t x, y;
     std::memcpy(&x, a + 2 * i, 2);
     std::memcpy(&y, b + 2 * i, 2);
-    const uint16_t sum = quant_detail::float_to_half(quant_detail::half_to_float(x) + quant_detail::half_to_float(y));
+    const uint16_t sum = FromFloat(ToFloat(x) + ToFloat(y));
     std::memcpy(b + 2 * i, &sum, 2);
   }
 }
 
-void sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const uint8_t*>(in);
-  auto* b = static_cast<uint8_t*>(inout);
-  for (size_t i = 0, n = static_cast<size_t>(*len); i < n; ++i) {
-    uint16_t x, y;
-    std::memcpy(&x, a + 2 * i, 2);
-    std::memcpy(&y, b + 2 * i, 2);
-    const uint16_t sum = quant_detail::float_to_bf16(quant_detail::bf16_to_float(x) + quant_detail::bf16_to_float(y));
-    std::memcpy(b + 2 * i, &sum, 2);
-  }
+void sum_f16(void* in, void* inout, int* len, MPI_Datatype* type) {
+  sum_16bit<quant_detail::half_to_float, quant_detail::float_to_half>(in, inout, len, type);
+}
+
+void sum_bf16(void* in, void* inout, int* len, MPI_Datatype* type) {
+  sum_16bit<quant_detail::bf16_to_float, quant_detail::float_to_bf16>(in, inout, len, type);
 }
 
 bool mpi_is_cuda_aware() {
