@@ -19,6 +19,7 @@ Context Context::cpu(uint64_t seed, int cpu_threads) {
   Context ctx;
   ctx.seed_ = seed;
   ctx.cpu_threads_ = set_blas_threads(cpu_threads);
+  ctx.pool_ = std::make_unique<CpuPool>(ctx.cpu_threads_);
   return ctx;
 }
 
@@ -26,6 +27,7 @@ Context Context::cuda(int index, uint64_t seed) {
   Context ctx;
   ctx.device_ = Device::cuda(index);
   ctx.seed_ = seed;
+  ctx.pool_ = std::make_unique<CpuPool>(1);
   ctx.cuda_.reset(make_cuda_handles(index, seed));
   return ctx;
 }

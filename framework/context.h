@@ -1,11 +1,13 @@
 // Context: everything a layer, optimizer or quantizer call needs besides its tensors: the device,
-// the CUDA stream and library handles, the CPU thread budget, and the randomness key material.
+// the CUDA stream and library handles, the CPU thread budget and its worker threads, and the
+// randomness key material.
 // Passed explicitly to every call; there is no global mode and no singleton.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
+#include "framework/cpu_pool.h"
 #include "framework/device.h"
 
 namespace qtrain {
@@ -29,6 +31,8 @@ class Context {
   Device device() const { return device_; }
   uint64_t seed() const { return seed_; }
   int cpu_threads() const { return cpu_threads_; }
+  // The CPU layers' worker threads: cpu_threads() lanes on a CPU context, one (no threads) on CUDA.
+  CpuPool& cpu_pool() { return *pool_; }
 
   // The optimizer step being computed; layers derive their random streams from (seed, step, layer id).
   uint64_t step() const { return step_; }
@@ -45,6 +49,7 @@ class Context {
   uint64_t seed_ = 0;
   uint64_t step_ = 0;
   int cpu_threads_ = 1;
+  std::unique_ptr<CpuPool> pool_;
   std::unique_ptr<CudaHandles, CudaHandlesDeleter> cuda_;
 };
 

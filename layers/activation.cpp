@@ -1,6 +1,6 @@
 // Activations: the CPU reference. The kind is switched once per call, outside the loop, so each loop
 // is a tight elementwise kernel the compiler can vectorize (no per-element branch on the kind and no
-// virtual call per element).
+// virtual call per element), run on contiguous ranges split over the context's CPU threads.
 #include "layers/activation.h"
 
 #include <cmath>
@@ -24,6 +24,11 @@ const char* activation_name(ActivationKind kind) {
 }
 
 namespace {
+
+// Elements per CPU thread at least: the elementwise loops are split over the context's threads in
+// contiguous ranges (each element computed alone, so the split does not change any result); smaller
+// tensors run on the calling thread, where a wake-up would cost more than the loop.
+constexpr int64_t kGrain = int64_t{1} << 15;
 
 template <typename T>
 void forward_cpu(ActivationKind kind, const T* __restrict x, T* __restrict y, int64_t n) {
@@ -74,7 +79,12 @@ void Activation::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
   check_float(*this, "y", y, ctx);
   check_batch(*this, "y", y, batch, shape_, x.dtype());
   if (x.device().is_cuda()) return activation_forward_cuda(ctx, kind_, x, y);
-  dispatch_float(x.dtype(), [&]<typename T>() { forward_cpu<T>(kind_, x.data<T>(), y.data<T>(), x.numel()); });
+  dispatch_float(x.dtype(), [&]<typename T>() {
+    const T* in = x.data<T>();
+    T* out = y.data<T>();
+    ctx.cpu_pool().parallel_for(x.numel(), kGrain,
+                                [&](int64_t b, int64_t e) { forward_cpu<T>(kind_, in + b, out + b, e - b); });
+  });
 }
 
 void Activation::backward(Context& ctx, const Tensor&, const Tensor& y, const Tensor& dy, Tensor& dx) {
@@ -88,8 +98,13 @@ void Activation::backward(Context& ctx, const Tensor&, const Tensor& y, const Te
   check_float(*this, "dx", dx, ctx);
   check_batch(*this, "dx", dx, batch, shape_, y.dtype());
   if (y.device().is_cuda()) return activation_backward_cuda(ctx, kind_, y, dy, dx);
-  dispatch_float(y.dtype(),
-                 [&]<typename T>() { backward_cpu<T>(kind_, y.data<T>(), dy.data<T>(), dx.data<T>(), y.numel()); });
+  dispatch_float(y.dtype(), [&]<typename T>() {
+    const T* out = y.data<T>();
+    const T* g = dy.data<T>();
+    T* gx = dx.data<T>();
+    ctx.cpu_pool().parallel_for(y.numel(), kGrain,
+                                [&](int64_t b, int64_t e) { backward_cpu<T>(kind_, out + b, g + b, gx + b, e - b); });
+  });
 }
 
 std::unique_ptr<Layer> make_activation(ConfigNode& cfg, ActivationKind kind) {

@@ -1,4 +1,6 @@
-// add: configuration, shapes and the CPU reference (contiguous loops the compiler vectorizes).
+// add: configuration, shapes and the CPU reference (contiguous loops the compiler vectorizes, split
+// into contiguous ranges over the context's CPU threads; each element is computed alone, so the split
+// changes no result).
 #include "layers/add.h"
 
 #include <algorithm>
@@ -12,6 +14,11 @@ using layer_detail::check_batch;
 using layer_detail::check_float;
 using layer_detail::describe;
 using layer_detail::dispatch_float;
+
+namespace {
+// Elements per CPU thread at least; smaller tensors run on the calling thread.
+constexpr int64_t kGrain = int64_t{1} << 15;
+}  // namespace
 
 Shape Add::setup_inputs(const std::vector<Shape>& inputs) {
   if (inputs.size() < 2) throw Error(fmt::format("add sums two or more inputs, got {}", inputs.size()));
@@ -34,16 +41,18 @@ void Add::forward_inputs(Context& ctx, std::span<const Tensor> xs, Tensor& y, bo
   check_float(*this, "y", y, ctx);
   check_batch(*this, "y", y, batch, shape_, xs[0].dtype());
   if (y.device().is_cuda()) return add_forward_cuda(ctx, xs, y);
-  const int64_t n = y.numel();
   dispatch_float(y.dtype(), [&]<typename T>() {
-    T* __restrict out = y.data<T>();
-    const T* __restrict a = xs[0].data<T>();
-    const T* __restrict b = xs[1].data<T>();
-    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-    for (size_t k = 2; k < xs.size(); ++k) {
-      const T* __restrict c = xs[k].data<T>();
-      for (int64_t i = 0; i < n; ++i) out[i] += c[i];
-    }
+    ctx.cpu_pool().parallel_for(y.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      T* __restrict out = y.data<T>() + begin;
+      const T* __restrict a = xs[0].data<T>() + begin;
+      const T* __restrict b = xs[1].data<T>() + begin;
+      const int64_t n = end - begin;
+      for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+      for (size_t k = 2; k < xs.size(); ++k) {
+        const T* __restrict c = xs[k].data<T>() + begin;
+        for (int64_t i = 0; i < n; ++i) out[i] += c[i];
+      }
+    });
   });
 }
 
@@ -60,7 +69,11 @@ void Add::backward_inputs(Context& ctx, std::span<const Tensor> xs, const Tensor
     if (dx.device().is_cuda()) {
       add_copy_cuda(ctx, dy, dx);
     } else {
-      dispatch_float(dy.dtype(), [&]<typename T>() { std::copy_n(dy.data<T>(), dy.numel(), dx.data<T>()); });
+      dispatch_float(dy.dtype(), [&]<typename T>() {
+        ctx.cpu_pool().parallel_for(dy.numel(), kGrain, [&](int64_t begin, int64_t end) {
+          std::copy(dy.data<T>() + begin, dy.data<T>() + end, dx.data<T>() + begin);
+        });
+      });
     }
   }
 }
@@ -78,11 +91,12 @@ void add_into(Context& ctx, Tensor& dst, const Tensor& src) {
   QT_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "add_into: dst {} {} and src {} {} differ",
            dtype_name(dst.dtype()), shape_str(dst.shape()), dtype_name(src.dtype()), shape_str(src.shape()));
   if (dst.device().is_cuda()) return add_into_cuda(ctx, dst, src);
-  const int64_t n = dst.numel();
   dispatch_float(dst.dtype(), [&]<typename T>() {
-    T* __restrict d = dst.data<T>();
-    const T* __restrict s = src.data<T>();
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+    ctx.cpu_pool().parallel_for(dst.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      T* __restrict d = dst.data<T>() + begin;
+      const T* __restrict s = src.data<T>() + begin;
+      for (int64_t i = 0; i < end - begin; ++i) d[i] += s[i];
+    });
   });
 }
 

@@ -1,8 +1,11 @@
 // batch norm: configuration, shapes and the CPU reference. Per channel the statistics accumulate in
 // f64 (two passes: mean, then squared deviations, which keeps the variance accurate for f32 inputs
-// with a large mean); the normalization itself is one fused scale-and-shift per element.
+// with a large mean); the normalization itself is one fused scale-and-shift per element. Channels are
+// split over the context's CPU threads; each channel's sums run in one fixed order, so the results
+// do not depend on the thread count.
 #include "layers/batchnorm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "layers/dispatch.h"
@@ -32,78 +35,123 @@ void scale_shift(const Dims& d, int64_t c, const T* __restrict x, T* __restrict 
   }
 }
 
+// f64 sums of a row with 8 interleaved partial sums: a fixed order (the result does not depend on
+// which thread computes it) that the compiler vectorizes, unlike one serial chain of f64 adds.
+constexpr int kLanes = 8;
+
 template <typename T>
-void forward_training_cpu(const Dims& d, double eps, double momentum, const T* x, const T* w, const T* bias,
-                          T* running_mean, T* running_var, T* y, double* saved_mean, double* saved_invstd) {
-  const double n = static_cast<double>(d.n());
-  for (int64_t c = 0; c < d.channels; ++c) {
-    double sum = 0;
-    for (int64_t b = 0; b < d.batch; ++b) {
-      const T* __restrict in = x + d.at(b, c);
-      for (int64_t s = 0; s < d.spatial; ++s) sum += in[s];
-    }
-    const double mean = sum / n;
-    double squares = 0;
-    for (int64_t b = 0; b < d.batch; ++b) {
-      const T* __restrict in = x + d.at(b, c);
-      for (int64_t s = 0; s < d.spatial; ++s) {
-        const double dev = in[s] - mean;
-        squares += dev * dev;
-      }
-    }
-    const double var = squares / n;
-    const double invstd = 1.0 / std::sqrt(var + eps);
-    const double scale = (w ? w[c] : 1.0) * invstd;
-    const double shift = (bias ? bias[c] : 0.0) - mean * scale;
-    scale_shift<T>(d, c, x, y, static_cast<T>(scale), static_cast<T>(shift));
-    saved_mean[c] = mean;
-    saved_invstd[c] = invstd;
-    running_mean[c] = static_cast<T>((1 - momentum) * running_mean[c] + momentum * mean);
-    running_var[c] = static_cast<T>((1 - momentum) * running_var[c] + momentum * var * n / (n - 1));
-  }
+void add_row(const T* __restrict in, int64_t n, double* __restrict acc) {
+  int64_t s = 0;
+  for (; s + kLanes <= n; s += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += in[s + l];
+  for (; s < n; ++s) acc[s % kLanes] += in[s];
 }
 
 template <typename T>
-void forward_inference_cpu(const Dims& d, double eps, const T* x, const T* w, const T* bias, const T* running_mean,
-                           const T* running_var, T* y) {
-  for (int64_t c = 0; c < d.channels; ++c) {
-    const double scale = (w ? w[c] : 1.0) / std::sqrt(static_cast<double>(running_var[c]) + eps);
-    const double shift = (bias ? bias[c] : 0.0) - running_mean[c] * scale;
-    scale_shift<T>(d, c, x, y, static_cast<T>(scale), static_cast<T>(shift));
+void add_row_squares(const T* __restrict in, int64_t n, double mean, double* __restrict acc) {
+  int64_t s = 0;
+  for (; s + kLanes <= n; s += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const double dev = in[s + l] - mean;
+      acc[l] += dev * dev;
+    }
+  for (; s < n; ++s) {
+    const double dev = in[s] - mean;
+    acc[s % kLanes] += dev * dev;
   }
+}
+
+// sum dy and sum dy (x - mean) of a row.
+template <typename T>
+void add_row_grads(const T* __restrict in, const T* __restrict g, int64_t n, double mean, double* __restrict acc_dy,
+                   double* __restrict acc_dy_dev) {
+  int64_t s = 0;
+  for (; s + kLanes <= n; s += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      acc_dy[l] += g[s + l];
+      acc_dy_dev[l] += static_cast<double>(g[s + l]) * (in[s + l] - mean);
+    }
+  for (; s < n; ++s) {
+    acc_dy[s % kLanes] += g[s];
+    acc_dy_dev[s % kLanes] += static_cast<double>(g[s]) * (in[s] - mean);
+  }
+}
+
+double total(const double* acc) {
+  double sum = 0;
+  for (int l = 0; l < kLanes; ++l) sum += acc[l];
+  return sum;
+}
+
+// Channels per pool lane at least: small layers run on the calling thread (a wake-up costs more).
+int64_t channel_grain(const Dims& d) { return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(d.n(), 1)); }
+
+template <typename T>
+void forward_training_cpu(CpuPool& pool, const Dims& d, double eps, double momentum, const T* x, const T* w,
+                          const T* bias, T* running_mean, T* running_var, T* y, double* saved_mean,
+                          double* saved_invstd) {
+  const double n = static_cast<double>(d.n());
+  // Channels are independent: split over the pool's lanes, each channel computed the same way by any.
+  pool.parallel_for(d.channels, channel_grain(d), [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      double acc[kLanes] = {};
+      for (int64_t b = 0; b < d.batch; ++b) add_row(x + d.at(b, c), d.spatial, acc);
+      const double mean = total(acc) / n;
+      double sq[kLanes] = {};
+      for (int64_t b = 0; b < d.batch; ++b) add_row_squares(x + d.at(b, c), d.spatial, mean, sq);
+      const double var = total(sq) / n;
+      const double invstd = 1.0 / std::sqrt(var + eps);
+      const double scale = (w ? w[c] : 1.0) * invstd;
+      const double shift = (bias ? bias[c] : 0.0) - mean * scale;
+      scale_shift<T>(d, c, x, y, static_cast<T>(scale), static_cast<T>(shift));
+      saved_mean[c] = mean;
+      saved_invstd[c] = invstd;
+      running_mean[c] = static_cast<T>((1 - momentum) * running_mean[c] + momentum * mean);
+      running_var[c] = static_cast<T>((1 - momentum) * running_var[c] + momentum * var * n / (n - 1));
+    }
+  });
+}
+
+template <typename T>
+void forward_inference_cpu(CpuPool& pool, const Dims& d, double eps, const T* x, const T* w, const T* bias,
+                           const T* running_mean, const T* running_var, T* y) {
+  pool.parallel_for(d.channels, channel_grain(d), [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const double scale = (w ? w[c] : 1.0) / std::sqrt(static_cast<double>(running_var[c]) + eps);
+      const double shift = (bias ? bias[c] : 0.0) - running_mean[c] * scale;
+      scale_shift<T>(d, c, x, y, static_cast<T>(scale), static_cast<T>(shift));
+    }
+  });
 }
 
 // With xhat = (x - mean) invstd: dbias = sum dy, dweight = sum dy xhat, and
 // dx = w invstd (dy - dbias / n - xhat dweight / n), written as one scale-and-shift of dy and x.
 template <typename T>
-void backward_cpu(const Dims& d, const T* x, const T* dy, const T* w, const double* saved_mean,
+void backward_cpu(CpuPool& pool, const Dims& d, const T* x, const T* dy, const T* w, const double* saved_mean,
                   const double* saved_invstd, T* dweight, T* dbias, T* dx) {
   const double n = static_cast<double>(d.n());
-  for (int64_t c = 0; c < d.channels; ++c) {
-    const double mean = saved_mean[c], invstd = saved_invstd[c];
-    double sum_dy = 0, sum_dy_dev = 0;
-    for (int64_t b = 0; b < d.batch; ++b) {
-      const T* __restrict in = x + d.at(b, c);
-      const T* __restrict g = dy + d.at(b, c);
-      for (int64_t s = 0; s < d.spatial; ++s) {
-        sum_dy += g[s];
-        sum_dy_dev += g[s] * (in[s] - mean);
+  pool.parallel_for(d.channels, channel_grain(d), [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const double mean = saved_mean[c], invstd = saved_invstd[c];
+      double acc_dy[kLanes] = {}, acc_dy_dev[kLanes] = {};
+      for (int64_t b = 0; b < d.batch; ++b)
+        add_row_grads(x + d.at(b, c), dy + d.at(b, c), d.spatial, mean, acc_dy, acc_dy_dev);
+      const double sum_dy = total(acc_dy), sum_dy_dev = total(acc_dy_dev);
+      if (dweight) dweight[c] = static_cast<T>(sum_dy_dev * invstd);
+      if (dbias) dbias[c] = static_cast<T>(sum_dy);
+      if (!dx) continue;
+      const double k = (w ? w[c] : 1.0) * invstd;
+      const double x_coef = k * invstd * invstd * sum_dy_dev / n;
+      const T a = static_cast<T>(k), bx = static_cast<T>(x_coef),
+              shift = static_cast<T>(x_coef * mean - k * sum_dy / n);
+      for (int64_t b = 0; b < d.batch; ++b) {
+        const T* __restrict in = x + d.at(b, c);
+        const T* __restrict g = dy + d.at(b, c);
+        T* __restrict out = dx + d.at(b, c);
+        for (int64_t s = 0; s < d.spatial; ++s) out[s] = a * g[s] - bx * in[s] + shift;
       }
     }
-    if (dweight) dweight[c] = static_cast<T>(sum_dy_dev * invstd);
-    if (dbias) dbias[c] = static_cast<T>(sum_dy);
-    if (!dx) continue;
-    const double k = (w ? w[c] : 1.0) * invstd;
-    const double x_coef = k * invstd * invstd * sum_dy_dev / n;
-    const T a = static_cast<T>(k), bx = static_cast<T>(x_coef),
-            shift = static_cast<T>(x_coef * mean - k * sum_dy / n);
-    for (int64_t b = 0; b < d.batch; ++b) {
-      const T* __restrict in = x + d.at(b, c);
-      const T* __restrict g = dy + d.at(b, c);
-      T* __restrict out = dx + d.at(b, c);
-      for (int64_t s = 0; s < d.spatial; ++s) out[s] = a * g[s] - bx * in[s] + shift;
-    }
-  }
+  });
 }
 
 }  // namespace
@@ -205,10 +253,11 @@ void BatchNorm::forward(Context& ctx, const Tensor& x, Tensor& y, bool training)
     const T* w = affine_ ? params_[0].data<T>() : nullptr;
     const T* b = affine_ ? params_[1].data<T>() : nullptr;
     if (training)
-      forward_training_cpu<T>(d, eps_, momentum_, x.data<T>(), w, b, buffers_[0].data<T>(), buffers_[1].data<T>(),
-                              y.data<T>(), saved_mean_.data(), saved_invstd_.data());
+      forward_training_cpu<T>(ctx.cpu_pool(), d, eps_, momentum_, x.data<T>(), w, b, buffers_[0].data<T>(),
+                              buffers_[1].data<T>(), y.data<T>(), saved_mean_.data(), saved_invstd_.data());
     else
-      forward_inference_cpu<T>(d, eps_, x.data<T>(), w, b, buffers_[0].data<T>(), buffers_[1].data<T>(), y.data<T>());
+      forward_inference_cpu<T>(ctx.cpu_pool(), d, eps_, x.data<T>(), w, b, buffers_[0].data<T>(),
+                               buffers_[1].data<T>(), y.data<T>());
   });
 }
 
@@ -231,8 +280,8 @@ void BatchNorm::backward(Context& ctx, const Tensor& x, const Tensor&, const Ten
                                    cuda_saved_invstd_, dscale, dbias, &dx_target);
   }
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_cpu<T>(d, x.data<T>(), dy.data<T>(), affine_ ? params_[0].data<T>() : nullptr, saved_mean_.data(),
-                    saved_invstd_.data(), affine_ ? grads_[0].data<T>() : nullptr,
+    backward_cpu<T>(ctx.cpu_pool(), d, x.data<T>(), dy.data<T>(), affine_ ? params_[0].data<T>() : nullptr,
+                    saved_mean_.data(), saved_invstd_.data(), affine_ ? grads_[0].data<T>() : nullptr,
                     affine_ ? grads_[1].data<T>() : nullptr, dx.defined() ? dx.data<T>() : nullptr);
   });
 }

@@ -1,10 +1,16 @@
 // conv2d: configuration, shapes and the CPU path. Samples are processed in blocks of n: their im2col
 // matrices sit side by side in one (K, n*P) matrix (K = C*kh*kw, P = OH*OW), so each GEMM is
-// (OC x K) . (K x n*P): wide enough to keep both cores' OpenBLAS kernels busy even for the small
-// 7x7..16x16 feature maps of CIFAR networks, where a per-sample GEMM would be too thin.
+// (OC x K) . (K x n*P): wide enough for an efficient GEMM even on the small 8x8..16x16 feature maps
+// of CIFAR networks, where a per-sample GEMM would be too thin.
 //   forward   Y (OC, n*P) = W (OC, K) . col          then scattered into y (n, OC, P) plus the bias
 //   backward  dW (OC, K) += dY (OC, n*P) . col^T     dY is dy gathered from (n, OC, P)
 //             dcol (K, n*P) = W^T . dY               then col2im into dx
+// The batch is split into one contiguous range of samples per CPU thread (the context's CpuPool
+// lanes); each lane runs im2col, single-threaded GEMMs and the scatters on its own samples and its own
+// block of the scratch buffer. This keeps both cores busy through im2col and the scatters (which
+// beside a 2-thread OpenBLAS GEMM ran on one core while OpenBLAS's second thread spin-yielded) and
+// keeps each block in its core's cache. The weight gradient is a per-lane partial, summed in lane
+// order at the end: deterministic for a given thread count (another count groups the sum differently).
 // A 1x1, stride-1, unpadded convolution needs no im2col: each sample's x (C, P) is its column
 // matrix, so it runs per sample straight on x and y.
 // With stride 1, dx is itself a convolution: of dy with the flipped, transposed kernel
@@ -30,12 +36,32 @@ using layer_detail::dispatch_float;
 
 namespace {
 
-// Elements of one im2col block. About 4 MiB of floats: large enough for wide GEMMs, small enough that
-// the block stays in the last-level cache between im2col and the GEMM that reads it.
-constexpr int64_t kColumnBudget = int64_t{1} << 20;
+// Elements of one lane's im2col block: about 1 MiB of floats, one core's L2 cache, so the block is
+// still cached when the GEMM packs it. Wide enough (n*P >= 256 columns on CIFAR's 8x8 maps) for an
+// efficient GEMM.
+constexpr int64_t kLaneColumnBudget = int64_t{1} << 18;
 
 bool is_pointwise(const Window2d& w) {
   return w.kh == 1 && w.kw == 1 && w.sh == 1 && w.sw == 1 && w.ph == 0 && w.pw == 0;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rounds a region of the scratch buffer up to 16 elements, so lanes' regions start 64 bytes apart.
+int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
+
+// Lanes that get samples: the context's threads, at most one per sample.
+int lanes_for(Context& ctx, int64_t batch) {
+  return static_cast<int>(std::clamp<int64_t>(batch, 1, ctx.cpu_pool().lanes()));
+}
+
+// fn(lane) for lane in [0, lanes) on the context's pool (directly for one lane).
+template <typename F>
+void run_lanes(Context& ctx, int lanes, F&& fn) {
+  if (lanes == 1) return fn(0);
+  ctx.cpu_pool().run([&](int lane) {
+    if (lane < lanes) fn(lane);
+  });
 }
 
 }  // namespace
@@ -82,49 +108,57 @@ void Conv2d::check_bound(const Context& ctx, DType dtype) const {
   }
 }
 
-int64_t Conv2d::block_samples(int64_t batch) const {
-  const int64_t per_sample = geom_.c * win_.kh * win_.kw * geom_.out_plane();
-  return std::clamp<int64_t>(kColumnBudget / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(batch, 1));
+int64_t Conv2d::block_samples(int64_t per_sample, int64_t samples) {
+  return std::clamp<int64_t>(kLaneColumnBudget / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(samples, 1));
 }
 
 template <typename T>
-void Conv2d::forward_cpu(const T* x, T* y, int64_t batch) {
+void Conv2d::forward_cpu(Context& ctx, const T* x, T* y, int64_t batch) {
   const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p = geom_.out_plane(), in = geom_.c * geom_.in_plane();
   const T* w = params_[0].data<T>();
   const T* b = bias_ ? params_[1].data<T>() : nullptr;
-  if (is_pointwise(win_)) {
-    for (int64_t s = 0; s < batch; ++s) {
-      T* ys = y + s * oc * p;
-      if (b) {
-        for (int64_t o = 0; o < oc; ++o) std::fill_n(ys + o * p, p, b[o]);
+  const int lanes = lanes_for(ctx, batch);
+  const bool pointwise = is_pointwise(win_);
+  const int64_t block = block_samples(k * p, ceil_div(batch, lanes));
+  const int64_t lane_size = pointwise ? 0 : padded(k * block * p + oc * block * p);
+  T* scratch = scratch_.get<T>(static_cast<size_t>(std::max<int64_t>(lanes * lane_size, 1)));
+  const SerialBlas serial(lanes > 1 ? ctx.cpu_threads() : 1);
+  run_lanes(ctx, lanes, [&](int lane) {
+    const int64_t first = batch * lane / lanes, last = batch * (lane + 1) / lanes;
+    if (pointwise) {
+      for (int64_t s = first; s < last; ++s) {
+        T* ys = y + s * oc * p;
+        if (b) {
+          for (int64_t o = 0; o < oc; ++o) std::fill_n(ys + o * p, p, b[o]);
+        }
+        // y_s (OC, P) = W (OC, C) . x_s (C, P) [+ bias rows]
+        blas_gemm<T>(false, false, oc, p, k, w, k, x + s * in, p, b ? T(1) : T(0), ys, p);
       }
-      // y_s (OC, P) = W (OC, C) . x_s (C, P) [+ bias rows]
-      blas_gemm<T>(false, false, oc, p, k, w, k, x + s * in, p, b ? T(1) : T(0), ys, p);
+      return;
     }
-    return;
-  }
-  const int64_t block = block_samples(batch);
-  T* col = scratch_.get<T>(static_cast<size_t>(k * block * p + oc * block * p));
-  T* out = col + k * block * p;
-  for (int64_t s0 = 0; s0 < batch; s0 += block) {
-    const int64_t n = std::min(block, batch - s0);
-    for (int64_t s = 0; s < n; ++s) im2col(x + (s0 + s) * in, geom_, win_, col + s * p, n * p);
-    // out (OC, n*P) = W (OC, K) . col (K, n*P)
-    blas_gemm<T>(false, false, oc, n * p, k, w, k, col, n * p, T(0), out, n * p);
-    for (int64_t s = 0; s < n; ++s) {
-      for (int64_t o = 0; o < oc; ++o) {
-        const T* __restrict src = out + o * n * p + s * p;
-        T* __restrict dst = y + ((s0 + s) * oc + o) * p;
-        const T bias = b ? b[o] : T(0);
-        for (int64_t i = 0; i < p; ++i) dst[i] = src[i] + bias;
+    T* col = scratch + lane * lane_size;
+    T* out = col + k * block * p;
+    for (int64_t s0 = first; s0 < last; s0 += block) {
+      const int64_t n = std::min(block, last - s0);
+      for (int64_t s = 0; s < n; ++s) im2col(x + (s0 + s) * in, geom_, win_, col + s * p, n * p);
+      // out (OC, n*P) = W (OC, K) . col (K, n*P)
+      blas_gemm<T>(false, false, oc, n * p, k, w, k, col, n * p, T(0), out, n * p);
+      for (int64_t s = 0; s < n; ++s) {
+        for (int64_t o = 0; o < oc; ++o) {
+          const T* __restrict src = out + o * n * p + s * p;
+          T* __restrict dst = y + ((s0 + s) * oc + o) * p;
+          const T bias = b ? b[o] : T(0);
+          for (int64_t i = 0; i < p; ++i) dst[i] = src[i] + bias;
+        }
       }
     }
-  }
+  });
 }
 
 template <typename T>
-void Conv2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t batch) {
-  const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p = geom_.out_plane(), in = geom_.c * geom_.in_plane();
+void Conv2d::backward_cpu(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch) {
+  const int64_t oc = out_channels_, c = geom_.c, kk = win_.kh * win_.kw, k = c * kk, p = geom_.out_plane(),
+                hw = geom_.in_plane(), in = c * hw;
   const T* w = params_[0].data<T>();
   T* dw = grads_[0].data<T>();
   if (bias_) {
@@ -143,67 +177,82 @@ void Conv2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t batch) {
     std::fill_n(dw, oc * k, T(0));
     return;
   }
-  if (is_pointwise(win_)) {
-    for (int64_t s = 0; s < batch; ++s) {
-      // dW (OC, C) += dy_s (OC, P) . x_s^T (P, C);  dx_s (C, P) = W^T (C, OC) . dy_s (OC, P)
-      blas_gemm<T>(false, true, oc, k, p, dy + s * oc * p, p, x + s * in, p, s == 0 ? T(0) : T(1), dw, k);
-      if (dx) blas_gemm<T>(true, false, k, p, oc, w, k, dy + s * oc * p, p, T(0), dx + s * in, p);
-    }
-    return;
-  }
+  const bool pointwise = is_pointwise(win_);
   // dx as a convolution of dy (stride 1, and padding small enough that the flipped padding is >= 0).
-  const bool dx_by_conv = dx && win_.sh == 1 && win_.sw == 1 && win_.ph < win_.kh && win_.pw < win_.kw;
-  const int64_t block = block_samples(batch);
-  T* col = scratch_.get<T>(static_cast<size_t>(k * block * p + oc * block * p));
-  T* dyc = col + k * block * p;
-  if (dx && !dx_by_conv) std::fill_n(dx, batch * in, T(0));
-  for (int64_t s0 = 0; s0 < batch; s0 += block) {
-    const int64_t n = std::min(block, batch - s0);
-    for (int64_t s = 0; s < n; ++s) {
-      im2col(x + (s0 + s) * in, geom_, win_, col + s * p, n * p);
-      for (int64_t o = 0; o < oc; ++o) std::memcpy(dyc + o * n * p + s * p, dy + ((s0 + s) * oc + o) * p, p * sizeof(T));
-    }
-    // dW (OC, K) (+)= dY (OC, n*P) . col^T (n*P, K)
-    blas_gemm<T>(false, true, oc, k, n * p, dyc, n * p, col, n * p, s0 == 0 ? T(0) : T(1), dw, k);
-    if (dx && !dx_by_conv) {
-      // dcol (K, n*P) = W^T (K, OC) . dY (OC, n*P), written over col (no longer needed).
-      blas_gemm<T>(true, false, k, n * p, oc, w, k, dyc, n * p, T(0), col, n * p);
-      for (int64_t s = 0; s < n; ++s) col2im_add(col + s * p, n * p, geom_, win_, dx + (s0 + s) * in);
-    }
-  }
-  if (dx_by_conv) backward_data_by_conv<T>(dy, dx, batch);
-}
-
-template <typename T>
-void Conv2d::backward_data_by_conv(const T* dy, T* dx, int64_t batch) {
-  const int64_t oc = out_channels_, c = geom_.c, kk = win_.kh * win_.kw, hw = geom_.in_plane();
-  // dy's geometry as the input of the flipped convolution; its output is (C, H, W).
+  const bool dx_by_conv = !pointwise && dx && win_.sh == 1 && win_.sw == 1 && win_.ph < win_.kh && win_.pw < win_.kw;
+  const int64_t k2 = oc * kk;  // rows of dy's im2col matrix when dx is computed as a convolution
+  // dy's geometry as the input of the flipped convolution, whose output is (C, H, W), and its window.
+  ImageGeometry g2;
+  g2.c = oc;
+  g2.h = geom_.oh;
+  g2.w = geom_.ow;
+  g2.oh = geom_.h;
+  g2.ow = geom_.w;
   const Window2d flipped{win_.kh, win_.kw, 1, 1, win_.kh - 1 - win_.ph, win_.kw - 1 - win_.pw};
-  ImageGeometry g;
-  g.c = oc;
-  g.h = geom_.oh;
-  g.w = geom_.ow;
-  g.oh = geom_.h;
-  g.ow = geom_.w;
-  const int64_t k2 = oc * kk;  // rows of dy's im2col matrix
-  const int64_t block = std::clamp<int64_t>(kColumnBudget / std::max<int64_t>(k2 * hw, 1), 1, std::max<int64_t>(batch, 1));
-  T* wt = scratch_.get<T>(static_cast<size_t>(c * k2 + k2 * block * hw + c * block * hw));
-  T* col = wt + c * k2;
-  T* out = col + k2 * block * hw;
-  // W' (C, OC*kh*kw): W'[ci][(o*kh + i)*kw + j] = W[o][ci][kh-1-i][kw-1-j]
-  const T* w = params_[0].data<T>();
-  for (int64_t o = 0; o < oc; ++o)
-    for (int64_t ci = 0; ci < c; ++ci)
-      for (int64_t t = 0; t < kk; ++t) wt[ci * k2 + o * kk + t] = w[(o * c + ci) * kk + (kk - 1 - t)];
-  const int64_t dyn = oc * g.h * g.w, in = c * hw;
-  for (int64_t s0 = 0; s0 < batch; s0 += block) {
-    const int64_t n = std::min(block, batch - s0);
-    for (int64_t s = 0; s < n; ++s) im2col(dy + (s0 + s) * dyn, g, flipped, col + s * hw, n * hw);
-    // out (C, n*HW) = W' (C, OC*kh*kw) . col (OC*kh*kw, n*HW)
-    blas_gemm<T>(false, false, c, n * hw, k2, wt, k2, col, n * hw, T(0), out, n * hw);
-    for (int64_t s = 0; s < n; ++s)
+
+  const int lanes = lanes_for(ctx, batch);
+  const int64_t col_per_sample = std::max(k * p, dx_by_conv ? k2 * hw : 0);
+  const int64_t block = block_samples(col_per_sample, ceil_div(batch, lanes));
+  const int64_t col_size = padded(col_per_sample * block);
+  const int64_t lane_size =
+      pointwise ? 0 : col_size + padded(oc * block * p) + (dx_by_conv ? padded(c * block * hw) : 0);
+  const int64_t wt_size = dx_by_conv ? padded(c * k2) : 0, partial_size = padded(oc * k);
+  T* scratch = scratch_.get<T>(static_cast<size_t>(wt_size + (lanes - 1) * partial_size + lanes * lane_size + 1));
+  T* wt = scratch;
+  T* partials = scratch + wt_size;  // dW of lanes 1.., summed into dw (lane 0's) after the lanes finish
+  T* lane_base = partials + (lanes - 1) * partial_size;
+  if (dx_by_conv) {
+    // W' (C, OC*kh*kw): W'[ci][(o*kh + i)*kw + j] = W[o][ci][kh-1-i][kw-1-j]
+    for (int64_t o = 0; o < oc; ++o)
       for (int64_t ci = 0; ci < c; ++ci)
-        std::memcpy(dx + (s0 + s) * in + ci * hw, out + ci * n * hw + s * hw, static_cast<size_t>(hw) * sizeof(T));
+        for (int64_t t = 0; t < kk; ++t) wt[ci * k2 + o * kk + t] = w[(o * c + ci) * kk + (kk - 1 - t)];
+  }
+  const SerialBlas serial(lanes > 1 ? ctx.cpu_threads() : 1);
+  run_lanes(ctx, lanes, [&](int lane) {
+    const int64_t first = batch * lane / lanes, last = batch * (lane + 1) / lanes;
+    T* dwl = lane == 0 ? dw : partials + (lane - 1) * partial_size;
+    if (pointwise) {
+      for (int64_t s = first; s < last; ++s) {
+        // dW (OC, C) += dy_s (OC, P) . x_s^T (P, C);  dx_s (C, P) = W^T (C, OC) . dy_s (OC, P)
+        blas_gemm<T>(false, true, oc, k, p, dy + s * oc * p, p, x + s * in, p, s == first ? T(0) : T(1), dwl, k);
+        if (dx) blas_gemm<T>(true, false, k, p, oc, w, k, dy + s * oc * p, p, T(0), dx + s * in, p);
+      }
+      return;
+    }
+    T* col = lane_base + lane * lane_size;
+    T* dyc = col + col_size;
+    T* out = dyc + padded(oc * block * p);
+    if (dx && !dx_by_conv) std::fill_n(dx + first * in, (last - first) * in, T(0));
+    for (int64_t s0 = first; s0 < last; s0 += block) {
+      const int64_t n = std::min(block, last - s0);
+      for (int64_t s = 0; s < n; ++s) {
+        im2col(x + (s0 + s) * in, geom_, win_, col + s * p, n * p);
+        for (int64_t o = 0; o < oc; ++o)
+          std::memcpy(dyc + o * n * p + s * p, dy + ((s0 + s) * oc + o) * p, static_cast<size_t>(p) * sizeof(T));
+      }
+      // dW (OC, K) (+)= dY (OC, n*P) . col^T (n*P, K)
+      blas_gemm<T>(false, true, oc, k, n * p, dyc, n * p, col, n * p, s0 == first ? T(0) : T(1), dwl, k);
+      if (!dx) continue;
+      if (dx_by_conv) {
+        // out (C, n*HW) = W' (C, OC*kh*kw) . col (OC*kh*kw, n*HW), col now dy's im2col under the flipped window
+        for (int64_t s = 0; s < n; ++s) im2col(dy + (s0 + s) * oc * p, g2, flipped, col + s * hw, n * hw);
+        blas_gemm<T>(false, false, c, n * hw, k2, wt, k2, col, n * hw, T(0), out, n * hw);
+        for (int64_t s = 0; s < n; ++s)
+          for (int64_t ci = 0; ci < c; ++ci)
+            std::memcpy(dx + (s0 + s) * in + ci * hw, out + ci * n * hw + s * hw, static_cast<size_t>(hw) * sizeof(T));
+      } else {
+        // dcol (K, n*P) = W^T (K, OC) . dY (OC, n*P), written over col (no longer needed).
+        blas_gemm<T>(true, false, k, n * p, oc, w, k, dyc, n * p, T(0), col, n * p);
+        for (int64_t s = 0; s < n; ++s) col2im_add(col + s * p, n * p, geom_, win_, dx + (s0 + s) * in);
+      }
+    }
+  });
+  // The lanes' partial weight gradients, added in lane order: the same bits on every call with the
+  // same lane count (a different thread count sums the batch in different groups).
+  for (int l = 1; l < lanes; ++l) {
+    const T* __restrict part = partials + (l - 1) * partial_size;
+    T* __restrict out = dw;
+    for (int64_t i = 0; i < oc * k; ++i) out[i] += part[i];
   }
 }
 
@@ -215,7 +264,7 @@ void Conv2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
   check_bound(ctx, x.dtype());
   const Tensor* b = bias_ ? &params_[1] : nullptr;
   if (x.device().is_cuda()) return conv2d_forward_cuda(ctx, cudnn_, geom_, win_, x, params_[0], b, y);
-  dispatch_float(x.dtype(), [&]<typename T>() { forward_cpu<T>(x.data<T>(), y.data<T>(), batch); });
+  dispatch_float(x.dtype(), [&]<typename T>() { forward_cpu<T>(ctx, x.data<T>(), y.data<T>(), batch); });
 }
 
 void Conv2d::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
@@ -232,7 +281,7 @@ void Conv2d::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor
   if (x.device().is_cuda())
     return conv2d_backward_cuda(ctx, cudnn_, geom_, win_, x, params_[0], dy, grads_[0], db, dxp);
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_cpu<T>(x.data<T>(), dy.data<T>(), dxp ? dxp->data<T>() : nullptr, batch);
+    backward_cpu<T>(ctx, x.data<T>(), dy.data<T>(), dxp ? dxp->data<T>() : nullptr, batch);
   });
 }
 

@@ -4,8 +4,8 @@
 // initialization (both U(+-1/sqrt(fan_in)), fan_in = C*kh*kw), so checkpoints map one to one.
 // Config keys: out_channels (required), kernel (int or [kh, kw], required), stride (default 1),
 // padding (default 0), bias (default true).
-// CPU: im2col + one OpenBLAS GEMM per group of samples (conv2d.cpp); a 1x1 stride-1 unpadded
-// convolution is a plain GEMM on the input. CUDA: cuDNN (conv2d.cu).
+// CPU: im2col + one OpenBLAS GEMM per group of samples, the batch split over the context's CPU
+// threads (conv2d.cpp); a 1x1 stride-1 unpadded convolution is a plain GEMM on the input. CUDA: cuDNN (conv2d.cu).
 #pragma once
 
 #include <memory>
@@ -39,12 +39,11 @@ class Conv2d : public Layer {
 
  private:
   void check_bound(const Context& ctx, DType dtype) const;
-  template <typename T> void forward_cpu(const T* x, T* y, int64_t batch);
-  template <typename T> void backward_cpu(const T* x, const T* dy, T* dx, int64_t batch);
-  // dx for stride 1: the convolution of dy with the flipped, transposed kernel (conv2d.cpp).
-  template <typename T> void backward_data_by_conv(const T* dy, T* dx, int64_t batch);
-  // Samples per im2col block: as many as keep the column matrix near kColumnBudget elements.
-  int64_t block_samples(int64_t batch) const;
+  template <typename T> void forward_cpu(Context& ctx, const T* x, T* y, int64_t batch);
+  template <typename T> void backward_cpu(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
+  // Samples per im2col block of one lane: as many as keep its column matrix near kLaneColumnBudget
+  // elements (per_sample each), at most `samples`.
+  static int64_t block_samples(int64_t per_sample, int64_t samples);
 
   int64_t out_channels_;
   Window2d win_;

@@ -23,8 +23,9 @@ Shape with_batch(int64_t batch, const Shape& s) {
   return out;
 }
 
-GradCheckResult check(Layer& layer, const Shape& input, int64_t batch, uint64_t seed, GradCheckOptions opt = {}) {
-  Context ctx = Context::cpu(7, 1);
+GradCheckResult check(Layer& layer, const Shape& input, int64_t batch, uint64_t seed, GradCheckOptions opt = {},
+                      int threads = 1) {
+  Context ctx = Context::cpu(7, threads);
   const Shape out = layer.setup(input);
   BoundParams bound = bind_random_params(layer, seed);
   const Tensor x = random_tensor(with_batch(batch, input), seed + 1, -2.0, 2.0);
@@ -61,33 +62,45 @@ Window2d window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int6
 }  // namespace
 
 TEST_CASE("conv2d gradients", "[layers][gradcheck][conv2d]") {
+  // One thread, and three: the batch split over three lanes (unevenly for batch 2 and 5, whose
+  // weight gradient is then a sum of per-lane partials).
+  const int threads = GENERATE(1, 3);
+  INFO("threads " << threads);
   SECTION("3x3, padding 1, bias, batch 2") {
     Conv2d layer(4, window(3, 3, 1, 1, 1, 1), true);
-    const GradCheckResult r = check(layer, {3, 5, 6}, 2, 31);
+    const GradCheckResult r = check(layer, {3, 5, 6}, 2, 31, {}, threads);
     require_ok(r);
     REQUIRE(r.checked == 2 * 3 * 5 * 6 + 4 * 3 * 9 + 4);
   }
+  SECTION("3x3, padding 1, batch 5 (same-width im2col rows of 4x4 planes)") {
+    Conv2d layer(3, window(3, 3, 1, 1, 1, 1), false);
+    require_ok(check(layer, {2, 4, 4}, 5, 38, {}, threads));
+  }
   SECTION("5x3 kernel, stride 2x1, padding 2x0, non-square input, no bias") {
     Conv2d layer(3, window(5, 3, 2, 1, 2, 0), false);
-    require_ok(check(layer, {2, 7, 5}, 3, 32));
+    require_ok(check(layer, {2, 7, 5}, 3, 32, {}, threads));
   }
   SECTION("stride 1 (dx as the flipped convolution): 5x3 kernel, padding [2, 0], and 2x2 with padding 1") {
     Conv2d a(3, window(5, 3, 1, 1, 2, 0), true);
-    require_ok(check(a, {2, 6, 5}, 2, 36));
+    require_ok(check(a, {2, 6, 5}, 2, 36, {}, threads));
     Conv2d b(2, window(2, 2, 1, 1, 1, 1), false);
-    require_ok(check(b, {3, 4, 3}, 2, 37));
+    require_ok(check(b, {3, 4, 3}, 2, 37, {}, threads));
+  }
+  SECTION("stride 1, 5x5 kernel, padding 2 on a 3x3 input (rows shifted past the plane)") {
+    Conv2d layer(2, window(5, 5, 1, 1, 2, 2), true);
+    require_ok(check(layer, {2, 3, 3}, 3, 39, {}, threads));
   }
   SECTION("stride 2 with an input the stride does not divide") {
     Conv2d layer(2, window(3, 3, 2, 2, 0, 0), true);
-    require_ok(check(layer, {2, 8, 9}, 2, 33));
+    require_ok(check(layer, {2, 8, 9}, 2, 33, {}, threads));
   }
   SECTION("1x1 (the direct GEMM path)") {
     Conv2d layer(5, window(1, 1, 1, 1, 0, 0), true);
-    require_ok(check(layer, {3, 4, 3}, 3, 34));
+    require_ok(check(layer, {3, 4, 3}, 3, 34, {}, threads));
   }
   SECTION("1x1 with stride 2 (im2col path)") {
     Conv2d layer(2, window(1, 1, 2, 2, 0, 0), true);
-    require_ok(check(layer, {3, 5, 5}, 2, 35));
+    require_ok(check(layer, {3, 5, 5}, 2, 35, {}, threads));
   }
 }
 

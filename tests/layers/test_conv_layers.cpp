@@ -152,6 +152,47 @@ TEST_CASE("conv2d agrees with a direct convolution across several im2col blocks"
   }
 }
 
+TEST_CASE("conv2d split over CPU threads: the results of one thread, bit for bit on a repeat", "[layers][conv2d]") {
+  // f32 as in training: 13 samples of 16 channels 8x8 over 2 lanes (7 + 6 samples), forward and
+  // backward, stride 1 (dx as a convolution) and stride 2 (col2im).
+  for (const Window2d win : {Window2d{3, 3, 1, 1, 1, 1}, Window2d{3, 3, 2, 2, 1, 1}}) {
+    const int64_t batch = 13;
+    Conv2d layer(16, win, false);
+    const Shape out = layer.setup({16, 8, 8});
+    BoundParams params = bind_random_params(layer, 21, DType::f32);
+    const Tensor x = random_tensor({batch, 16, 8, 8}, 22, -1.0, 1.0, DType::f32);
+    const Tensor dy = random_tensor({batch, out[0], out[1], out[2]}, 23, -1.0, 1.0, DType::f32);
+    struct Run {
+      std::vector<float> y, dx, dw;
+    };
+    auto run = [&](int threads) {
+      Context ctx = Context::cpu(1, threads);
+      Tensor y = Tensor::empty(dy.shape(), DType::f32), dx = Tensor::empty(x.shape(), DType::f32);
+      layer.forward(ctx, x, y, true);
+      layer.backward(ctx, x, y, dy, dx);
+      const float* dw = layer.grads()[0].data<float>();
+      return Run{std::vector<float>(y.data<float>(), y.data<float>() + y.numel()),
+                 std::vector<float>(dx.data<float>(), dx.data<float>() + dx.numel()),
+                 std::vector<float>(dw, dw + layer.grads()[0].numel())};
+    };
+    const Run one = run(1), two = run(2), again = run(2);
+    CHECK(two.y == again.y);
+    CHECK(two.dx == again.dx);
+    CHECK(two.dw == again.dw);
+    auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+        scale = std::max(scale, std::fabs(static_cast<double>(a[i])));
+      }
+      return worst <= 1e-5 * std::max(scale, 1.0);
+    };
+    CHECK(close(one.y, two.y));
+    CHECK(close(one.dx, two.dx));
+    CHECK(close(one.dw, two.dw));
+  }
+}
+
 TEST_CASE("locally_connected2d with every position's weights equal is conv2d", "[layers][local]") {
   Context ctx = Context::cpu(1, 1);
   const Window2d win{3, 2, 2, 1, 1, 0};

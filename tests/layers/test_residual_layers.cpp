@@ -6,8 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <vector>
 
 #include "framework/config_node.h"
+#include "layers/activation.h"
 #include "layers/add.h"
 #include "layers/batchnorm.h"
 #include "layers/pad_channels.h"
@@ -228,4 +230,43 @@ TEST_CASE("batch norm configuration keys", "[layers][batchnorm]") {
   REQUIRE_THROWS_WITH(bn2.setup({4}), Catch::Contains("(channels, height, width)"));
   ConfigNode pad = yaml_node("{type: pad_channels, stride: 2}");
   REQUIRE_THROWS_WITH(make_pad_channels(pad), Catch::Contains("channels is required"));
+}
+
+TEST_CASE("batchnorm2d, add and relu give the same bits on one CPU thread and on three", "[layers][batchnorm][add]") {
+  // Large enough (6 channels of 8 x 64 x 64 values, 196k elements) that each layer splits its work
+  // over the pool's lanes: channels for batch norm, element ranges for add and relu.
+  const Shape shape{8, 6, 64, 64};
+  const Tensor x = random_tensor(shape, 31, -2.0, 3.0, DType::f32);
+  const Tensor other = random_tensor(shape, 32, -1.0, 1.0, DType::f32);
+  const Tensor dy = random_tensor(shape, 33, -1.0, 1.0, DType::f32);
+  auto bits = [](const Tensor& t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.numel()); };
+  auto run = [&](int threads) {
+    Context ctx = Context::cpu(1, threads);
+    BatchNorm bn(2, 1e-5, 0.1, true);
+    bn.setup({6, 64, 64});
+    BoundParams params = bind_random_params(bn, 34, DType::f32);
+    Tensor buffers = bind_initial_buffers(bn, DType::f32);
+    Tensor y = Tensor::empty(shape, DType::f32), dx = Tensor::empty(shape, DType::f32);
+    bn.forward(ctx, x, y, true);
+    bn.backward(ctx, x, y, dy, dx);
+    Add add;
+    add.setup_inputs({{6, 64, 64}, {6, 64, 64}});
+    const Tensor ins[2] = {y, other};
+    Tensor sum = Tensor::empty(shape, DType::f32);
+    add.forward_inputs(ctx, ins, sum, true);
+    Activation relu(ActivationKind::relu);
+    relu.setup({6, 64, 64});
+    Tensor r = Tensor::empty(shape, DType::f32), dr = Tensor::empty(shape, DType::f32);
+    relu.forward(ctx, sum, r, true);
+    relu.backward(ctx, sum, r, dy, dr);
+    std::vector<float> all = bits(y);
+    for (const Tensor* t : {&dx, &bn.grads()[0], &bn.grads()[1], &buffers, &sum, &r, &dr}) {
+      const std::vector<float> more = bits(*t);
+      all.insert(all.end(), more.begin(), more.end());
+    }
+    return all;
+  };
+  const std::vector<float> one = run(1), three = run(3);
+  REQUIRE(one.size() == three.size());
+  REQUIRE(one == three);
 }
