@@ -209,7 +209,8 @@ void Net::ensure_batch_capacity(int64_t batch) {
   capacity_ = batch;
 }
 
-const Tensor& Net::forward(Context& ctx, const Tensor& x, bool training) {
+const Tensor& Net::forward(Context& ctx, const Tensor& x, bool training,
+                           const std::function<void(int)>& on_layer_done) {
   QT_CHECK(x.ndim() == static_cast<int>(input_shape_.size()) + 1, "input {} does not match the model input {}",
            shape_str(x.shape()), shape_str(input_shape_));
   for (size_t d = 0; d < input_shape_.size(); ++d)
@@ -226,6 +227,7 @@ const Tensor& Net::forward(Context& ctx, const Tensor& x, bool training) {
       xs_[s] = in[s] == kNetInput ? input_ : acts_[static_cast<size_t>(in[s])].narrow_rows(batch_);
     Tensor y = acts_[i].narrow_rows(batch_);
     layers_[i]->forward_inputs(ctx, std::span<const Tensor>(xs_.data(), in.size()), y, training);
+    if (on_layer_done) on_layer_done(static_cast<int>(i));
   }
   // The returned tensor must outlive this call: keep the narrowed view in a member.
   logits_ = acts_.back().narrow_rows(batch_);

@@ -38,7 +38,9 @@ class Net {
   void init_parameters(uint64_t seed);
 
   // x: (B, input...) on the net's device. Returns the logits (B, classes), valid until the next call.
-  const Tensor& forward(Context& ctx, const Tensor& x, bool training);
+  // `on_layer_done(i)`, if given, runs after layer i's forward (profiling: qtrain bench-model).
+  const Tensor& forward(Context& ctx, const Tensor& x, bool training,
+                        const std::function<void(int layer_index)>& on_layer_done = {});
   // Loss of the last forward; with `with_gradient`, also prepares backward().
   LossStats loss(Context& ctx, const Tensor& labels, bool with_gradient);
   // Sequence batches: x is (B, T, input...) zero-padded and lengths (B) i32 on the CPU. The layers run
@@ -71,6 +73,7 @@ class Net {
   const Shape& output_shape() const { return shapes_.back(); }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   Layer& layer(int i) { return *layers_[static_cast<size_t>(i)]; }
+  const Shape& layer_output_shape(int i) const { return shapes_[static_cast<size_t>(i)]; }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   // A table of layers, output shapes and parameter counts.

@@ -3,8 +3,8 @@
 // benchmark of forward + loss + backward + optimizer step, not a training run. It reads only the
 // `model`, `optimizer` (default: sgd, lr 0.01) and `seed` keys of CONFIG, so a run config works as is;
 // there is no gradient exchange (one process, the compute of a step). With --per-layer it also times
-// every layer's forward and backward on its own (fresh instances with random parameters), which is
-// where a model's time goes. The last line is JSON for scripts (tools/bench/bench_convnet_cpu.py).
+// every layer's forward and backward inside the net (more steps, with the device synchronized and the
+// clock read after each layer), which is where a model's time goes. The last line is JSON for scripts (tools/bench/bench_convnet_cpu.py).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,8 +31,6 @@ struct Options {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -58,62 +56,65 @@ Shape batched(int64_t batch, const Shape& s) {
 }
 
 struct LayerTime {
-  std::string type;
+  std::string name, type;
   Shape output;
   double forward_ms = 0, backward_ms = 0;
 };
 
-// Forward and backward time of each layer alone, on fresh instances built from the same blocks.
-std::vector<LayerTime> time_layers(const Options& o, const ModelConfig& model, Device device, Context& ctx) {
-  std::printf("%-4s %-22s %-18s %12s %12s %12s\n", "#", "layer", "output", "forward(ms)", "backward(ms)",
-              "total(ms)");
-  Shape shape = model.input;
-  double sum_f = 0, sum_b = 0;
-  std::vector<LayerTime> times;
-  for (size_t i = 0; i < model.layers.size(); ++i) {
-    ConfigNode cfg = model.layers[i];
-    const std::string type = cfg.require<std::string>("type");
-    std::unique_ptr<Layer> layer = layer_registry().create(type, cfg);
-    layer->set_identity(type + std::to_string(i + 1), static_cast<int>(i));
-    const Shape out = layer->setup(shape);
-    int64_t total = 0;
-    for (const ParamSpec& s : layer->param_specs()) total += shape_numel(s.shape);
-    const Tensor params = synthetic({std::max<int64_t>(total, 1)}, 7 + i, -0.05, 0.05).to(device);
-    const Tensor grads = Tensor::zeros({std::max<int64_t>(total, 1)}, DType::f32, device);
-    std::vector<Tensor> p, g;
-    int64_t offset = 0;
-    for (const ParamSpec& s : layer->param_specs()) {
-      p.push_back(params.view(offset, s.shape));
-      g.push_back(grads.view(offset, s.shape));
-      offset += shape_numel(s.shape);
-    }
-    layer->bind(std::move(p), std::move(g));
-    const Tensor x = synthetic(batched(o.batch, shape), 11 + i, -1, 1).to(device);
-    const Tensor dy = synthetic(batched(o.batch, out), 13 + i, -1, 1).to(device);
-    Tensor y = Tensor::empty(batched(o.batch, out), DType::f32, device);
-    // The first layer computes no input gradient, as in a Net.
-    Tensor dx = i == 0 ? Tensor() : Tensor::empty(x.shape(), DType::f32, device);
-    std::vector<double> tf, tb;
-    for (int s = 0; s < o.warmup + o.steps; ++s) {
-      ctx.synchronize();
-      auto t0 = Clock::now();
-      layer->forward(ctx, x, y, true);
-      ctx.synchronize();
-      const double f = seconds_since(t0);
-      t0 = Clock::now();
-      layer->backward(ctx, x, y, dy, dx);
-      ctx.synchronize();
-      const double b = seconds_since(t0);
-      if (s >= o.warmup) tf.push_back(f), tb.push_back(b);
-    }
-    const double f = median(tf) * 1e3, b = median(tb) * 1e3;
-    sum_f += f;
-    sum_b += b;
-    std::printf("%-4zu %-22s %-18s %12.3f %12.3f %12.3f\n", i + 1, type.c_str(), shape_str(out).c_str(), f, b, f + b);
-    times.push_back({type, out, f, b});
-    shape = out;
+// Forward and backward time of each layer inside the net (its own graph, buffers and activations):
+// training steps whose layer hooks synchronize the device and read the clock after every layer. A
+// layer's backward time includes summing its input gradients where an activation feeds several
+// layers. Medians over the timed steps, plus a total per layer type.
+std::vector<LayerTime> time_layers(const Options& o, Net& net, Context& ctx, const Tensor& x, const Tensor& labels) {
+  const auto layers = static_cast<size_t>(net.num_layers());
+  std::vector<std::vector<double>> tf(layers), tb(layers);
+  std::vector<double> f(layers), b(layers);
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    ctx.synchronize();
+    auto last = Clock::now();
+    auto lap = [&](std::vector<double>& into) {
+      return [&into, &last, &ctx](int i) {
+        ctx.synchronize();
+        const auto now = Clock::now();
+        into[static_cast<size_t>(i)] = std::chrono::duration<double>(now - last).count();
+        last = now;
+      };
+    };
+    net.forward(ctx, x, true, lap(f));
+    net.loss(ctx, labels, true);
+    ctx.synchronize();
+    last = Clock::now();
+    net.backward(ctx, lap(b));
+    if (s < o.warmup) continue;
+    for (size_t i = 0; i < layers; ++i) tf[i].push_back(f[i]), tb[i].push_back(b[i]);
   }
-  std::printf("%-4s %-22s %-18s %12.3f %12.3f %12.3f\n", "", "sum of layers", "", sum_f, sum_b, sum_f + sum_b);
+  size_t width = 14;
+  for (size_t i = 0; i < layers; ++i) width = std::max(width, net.layer(static_cast<int>(i)).name().size());
+  std::printf("%-4s %-*s %-18s %-18s %12s %12s %12s\n", "#", static_cast<int>(width), "layer", "type", "output",
+              "forward(ms)", "backward(ms)", "total(ms)");
+  std::vector<LayerTime> times;
+  std::vector<std::pair<std::string, LayerTime>> by_type;  // in order of first appearance
+  double sum_f = 0, sum_b = 0;
+  for (size_t i = 0; i < layers; ++i) {
+    Layer& layer = net.layer(static_cast<int>(i));
+    LayerTime t{layer.name(), layer.type(), net.layer_output_shape(static_cast<int>(i)), median(tf[i]) * 1e3,
+                median(tb[i]) * 1e3};
+    std::printf("%-4zu %-*s %-18s %-18s %12.3f %12.3f %12.3f\n", i + 1, static_cast<int>(width), t.name.c_str(),
+                t.type.c_str(), shape_str(t.output).c_str(), t.forward_ms, t.backward_ms, t.forward_ms + t.backward_ms);
+    sum_f += t.forward_ms;
+    sum_b += t.backward_ms;
+    auto it = std::find_if(by_type.begin(), by_type.end(), [&](const auto& e) { return e.first == t.type; });
+    if (it == by_type.end()) it = by_type.insert(by_type.end(), {t.type, LayerTime{}});
+    it->second.forward_ms += t.forward_ms;
+    it->second.backward_ms += t.backward_ms;
+    times.push_back(std::move(t));
+  }
+  std::printf("%-4s %-*s %-18s %-18s %12.3f %12.3f %12.3f\n", "", static_cast<int>(width), "sum of layers", "", "",
+              sum_f, sum_b, sum_f + sum_b);
+  std::printf("\nper layer type:\n");
+  for (const auto& [type, t] : by_type)
+    std::printf("  %-18s %12.3f %12.3f %12.3f  (%.1f%%)\n", type.c_str(), t.forward_ms, t.backward_ms,
+                t.forward_ms + t.backward_ms, 100 * (t.forward_ms + t.backward_ms) / std::max(sum_f + sum_b, 1e-12));
   return times;
 }
 
@@ -175,10 +176,10 @@ void run(const Options& o) {
               step * 1e3, median(fwd_s) * 1e3, median(bwd_s) * 1e3, median(opt_s) * 1e3, rate, loss);
   std::string layers_json;
   if (o.per_layer) {
-    for (const LayerTime& t : time_layers(o, model, device, ctx))
-      layers_json += fmt::format(R"({}{{"type": "{}", "output": "{}", "forward_ms": {:.4f}, "backward_ms": {:.4f}}})",
-                                 layers_json.empty() ? "" : ", ", t.type, shape_str(t.output), t.forward_ms,
-                                 t.backward_ms);
+    for (const LayerTime& t : time_layers(o, net, ctx, x, labels))
+      layers_json += fmt::format(
+          R"({}{{"name": "{}", "type": "{}", "output": "{}", "forward_ms": {:.4f}, "backward_ms": {:.4f}}})",
+          layers_json.empty() ? "" : ", ", t.name, t.type, shape_str(t.output), t.forward_ms, t.backward_ms);
   }
   std::printf(R"({"config": "%s", "device": "%s", "batch": %lld, "threads": %d, "steps": %d, )"
               R"("step_ms": %.4f, "forward_ms": %.4f, "backward_ms": %.4f, "optimizer_ms": %.4f, )"
