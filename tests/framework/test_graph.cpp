@@ -205,7 +205,11 @@ TEST_CASE("a residual net's parameter and input gradients match central differen
   Tensor labels = Tensor::empty({batch}, DType::i32);
   for (int i = 0; i < batch; ++i) labels.data<int32_t>()[i] = (i * 2) % 3;
 
-  net.forward(ctx, x, /*training=*/true);
+  std::vector<int> forward_done;
+  net.forward(ctx, x, /*training=*/true, [&](int i) { forward_done.push_back(i); });
+  std::vector<int> in_order;
+  for (int i = 0; i < net.num_layers(); ++i) in_order.push_back(i);
+  REQUIRE(forward_done == in_order);  // forward's hook: config order, once per layer
   net.loss(ctx, labels, /*with_gradient=*/true);
   net.grads().fill_(std::nan(""));
   std::vector<int> done;
