@@ -30,6 +30,7 @@ namespace qtrain {
 
 using layer_detail::batch_of;
 using layer_detail::check_float;
+using layer_detail::check_image_backward;
 using layer_detail::check_operand;
 using layer_detail::describe;
 using layer_detail::dispatch_float;
@@ -270,11 +271,7 @@ void Conv2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
 void Conv2d::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   const int64_t batch = batch_of(*this, x);
   const ImageGeometry::Dims d = geom_.dims(out_channels_);
-  check_operand(*this, "x", x, ctx, batch, d.in, 3, x.dtype());
-  check_operand(*this, "dy", dy, ctx, batch, d.out, 3, x.dtype());
-  if (dx.defined()) {
-    check_operand(*this, "dx", dx, ctx, batch, d.in, 3, x.dtype());
-  }
+  check_image_backward(*this, ctx, batch, d.in, d.out, x, dy, dx);
   check_bound(ctx, x.dtype());
   Tensor* db = bias_ ? &grads_[1] : nullptr;
   Tensor* dxp = dx.defined() ? &dx : nullptr;

@@ -64,6 +64,16 @@ void check_operand(const Who& who, const char* what, const Tensor& t, const Cont
   check_batch(who, what, t, batch, dims, n, dtype);
 }
 
+// The operands of a backward whose input and output are images of `in` and `out` (C, H, W) dims: x,
+// dy and, when the caller asks for it, dx, all on the context's device in x's float type.
+template <typename Who>
+void check_image_backward(const Who& who, const Context& ctx, int64_t batch, const int64_t* in, const int64_t* out,
+                          const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  check_operand(who, "x", x, ctx, batch, in, 3, x.dtype());
+  check_operand(who, "dy", dy, ctx, batch, out, 3, x.dtype());
+  if (dx.defined()) check_operand(who, "dx", dx, ctx, batch, in, 3, x.dtype());
+}
+
 // The batch size of x, which must have at least one dimension.
 template <typename Who>
 int64_t batch_of(const Who& who, const Tensor& x) {

@@ -15,6 +15,7 @@
 namespace qtrain {
 
 using layer_detail::batch_of;
+using layer_detail::check_image_backward;
 using layer_detail::check_operand;
 using layer_detail::describe;
 using layer_detail::dispatch_float;
@@ -188,12 +189,8 @@ void Pool2d::backward(Context& ctx, const Tensor& x, const Tensor& y, const Tens
   if (!dx.defined()) return;  // no parameters: nothing to do for a first layer
   const int64_t batch = batch_of(*this, x);
   const ImageGeometry::Dims d = geom_.dims(geom_.c);
-  check_operand(*this, "x", x, ctx, batch, d.in, 3, x.dtype());
-  check_operand(*this, "dy", dy, ctx, batch, d.out, 3, x.dtype());
-  if (kind_ == PoolKind::max) {
-    check_operand(*this, "y", y, ctx, batch, d.out, 3, x.dtype());
-  }
-  check_operand(*this, "dx", dx, ctx, batch, d.in, 3, x.dtype());
+  check_image_backward(*this, ctx, batch, d.in, d.out, x, dy, dx);
+  if (kind_ == PoolKind::max) check_operand(*this, "y", y, ctx, batch, d.out, 3, x.dtype());
   if (x.device().is_cuda()) return pool2d_backward_cuda(ctx, kind_, opt_, geom_, x, dy, dx);
   dispatch_float(x.dtype(), [&]<typename T>() {
     backward_cpu<T>(kind_, opt_, geom_, x.data<T>(), kind_ == PoolKind::max ? y.data<T>() : nullptr, dy.data<T>(),
