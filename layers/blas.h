@@ -1,5 +1,5 @@
 // blas: the row-major OpenBLAS GEMM in the element type of a templated CPU path (sgemm for float,
-// dgemm for double), shared by the image layers that lower onto matrix products.
+// dgemm for double), shared by the CPU layers that lower onto matrix products (dense, lstm, conv).
 #pragma once
 
 #include <cblas.h>

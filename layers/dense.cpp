@@ -4,11 +4,9 @@
 // db = column sums of dy, with no scratch memory and no allocation per call.
 #include "layers/dense.h"
 
-#include <cblas.h>
-
 #include <algorithm>
-#include <type_traits>
 
+#include "layers/blas.h"
 #include "layers/dispatch.h"
 
 namespace qtrain {
@@ -21,19 +19,6 @@ using layer_detail::describe;
 
 namespace {
 
-// C (m, n) = alpha op(A) op(B) + beta C, row-major, in T.
-template <typename T>
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-                1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-                1.0, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-  }
-}
-
 template <typename T>
 void forward_cpu(const T* __restrict x, const T* __restrict w, const T* __restrict b, T* __restrict y, int64_t batch,
                  int64_t in, int64_t out) {
@@ -42,7 +27,7 @@ void forward_cpu(const T* __restrict x, const T* __restrict w, const T* __restri
     for (int64_t r = 0; r < batch; ++r) std::copy_n(b, out, y + r * out);
   }
   // y (B, out) = x (B, in) . W^T (in, out) [+ y]
-  gemm<T>(CblasNoTrans, CblasTrans, batch, out, in, x, in, w, in, b ? T(1) : T(0), y, out);
+  blas_gemm<T>(false, true, batch, out, in, x, in, w, in, b ? T(1) : T(0), y, out);
 }
 
 template <typename T>
@@ -55,7 +40,7 @@ void backward_cpu(const T* __restrict x, const T* __restrict w, const T* __restr
     return;
   }
   // dW (out, in) = dy^T (out, B) . x (B, in)
-  gemm<T>(CblasTrans, CblasNoTrans, out, in, batch, dy, out, x, in, T(0), dw, in);
+  blas_gemm<T>(true, false, out, in, batch, dy, out, x, in, T(0), dw, in);
   if (db) {
     // Row by row so the inner loop runs over contiguous memory and vectorizes.
     std::copy_n(dy, out, db);
@@ -65,7 +50,7 @@ void backward_cpu(const T* __restrict x, const T* __restrict w, const T* __restr
     }
   }
   // dx (B, in) = dy (B, out) . W (out, in); skipped for the first layer, whose input needs no gradient.
-  if (dx) gemm<T>(CblasNoTrans, CblasNoTrans, batch, in, out, dy, out, w, in, T(0), dx, in);
+  if (dx) blas_gemm<T>(false, false, batch, in, out, dy, out, w, in, T(0), dx, in);
 }
 
 }  // namespace

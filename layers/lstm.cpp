@@ -2,11 +2,10 @@
 // and the handling of padded sequences).
 #include "layers/lstm.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 
+#include "layers/blas.h"
 #include "layers/dispatch.h"
 
 namespace qtrain {
@@ -16,18 +15,6 @@ using layer_detail::describe;
 using layer_detail::dispatch_float;
 
 namespace {
-
-template <typename T>
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-                1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-                1.0, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-  }
-}
 
 template <typename T> inline T sigmoid(T v) { return T(1) / (T(1) + std::exp(-v)); }
 
@@ -144,7 +131,7 @@ void Lstm::forward_cpu(const T* x, T* y, int64_t batch, int64_t frames, Workspac
       // Input projection of every frame at once: gates (rows, 4H) = input W_ih^T + b_ih + b_hh.
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t g = 0; g < G; ++g) gates[r * G + g] = b_ih[g] + b_hh[g];
-      gemm<T>(CblasNoTrans, CblasTrans, rows, G, in, input, in, w_ih, in, T(1), gates, G);
+      blas_gemm<T>(false, true, rows, G, in, input, in, w_ih, in, T(1), gates, G);
       T* h = ws.h.data();
       T* c = ws.c.data();
       T* step = ws.step.data();
@@ -152,7 +139,7 @@ void Lstm::forward_cpu(const T* x, T* y, int64_t batch, int64_t frames, Workspac
       std::fill(c, c + batch * H, T(0));
       for (int64_t k = 0; k < frames; ++k) {
         // step (B, 4H) = h W_hh^T: the recurrent part of every sample's gates.
-        gemm<T>(CblasNoTrans, CblasTrans, batch, G, H, h, H, w_hh, H, T(0), step, G);
+        blas_gemm<T>(false, true, batch, G, H, h, H, w_hh, H, T(0), step, G);
         for (int64_t b = 0; b < batch; ++b) {
           const int64_t t = frame_at(d, k, lengths_[static_cast<size_t>(b)]);
           if (t < 0) continue;
@@ -259,16 +246,16 @@ void Lstm::backward_cpu(const T* x, const T* y, const T* dy, T* dx, int64_t batc
           std::copy_n(sb, G, dgates + row * G);
         }
         // dh (B, H) = step W_hh; dW_hh += step^T hprev.
-        gemm<T>(CblasNoTrans, CblasNoTrans, batch, H, G, step, G, w_hh, H, T(0), dh, H);
-        gemm<T>(CblasTrans, CblasNoTrans, G, H, batch, step, G, hprev, H, T(1), dw_hh, H);
+        blas_gemm<T>(false, false, batch, H, G, step, G, w_hh, H, T(0), dh, H);
+        blas_gemm<T>(true, false, G, H, batch, step, G, hprev, H, T(1), dw_hh, H);
       }
       // Over all frames at once: dW_ih = dgates^T input, biases = column sums, dinput (+)= dgates W_ih.
-      gemm<T>(CblasTrans, CblasNoTrans, G, in, rows, dgates, G, input, in, T(0), dw_ih, in);
+      blas_gemm<T>(true, false, G, in, rows, dgates, G, input, in, T(0), dw_ih, in);
       std::fill(db_ih, db_ih + G, T(0));
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t g = 0; g < G; ++g) db_ih[g] += dgates[r * G + g];
       std::copy_n(db_ih, G, db_hh);
-      if (din) gemm<T>(CblasNoTrans, CblasNoTrans, rows, in, G, dgates, G, w_ih, in, d == 0 ? T(0) : T(1), din, in);
+      if (din) blas_gemm<T>(false, false, rows, in, G, dgates, G, w_ih, in, d == 0 ? T(0) : T(1), din, in);
     }
     if (l > 0) std::copy_n(ws.dlayer_in.data(), rows * out, dout);
   }
