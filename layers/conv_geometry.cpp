@@ -65,4 +65,16 @@ Window2d read_window(ConfigNode& cfg, IntPair default_stride) {
   return {kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w};
 }
 
+WeightedWindowConfig read_weighted_window(ConfigNode& cfg) {
+  if (!cfg.has("out_channels")) cfg.fail("out_channels", "is required (the number of output channels)");
+  WeightedWindowConfig c;
+  c.out_channels = cfg.get_int("out_channels", 0, 1, int64_t{1} << 30);
+  c.win = read_window(cfg, {1, 1});
+  c.bias = cfg.get<bool>("bias", true);
+  cfg.accept("type");
+  cfg.accept("name");
+  cfg.finish();
+  return c;
+}
+
 }  // namespace qtrain

@@ -58,4 +58,14 @@ IntPair read_int_pair(ConfigNode& cfg, const std::string& key, IntPair fallback,
 // padding (default 0): the keys every image layer shares.
 Window2d read_window(ConfigNode& cfg, IntPair default_stride);
 
+// The whole config of a layer with learned weights per window (conv2d, locally_connected2d):
+// `out_channels` (required), kernel / stride (default 1) / padding, `bias` (default true), and no
+// other key but `type` and `name`.
+struct WeightedWindowConfig {
+  int64_t out_channels = 0;
+  Window2d win;
+  bool bias = true;
+};
+WeightedWindowConfig read_weighted_window(ConfigNode& cfg);
+
 }  // namespace qtrain

@@ -203,14 +203,8 @@ void LocallyConnected2d::backward(Context& ctx, const Tensor& x, const Tensor&, 
 }
 
 std::unique_ptr<Layer> make_locally_connected2d(ConfigNode& cfg) {
-  if (!cfg.has("out_channels")) cfg.fail("out_channels", "is required (the number of output channels)");
-  const int64_t out_channels = cfg.get_int("out_channels", 0, 1, int64_t{1} << 30);
-  const Window2d win = read_window(cfg, {1, 1});
-  const bool bias = cfg.get<bool>("bias", true);
-  cfg.accept("type");
-  cfg.accept("name");
-  cfg.finish();
-  return std::make_unique<LocallyConnected2d>(out_channels, win, bias);
+  const WeightedWindowConfig c = read_weighted_window(cfg);
+  return std::make_unique<LocallyConnected2d>(c.out_channels, c.win, c.bias);
 }
 
 }  // namespace qtrain
