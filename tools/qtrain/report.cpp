@@ -54,6 +54,11 @@ std::string plot_block(const std::string& name, const std::string& settings, con
   return s;
 }
 
+// Whether any run is a sequence task (has test CER / WER): then the table and plots show them.
+bool any_error_rates(const std::vector<SummaryRow>& rows) {
+  return std::any_of(rows.begin(), rows.end(), [](const SummaryRow& r) { return r.best_cer.has_value(); });
+}
+
 }  // namespace
 
 std::string label_to_filename(const std::string& label) {
@@ -81,6 +86,10 @@ SummaryRow summarize(const RunRecord& run, double target, const RunRecord* basel
       s.best_epoch = r.epoch;
     }
     if (!s.time_to_target_s && r.test_accuracy >= target) s.time_to_target_s = r.wall_time_s;
+    if (r.has_error_rates() && (!s.best_cer || r.test_cer < *s.best_cer)) {
+      s.best_cer = r.test_cer;
+      s.best_cer_epoch = r.epoch;
+    }
     const double n = static_cast<double>(r.step - previous_step);
     previous_step = r.step;
     if (r.samples_per_s > 0) {
@@ -97,13 +106,6 @@ SummaryRow summarize(const RunRecord& run, double target, const RunRecord* basel
   s.fraction_quantized = run.fraction_quantized;
   s.step_ms = 1e3 * run.measured_step_s();
   s.bytes_sent_per_step = run.rows.back().bytes_sent_per_step;
-  for (const MetricsRecord& r : run.rows) {
-    if (!r.has_error_rates()) continue;
-    if (!s.best_cer || r.test_cer < *s.best_cer) {
-      s.best_cer = r.test_cer;
-      s.best_cer_epoch = r.epoch;
-    }
-  }
   if (run.rows.back().has_error_rates()) {
     s.final_cer = run.rows.back().test_cer;
     s.final_wer = run.rows.back().test_wer;
@@ -113,8 +115,7 @@ SummaryRow summarize(const RunRecord& run, double target, const RunRecord* basel
 
 std::string markdown_table(const std::vector<SummaryRow>& rows, double target) {
   // The error-rate columns appear when any run is a sequence task; "-" for a run without them.
-  bool error_rates = false;
-  for (const SummaryRow& r : rows) error_rates = error_rates || r.best_cer.has_value();
+  const bool error_rates = any_error_rates(rows);
   auto rate = [](const std::optional<double>& v) { return v ? percent(*v) : std::string("-"); };
   std::string s = fmt::format(
       "| method | ranks | epochs | final accuracy | best accuracy (epoch) | {}time to {} | samples/s | speedup over "
@@ -184,8 +185,7 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
   write_text(out / "data" / "bytes.dat", bytes);
 
   // The gnuplot script: every run overlaid on the curves; one bar per run on the others.
-  bool error_rates = false;
-  for (const SummaryRow& r : rows) error_rates = error_rates || r.best_cer.has_value();
+  const bool error_rates = any_error_rates(rows);
   std::string acc_plot = "plot ", loss_plot = "plot ", cer_plot = "plot ", wer_plot = "plot ";
   for (size_t i = 0; i < runs.size(); ++i) {
     const std::string base = label_to_filename(runs[i].label);
