@@ -18,8 +18,10 @@
 #include "data/mnist.h"
 #include "tests/support/idx_files.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/config_text.h"
 
 using namespace qtrain;
+using qtrain::testing::config_from_text;
 namespace fs = std::filesystem;
 
 namespace {
@@ -69,14 +71,8 @@ void write_mnist_folder(const TempDir& dir, bool gzip = false) {
   write_bytes(dir.file("t10k-labels-idx1-ubyte" + ext), idx_labels({7, 2, 1}), gzip);
 }
 
-ConfigNode parse(const std::string& text) {
-  auto source = std::make_shared<ConfigSource>();
-  source->file = "test.yaml";
-  return ConfigNode(YAML::Load(text), "", source);
-}
-
 DataConfig data_config_from(const std::string& yaml) {
-  ConfigNode root = parse(yaml);
+  ConfigNode root = config_from_text(yaml);
   ConfigNode section = root.child("data");
   return parse_data_config(section);
 }

@@ -31,25 +31,12 @@
 #include "layers/pool2d.h"
 #include "layers/register_all.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/layer_from_yaml.h"
 
 using namespace qtrain;
 using namespace qtrain::testing;
 
 namespace {
-
-ConfigNode layer_config(const std::string& yaml) {
-  auto source = std::make_shared<ConfigSource>();
-  source->file = "model.yaml";
-  return ConfigNode(YAML::Load(yaml), "model.layers.0", source);
-}
-
-std::unique_ptr<Layer> create(const std::string& yaml) {
-  LayerRegistry registry("layer type");
-  register_layers(registry);
-  ConfigNode cfg = layer_config(yaml);
-  const std::string type = cfg.require<std::string>("type");
-  return registry.create(type, cfg);
-}
 
 template <typename T>
 Tensor seq(const Shape& shape, double (*f)(int64_t)) {
@@ -378,49 +365,49 @@ TEST_CASE("global_avgpool averages each channel", "[layers][pool]") {
 }
 
 TEST_CASE("the registry builds the image layers from their configs", "[layers][config]") {
-  auto conv = create("{type: conv2d, out_channels: 64, kernel: 5, padding: 2}");
+  auto conv = layer_from_yaml("{type: conv2d, out_channels: 64, kernel: 5, padding: 2}");
   auto& c = dynamic_cast<Conv2d&>(*conv);
   REQUIRE(c.setup({3, 32, 32}) == Shape{64, 32, 32});
   REQUIRE(c.param_specs().size() == 2);
   REQUIRE(c.param_specs()[0].shape == Shape{64, 3, 5, 5});
   REQUIRE(c.param_specs()[0].fan_in == 75);  // PyTorch's bound 1/sqrt(C*kh*kw)
-  auto rect = create("{type: conv2d, out_channels: 2, kernel: [3, 1], stride: [2, 1], padding: [1, 0], bias: false}");
+  auto rect = layer_from_yaml("{type: conv2d, out_channels: 2, kernel: [3, 1], stride: [2, 1], padding: [1, 0], bias: false}");
   REQUIRE(rect->setup({1, 8, 4}) == Shape{2, 4, 4});
   REQUIRE(rect->param_specs().size() == 1);
-  auto pool = create("{type: maxpool2d, kernel: 3, stride: 2}");
+  auto pool = layer_from_yaml("{type: maxpool2d, kernel: 3, stride: 2}");
   REQUIRE(pool->setup({64, 32, 32}) == Shape{64, 15, 15});
-  REQUIRE(create("{type: maxpool2d, kernel: 2}")->setup({1, 8, 6}) == Shape{1, 4, 3});  // stride = kernel
-  REQUIRE(create("{type: avgpool2d, kernel: 3, stride: 2, padding: 1, ceil_mode: true, count_include_pad: false}")
+  REQUIRE(layer_from_yaml("{type: maxpool2d, kernel: 2}")->setup({1, 8, 6}) == Shape{1, 4, 3});  // stride = kernel
+  REQUIRE(layer_from_yaml("{type: avgpool2d, kernel: 3, stride: 2, padding: 1, ceil_mode: true, count_include_pad: false}")
               ->setup({2, 7, 7}) == Shape{2, 4, 4});
-  REQUIRE(create("{type: global_avgpool}")->setup({8, 4, 4}) == Shape{8});
-  REQUIRE(create("{type: lrn, size: 5, alpha: 0.0001, beta: 0.75, k: 2}")->setup({96, 55, 55}) == Shape{96, 55, 55});
-  REQUIRE(create("{type: contrast_norm, size: 9}")->setup({64, 15, 15}) == Shape{64, 15, 15});
-  auto local = create("{type: locally_connected2d, out_channels: 32, kernel: 3, padding: 1}");
+  REQUIRE(layer_from_yaml("{type: global_avgpool}")->setup({8, 4, 4}) == Shape{8});
+  REQUIRE(layer_from_yaml("{type: lrn, size: 5, alpha: 0.0001, beta: 0.75, k: 2}")->setup({96, 55, 55}) == Shape{96, 55, 55});
+  REQUIRE(layer_from_yaml("{type: contrast_norm, size: 9}")->setup({64, 15, 15}) == Shape{64, 15, 15});
+  auto local = layer_from_yaml("{type: locally_connected2d, out_channels: 32, kernel: 3, padding: 1}");
   REQUIRE(local->setup({64, 7, 7}) == Shape{32, 7, 7});
   REQUIRE(local->param_specs()[0].shape == Shape{49, 32, 576});
   REQUIRE(local->param_specs()[1].shape == Shape{32, 7, 7});
 }
 
 TEST_CASE("image layer configuration errors name the key and what was expected", "[layers][config]") {
-  REQUIRE_THROWS_WITH(create("{type: conv2d, kernel: 3}"),
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, kernel: 3}"),
                       Catch::Contains("model.layers.0.out_channels is required"));
-  REQUIRE_THROWS_WITH(create("{type: conv2d, out_channels: 8}"), Catch::Contains("model.layers.0.kernel is required"));
-  REQUIRE_THROWS_WITH(create("{type: conv2d, out_channels: 8, kernel: 3, padding: -1}"),
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, out_channels: 8}"), Catch::Contains("model.layers.0.kernel is required"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, out_channels: 8, kernel: 3, padding: -1}"),
                       Catch::Contains("model.layers.0.padding must be >= 0, got -1"));
-  REQUIRE_THROWS_WITH(create("{type: conv2d, out_channels: 8, kernel: [3, 3, 3]}"),
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, out_channels: 8, kernel: [3, 3, 3]}"),
                       Catch::Contains("kernel must be an integer or a list [height, width], got 3 entries"));
-  REQUIRE_THROWS_WITH(create("{type: conv2d, out_channels: 8, kernel: [3, -3]}"),
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, out_channels: 8, kernel: [3, -3]}"),
                       Catch::Contains("kernel entry 1 must be in [1,"));
-  REQUIRE_THROWS_WITH(create("{type: conv2d, out_channels: 0, kernel: 3}"),
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, out_channels: 0, kernel: 3}"),
                       Catch::Contains("out_channels must be >= 1, got 0"));
-  REQUIRE_THROWS_WITH(create("{type: maxpool2d, kernel: 3, stride: 0}"), Catch::Contains("stride must be >= 1, got 0"));
-  REQUIRE_THROWS_WITH(create("{type: maxpool2d, kernel: 3, count_include_pad: true}"),
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: maxpool2d, kernel: 3, stride: 0}"), Catch::Contains("stride must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: maxpool2d, kernel: 3, count_include_pad: true}"),
                       Catch::Contains("unknown key 'model.layers.0.count_include_pad'"));
-  REQUIRE_THROWS_WITH(create("{type: lrn}"), Catch::Contains("model.layers.0.size is required"));
-  REQUIRE_THROWS_WITH(create("{type: contrast_norm, size: 0}"), Catch::Contains("size must be >= 1, got 0"));
-  REQUIRE_THROWS_WITH(create("{type: locally_connected2d, kernel: 3}"),
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: lrn}"), Catch::Contains("model.layers.0.size is required"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: contrast_norm, size: 0}"), Catch::Contains("size must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: locally_connected2d, kernel: 3}"),
                       Catch::Contains("model.layers.0.out_channels is required"));
-  REQUIRE_THROWS_AS(create("{type: conv2d, kernel: 3}"), InputError);
+  REQUIRE_THROWS_AS(layer_from_yaml("{type: conv2d, kernel: 3}"), InputError);
 }
 
 TEST_CASE("image layers reject shapes they cannot handle", "[layers][config]") {

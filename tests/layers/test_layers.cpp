@@ -10,25 +10,12 @@
 #include "layers/flatten.h"
 #include "layers/register_all.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/layer_from_yaml.h"
 
 using namespace qtrain;
 using namespace qtrain::testing;
 
 namespace {
-
-ConfigNode layer_config(const std::string& yaml) {
-  auto source = std::make_shared<ConfigSource>();
-  source->file = "model.yaml";
-  return ConfigNode(YAML::Load(yaml), "model.layers.0", source);
-}
-
-std::unique_ptr<Layer> create(const std::string& yaml) {
-  LayerRegistry registry("layer type");
-  register_layers(registry);
-  ConfigNode cfg = layer_config(yaml);
-  const std::string type = cfg.require<std::string>("type");
-  return registry.create(type, cfg);
-}
 
 template <typename T>
 Tensor tensor_of(const Shape& shape, std::initializer_list<double> values) {
@@ -202,35 +189,35 @@ TEST_CASE("flatten reshapes and copies both ways", "[layers][flatten]") {
 }
 
 TEST_CASE("the registry builds every layer from its config", "[layers][config]") {
-  REQUIRE(std::string(create("{type: flatten}")->type()) == "flatten");
-  REQUIRE(std::string(create("{type: relu, name: act1}")->type()) == "relu");
-  REQUIRE(std::string(create("{type: tanh}")->type()) == "tanh");
-  REQUIRE(std::string(create("{type: sigmoid}")->type()) == "sigmoid");
-  auto dense = create("{type: dense, units: 10, bias: false}");
+  REQUIRE(std::string(layer_from_yaml("{type: flatten}")->type()) == "flatten");
+  REQUIRE(std::string(layer_from_yaml("{type: relu, name: act1}")->type()) == "relu");
+  REQUIRE(std::string(layer_from_yaml("{type: tanh}")->type()) == "tanh");
+  REQUIRE(std::string(layer_from_yaml("{type: sigmoid}")->type()) == "sigmoid");
+  auto dense = layer_from_yaml("{type: dense, units: 10, bias: false}");
   REQUIRE(dynamic_cast<Dense&>(*dense).units() == 10);
   REQUIRE_FALSE(dynamic_cast<Dense&>(*dense).has_bias());
-  REQUIRE(dynamic_cast<Dense&>(*create("{type: dense, units: 3}")).has_bias());
+  REQUIRE(dynamic_cast<Dense&>(*layer_from_yaml("{type: dense, units: 3}")).has_bias());
 
   LossRegistry losses("loss");
   register_losses(losses);
-  ConfigNode empty = layer_config("{}");
+  ConfigNode empty = config_from_text("{}", "model.layers.0", "model.yaml");
   REQUIRE(std::string(losses.create("softmax_cross_entropy", empty)->type()) == "softmax_cross_entropy");
 }
 
 TEST_CASE("configuration errors name the key and what was expected", "[layers][config]") {
-  REQUIRE_THROWS_WITH(create("{type: dense}"),
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dense}"),
                       Catch::Contains("model.yaml:1:1") &&
                           Catch::Contains("model.layers.0.units is required but missing"));
-  REQUIRE_THROWS_WITH(create("{type: dense, units: 0}"), Catch::Contains("model.layers.0.units must be > 0, got 0"));
-  REQUIRE_THROWS_WITH(create("{type: dense, units: 1.5}"), Catch::Contains("units must be an integer, got '1.5'"));
-  REQUIRE_THROWS_WITH(create("{type: dense, units: 4, unitz: 5}"),
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dense, units: 0}"), Catch::Contains("model.layers.0.units must be > 0, got 0"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dense, units: 1.5}"), Catch::Contains("units must be an integer, got '1.5'"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dense, units: 4, unitz: 5}"),
                       Catch::Contains("unknown key 'model.layers.0.unitz'") &&
                           Catch::Contains("did you mean 'units'?"));
-  REQUIRE_THROWS_WITH(create("{type: dropout, p: 1.5}"),
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dropout, p: 1.5}"),
                       Catch::Contains("model.yaml:1:20") && Catch::Contains("model.layers.0.p must be in [0, 1), got 1.5"));
-  REQUIRE_THROWS_WITH(create("{type: dropout, p: 1}"), Catch::Contains("p must be in [0, 1), got 1"));
-  REQUIRE_THROWS_WITH(create("{type: dropout, p: -0.1}"), Catch::Contains("p must be in [0, 1), got -0.1"));
-  REQUIRE_THROWS_WITH(create("{type: relu, alpha: 0.1}"), Catch::Contains("unknown key 'model.layers.0.alpha'"));
-  REQUIRE_THROWS_WITH(create("{type: flatten, units: 3}"), Catch::Contains("unknown key 'model.layers.0.units'"));
-  REQUIRE_THROWS_AS(create("{type: dense}"), InputError);
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dropout, p: 1}"), Catch::Contains("p must be in [0, 1), got 1"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dropout, p: -0.1}"), Catch::Contains("p must be in [0, 1), got -0.1"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: relu, alpha: 0.1}"), Catch::Contains("unknown key 'model.layers.0.alpha'"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: flatten, units: 3}"), Catch::Contains("unknown key 'model.layers.0.units'"));
+  REQUIRE_THROWS_AS(layer_from_yaml("{type: dense}"), InputError);
 }

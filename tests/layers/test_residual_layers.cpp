@@ -14,6 +14,7 @@
 #include "layers/batchnorm.h"
 #include "layers/pad_channels.h"
 #include "tests/support/gradcheck.h"
+#include "tests/support/config_text.h"
 
 using namespace qtrain;
 using namespace qtrain::testing;
@@ -44,12 +45,6 @@ Bound set_up(Layer& layer, const Shape& input, uint64_t seed) {
   b.params = bind_random_params(layer, seed);
   b.buffers = bind_initial_buffers(layer);
   return b;
-}
-
-ConfigNode yaml_node(const std::string& text) {
-  auto source = std::make_shared<ConfigSource>();
-  source->file = "layer.yaml";
-  return ConfigNode(YAML::Load(text), "model.layers.0", source);
 }
 
 }  // namespace
@@ -216,19 +211,19 @@ TEST_CASE("batchnorm2d evaluation uses the running statistics", "[layers][batchn
 }
 
 TEST_CASE("batch norm configuration keys", "[layers][batchnorm]") {
-  ConfigNode ok = yaml_node("{type: batchnorm2d, eps: 0.001, momentum: 0.01, affine: false}");
+  ConfigNode ok = config_from_text("{type: batchnorm2d, eps: 0.001, momentum: 0.01, affine: false}", "model.layers.0", "layer.yaml");
   auto layer = make_batchnorm2d(ok);
   auto& bn = dynamic_cast<BatchNorm&>(*layer);
   REQUIRE(bn.eps() == 0.001);
   REQUIRE(bn.momentum() == 0.01);
   REQUIRE(std::string(bn.type()) == "batchnorm2d");
-  ConfigNode bad_eps = yaml_node("{type: batchnorm2d, eps: 0}");
+  ConfigNode bad_eps = config_from_text("{type: batchnorm2d, eps: 0}", "model.layers.0", "layer.yaml");
   REQUIRE_THROWS_WITH(make_batchnorm2d(bad_eps), Catch::Contains("eps must be > 0"));
-  ConfigNode bad_key = yaml_node("{type: batchnorm1d, momentun: 0.1}");
+  ConfigNode bad_key = config_from_text("{type: batchnorm1d, momentun: 0.1}", "model.layers.0", "layer.yaml");
   REQUIRE_THROWS_WITH(make_batchnorm1d(bad_key), Catch::Contains("momentun"));
   BatchNorm bn2(2, 1e-5, 0.1, true);
   REQUIRE_THROWS_WITH(bn2.setup({4}), Catch::Contains("(channels, height, width)"));
-  ConfigNode pad = yaml_node("{type: pad_channels, stride: 2}");
+  ConfigNode pad = config_from_text("{type: pad_channels, stride: 2}", "model.layers.0", "layer.yaml");
   REQUIRE_THROWS_WITH(make_pad_channels(pad), Catch::Contains("channels is required"));
 }
 

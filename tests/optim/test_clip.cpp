@@ -7,8 +7,10 @@
 #include "framework/context.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
+#include "tests/support/config_text.h"
 
 using namespace qtrain;
+using qtrain::testing::config_from_text;
 
 TEMPLATE_TEST_CASE("clip_grad_norm scales to the global norm", "[optim][clip]", float, double) {
   constexpr DType dtype = std::is_same_v<TestType, float> ? DType::f32 : DType::f64;
@@ -29,11 +31,7 @@ TEMPLATE_TEST_CASE("clip_grad_norm scales to the global norm", "[optim][clip]", 
 }
 
 TEST_CASE("optimizer.clip_norm is read and validated", "[optim][clip][config]") {
-  auto parse = [](const std::string& text) {
-    auto source = std::make_shared<ConfigSource>();
-    source->file = "test.yaml";
-    return ConfigNode(YAML::Load(text), "optimizer", source);
-  };
+  auto parse = [](const std::string& text) { return config_from_text(text, "optimizer"); };
   ConfigNode with = parse("type: adam\nlr: 0.001\nclip_norm: 400\n");
   CHECK(make_optimizer(with)->clip_norm() == 400.0);
   ConfigNode without = parse("type: sgd\nlr: 0.1\n");

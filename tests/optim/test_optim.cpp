@@ -11,8 +11,10 @@
 #include "optim/optimizer.h"
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
+#include "tests/support/config_text.h"
 
 using namespace qtrain;
+using qtrain::testing::config_from_text;
 
 namespace {
 
@@ -62,14 +64,8 @@ void run_steps(Optimizer& opt, const Values& p0, const std::vector<Values>& grad
   }
 }
 
-ConfigNode parse(const std::string& text) {
-  auto source = std::make_shared<ConfigSource>();
-  source->file = "test.yaml";
-  return ConfigNode(YAML::Load(text), "", source);
-}
-
 std::unique_ptr<Optimizer> optimizer_from(const std::string& yaml) {
-  ConfigNode root = parse(yaml);
+  ConfigNode root = config_from_text(yaml);
   ConfigNode section = root.child("optimizer");
   return make_optimizer(section);
 }

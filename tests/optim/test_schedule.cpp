@@ -5,21 +5,17 @@
 #include <cmath>
 
 #include "optim/schedule.h"
+#include "tests/support/config_text.h"
 
 using namespace qtrain;
+using qtrain::testing::config_from_text;
 
 namespace {
-
-ConfigNode parse(const std::string& text) {
-  auto source = std::make_shared<ConfigSource>();
-  source->file = "test.yaml";
-  return ConfigNode(YAML::Load(text), "", source);
-}
 
 // The schedule of `optimizer: {..., schedule: <yaml>}` with the given epoch length and total steps.
 std::unique_ptr<Schedule> schedule_from(const std::string& schedule_yaml, int64_t steps_per_epoch = 10,
                                         int64_t total_steps = 1000) {
-  ConfigNode root = parse("optimizer: {type: sgd, lr: 0.1, schedule: " + schedule_yaml + "}\n");
+  ConfigNode root = config_from_text("optimizer: {type: sgd, lr: 0.1, schedule: " + schedule_yaml + "}\n");
   ConfigNode section = root.child("optimizer");
   return make_schedule(section, steps_per_epoch, total_steps);
 }
@@ -27,7 +23,7 @@ std::unique_ptr<Schedule> schedule_from(const std::string& schedule_yaml, int64_
 }  // namespace
 
 TEST_CASE("an absent schedule is constant", "[optim][schedule]") {
-  ConfigNode root = parse("optimizer: {type: sgd, lr: 0.1}\n");
+  ConfigNode root = config_from_text("optimizer: {type: sgd, lr: 0.1}\n");
   ConfigNode section = root.child("optimizer");
   auto s = make_schedule(section, 10, 100);
   REQUIRE(s->lr(0, 0.1) == 0.1);
@@ -36,7 +32,7 @@ TEST_CASE("an absent schedule is constant", "[optim][schedule]") {
 }
 
 TEST_CASE("the schedule child itself may be passed", "[optim][schedule]") {
-  ConfigNode root = parse("optimizer: {type: sgd, lr: 0.1, schedule: {type: step, gamma: 0.5, step_epochs: 1}}\n");
+  ConfigNode root = config_from_text("optimizer: {type: sgd, lr: 0.1, schedule: {type: step, gamma: 0.5, step_epochs: 1}}\n");
   ConfigNode schedule = root.child("optimizer").child("schedule");
   auto s = make_schedule(schedule, 10, 100);
   REQUIRE(s->lr(10, 1.0) == 0.5);
