@@ -34,6 +34,18 @@ std::string join(const std::set<std::string>& names) {
   return s;
 }
 
+// How many places of the document hold `target`. A YAML alias (`*name`) is the very node its anchor
+// (`&name`) labels, not a copy, so a node reached through an alias is held in two or more places.
+int uses_of(const YAML::Node& node, const YAML::Node& target) {
+  int uses = node.is(target) ? 1 : 0;
+  if (node.IsMap()) {
+    for (const auto& kv : node) uses += uses_of(kv.second, target);
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) uses += uses_of(item, target);
+  }
+  return uses;
+}
+
 }  // namespace
 
 ConfigNode::ConfigNode(YAML::Node node, std::string path, std::shared_ptr<const ConfigSource> source)
@@ -282,6 +294,22 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
   }
   YAML::Node parent = chain.back();
   const std::string& last = parts.back();
+  // yaml-cpp assigns through shared nodes, so overriding one use of an alias would silently change
+  // every use of it (and the anchor's own entry). Refuse instead: the user edits the file.
+  if (parent.IsMap() && parent[last].IsDefined()) chain.push_back(parent[last]);
+  else if (parent.IsSequence() && !last.empty() && std::all_of(last.begin(), last.end(), ::isdigit) &&
+           std::stoul(last) < parent.size())
+    chain.push_back(parent[std::stoul(last)]);
+  for (size_t i = 1; i < chain.size(); ++i) {
+    const int uses = uses_of(root, chain[i]);
+    if (uses > 1) {
+      std::string prefix = parts[0];
+      for (size_t j = 1; j < i; ++j) prefix += "." + parts[j];
+      input_error("--set {}: '{}' is a YAML alias: the node {}:{}:{} is used in {} places, and --set would change "
+                  "all of them. Change the value in the file, or write this entry out instead of the alias",
+                  path, prefix, source.file, chain[i].Mark().line + 1, chain[i].Mark().column + 1, uses);
+    }
+  }
   if (parent.IsSequence()) {
     const bool numeric = !last.empty() && std::all_of(last.begin(), last.end(), ::isdigit);
     if (!numeric || std::stoul(last) >= parent.size())

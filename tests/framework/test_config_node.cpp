@@ -69,6 +69,33 @@ TEST_CASE("--set overrides values and is named in errors", "[config]") {
   REQUIRE_THROWS_WITH(apply_override(root, *source, "novalue"), Catch::Contains("expected key.path=value"));
 }
 
+TEST_CASE("--set refuses to change one use of a YAML alias, which would change every use", "[config]") {
+  auto source = std::make_shared<ConfigSource>();
+  source->file = "x.yaml";
+  YAML::Node root = YAML::Load(
+      "optimizer: {lr: &rate 0.1, momentum: 0.9}\n"
+      "other: {lr: *rate}\n"
+      "model: {layers: [&wide {type: dense, units: 4}, {type: relu}, *wide]}\n");
+  // A container reached through an alias: layers 0 and 2 are one node.
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "model.layers.2.units=8"),
+                      Catch::Contains("--set model.layers.2.units: 'model.layers.2' is a YAML alias") &&
+                          Catch::Contains("x.yaml:3:") && Catch::Contains("used in 2 places"));
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "model.layers.0.units=8"),
+                      Catch::Contains("'model.layers.0' is a YAML alias"));
+  // A shared scalar, and a new key inside a shared mapping.
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "other.lr=0.5"), Catch::Contains("'other.lr' is a YAML alias"));
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "model.layers.2.bias=false"),
+                      Catch::Contains("'model.layers.2' is a YAML alias"));
+  // Nothing changed, and overrides that touch no shared node still work.
+  REQUIRE(root["model"]["layers"][0]["units"].as<int>() == 4);
+  REQUIRE(root["optimizer"]["lr"].as<double>() == 0.1);
+  REQUIRE_FALSE(root["model"]["layers"][0]["bias"].IsDefined());
+  apply_override(root, *source, "optimizer.momentum=0.5");
+  apply_override(root, *source, "model.layers.1.type=tanh");
+  REQUIRE(root["optimizer"]["momentum"].as<double>() == 0.5);
+  REQUIRE(root["model"]["layers"][1]["type"].as<std::string>() == "tanh");
+}
+
 TEST_CASE("missing file and YAML syntax errors", "[config]") {
   REQUIRE_THROWS_WITH(load_config_file("/nonexistent/x.yaml", {}), Catch::Contains("config file not found"));
 }
