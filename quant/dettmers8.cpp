@@ -34,11 +34,6 @@ void decode_table(Dettmers8Variant variant, float m, float* d) {
   for (int i = 0; i < 128; ++i) d[i + 128] = -d[i];
 }
 
-// The reciprocal scales of encode; a span whose max is 0 or below FLT_MIN encodes as all zeros.
-float inverse_scale(uint32_t max_bits, float numerator) {
-  return max_bits < 0x00800000u ? 0.0f : numerator / bits_float(max_bits);
-}
-
 template <bool Ef>
 uint32_t max_abs_bits(const float* __restrict in, const float* __restrict residual, int64_t n) {
   uint32_t m = 0;

@@ -69,9 +69,9 @@ __global__ void encode_kernel(DeviceTables tables, bool linear, const float* __r
     store_header(out, h);
   }
   const float m = bits_float(max_bits);
-  const bool tiny = max_bits < 0x00800000u;  // zero or below FLT_MIN: all zero codes
-  const float r = tiny ? 0.0f : 1.0f / m;
-  const float r127 = tiny ? 0.0f : 127.0f / m;
+  // dettmers8.cpp's reciprocals: 0 (all zero codes) for a max of 0, below FLT_MIN or too small to invert.
+  const float r = inverse_scale(max_bits, 1.0f);
+  const float r127 = inverse_scale(max_bits, 127.0f);
   const float step = m / 127.0f;
   uint8_t* codes = out + wire::kHeaderBytes;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;

@@ -54,6 +54,18 @@ QT_HD bool adaptive_negative(uint32_t v, uint32_t tau_neg) {
   return (v > 0x80000000u) & ((v & kAbsMask) >= (tau_neg & kAbsMask));
 }
 
+// numerator / scale for an encoder's per-span or per-bucket scale (max|v| or a norm, as float bits,
+// numerator = the number of levels): 0 when the scale is 0 or below FLT_MIN, and also when the quotient
+// overflows (e.g. 127 / 1e-37): every value of such a span then encodes as level 0 and stays in the
+// residual. An Inf here would turn |v| * inverse into Inf or NaN, whose int conversion differs between
+// x86 (INT_MIN) and CUDA (saturated, NaN -> 0), so the encoders' bytes and residuals would be garbage
+// and differ, and dettmers8 linear would index its decode table with INT_MIN.
+QT_HD float inverse_scale(uint32_t scale_bits, float numerator) {
+  if (scale_bits < 0x00800000u) return 0.0f;
+  const float r = numerator / bits_float(scale_bits);
+  return abs_bits(r) >= kNonFinite ? 0.0f : r;
+}
+
 // ---- fp16 / bf16, round to nearest even (branch-free so the CPU loops vectorize) ----------------
 // Same results as CUDA's __float2half_rn / __float2bfloat16_rn for every finite input and for
 // infinities; every NaN becomes the quiet NaN 0x7e00 (fp16) or keeps its payload with the quiet bit

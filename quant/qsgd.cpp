@@ -216,8 +216,8 @@ void encode_all(const EncodeArgs& a, const wire::QsgdLayout& l, QsgdNorm norm) {
       throw NonFiniteInputError(fmt::format("qsgd encode: the input of {} values holds NaN or Inf", a.n));
     const float scale = norm == QsgdNorm::l2 ? bucket.l2(max_bits) : bits_float(max_bits);
     scales[b] = scale;
-    // A bucket of zeros (or of values below FLT_MIN) encodes as level 0 everywhere.
-    const float inv = float_bits(scale) < 0x00800000u ? 0.0f : static_cast<float>(B::kLevels) / scale;
+    // A bucket of zeros (or of values below FLT_MIN, or too small to invert) encodes as level 0 everywhere.
+    const float inv = inverse_scale(float_bits(scale), static_cast<float>(B::kLevels));
     const float step = scale / static_cast<float>(B::kLevels);
     uint8_t* words = a.out + l.words_offset(b);
     for (int64_t c = 0; c < bucket.len; c += kChunk) {

@@ -77,7 +77,7 @@ __global__ void encode_words_kernel(const float* __restrict__ in, float* __restr
     const int64_t len = l.len(b);
     if (word * kPer >= len) continue;  // the last bucket has fewer words
     const float scale = scales[b];
-    const float inv = float_bits(scale) < 0x00800000u ? 0.0f : static_cast<float>(kLevels) / scale;
+    const float inv = inverse_scale(float_bits(scale), static_cast<float>(kLevels));
     const float step = scale / static_cast<float>(kLevels);
     uint32_t packed = 0;
     uint64_t block_index = ~uint64_t{0};

@@ -90,6 +90,37 @@ TEST_CASE("CUDA encoders write the CPU's bytes, decoders the CPU's values", "[qu
   }
 }
 
+TEST_CASE("CUDA encoders match the CPU on spans too small to invert (levels / max overflows)", "[quant][cuda]") {
+  // max|v| = 1.5e-38 is normal but 7 / it overflows: both paths must take inverse_scale's zero
+  // reciprocal (int conversions of Inf and NaN differ between x86 and CUDA). Fresh states, so that
+  // with error feedback v = g stays this small.
+  Context cpu = Context::cpu(1, 1);
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 4096, column = 64;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = (i % 3 ? -1.5e-38f : 1.5e-38f) * static_cast<float>(i % 251) / 250;
+  for (bool ef : {false, true}) {
+    for (QuantSpec s : all_specs()) {
+      if (ef && s.method == QuantMethod::fp32) continue;
+      s.error_feedback = ef;
+      CAPTURE(s.str());
+      auto q = make_quantizer(s);
+      QuantState cs(5, 1, 3), gs(5, 1, 3);
+      const auto cp = encode(*q, cpu, x, column, cs);
+      const size_t cap = q->max_encoded_bytes(n, column);
+      Tensor gx = to_cuda(x);
+      Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
+      const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column, gs,
+                                      std::span<uint8_t>(gout.data<uint8_t>(), cap));
+      REQUIRE(gbytes == cp.size());
+      REQUIRE(bytes_to_host(gout, gbytes) == cp);
+      if (ef)
+        REQUIRE(same_bits(to_host(gs.residual()),
+                          std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
+    }
+  }
+}
+
 TEST_CASE("CUDA decoders reject malformed payloads without writing", "[quant][cuda]") {
   Context cpu = Context::cpu(1, 1);
   Context gpu = Context::cuda(0, 1);

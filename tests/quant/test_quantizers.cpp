@@ -598,6 +598,40 @@ TEST_CASE("NaN or Inf input is a clear error for the methods with scales", "[qua
   }
 }
 
+TEST_CASE("spans too small to invert encode as zeros and stay in the residual", "[quant]") {
+  // max|v| = 1.5e-38 is a normal float, but 7 / 1.5e-38 (and 127 /, 32767 / it) overflows to Inf. Such
+  // a span must encode as level 0 (as one below FLT_MIN does): an Inf reciprocal would make |v| * r Inf
+  // or NaN, whose int conversion is INT_MIN on x86 (dettmers8 linear then indexed its decode table
+  // with it) and something else on CUDA.
+  Context ctx = Context::cpu(1, 1);
+  const int64_t n = 256;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = (i % 2 ? -1.5e-38f : 1.5e-38f) * static_cast<float>(i) / n;
+  x[7] = 1.5e-38f;  // the max; x[0] = 0 and the smaller ones are subnormal
+  std::vector<QuantSpec> specs;
+  QuantSpec lin = spec_of(QuantMethod::dettmers8);
+  lin.variant = Dettmers8Variant::linear;
+  specs.push_back(lin);
+  for (int bits : {4, 8, 16}) {
+    QuantSpec q = spec_of(QuantMethod::qsgd);
+    q.bits = bits;
+    specs.push_back(q);
+    q.norm = QsgdNorm::l2;
+    if (bits >= 8) specs.push_back(q);  // ||v|| is about 1.4e-37: 127 / it overflows too
+  }
+  for (QuantSpec s : specs) {
+    for (bool ef : {false, true}) {
+      s.error_feedback = ef;
+      CAPTURE(s.str());
+      auto q = make_quantizer(s);
+      QuantState st(3, 0, 1);
+      const auto y = decode(*q, ctx, encode(*q, ctx, x, 1, st), n);
+      for (int64_t i = 0; i < n; ++i) REQUIRE(y[static_cast<size_t>(i)] == 0.0f);
+      if (ef) REQUIRE(std::memcmp(st.residual().data<float>(), x.data(), sizeof(float) * x.size()) == 0);
+    }
+  }
+}
+
 TEST_CASE("fp16 and bf16 conversions round to nearest even like the hardware", "[quant]") {
   using namespace qtrain::quant_detail;
   std::mt19937 rng(3);
