@@ -238,7 +238,9 @@ std::vector<WeightSegment> build_segments(cudnnHandle_t handle, LstmCudnn& s) {
   return merged;
 }
 
-// The RNN descriptor, weight spaces and copy table: once per layer.
+// The RNN descriptor, weight spaces and copy table: once per layer. Built aside and kept only when
+// complete: a state left behind by a failed build (say, an unexpected weight layout) would have no
+// copy table, and every later forward would then run cuDNN on a weight space of zeros.
 LstmCudnn& prepare(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& shape, Device device) {
   if (state) {
     const LstmCudaShape& c = state->config;
@@ -246,8 +248,8 @@ LstmCudnn& prepare(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& shape
              "lstm: the layer's shape changed after its cuDNN state was built");
     return *state;
   }
-  state.reset(new LstmCudnn);
-  LstmCudnn& s = *state;
+  LstmCudnnPtr fresh(new LstmCudnn);
+  LstmCudnn& s = *fresh;
   s.config = shape;
   cudnnHandle_t handle = ctx.cuda().cudnn;
   CUDNN_CHECK(cudnnCreateDropoutDescriptor(&s.dropout));
@@ -271,7 +273,8 @@ LstmCudnn& prepare(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& shape
   // On the context's stream: a legacy-stream memset would not be ordered before the packing copies.
   CUDA_CHECK(cudaMemsetAsync(s.weights.raw(), 0, s.weight_bytes, ctx.cuda().stream));
   s.segments = build_segments(handle, s);
-  return s;
+  state = std::move(fresh);
+  return *state;
 }
 
 // Descriptors and device lengths for this batch. cuDNN needs its lengths twice: on the host in the
