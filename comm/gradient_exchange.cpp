@@ -129,6 +129,7 @@ void GradientExchange::begin_step(Tensor grads, uint64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   QT_CHECK(queue_.empty(), "begin_step while the previous step is still being exchanged");
   grads_ = std::move(grads);
+  compute_ = nullptr;
   step_ = step;
   ctx_->set_step(step);
   done_ = 0;
@@ -139,6 +140,7 @@ void GradientExchange::begin_step(Tensor grads, uint64_t step) {
 void GradientExchange::tensor_ready(Context& compute, int t) {
   QT_CHECK(t >= 0 && t < static_cast<int>(tensors_.size()), "tensor index {} out of range", t);
   Bucket& b = buckets_[static_cast<size_t>(plans_[static_cast<size_t>(t)].bucket)];
+  if (!config_.overlap) compute_ = &compute;  // finish_step synchronizes it once
   if (--b.pending > 0) return;
   if (!config_.overlap) return;  // finish_step processes every bucket in order
   // The exchange reads the gradient on its own stream: the compute stream's work must be done.
@@ -153,6 +155,9 @@ void GradientExchange::tensor_ready(Context& compute, int t) {
 void GradientExchange::finish_step() {
   const auto start = Clock::now();
   if (!config_.overlap) {
+    // The exchange reads the gradients on its own stream: the compute stream's backward must be done
+    // (on CUDA the two streams are not ordered; without this the first buckets raced the last kernels).
+    if (compute_ != nullptr) compute_->synchronize();
     for (int b = 0; b < num_buckets(); ++b) {
       QT_CHECK(buckets_[static_cast<size_t>(b)].pending == 0, "bucket {} was not complete at the end of backward", b);
       process_bucket(b);

@@ -143,6 +143,9 @@ class GradientExchange {
   std::vector<Plan> plans_;
   std::vector<Bucket> buckets_;
   Tensor grads_;
+  // Without overlap: the context of the tensor_ready calls, synchronized once in finish_step before
+  // the exchange's own stream reads the gradients (null until the step's first tensor_ready).
+  Context* compute_ = nullptr;
   uint64_t step_ = 0;
   float scale_ = 1.0f;
 
