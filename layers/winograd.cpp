@@ -10,6 +10,10 @@
 
 #include <algorithm>
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
 #include "layers/blas.h"
 
 namespace qtrain {
@@ -30,6 +34,10 @@ int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
 // of the 8-way L1 cache and evict each other.
 int64_t position_stride(int64_t rows, int64_t t) { return padded(rows * t) + 16; }
 
+// Columns of V in winograd_conv: the block's tiles rounded up to whole column blocks of the product
+// kernel (kCols<float> is a multiple of kCols<double>).
+int64_t block_columns(int64_t t) { return (t + 15) / 16 * 16; }
+
 // Width of a zero-padded input row: the 2*tw + 2 columns the tiles of one tile row read.
 int64_t row_width(const WinogradConv& g) { return 2 * g.tw + 2; }
 
@@ -39,132 +47,208 @@ int64_t rows_size(const WinogradConv& g) {
   return padded(4 * row_width(g)) + padded(8 * (g.tw + 1)) + padded(4 * g.tw);
 }
 
-// out[0, row_width) = input row iy of `plane` shifted right by pw, zero outside the image.
+// B^T down the columns of one tile row: t0..t3 = (d0 - d2, d1 + d2, d2 - d1, d1 - d3) for the input
+// rows d0..d3 (each `w` long).
 template <typename T>
-void padded_row(const T* __restrict plane, const WinogradConv& g, int64_t iy, T* __restrict out) {
-  const int64_t wp = row_width(g);
-  if (iy < 0 || iy >= g.h) {
-    std::fill_n(out, wp, T(0));
-    return;
+void input_columns(const T* __restrict d0, const T* __restrict d1, const T* __restrict d2, const T* __restrict d3,
+                   int64_t w, T* __restrict t0, T* __restrict t1, T* __restrict t2, T* __restrict t3) {
+  for (int64_t j = 0; j < w; ++j) {
+    t0[j] = d0[j] - d2[j];
+    t1[j] = d1[j] + d2[j];
+    t2[j] = d2[j] - d1[j];
+    t3[j] = d1[j] - d3[j];
   }
-  // pw + w <= wp: 2*tw >= ow = w + 2pw - 2.
-  std::fill_n(out, g.pw, T(0));
-  std::copy_n(plane + iy * g.w, g.w, out + g.pw);
-  std::fill(out + g.pw + g.w, out + wp, T(0));
+}
+
+// B^T along one transformed row t for each of tw tiles (tile tx reads t[2tx .. 2tx + 3]): the 4 positions
+// of that row, each a stream of consecutive tiles.
+template <typename T>
+void input_rows(const T* __restrict t, int64_t tw, T* __restrict v0, T* __restrict v1, T* __restrict v2,
+                T* __restrict v3) {
+  for (int64_t tx = 0; tx < tw; ++tx) {
+    const T a = t[2 * tx], b = t[2 * tx + 1], c = t[2 * tx + 2], d = t[2 * tx + 3];
+    v0[tx] = a - c;
+    v1[tx] = b + c;
+    v2[tx] = c - b;
+    v3[tx] = b - d;
+  }
 }
 
 // v: B^T d B for every tile of n samples x (n, C, H, W); V[xi] (C, ldv) at v + xi * xi_stride, tile
-// (s, ty, tx) in column s*tiles + ty*tw + tx.
+// (s, ty, tx) in column s*tiles + ty*tw + tx. Rows above or below the image read a zero row; the
+// column padding is the zero margin of the 4 transformed rows (width row_width), which only their
+// middle w columns overwrite.
 template <typename T>
 void transform_input(const WinogradConv& g, const T* x, int64_t n, T* v, int64_t ldv, int64_t xi_stride, T* rows) {
-  const int64_t wp = row_width(g), tw = g.tw, te = tw + 1;
-  T* pr = rows;
-  T* ev = rows + padded(4 * wp);  // 4 rows of te: the vertical transform at columns 0, 2, 4, ...
-  T* od = ev + 4 * te;            // and at columns 1, 3, 5, ...
+  const int64_t wp = row_width(g), tw = g.tw;
+  T* t = rows;  // 4 rows of wp
+  T* zero = rows + 4 * wp;
+  std::fill_n(t, 4 * wp, T(0));
+  std::fill_n(zero, g.w, T(0));
   for (int64_t s = 0; s < n; ++s) {
     for (int64_t c = 0; c < g.c; ++c) {
       const T* plane = x + (s * g.c + c) * g.h * g.w;
       for (int64_t ty = 0; ty < g.th; ++ty) {
-        for (int64_t r = 0; r < 4; ++r) padded_row(plane, g, 2 * ty - g.ph + r, pr + r * wp);
-        {
-          // B^T down each column: (d0 - d2, d1 + d2, d2 - d1, d1 - d3).
-          const T* __restrict r0 = pr;
-          const T* __restrict r1 = pr + wp;
-          const T* __restrict r2 = pr + 2 * wp;
-          const T* __restrict r3 = pr + 3 * wp;
-          T* __restrict e0 = ev;
-          T* __restrict e1 = ev + te;
-          T* __restrict e2 = ev + 2 * te;
-          T* __restrict e3 = ev + 3 * te;
-          T* __restrict o0 = od;
-          T* __restrict o1 = od + te;
-          T* __restrict o2 = od + 2 * te;
-          T* __restrict o3 = od + 3 * te;
-          #pragma GCC ivdep
-          for (int64_t j = 0; j < te; ++j) {
-            const int64_t a = 2 * j, b = 2 * j + 1;
-            e0[j] = r0[a] - r2[a];
-            e1[j] = r1[a] + r2[a];
-            e2[j] = r2[a] - r1[a];
-            e3[j] = r1[a] - r3[a];
-            o0[j] = r0[b] - r2[b];
-            o1[j] = r1[b] + r2[b];
-            o2[j] = r2[b] - r1[b];
-            o3[j] = r1[b] - r3[b];
-          }
+        const T* d[4];
+        for (int64_t r = 0; r < 4; ++r) {
+          const int64_t iy = 2 * ty - g.ph + r;
+          d[r] = iy >= 0 && iy < g.h ? plane + iy * g.w : zero;
         }
+        input_columns(d[0], d[1], d[2], d[3], g.w, t + g.pw, t + wp + g.pw, t + 2 * wp + g.pw, t + 3 * wp + g.pw);
         T* out = v + c * ldv + s * g.tiles() + ty * tw;
-        for (int64_t k = 0; k < 4; ++k) {
-          // B^T along row k of each tile: columns (a, b, c, d) = (even[tx], odd[tx], even[tx+1], odd[tx+1]).
-          const T* __restrict e = ev + k * te;
-          const T* __restrict o = od + k * te;
-          T* __restrict v0 = out + (4 * k) * xi_stride;
-          T* __restrict v1 = out + (4 * k + 1) * xi_stride;
-          T* __restrict v2 = out + (4 * k + 2) * xi_stride;
-          T* __restrict v3 = out + (4 * k + 3) * xi_stride;
-          #pragma GCC ivdep
-          for (int64_t tx = 0; tx < tw; ++tx) {
-            v0[tx] = e[tx] - e[tx + 1];
-            v1[tx] = o[tx] + e[tx + 1];
-            v2[tx] = e[tx + 1] - o[tx];
-            v3[tx] = o[tx] - o[tx + 1];
-          }
-        }
+        for (int64_t k = 0; k < 4; ++k)
+          input_rows(t + k * wp, tw, out + 4 * k * xi_stride, out + (4 * k + 1) * xi_stride,
+                     out + (4 * k + 2) * xi_stride, out + (4 * k + 3) * xi_stride);
       }
     }
   }
 }
 
-// y (n, OC, OH, OW) = A^T m A (+ bias) for every tile, M[xi] (OC, ldm) at m + xi * xi_stride in
-// transform_input's tile order; the parts of partial tiles beyond OH or OW are dropped.
+// The products M[xi] = U[xi] V[xi] and the output transform, fused: for each column block of kCols
+// tiles and each group of kRows output channels, a register-blocked kernel computes the 16 positions'
+// (kRows, kCols) products into a small buffer (16 * kRows * kCols elements, L1-resident) and the
+// output transform turns them into the 2x2 output tiles right away. Against 16 OpenBLAS GEMMs this
+// skips packing V (already in the kernel's layout: rows of consecutive tiles), zeroing M (beta = 0)
+// and writing and re-reading M (as large as V) through the caches: with C = 16, each GEMM output
+// entry is only 16 multiply-adds, so those passes cost as much as the arithmetic.
+#if defined(__AVX2__) && defined(__FMA__)
 template <typename T>
-void transform_output(const WinogradConv& g, const T* m, int64_t ldm, int64_t xi_stride, const T* bias, int64_t n,
-                      T* y, T* rows) {
-  const int64_t tw = g.tw;
-  T* buf0 = rows + padded(4 * row_width(g)) + padded(8 * (tw + 1));
-  T* buf1 = buf0 + 2 * tw;
-  const bool full_width = 2 * tw == g.ow;
-  for (int64_t s = 0; s < n; ++s) {
-    for (int64_t o = 0; o < g.oc; ++o) {
-      const T b = bias ? bias[o] : T(0);
-      T* plane = y + (s * g.oc + o) * g.oh * g.ow;
-      for (int64_t ty = 0; ty < g.th; ++ty) {
-        const bool second = 2 * ty + 1 < g.oh;
-        // Whole rows are written in place; partial ones go through buf0/buf1.
-        T* __restrict y0 = full_width ? plane + 2 * ty * g.ow : buf0;
-        T* __restrict y1 = full_width && second ? plane + (2 * ty + 1) * g.ow : buf1;
-        const T* in = m + o * ldm + s * g.tiles() + ty * tw;
-        const T* __restrict m0 = in;
-        const T* __restrict m1 = in + xi_stride;
-        const T* __restrict m2 = in + 2 * xi_stride;
-        const T* __restrict m3 = in + 3 * xi_stride;
-        const T* __restrict m4 = in + 4 * xi_stride;
-        const T* __restrict m5 = in + 5 * xi_stride;
-        const T* __restrict m6 = in + 6 * xi_stride;
-        const T* __restrict m7 = in + 7 * xi_stride;
-        const T* __restrict m8 = in + 8 * xi_stride;
-        const T* __restrict m9 = in + 9 * xi_stride;
-        const T* __restrict m10 = in + 10 * xi_stride;
-        const T* __restrict m11 = in + 11 * xi_stride;
-        const T* __restrict m12 = in + 12 * xi_stride;
-        const T* __restrict m13 = in + 13 * xi_stride;
-        const T* __restrict m14 = in + 14 * xi_stride;
-        const T* __restrict m15 = in + 15 * xi_stride;
-        #pragma GCC ivdep
-        for (int64_t tx = 0; tx < tw; ++tx) {
-          // A^T down the columns: row 0 = m0 + m1 + m2, row 1 = m1 - m2 - m3 (rows of the 4x4 m).
-          const T a0 = m0[tx] + m4[tx] + m8[tx], a1 = m1[tx] + m5[tx] + m9[tx], a2 = m2[tx] + m6[tx] + m10[tx],
-                  a3 = m3[tx] + m7[tx] + m11[tx];
-          const T c0 = m4[tx] - m8[tx] - m12[tx], c1 = m5[tx] - m9[tx] - m13[tx], c2 = m6[tx] - m10[tx] - m14[tx],
-                  c3 = m7[tx] - m11[tx] - m15[tx];
-          y0[2 * tx] = a0 + a1 + a2 + b;
-          y0[2 * tx + 1] = a1 - a2 - a3 + b;
-          y1[2 * tx] = c0 + c1 + c2 + b;
-          y1[2 * tx + 1] = c1 - c2 - c3 + b;
+struct Simd;
+template <>
+struct Simd<float> {
+  using V = __m256;
+  static constexpr int lanes = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V fma(V a, float b, V c) { return _mm256_fmadd_ps(a, _mm256_set1_ps(b), c); }
+};
+template <>
+struct Simd<double> {
+  using V = __m256d;
+  static constexpr int lanes = 4;
+  static V zero() { return _mm256_setzero_pd(); }
+  static V load(const double* p) { return _mm256_loadu_pd(p); }
+  static void store(double* p, V v) { _mm256_storeu_pd(p, v); }
+  static V fma(V a, double b, V c) { return _mm256_fmadd_pd(a, _mm256_set1_pd(b), c); }
+};
+template <typename T>
+constexpr int kCols = 2 * Simd<T>::lanes;  // two vectors of tiles: 6 x 2 accumulators + 2 + 1 of 16 registers
+#else
+template <typename T>
+constexpr int kCols = 16;
+#endif
+constexpr int kRows = 6;
+
+// out (R, kCols) = u (R rows of k, leading dimension ldu) . v (k rows of kCols, leading dimension ldv);
+// each sum runs over k in order (deterministic).
+template <typename T, int R>
+void product_kernel(const T* __restrict u, int64_t ldu, const T* __restrict v, int64_t ldv, int64_t k,
+                    T* __restrict out) {
+#if defined(__AVX2__) && defined(__FMA__)
+  using S = Simd<T>;
+  typename S::V a0[R], a1[R];
+  for (int r = 0; r < R; ++r) a0[r] = a1[r] = S::zero();
+  for (int64_t c = 0; c < k; ++c) {
+    const typename S::V b0 = S::load(v + c * ldv), b1 = S::load(v + c * ldv + S::lanes);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const T w = u[r * ldu + c];
+      a0[r] = S::fma(b0, w, a0[r]);
+      a1[r] = S::fma(b1, w, a1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    S::store(out + r * kCols<T>, a0[r]);
+    S::store(out + r * kCols<T> + S::lanes, a1[r]);
+  }
+#else
+  for (int r = 0; r < R; ++r) {
+    T acc[kCols<T>] = {};
+    for (int64_t c = 0; c < k; ++c)
+      for (int j = 0; j < kCols<T>; ++j) acc[j] += u[r * ldu + c] * v[c * ldv + j];
+    std::copy_n(acc, kCols<T>, out + r * kCols<T>);
+  }
+#endif
+}
+
+template <typename T>
+void product(int rows, const T* u, int64_t ldu, const T* v, int64_t ldv, int64_t k, T* out) {
+  switch (rows) {
+    case 6: return product_kernel<T, 6>(u, ldu, v, ldv, k, out);
+    case 5: return product_kernel<T, 5>(u, ldu, v, ldv, k, out);
+    case 4: return product_kernel<T, 4>(u, ldu, v, ldv, k, out);
+    case 3: return product_kernel<T, 3>(u, ldu, v, ldv, k, out);
+    case 2: return product_kernel<T, 2>(u, ldu, v, ldv, k, out);
+    default: return product_kernel<T, 1>(u, ldu, v, ldv, k, out);
+  }
+}
+
+// One output row of a run of tiles: out[2j] = left[j] + b, out[2j + 1] = right[j] + b for `whole`
+// tiles, then the left column of a cut last tile.
+template <typename T>
+void store_row(T* __restrict out, const T* __restrict left, const T* __restrict right, int whole, bool cut, T b) {
+  for (int j = 0; j < whole; ++j) {
+    out[2 * j] = left[j] + b;
+    out[2 * j + 1] = right[j] + b;
+  }
+  if (cut) out[2 * whole] = left[whole] + b;
+}
+
+// y (n, OC, OH, OW) (+ bias) from V of one block (V[xi] (C, ldv) at v + xi * xi_stride, t tiles in
+// transform_input's order, columns t..ldv zero, ldv a multiple of kCols) and u (16, OC, C).
+// `buf` holds 16 * kRows * kCols elements.
+template <typename T>
+void multiply_output(const WinogradConv& g, const T* u, const T* v, int64_t ldv, int64_t xi_stride, int64_t t,
+                     const T* bias, T* y, T* buf) {
+  constexpr int L = kCols<T>;
+  const int64_t plane = g.oh * g.ow, tiles = g.tiles();
+  // The block's tiles as runs of consecutive tiles along one tile row: each run's outputs are two
+  // contiguous output rows (or one at an odd OH's end), the last tile cut to one column at an odd OW's end.
+  struct Run {
+    int first, count;
+    int64_t at;      // offset in y of the run's first output, less its channel's plane
+    bool down;       // the second output row exists
+    bool cut_right;  // the run ends at an odd OW: its last tile has one column
+  };
+  Run runs[L];
+  for (int64_t t0 = 0; t0 < t; t0 += L) {
+    const int nt = static_cast<int>(std::min<int64_t>(L, t - t0));
+    int nruns = 0;
+    for (int j = 0; j < nt;) {
+      const int64_t s = (t0 + j) / tiles, in_sample = (t0 + j) % tiles, ty = in_sample / g.tw, tx = in_sample % g.tw;
+      const int count = static_cast<int>(std::min<int64_t>(nt - j, g.tw - tx));
+      runs[nruns++] = {j, count, s * g.oc * plane + 2 * ty * g.ow + 2 * tx, 2 * ty + 1 < g.oh,
+                       2 * (tx + count) > g.ow};
+      j += count;
+    }
+    for (int64_t o0 = 0; o0 < g.oc; o0 += kRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, g.oc - o0));
+      for (int64_t xi = 0; xi < 16; ++xi)
+        product(rows, u + (xi * g.oc + o0) * g.c, g.c, v + xi * xi_stride + t0, ldv, g.c, buf + xi * kRows * L);
+      for (int r = 0; r < rows; ++r) {
+        // A^T m A: rows m0 + m1 + m2 and m1 - m2 - m3 of the 4x4 m, then the same along each row.
+        const T* __restrict m = buf + r * L;
+        constexpr int64_t xs = kRows * L;
+        T y00[L], y01[L], y10[L], y11[L];
+        for (int j = 0; j < L; ++j) {
+          const T a0 = m[j] + m[4 * xs + j] + m[8 * xs + j], a1 = m[xs + j] + m[5 * xs + j] + m[9 * xs + j],
+                  a2 = m[2 * xs + j] + m[6 * xs + j] + m[10 * xs + j], a3 = m[3 * xs + j] + m[7 * xs + j] + m[11 * xs + j];
+          const T c0 = m[4 * xs + j] - m[8 * xs + j] - m[12 * xs + j], c1 = m[5 * xs + j] - m[9 * xs + j] - m[13 * xs + j],
+                  c2 = m[6 * xs + j] - m[10 * xs + j] - m[14 * xs + j],
+                  c3 = m[7 * xs + j] - m[11 * xs + j] - m[15 * xs + j];
+          y00[j] = a0 + a1 + a2;
+          y01[j] = a1 - a2 - a3;
+          y10[j] = c0 + c1 + c2;
+          y11[j] = c1 - c2 - c3;
         }
-        if (!full_width) {
-          std::copy_n(buf0, g.ow, plane + 2 * ty * g.ow);
-          if (second) std::copy_n(buf1, g.ow, plane + (2 * ty + 1) * g.ow);
+        const T b = bias ? bias[o0 + r] : T(0);
+        T* yo = y + (o0 + r) * plane;
+        for (int q = 0; q < nruns; ++q) {
+          const Run& run = runs[q];
+          const int whole = run.cut_right ? run.count - 1 : run.count;
+          store_row(yo + run.at, y00 + run.first, y01 + run.first, whole, run.cut_right, b);
+          if (run.down) store_row(yo + run.at + g.ow, y10 + run.first, y11 + run.first, whole, run.cut_right, b);
         }
       }
     }
@@ -278,8 +362,11 @@ int64_t winograd_block_samples(const WinogradConv& g, int64_t samples) {
 }
 
 int64_t winograd_work_size(const WinogradConv& g, int64_t block) {
+  // winograd_conv: V with whole column blocks, the row buffers and the product buffer;
+  // winograd_weight_grad: V and D.
   const int64_t t = block * g.tiles();
-  return 16 * (position_stride(g.c, t) + position_stride(g.oc, t)) + rows_size(g);
+  return std::max(16 * position_stride(g.c, block_columns(t)) + rows_size(g) + 16 * kRows * kCols<float>,
+                  16 * (position_stride(g.c, t) + position_stride(g.oc, t)) + rows_size(g));
 }
 
 template <typename T>
@@ -315,16 +402,17 @@ void winograd_conv(const WinogradConv& g, const T* u, const T* bias, const T* x,
                    T* work) {
   const int64_t tiles = g.tiles();
   T* v = work;
-  T* m = v + 16 * position_stride(g.c, block * tiles);
-  T* rows = m + 16 * position_stride(g.oc, block * tiles);
+  T* rows = v + 16 * position_stride(g.c, block_columns(block * tiles));
+  T* buf = rows + rows_size(g);
   for (int64_t s0 = 0; s0 < n; s0 += block) {
-    const int64_t nb = std::min(block, n - s0), t = nb * tiles;
-    const int64_t vs = position_stride(g.c, t), ms = position_stride(g.oc, t);
-    transform_input(g, x + s0 * g.in_size(), nb, v, t, vs, rows);
-    // M[xi] (OC, T) = U[xi] (OC, C) . V[xi] (C, T)
-    for (int64_t xi = 0; xi < 16; ++xi)
-      blas_gemm<T>(false, false, g.oc, t, g.c, u + xi * g.oc * g.c, g.c, v + xi * vs, t, T(0), m + xi * ms, t);
-    transform_output(g, m, t, ms, bias, nb, y + s0 * g.out_size(), rows);
+    const int64_t nb = std::min(block, n - s0), t = nb * tiles, ldv = block_columns(t);
+    const int64_t vs = position_stride(g.c, ldv);
+    transform_input(g, x + s0 * g.in_size(), nb, v, ldv, vs, rows);
+    // The product kernel reads whole column blocks: zero the columns past the last tile.
+    if (ldv > t)
+      for (int64_t xi = 0; xi < 16; ++xi)
+        for (int64_t c = 0; c < g.c; ++c) std::fill(v + xi * vs + c * ldv + t, v + xi * vs + (c + 1) * ldv, T(0));
+    multiply_output(g, u, v, ldv, vs, t, bias, y + s0 * g.out_size(), buf);
   }
 }
 
