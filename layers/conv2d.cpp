@@ -17,6 +17,9 @@
 // W'[c][oc][i][j] = W[oc][c][kh-1-i][kw-1-j] and padding k-1-p. Computing it that way (im2col of dy,
 // then one GEMM per block whose output is dx) replaces the (K, n*P) dcol product and its col2im
 // scatter, which for few channels wrote and re-read far more memory than dx itself.
+// A 3x3 stride-1 convolution with padding <= 2 (ResNet's) runs as Winograd F(2x2, 3x3) instead
+// (winograd.h): forward and dx (the same flipped convolution) with 2.25x fewer multiplies and no 9x
+// column matrix, the weight gradient as F(3x3, 2x2); the lanes split the batch the same way.
 #include "layers/conv2d.h"
 
 #include <algorithm>

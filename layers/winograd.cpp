@@ -1,11 +1,12 @@
-// winograd: the transforms and the 16 GEMMs of F(2x2, 3x3) and F(3x3, 2x2) (see winograd.h for the
-// algebra). Every transform runs over whole rows of tiles with unit-stride inner loops over the tile
-// column tx, so that they vectorize: an input patch row is first copied into a zero-padded row, its
-// vertical transform is split into even and odd columns (tile tx reads columns 2tx..2tx+3, that is
-// even[tx], odd[tx], even[tx+1], odd[tx+1]), and the horizontal transform then writes 16 streams of
-// consecutive tiles, one per transformed position. The streams never overlap, but they are offsets
-// into one buffer that GCC cannot tell apart (it ignores __restrict on local pointers and gives up on
-// versioning so many pairs), hence `#pragma GCC ivdep` on those loops.
+// winograd: the transforms and products of F(2x2, 3x3) and F(3x3, 2x2) (see winograd.h for the
+// algebra). Every transform runs over whole rows of tiles with vectorizable inner loops over the
+// tile column tx: the vertical transform of a tile row over its input columns, then the horizontal
+// one, which writes 16 streams of consecutive tiles, one per transformed position. Inner loops whose
+// streams are offsets into one buffer take them as separate __restrict parameters or carry
+// `#pragma GCC ivdep`: GCC ignores __restrict on local pointers and gives up on versioning that many
+// pairs, and left them scalar.
+// The forward and dx products run in this file's own register-blocked kernel fused with the output
+// transform (multiply_output); the weight gradient's, reductions over all tiles, in OpenBLAS.
 #include "layers/winograd.h"
 
 #include <algorithm>
@@ -20,9 +21,9 @@ namespace qtrain {
 
 namespace {
 
-// Elements of V and M (or D) of one block: 128 Ki floats, 512 KiB, one Zen 3 core's L2 cache, so that
-// the GEMMs find the transformed tiles still cached. (Measured against 64 Ki and 256 Ki on the
-// ResNet-110 stages: docs/performance.md.)
+// Elements of V and D (the weight gradient's transformed dy) of one block: 128 Ki floats, 512 KiB, one
+// Zen 3 core's L2 cache, so that the products find the transformed tiles still cached. 64 Ki and
+// 256 Ki measured the same on the three ResNet-110 stages (docs/performance.md).
 constexpr int64_t kBlockBudget = int64_t{1} << 17;
 
 // Rounds a region of the work buffer up to 16 elements (64 bytes in float).
@@ -41,11 +42,10 @@ int64_t block_columns(int64_t t) { return (t + 15) / 16 * 16; }
 // Width of a zero-padded input row: the 2*tw + 2 columns the tiles of one tile row read.
 int64_t row_width(const WinogradConv& g) { return 2 * g.tw + 2; }
 
-// The row buffers behind V and M: 4 padded input rows, the even and odd columns of their vertical
-// transform (2 x 4 rows of tw + 1), and 2 output rows of 2*tw.
-int64_t rows_size(const WinogradConv& g) {
-  return padded(4 * row_width(g)) + padded(8 * (g.tw + 1)) + padded(4 * g.tw);
-}
+// The row buffers of the transforms: transform_input's 4 transformed rows of row_width and a zero
+// input row (w <= row_width); transform_grad's 2 dy rows of 2*tw, then the even and odd columns of
+// their vertical transform (2 x 4 rows of tw).
+int64_t rows_size(const WinogradConv& g) { return padded(4 * row_width(g)) + padded(8 * (g.tw + 1)); }
 
 // B^T down the columns of one tile row: t0..t3 = (d0 - d2, d1 + d2, d2 - d1, d1 - d3) for the input
 // rows d0..d3 (each `w` long).

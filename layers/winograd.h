@@ -8,20 +8,22 @@
 // 0 0 1] and A^T = [1 1 1 0; 0 1 -1 -1], one output tile is
 //   y_t[o] = A^T ( sum_c (G g[o][c] G^T) .* (B^T d_t[c] B) ) A
 // so at each of the 16 positions xi of the 4x4 transformed domain the sum over channels is one matrix
-// product over all tiles at once: M[xi] (OC, T) = U[xi] (OC, C) . V[xi] (C, T). That is 16 GEMMs of
+// product over all tiles at once: M[xi] (OC, T) = U[xi] (OC, C) . V[xi] (C, T). That is 16 products of
 // 16*OC*C*T multiplies in all, against im2col's 9*OC*C*(4T): 2.25x fewer, and V holds 4x the input
-// where im2col's column matrix holds 9x.
+// where im2col's column matrix holds 9x. They run in a register-blocked AVX2 kernel fused with the
+// output transform, so M never leaves the L1 cache (winograd.cpp says why not OpenBLAS).
 // The weight gradient dW[o][c] = sum_t correlation(d_t[c], dy tile t[o] (2x2)) is F(3x3, 2x2) in
 // each tile: dW = A'^T ( sum_t (G' dy_t G'^T) .* (B^T d_t B) ) A' with the same input transform
 // B^T, G' = [1 0; .5 .5; .5 -.5; 0 -1] and A'^T = [1 1 1 0; 0 1 -1 0; 0 1 1 1]. The sum over tiles
-// is again 16 GEMMs: dWhat[xi] (OC, C) = D[xi] (OC, T) . V[xi]^T, and the output transform runs once
-// on the sum. (The textbook F(3, 2) has B'^T's last row negated; negating G''s last row instead gives
+// is again 16 GEMMs (OpenBLAS: long reductions, its best case): dWhat[xi] (OC, C) = D[xi] (OC, T) .
+// V[xi]^T, and the output transform runs once on the sum. (The textbook F(3, 2) has B'^T's last row negated; negating G''s last row instead gives
 // the same products and lets both gradients share the forward's input transform.)
 // Per position the transforms use only additions and halvings, which in float lose about as much as
 // the im2col sum's rounding: tests/layers/test_winograd.cpp compares both paths.
 //
 // Layouts in the lane's work buffer (T = tiles of a block of samples, tile index (s, ty, tx)
-// row-major): V (16, C, T), M or D (16, OC, T); transformed weights U (16, OC, C) shared by the lanes.
+// row-major): V (16, C, T) and D (16, OC, T), each V[xi] a cache line apart more than its size (see
+// position_stride); transformed weights U (16, OC, C) shared by the lanes.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +54,7 @@ struct WinogradConv {
   int64_t out_size() const { return oc * oh * ow; }
 };
 
-// Samples per block of a lane: as many as keep the block's V and M near a fixed budget (a core's
+// Samples per block of a lane: as many as keep the block's V and D near a fixed budget (a core's
 // cache), at least 1 and at most `samples`.
 int64_t winograd_block_samples(const WinogradConv& g, int64_t samples);
 // Elements of one lane's work buffer for blocks of `block` samples (winograd_conv and
