@@ -272,7 +272,6 @@ void Conv2d::forward_winograd(Context& ctx, const T* x, T* y, int64_t batch) {
   T* u = scratch_.get<T>(static_cast<size_t>(u_size + lanes * lane_size));
   // The transformed weights, once per call and shared by the lanes.
   winograd_weights(params_[0].data<T>(), g.oc, g.c, false, u);
-  const SerialBlas serial(lanes > 1 ? ctx.cpu_threads() : 1);
   run_lanes(ctx, lanes, [&](int lane) {
     const int64_t first = batch * lane / lanes, last = batch * (lane + 1) / lanes;
     winograd_conv(g, u, b, x + first * g.in_size(), y + first * g.out_size(), last - first, block,

@@ -232,11 +232,14 @@ void multiply_output(const WinogradConv& g, const T* u, const T* v, int64_t ldv,
         constexpr int64_t xs = kRows * L;
         T y00[L], y01[L], y10[L], y11[L];
         for (int j = 0; j < L; ++j) {
-          const T a0 = m[j] + m[4 * xs + j] + m[8 * xs + j], a1 = m[xs + j] + m[5 * xs + j] + m[9 * xs + j],
-                  a2 = m[2 * xs + j] + m[6 * xs + j] + m[10 * xs + j], a3 = m[3 * xs + j] + m[7 * xs + j] + m[11 * xs + j];
-          const T c0 = m[4 * xs + j] - m[8 * xs + j] - m[12 * xs + j], c1 = m[5 * xs + j] - m[9 * xs + j] - m[13 * xs + j],
-                  c2 = m[6 * xs + j] - m[10 * xs + j] - m[14 * xs + j],
-                  c3 = m[7 * xs + j] - m[11 * xs + j] - m[15 * xs + j];
+          const T a0 = m[j] + m[4 * xs + j] + m[8 * xs + j];
+          const T a1 = m[xs + j] + m[5 * xs + j] + m[9 * xs + j];
+          const T a2 = m[2 * xs + j] + m[6 * xs + j] + m[10 * xs + j];
+          const T a3 = m[3 * xs + j] + m[7 * xs + j] + m[11 * xs + j];
+          const T c0 = m[4 * xs + j] - m[8 * xs + j] - m[12 * xs + j];
+          const T c1 = m[5 * xs + j] - m[9 * xs + j] - m[13 * xs + j];
+          const T c2 = m[6 * xs + j] - m[10 * xs + j] - m[14 * xs + j];
+          const T c3 = m[7 * xs + j] - m[11 * xs + j] - m[15 * xs + j];
           y00[j] = a0 + a1 + a2;
           y01[j] = a1 - a2 - a3;
           y10[j] = c0 + c1 + c2;
