@@ -5,7 +5,8 @@
 // Config keys: out_channels (required), kernel (int or [kh, kw], required), stride (default 1),
 // padding (default 0), bias (default true).
 // CPU: im2col + one OpenBLAS GEMM per group of samples, the batch split over the context's CPU
-// threads (conv2d.cpp); a 1x1 stride-1 unpadded convolution is a plain GEMM on the input. CUDA: cuDNN (conv2d.cu).
+// threads (conv2d.cpp); a 1x1 stride-1 unpadded convolution is a plain GEMM on the input; a 3x3
+// stride-1 convolution with padding <= 2 runs as Winograd F(2x2, 3x3) (winograd.h). CUDA: cuDNN (conv2d.cu).
 #pragma once
 
 #include <memory>
@@ -13,6 +14,7 @@
 #include "framework/layer.h"
 #include "layers/conv_geometry.h"
 #include "layers/cpu_scratch.h"
+#include "layers/winograd.h"
 
 namespace qtrain {
 
@@ -24,9 +26,16 @@ struct Conv2dCudnnDeleter {
 };
 using Conv2dCudnnPtr = std::unique_ptr<Conv2dCudnn, Conv2dCudnnDeleter>;
 
+// How the CPU path computes a convolution: `automatic` picks Winograd where it fits (winograd_fits)
+// and im2col elsewhere; `im2col` forces the im2col path for every geometry (the reference the tests
+// compare Winograd against).
+enum class Conv2dCpuAlgorithm { automatic, im2col };
+
 class Conv2d : public Layer {
  public:
   Conv2d(int64_t out_channels, Window2d window, bool bias);
+
+  void set_cpu_algorithm(Conv2dCpuAlgorithm algorithm) { cpu_algorithm_ = algorithm; }
 
   const char* type() const override { return "conv2d"; }
   const Window2d& window() const { return win_; }
@@ -41,6 +50,9 @@ class Conv2d : public Layer {
   void check_bound(const Context& ctx, DType dtype) const;
   template <typename T> void forward_cpu(Context& ctx, const T* x, T* y, int64_t batch);
   template <typename T> void backward_cpu(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
+  bool use_winograd() const { return cpu_algorithm_ == Conv2dCpuAlgorithm::automatic && winograd_fits(win_); }
+  template <typename T> void forward_winograd(Context& ctx, const T* x, T* y, int64_t batch);
+  template <typename T> void backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
   // Samples per im2col block of one lane: as many as keep its column matrix near kLaneColumnBudget
   // elements (per_sample each), at most `samples`.
   static int64_t block_samples(int64_t per_sample, int64_t samples);
@@ -50,6 +62,7 @@ class Conv2d : public Layer {
   bool bias_;
   ImageGeometry geom_;
   bool ready_ = false;
+  Conv2dCpuAlgorithm cpu_algorithm_ = Conv2dCpuAlgorithm::automatic;
   CpuScratch scratch_;
   Conv2dCudnnPtr cudnn_;
 };

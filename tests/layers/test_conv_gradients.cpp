@@ -62,8 +62,8 @@ Window2d window(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int6
 }  // namespace
 
 TEST_CASE("conv2d gradients", "[layers][gradcheck][conv2d]") {
-  // One thread, and three: the batch split over three lanes (unevenly for batch 2 and 5, whose
-  // weight gradient is then a sum of per-lane partials).
+  // One thread, and three: the batch split over three lanes (unevenly for batch 2, 4 and 5, whose
+  // weight gradient is then a sum of per-lane partials). The 3x3 stride-1 cases run the Winograd path.
   const int threads = GENERATE(1, 3);
   INFO("threads " << threads);
   SECTION("3x3, padding 1, bias, batch 2") {
@@ -75,6 +75,16 @@ TEST_CASE("conv2d gradients", "[layers][gradcheck][conv2d]") {
   SECTION("3x3, padding 1, batch 5 (same-width im2col rows of 4x4 planes)") {
     Conv2d layer(3, window(3, 3, 1, 1, 1, 1), false);
     require_ok(check(layer, {2, 4, 4}, 5, 38, {}, threads));
+  }
+  SECTION("3x3 stride 1 (Winograd): channel counts, odd and even maps, paddings 0..2, batches the lanes do not divide") {
+    Conv2d a(3, window(3, 3, 1, 1, 1, 1), true);  // 7x6: partial tiles along the rows
+    require_ok(check(a, {5, 7, 6}, 4, 51, {}, threads));
+    Conv2d b(9, window(3, 3, 1, 1, 0, 0), false);  // 5x5 unpadded: a 3x3 output, dx padded by 2
+    require_ok(check(b, {2, 5, 5}, 5, 52, {}, threads));
+    Conv2d c(2, window(3, 3, 1, 1, 2, 1), true);  // padding 2x1: dx padded by 0x1
+    require_ok(check(c, {3, 4, 7}, 2, 53, {}, threads));
+    Conv2d d(1, window(3, 3, 1, 1, 1, 1), true);  // one channel each way, a 1x1 map
+    require_ok(check(d, {1, 1, 1}, 4, 54, {}, threads));
   }
   SECTION("5x3 kernel, stride 2x1, padding 2x0, non-square input, no bias") {
     Conv2d layer(3, window(5, 3, 2, 1, 2, 0), false);

@@ -1,0 +1,477 @@
+// winograd: the transforms and products of F(2x2, 3x3) and F(3x3, 2x2) (see winograd.h for the
+// algebra). Every transform runs over whole rows of tiles with vectorizable inner loops over the
+// tile column tx: the vertical transform of a tile row over its input columns, then the horizontal
+// one, which writes 16 streams of consecutive tiles, one per transformed position. Inner loops whose
+// streams are offsets into one buffer take them as separate __restrict parameters or carry
+// `#pragma GCC ivdep`: GCC ignores __restrict on local pointers and gives up on versioning that many
+// pairs, and left them scalar.
+// The forward and dx products run in this file's own register-blocked kernel fused with the output
+// transform (multiply_output); the weight gradient's, reductions over all tiles, in OpenBLAS.
+#include "layers/winograd.h"
+
+#include <algorithm>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+#include "layers/blas.h"
+
+namespace qtrain {
+
+namespace {
+
+// Elements of V and D (the weight gradient's transformed dy) of one block: 128 Ki floats, 512 KiB, one
+// Zen 3 core's L2 cache, so that the products find the transformed tiles still cached. 64 Ki and
+// 256 Ki measured the same on the three ResNet-110 stages (docs/performance.md).
+constexpr int64_t kBlockBudget = int64_t{1} << 17;
+
+// Rounds a region of the work buffer up to 16 elements (64 bytes in float).
+int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
+
+// Distance between the 16 matrices V[xi] (rows x t) of a block: rounded up to a cache line, plus one
+// more line. Without the skew, rows*t floats are often a multiple of 4 KiB (16 channels x 256 tiles of
+// a 32x32 map: 16 KiB), and the transforms' 16 streams, one per xi, then all fall into the same set
+// of the 8-way L1 cache and evict each other.
+int64_t position_stride(int64_t rows, int64_t t) { return padded(rows * t) + 16; }
+
+// Columns of V in winograd_conv: the block's tiles rounded up to whole column blocks of the product
+// kernel (kCols<float> is a multiple of kCols<double>).
+int64_t block_columns(int64_t t) { return (t + 15) / 16 * 16; }
+
+// Width of a zero-padded input row: the 2*tw + 2 columns the tiles of one tile row read.
+int64_t row_width(const WinogradConv& g) { return 2 * g.tw + 2; }
+
+// The row buffers of the transforms: transform_input's 4 transformed rows of row_width and a zero
+// input row (w <= row_width); transform_grad's 2 dy rows of 2*tw, then the even and odd columns of
+// their vertical transform (2 x 4 rows of tw).
+int64_t rows_size(const WinogradConv& g) { return padded(4 * row_width(g)) + padded(8 * (g.tw + 1)); }
+
+// B^T down the columns of one tile row: t0..t3 = (d0 - d2, d1 + d2, d2 - d1, d1 - d3) for the input
+// rows d0..d3 (each `w` long).
+template <typename T>
+void input_columns(const T* __restrict d0, const T* __restrict d1, const T* __restrict d2, const T* __restrict d3,
+                   int64_t w, T* __restrict t0, T* __restrict t1, T* __restrict t2, T* __restrict t3) {
+  for (int64_t j = 0; j < w; ++j) {
+    t0[j] = d0[j] - d2[j];
+    t1[j] = d1[j] + d2[j];
+    t2[j] = d2[j] - d1[j];
+    t3[j] = d1[j] - d3[j];
+  }
+}
+
+// B^T along one transformed row t for each of tw tiles (tile tx reads t[2tx .. 2tx + 3]): the 4 positions
+// of that row, each a stream of consecutive tiles.
+template <typename T>
+void input_rows(const T* __restrict t, int64_t tw, T* __restrict v0, T* __restrict v1, T* __restrict v2,
+                T* __restrict v3) {
+  for (int64_t tx = 0; tx < tw; ++tx) {
+    const T a = t[2 * tx], b = t[2 * tx + 1], c = t[2 * tx + 2], d = t[2 * tx + 3];
+    v0[tx] = a - c;
+    v1[tx] = b + c;
+    v2[tx] = c - b;
+    v3[tx] = b - d;
+  }
+}
+
+// v: B^T d B for every tile of n samples x (n, C, H, W); V[xi] (C, ldv) at v + xi * xi_stride, tile
+// (s, ty, tx) in column s*tiles + ty*tw + tx. Rows above or below the image read a zero row; the
+// column padding is the zero margin of the 4 transformed rows (width row_width), which only their
+// middle w columns overwrite.
+template <typename T>
+void transform_input(const WinogradConv& g, const T* x, int64_t n, T* v, int64_t ldv, int64_t xi_stride, T* rows) {
+  const int64_t wp = row_width(g), tw = g.tw;
+  T* t = rows;  // 4 rows of wp
+  T* zero = rows + 4 * wp;
+  std::fill_n(t, 4 * wp, T(0));
+  std::fill_n(zero, g.w, T(0));
+  for (int64_t s = 0; s < n; ++s) {
+    for (int64_t c = 0; c < g.c; ++c) {
+      const T* plane = x + (s * g.c + c) * g.h * g.w;
+      for (int64_t ty = 0; ty < g.th; ++ty) {
+        const T* d[4];
+        for (int64_t r = 0; r < 4; ++r) {
+          const int64_t iy = 2 * ty - g.ph + r;
+          d[r] = iy >= 0 && iy < g.h ? plane + iy * g.w : zero;
+        }
+        input_columns(d[0], d[1], d[2], d[3], g.w, t + g.pw, t + wp + g.pw, t + 2 * wp + g.pw, t + 3 * wp + g.pw);
+        T* out = v + c * ldv + s * g.tiles() + ty * tw;
+        for (int64_t k = 0; k < 4; ++k)
+          input_rows(t + k * wp, tw, out + 4 * k * xi_stride, out + (4 * k + 1) * xi_stride,
+                     out + (4 * k + 2) * xi_stride, out + (4 * k + 3) * xi_stride);
+      }
+    }
+  }
+}
+
+// The products M[xi] = U[xi] V[xi] and the output transform, fused: for each column block of kCols
+// tiles and each group of kRows output channels, a register-blocked kernel computes the 16 positions'
+// (kRows, kCols) products into a small buffer (16 * kRows * kCols elements, L1-resident) and the
+// output transform turns them into the 2x2 output tiles right away. Against 16 OpenBLAS GEMMs this
+// skips packing V (already in the kernel's layout: rows of consecutive tiles), zeroing M (beta = 0)
+// and writing and re-reading M (as large as V) through the caches: with C = 16, each GEMM output
+// entry is only 16 multiply-adds, so those passes cost as much as the arithmetic.
+#if defined(__AVX2__) && defined(__FMA__)
+template <typename T>
+struct Simd;
+template <>
+struct Simd<float> {
+  using V = __m256;
+  static constexpr int lanes = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V fma(V a, float b, V c) { return _mm256_fmadd_ps(a, _mm256_set1_ps(b), c); }
+};
+template <>
+struct Simd<double> {
+  using V = __m256d;
+  static constexpr int lanes = 4;
+  static V zero() { return _mm256_setzero_pd(); }
+  static V load(const double* p) { return _mm256_loadu_pd(p); }
+  static void store(double* p, V v) { _mm256_storeu_pd(p, v); }
+  static V fma(V a, double b, V c) { return _mm256_fmadd_pd(a, _mm256_set1_pd(b), c); }
+};
+template <typename T>
+constexpr int kCols = 2 * Simd<T>::lanes;  // two vectors of tiles: 6 x 2 accumulators + 2 + 1 of 16 registers
+#else
+template <typename T>
+constexpr int kCols = 16;
+#endif
+constexpr int kRows = 6;
+
+// out (R, kCols) = u (R rows of k, leading dimension ldu) . v (k rows of kCols, leading dimension ldv);
+// each sum runs over k in order (deterministic).
+template <typename T, int R>
+void product_kernel(const T* __restrict u, int64_t ldu, const T* __restrict v, int64_t ldv, int64_t k,
+                    T* __restrict out) {
+#if defined(__AVX2__) && defined(__FMA__)
+  using S = Simd<T>;
+  typename S::V a0[R], a1[R];
+  for (int r = 0; r < R; ++r) a0[r] = a1[r] = S::zero();
+  for (int64_t c = 0; c < k; ++c) {
+    const typename S::V b0 = S::load(v + c * ldv), b1 = S::load(v + c * ldv + S::lanes);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const T w = u[r * ldu + c];
+      a0[r] = S::fma(b0, w, a0[r]);
+      a1[r] = S::fma(b1, w, a1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    S::store(out + r * kCols<T>, a0[r]);
+    S::store(out + r * kCols<T> + S::lanes, a1[r]);
+  }
+#else
+  for (int r = 0; r < R; ++r) {
+    T acc[kCols<T>] = {};
+    for (int64_t c = 0; c < k; ++c)
+      for (int j = 0; j < kCols<T>; ++j) acc[j] += u[r * ldu + c] * v[c * ldv + j];
+    std::copy_n(acc, kCols<T>, out + r * kCols<T>);
+  }
+#endif
+}
+
+template <typename T>
+void product(int rows, const T* u, int64_t ldu, const T* v, int64_t ldv, int64_t k, T* out) {
+  switch (rows) {
+    case 6: return product_kernel<T, 6>(u, ldu, v, ldv, k, out);
+    case 5: return product_kernel<T, 5>(u, ldu, v, ldv, k, out);
+    case 4: return product_kernel<T, 4>(u, ldu, v, ldv, k, out);
+    case 3: return product_kernel<T, 3>(u, ldu, v, ldv, k, out);
+    case 2: return product_kernel<T, 2>(u, ldu, v, ldv, k, out);
+    default: return product_kernel<T, 1>(u, ldu, v, ldv, k, out);
+  }
+}
+
+// One output row of a run of tiles: out[2j] = left[j] + b, out[2j + 1] = right[j] + b for `whole`
+// tiles, then the left column of a cut last tile.
+template <typename T>
+void store_row(T* __restrict out, const T* __restrict left, const T* __restrict right, int whole, bool cut, T b) {
+  for (int j = 0; j < whole; ++j) {
+    out[2 * j] = left[j] + b;
+    out[2 * j + 1] = right[j] + b;
+  }
+  if (cut) out[2 * whole] = left[whole] + b;
+}
+
+// y (n, OC, OH, OW) (+ bias) from V of one block (V[xi] (C, ldv) at v + xi * xi_stride, t tiles in
+// transform_input's order, columns t..ldv zero, ldv a multiple of kCols) and u (16, OC, C).
+// `buf` holds 16 * kRows * kCols elements.
+template <typename T>
+void multiply_output(const WinogradConv& g, const T* u, const T* v, int64_t ldv, int64_t xi_stride, int64_t t,
+                     const T* bias, T* y, T* buf) {
+  constexpr int L = kCols<T>;
+  const int64_t plane = g.oh * g.ow, tiles = g.tiles();
+  // The block's tiles as runs of consecutive tiles along one tile row: each run's outputs are two
+  // contiguous output rows (or one at an odd OH's end), the last tile cut to one column at an odd OW's end.
+  struct Run {
+    int first, count;
+    int64_t at;      // offset in y of the run's first output, less its channel's plane
+    bool down;       // the second output row exists
+    bool cut_right;  // the run ends at an odd OW: its last tile has one column
+  };
+  Run runs[L];
+  for (int64_t t0 = 0; t0 < t; t0 += L) {
+    const int nt = static_cast<int>(std::min<int64_t>(L, t - t0));
+    int nruns = 0;
+    for (int j = 0; j < nt;) {
+      const int64_t s = (t0 + j) / tiles, in_sample = (t0 + j) % tiles, ty = in_sample / g.tw, tx = in_sample % g.tw;
+      const int count = static_cast<int>(std::min<int64_t>(nt - j, g.tw - tx));
+      runs[nruns++] = {j, count, s * g.oc * plane + 2 * ty * g.ow + 2 * tx, 2 * ty + 1 < g.oh,
+                       2 * (tx + count) > g.ow};
+      j += count;
+    }
+    for (int64_t o0 = 0; o0 < g.oc; o0 += kRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, g.oc - o0));
+      for (int64_t xi = 0; xi < 16; ++xi)
+        product(rows, u + (xi * g.oc + o0) * g.c, g.c, v + xi * xi_stride + t0, ldv, g.c, buf + xi * kRows * L);
+      for (int r = 0; r < rows; ++r) {
+        // A^T m A: rows m0 + m1 + m2 and m1 - m2 - m3 of the 4x4 m, then the same along each row.
+        const T* __restrict m = buf + r * L;
+        constexpr int64_t xs = kRows * L;
+        T y00[L], y01[L], y10[L], y11[L];
+        for (int j = 0; j < L; ++j) {
+          const T a0 = m[j] + m[4 * xs + j] + m[8 * xs + j];
+          const T a1 = m[xs + j] + m[5 * xs + j] + m[9 * xs + j];
+          const T a2 = m[2 * xs + j] + m[6 * xs + j] + m[10 * xs + j];
+          const T a3 = m[3 * xs + j] + m[7 * xs + j] + m[11 * xs + j];
+          const T c0 = m[4 * xs + j] - m[8 * xs + j] - m[12 * xs + j];
+          const T c1 = m[5 * xs + j] - m[9 * xs + j] - m[13 * xs + j];
+          const T c2 = m[6 * xs + j] - m[10 * xs + j] - m[14 * xs + j];
+          const T c3 = m[7 * xs + j] - m[11 * xs + j] - m[15 * xs + j];
+          y00[j] = a0 + a1 + a2;
+          y01[j] = a1 - a2 - a3;
+          y10[j] = c0 + c1 + c2;
+          y11[j] = c1 - c2 - c3;
+        }
+        const T b = bias ? bias[o0 + r] : T(0);
+        T* yo = y + (o0 + r) * plane;
+        for (int q = 0; q < nruns; ++q) {
+          const Run& run = runs[q];
+          const int whole = run.cut_right ? run.count - 1 : run.count;
+          store_row(yo + run.at, y00 + run.first, y01 + run.first, whole, run.cut_right, b);
+          if (run.down) store_row(yo + run.at + g.ow, y10 + run.first, y11 + run.first, whole, run.cut_right, b);
+        }
+      }
+    }
+  }
+}
+
+// d: G' e G'^T for every 2x2 tile e of dy (n, OC, OH, OW) (zero beyond OH or OW); D[xi] (OC, ldd) at
+// d + xi * xi_stride in transform_input's tile order. G' e: rows (e0, (e0 + e1)/2, (e0 - e1)/2, -e1).
+template <typename T>
+void transform_grad(const WinogradConv& g, const T* dy, int64_t n, T* d, int64_t ldd, int64_t xi_stride, T* rows) {
+  const int64_t tw = g.tw;
+  T* pa = rows;           // dy rows 2ty and 2ty + 1, zero-padded to 2*tw columns
+  T* pb = rows + 2 * tw;  // (fits in the 4 padded input rows of rows_size)
+  T* ev = rows + padded(4 * row_width(g));
+  T* od = ev + 4 * tw;
+  const T half = T(0.5);
+  for (int64_t s = 0; s < n; ++s) {
+    for (int64_t o = 0; o < g.oc; ++o) {
+      const T* plane = dy + (s * g.oc + o) * g.oh * g.ow;
+      for (int64_t ty = 0; ty < g.th; ++ty) {
+        for (int64_t r = 0; r < 2; ++r) {
+          T* row = r == 0 ? pa : pb;
+          const int64_t iy = 2 * ty + r;
+          if (iy >= g.oh) {
+            std::fill_n(row, 2 * tw, T(0));
+          } else {
+            std::copy_n(plane + iy * g.ow, g.ow, row);
+            std::fill(row + g.ow, row + 2 * tw, T(0));
+          }
+        }
+        {
+          const T* __restrict a = pa;
+          const T* __restrict b = pb;
+          T* __restrict e0 = ev;
+          T* __restrict e1 = ev + tw;
+          T* __restrict e2 = ev + 2 * tw;
+          T* __restrict e3 = ev + 3 * tw;
+          T* __restrict o0 = od;
+          T* __restrict o1 = od + tw;
+          T* __restrict o2 = od + 2 * tw;
+          T* __restrict o3 = od + 3 * tw;
+          #pragma GCC ivdep
+          for (int64_t j = 0; j < tw; ++j) {
+            const int64_t l = 2 * j, r = 2 * j + 1;
+            e0[j] = a[l];
+            e1[j] = (a[l] + b[l]) * half;
+            e2[j] = (a[l] - b[l]) * half;
+            e3[j] = -b[l];
+            o0[j] = a[r];
+            o1[j] = (a[r] + b[r]) * half;
+            o2[j] = (a[r] - b[r]) * half;
+            o3[j] = -b[r];
+          }
+        }
+        T* out = d + o * ldd + s * g.tiles() + ty * tw;
+        for (int64_t k = 0; k < 4; ++k) {
+          const T* __restrict e = ev + k * tw;
+          const T* __restrict f = od + k * tw;
+          T* __restrict d0 = out + (4 * k) * xi_stride;
+          T* __restrict d1 = out + (4 * k + 1) * xi_stride;
+          T* __restrict d2 = out + (4 * k + 2) * xi_stride;
+          T* __restrict d3 = out + (4 * k + 3) * xi_stride;
+          #pragma GCC ivdep
+          for (int64_t tx = 0; tx < tw; ++tx) {
+            d0[tx] = e[tx];
+            d1[tx] = (e[tx] + f[tx]) * half;
+            d2[tx] = (e[tx] - f[tx]) * half;
+            d3[tx] = -f[tx];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+WinogradConv WinogradConv::forward_of(const ImageGeometry& g, const Window2d& win, int64_t out_channels) {
+  WinogradConv w;
+  w.c = g.c;
+  w.h = g.h;
+  w.w = g.w;
+  w.oc = out_channels;
+  w.oh = g.oh;
+  w.ow = g.ow;
+  w.ph = win.ph;
+  w.pw = win.pw;
+  w.th = (w.oh + 1) / 2;
+  w.tw = (w.ow + 1) / 2;
+  return w;
+}
+
+WinogradConv WinogradConv::dx_of(const ImageGeometry& g, const Window2d& win, int64_t out_channels) {
+  WinogradConv w;
+  w.c = out_channels;
+  w.h = g.oh;
+  w.w = g.ow;
+  w.oc = g.c;
+  w.oh = g.h;
+  w.ow = g.w;
+  w.ph = 2 - win.ph;
+  w.pw = 2 - win.pw;
+  w.th = (w.oh + 1) / 2;
+  w.tw = (w.ow + 1) / 2;
+  return w;
+}
+
+int64_t winograd_block_samples(const WinogradConv& g, int64_t samples) {
+  const int64_t per_sample = 16 * (g.c + g.oc) * g.tiles();
+  return std::clamp<int64_t>(kBlockBudget / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(samples, 1));
+}
+
+int64_t winograd_work_size(const WinogradConv& g, int64_t block) {
+  // winograd_conv: V with whole column blocks, the row buffers and the product buffer;
+  // winograd_weight_grad: V and D.
+  const int64_t t = block * g.tiles();
+  return std::max(16 * position_stride(g.c, block_columns(t)) + rows_size(g) + 16 * kRows * kCols<float>,
+                  16 * (position_stride(g.c, t) + position_stride(g.oc, t)) + rows_size(g));
+}
+
+template <typename T>
+void winograd_weights(const T* w, int64_t oc, int64_t c, bool flipped, T* u) {
+  const T half = T(0.5);
+  for (int64_t o = 0; o < oc; ++o) {
+    for (int64_t ci = 0; ci < c; ++ci) {
+      const T* k = w + (o * c + ci) * 9;
+      T f[3][3];
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j) f[i][j] = flipped ? k[(2 - i) * 3 + (2 - j)] : k[i * 3 + j];
+      // G f: rows (f0, (f0 + f1 + f2)/2, (f0 - f1 + f2)/2, f2); then the same along each row.
+      T q[4][3];
+      for (int j = 0; j < 3; ++j) {
+        q[0][j] = f[0][j];
+        q[1][j] = (f[0][j] + f[1][j] + f[2][j]) * half;
+        q[2][j] = (f[0][j] - f[1][j] + f[2][j]) * half;
+        q[3][j] = f[2][j];
+      }
+      const int64_t at = flipped ? ci * oc + o : o * c + ci, stride = oc * c;
+      for (int a = 0; a < 4; ++a) {
+        u[(4 * a) * stride + at] = q[a][0];
+        u[(4 * a + 1) * stride + at] = (q[a][0] + q[a][1] + q[a][2]) * half;
+        u[(4 * a + 2) * stride + at] = (q[a][0] - q[a][1] + q[a][2]) * half;
+        u[(4 * a + 3) * stride + at] = q[a][2];
+      }
+    }
+  }
+}
+
+template <typename T>
+void winograd_conv(const WinogradConv& g, const T* u, const T* bias, const T* x, T* y, int64_t n, int64_t block,
+                   T* work) {
+  const int64_t tiles = g.tiles();
+  T* v = work;
+  T* rows = v + 16 * position_stride(g.c, block_columns(block * tiles));
+  T* buf = rows + rows_size(g);
+  for (int64_t s0 = 0; s0 < n; s0 += block) {
+    const int64_t nb = std::min(block, n - s0), t = nb * tiles, ldv = block_columns(t);
+    const int64_t vs = position_stride(g.c, ldv);
+    transform_input(g, x + s0 * g.in_size(), nb, v, ldv, vs, rows);
+    // The product kernel reads whole column blocks: zero the columns past the last tile.
+    if (ldv > t)
+      for (int64_t xi = 0; xi < 16; ++xi)
+        for (int64_t c = 0; c < g.c; ++c) std::fill(v + xi * vs + c * ldv + t, v + xi * vs + (c + 1) * ldv, T(0));
+    multiply_output(g, u, v, ldv, vs, t, bias, y + s0 * g.out_size(), buf);
+  }
+}
+
+template <typename T>
+void winograd_weight_grad(const WinogradConv& g, const T* x, const T* dy, int64_t n, int64_t block, T* work, T* dwt) {
+  if (n == 0) {
+    std::fill_n(dwt, 16 * g.oc * g.c, T(0));
+    return;
+  }
+  const int64_t tiles = g.tiles();
+  T* v = work;
+  T* d = v + 16 * position_stride(g.c, block * tiles);
+  T* rows = d + 16 * position_stride(g.oc, block * tiles);
+  for (int64_t s0 = 0; s0 < n; s0 += block) {
+    const int64_t nb = std::min(block, n - s0), t = nb * tiles;
+    const int64_t vs = position_stride(g.c, t), ds = position_stride(g.oc, t);
+    transform_input(g, x + s0 * g.in_size(), nb, v, t, vs, rows);
+    transform_grad(g, dy + s0 * g.out_size(), nb, d, t, ds, rows);
+    // dWhat[xi] (OC, C) (+)= D[xi] (OC, T) . V[xi]^T (T, C)
+    for (int64_t xi = 0; xi < 16; ++xi)
+      blas_gemm<T>(false, true, g.oc, g.c, t, d + xi * ds, t, v + xi * vs, t, s0 == 0 ? T(0) : T(1),
+                   dwt + xi * g.oc * g.c, g.c);
+  }
+}
+
+template <typename T>
+void winograd_weight_grad_output(const T* dwt, int64_t oc, int64_t c, T* dw) {
+  const int64_t stride = oc * c;
+  for (int64_t o = 0; o < oc; ++o) {
+    for (int64_t ci = 0; ci < c; ++ci) {
+      T m[4][4];
+      for (int xi = 0; xi < 16; ++xi) m[xi / 4][xi % 4] = dwt[xi * stride + o * c + ci];
+      // A'^T m: rows (m0 + m1 + m2, m1 - m2, m1 + m2 + m3); then the same along each row.
+      T r[3][4];
+      for (int l = 0; l < 4; ++l) {
+        r[0][l] = m[0][l] + m[1][l] + m[2][l];
+        r[1][l] = m[1][l] - m[2][l];
+        r[2][l] = m[1][l] + m[2][l] + m[3][l];
+      }
+      T* out = dw + (o * c + ci) * 9;
+      for (int i = 0; i < 3; ++i) {
+        out[i * 3] = r[i][0] + r[i][1] + r[i][2];
+        out[i * 3 + 1] = r[i][1] - r[i][2];
+        out[i * 3 + 2] = r[i][1] + r[i][2] + r[i][3];
+      }
+    }
+  }
+}
+
+#define QTRAIN_WINOGRAD_INSTANTIATE(T)                                                                               \
+  template void winograd_weights<T>(const T*, int64_t, int64_t, bool, T*);                                        \
+  template void winograd_conv<T>(const WinogradConv&, const T*, const T*, const T*, T*, int64_t, int64_t, T*);    \
+  template void winograd_weight_grad<T>(const WinogradConv&, const T*, const T*, int64_t, int64_t, T*, T*);       \
+  template void winograd_weight_grad_output<T>(const T*, int64_t, int64_t, T*);
+QTRAIN_WINOGRAD_INSTANTIATE(float)
+QTRAIN_WINOGRAD_INSTANTIATE(double)
+#undef QTRAIN_WINOGRAD_INSTANTIATE
+
+}  // namespace qtrain

@@ -1,0 +1,118 @@
+// conv2d's Winograd path (layers/winograd.h) against its im2col path on the same random data: y, dx,
+// dW and db, in float (the training dtype) and double, over odd and even maps (partial tiles),
+// channel counts that are not multiples of 8, paddings 0..2, several blocks per lane and batches the
+// lanes do not divide.
+//
+// The tolerance is derived, not tuned. With |g| <= gmax (weights) and |d| <= dmax (input), one
+// channel's Winograd output entry sum_{k,l} |A^T|_{ik} (|G||g||G^T| .* |B^T||d||B|)_{kl} |A|_{lj} is at
+// most 256 gmax dmax (all-ones g and d attain it: the rows of |G| sum to 1, 1.5, 1.5, 1 and those of
+// |B^T| to 2), against 9 gmax dmax for the direct sum. Each transformed value and the channel sum carry
+// at most C + 8 roundings of u (unit roundoff: 2 in the input transform, 3 in the weight transform, 3
+// in the output transform), so |error| <= (C + 8) u 256 C gmax dmax, plus im2col's own error of at
+// most 9C u 9C gmax dmax. The weight gradient is a sum over T tiles of F(3x3, 2x2) products whose
+// absolute value is at most 144 emax dmax each (rows of |G'| sum to 1, of |A'^T| to 3, 2, 3), so
+// |error| <= (T + 8) u 144 T emax dmax plus im2col's (N P)^2 u emax dmax over its N P positions.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "layers/conv2d.h"
+#include "tests/support/gradcheck.h"
+
+using namespace qtrain;
+using namespace qtrain::testing;
+
+namespace {
+
+struct Case {
+  int64_t c, oc, h, w, ph, pw, batch;
+  int threads;
+};
+
+template <typename T>
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(static_cast<double>(t.data<T>()[i])));
+  return m;
+}
+
+template <typename T>
+double max_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.numel() == b.numel());
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    m = std::max(m, std::fabs(static_cast<double>(a.data<T>()[i]) - static_cast<double>(b.data<T>()[i])));
+  return m;
+}
+
+// Compares one quantity of the two paths against its bound. With `sharp`, the bound must also be far
+// below the values' own size, or the comparison could not catch a wrong result.
+template <typename T>
+void require_close(const char* what, const Tensor& winograd, const Tensor& im2col, double bound, bool sharp = true) {
+  const double diff = max_diff<T>(winograd, im2col), scale = max_abs<T>(im2col);
+  INFO(what << ": max |winograd - im2col| " << diff << ", bound " << bound << ", max |im2col| " << scale);
+  if (sharp) CHECK(bound < 0.05 * scale);
+  CHECK(diff <= bound);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("conv2d's Winograd path agrees with its im2col path", "[layers][conv2d][winograd]", float, double) {
+  using T = TestType;
+  const DType dtype = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+  const double u = std::numeric_limits<T>::epsilon() / 2;
+  const Case c = GENERATE(Case{3, 5, 7, 9, 1, 1, 5, 2},     // odd maps: partial tiles on both axes
+                          Case{16, 16, 8, 8, 1, 1, 3, 3},   // a ResNet stage's shape, 3 lanes for 3 samples
+                          Case{12, 20, 6, 11, 0, 2, 4, 2},  // padding 0 and 2 (dx's flipped padding 2 and 0)
+                          Case{9, 7, 5, 5, 2, 0, 3, 1},     // one lane
+                          Case{1, 1, 1, 1, 1, 1, 2, 2},     // a 1x1 map: one partial tile
+                          Case{32, 32, 16, 15, 1, 1, 7, 2},  // 2 samples per block: lanes of 4 and 3 samples
+                          Case{16, 24, 32, 32, 1, 1, 3, 2});  // 1 sample per block
+  INFO("C " << c.c << " -> OC " << c.oc << ", " << c.h << "x" << c.w << ", padding " << c.ph << "x" << c.pw
+            << ", batch " << c.batch << ", threads " << c.threads);
+  const Window2d win{3, 3, 1, 1, c.ph, c.pw};
+  Conv2d winograd(c.oc, win, true), im2col(c.oc, win, true);
+  im2col.set_cpu_algorithm(Conv2dCpuAlgorithm::im2col);
+  REQUIRE(winograd_fits(win));
+  const Shape out = winograd.setup({c.c, c.h, c.w});
+  im2col.setup({c.c, c.h, c.w});
+  BoundParams pw = bind_random_params(winograd, 11, dtype), pi = bind_random_params(im2col, 11, dtype);
+  const Tensor x = random_tensor({c.batch, c.c, c.h, c.w}, 12, -1.0, 1.0, dtype);
+  const Tensor dy = random_tensor({c.batch, out[0], out[1], out[2]}, 13, -1.0, 1.0, dtype);
+  Context ctx = Context::cpu(1, c.threads);
+  struct Result {
+    Tensor y, dx;
+  };
+  auto run = [&](Conv2d& layer) {
+    Result r{Tensor::empty(dy.shape(), dtype), Tensor::empty(x.shape(), dtype)};
+    layer.forward(ctx, x, r.y, true);
+    layer.backward(ctx, x, r.y, dy, r.dx);
+    return r;
+  };
+  const Result a = run(winograd), b = run(im2col);
+
+  const double wmax = max_abs<T>(winograd.params()[0]), xmax = max_abs<T>(x), dymax = max_abs<T>(dy);
+  const double cf = static_cast<double>(c.c), ocf = static_cast<double>(c.oc);
+  const double tiles = static_cast<double>(c.batch * ((out[1] + 1) / 2) * ((out[2] + 1) / 2));
+  const double positions = static_cast<double>(c.batch * out[1] * out[2]);
+  require_close<T>("y", a.y, b.y, u * wmax * xmax * cf * (256 * (cf + 8) + 81 * cf));
+  require_close<T>("dx", a.dx, b.dx, u * wmax * dymax * ocf * (256 * (ocf + 8) + 81 * ocf));
+  // The weight gradient's worst-case bound grows as T^2 while its values grow as sqrt(T): in float it
+  // only catches gross errors on the larger cases; the double run checks it sharply.
+  require_close<T>("dW", winograd.grads()[0], im2col.grads()[0],
+                   u * dymax * xmax * (144 * tiles * (tiles + 8) + positions * positions),
+                   std::is_same_v<T, double> || tiles <= 128);
+  // db does not depend on the algorithm: the same sums in the same order.
+  CHECK(max_diff<T>(winograd.grads()[1], im2col.grads()[1]) == 0);
+}
+
+TEST_CASE("winograd_fits: 3x3 kernels, stride 1, padding at most 2", "[layers][conv2d][winograd]") {
+  CHECK(winograd_fits({3, 3, 1, 1, 1, 1}));
+  CHECK(winograd_fits({3, 3, 1, 1, 0, 2}));
+  CHECK_FALSE(winograd_fits({3, 3, 2, 2, 1, 1}));
+  CHECK_FALSE(winograd_fits({3, 3, 1, 2, 1, 1}));
+  CHECK_FALSE(winograd_fits({3, 3, 1, 1, 3, 1}));
+  CHECK_FALSE(winograd_fits({5, 5, 1, 1, 2, 2}));
+  CHECK_FALSE(winograd_fits({3, 2, 1, 1, 1, 1}));
+}
