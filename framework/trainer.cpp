@@ -214,6 +214,10 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
     if (!fs::exists(checkpoint_path_))
       input_error("--resume {}: no checkpoint.safetensors in that run directory", options_.resume_dir);
     start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get());
+    if (start_.batch_in_epoch > steps_per_epoch)
+      input_error("{}: the checkpoint stopped after batch {} of epoch {}, but an epoch now has {} batches; resume "
+                  "with the data.batch_size, dataset and number of ranks it was written with",
+                  checkpoint_path_, start_.batch_in_epoch, start_.epoch + 1, steps_per_epoch);
     load_rank_state();
   }
 }

@@ -84,6 +84,19 @@ TEST_CASE("N steps equal N/2 steps + resume + N/2 steps, bit for bit", "[e2e][re
   }
 }
 
+TEST_CASE("resuming mid-epoch with fewer batches per epoch is an error naming the checkpoint", "[e2e][resume]") {
+  // 320 samples / batch 32: the checkpoint stops after batch 7 of epoch 1. With batch 128 an epoch
+  // has 3 batches; the loader's internal check used to fire instead.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  train(config, {"train.max_steps=7", "output.dir=" + dir.file("split")});
+  REQUIRE_THROWS_WITH(train(config, {"data.batch_size=128"}, dir.file("split")),
+                      Catch::Contains("split/checkpoint.safetensors: the checkpoint stopped after batch 7 of epoch 1, "
+                                      "but an epoch now has 3 batches"));
+}
+
 TEST_CASE("a residual batch-norm net resumes bit for bit, with its running statistics", "[e2e][resume][graph]") {
   TempDir dir;
   std::filesystem::create_directories(dir.file("data"));
