@@ -136,8 +136,15 @@ std::unique_ptr<Dataset> open_imagefolder(const std::string& root, Split split, 
     int64_t ignored = 0;
     for (const auto& entry : fs::directory_iterator(class_dir)) {
       if (hidden(entry.path()) || entry.is_directory()) continue;
-      if (is_jpeg_name(entry.path())) names.push_back(entry.path().filename().string());
-      else ++ignored;
+      if (!is_jpeg_name(entry.path())) {
+        ++ignored;
+        continue;
+      }
+      // A pipe would block the loader thread that opens it forever; a dangling link fails only when read.
+      if (!entry.is_regular_file())
+        input_error("{}: not a regular file (a dangling link, a pipe or a device); a class folder holds JPEG files",
+                    entry.path().string());
+      names.push_back(entry.path().filename().string());
     }
     if (names.empty())
       input_error("{}: class folder holds no JPEG files (.jpg or .jpeg, any case){}", class_dir.string(),
