@@ -273,6 +273,58 @@ TEST_CASE("compare and predict: bad run directories", "[compare]") {
   CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }), Catch::Contains("no finished runs"));
 }
 
+TEST_CASE("compare and predict: damaged cells and sweep files are named", "[compare]") {
+  TempDir tmp;
+  const fs::path run = tmp.path() / "runs" / "fp32";
+  write_run(run, "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);
+  REQUIRE(load_run(run.string(), "x").steps() == 10);
+  std::string good;
+  {
+    std::ifstream in(run / "metrics.csv");
+    std::getline(in, good);  // header
+    std::getline(in, good);
+  }
+  const auto with_cells = [&](const std::string& epoch, const std::string& step, const std::string& wall) {
+    std::string line = good;
+    line = epoch + "," + step + "," + wall + line.substr(line.find(',', line.find(',', line.find(',') + 1) + 1));
+    std::ofstream(run / "metrics.csv") << MetricsWriter::header() << "\n" << line << "\n";
+    return error_of([&] { load_run(run.string(), "x"); });
+  };
+  // These were read as numbers: a NaN or huge step (cast to int64_t, undefined), a negative step and
+  // a negative time silently changed every per-step figure of predict and the report.
+  CHECK_THAT(with_cells("1", "nan", "5"), Catch::Contains("metrics.csv:2: column step: expected a non-negative number, got 'nan'"));
+  CHECK_THAT(with_cells("1", "-5", "5"), Catch::Contains("column step: expected a non-negative number, got '-5'"));
+  CHECK_THAT(with_cells("1", "1e300", "5"), Catch::Contains("column step: expected a whole number, got '1e300'"));
+  CHECK_THAT(with_cells("1.5", "10", "5"), Catch::Contains("column epoch: expected a whole number, got '1.5'"));
+  CHECK_THAT(with_cells("1", "10", "-inf"), Catch::Contains("column wall_time_s: expected a non-negative number"));
+  CHECK(with_cells("1", "10", "5") == "(no error)");
+
+  // The sweep's own files: yaml-cpp's exceptions used to escape ("qtrain: unexpected error").
+  write_marker(run.string(), "fp32", "cmd", 1.0);
+  REQUIRE(load_finished_runs(tmp.path().string()).size() == 1);
+  const std::string sweep = (tmp.path() / "sweep.yaml").string();
+  std::ofstream(sweep) << "variants: [\n";
+  CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }),
+             Catch::Contains(sweep + ":2:1: YAML syntax error"));
+  std::ofstream(sweep) << "variants:\n  - {label: fp32}\n";
+  CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }),
+             Catch::Contains(sweep + ":2:5: expected 'folder' with a string value"));
+  std::ofstream(sweep) << "variants: 5\n";
+  CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }),
+             Catch::Contains(sweep + ": expected 'variants' with a list"));
+  std::ofstream(sweep) << "variants:\n  - {folder: ../elsewhere, label: x}\n";
+  CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }),
+             Catch::Contains("variant folder '../elsewhere' must be a folder name under runs/"));
+  fs::remove(sweep);
+  const std::string marker = (run / "compare.done").string();
+  std::ofstream(marker) << "label: {a: 1}\ncommand: cmd\n";
+  CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }),
+             Catch::Contains(marker + ":1:1: expected 'label' with a string value"));
+  CHECK(run_state(run.string(), "cmd", 1) == RunState::finished);
+  std::ofstream(marker) << "command: [\n";
+  CHECK(run_state(run.string(), "cmd", 1) == RunState::unfinished);  // unreadable: proves nothing
+}
+
 TEST_CASE("compare report: error-rate columns and plots for sequence tasks", "[compare][report]") {
   TempDir tmp;
   auto seq_row = [](int64_t epoch, double cer, double wer) {

@@ -192,8 +192,8 @@ struct CompareArgs {
 std::string read_command(const fs::path& dir) {
   const fs::path sweep = dir / "sweep.yaml";
   if (!fs::exists(sweep)) return "";
-  const YAML::Node node = YAML::LoadFile(sweep.string());
-  return node["command"] ? node["command"].as<std::string>() : "";
+  const YAML::Node node = load_sweep_file(sweep.string());
+  return node.IsMap() && node["command"] ? sweep_string(node, "command", sweep.string()) : "";
 }
 
 void make_report(const fs::path& dir, const CompareArgs& a) {
