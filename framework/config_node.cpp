@@ -315,6 +315,15 @@ LoadedConfig load_config_file(const std::string& file, const std::vector<std::st
   return out;
 }
 
+namespace {
+// `k` as an index into a list of `size` entries, or -1 when it is not one (too long for stoul too).
+int64_t list_index(const std::string& k, size_t size) {
+  if (k.empty() || k.size() > 9 || !std::all_of(k.begin(), k.end(), ::isdigit)) return -1;
+  const auto i = static_cast<size_t>(std::stoul(k));
+  return i < size ? static_cast<int64_t>(i) : -1;
+}
+}  // namespace
+
 void apply_override(YAML::Node root, ConfigSource& source, const std::string& assignment) {
   const size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
@@ -341,10 +350,11 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
     YAML::Node cur = chain.back();
     const std::string& k = parts[i];
     if (cur.IsSequence()) {
-      const bool numeric = !k.empty() && std::all_of(k.begin(), k.end(), ::isdigit);
-      if (!numeric || std::stoul(k) >= cur.size())
-        input_error("--set {}: '{}' must index the list (0..{})", path, k, cur.size() - 1);
-      chain.push_back(cur[std::stoul(k)]);
+      const int64_t index = list_index(k, cur.size());
+      if (index < 0) input_error("--set {}: '{}' must index the list (0..{})", path, k, cur.size() - 1);
+      YAML::Node entry = cur[static_cast<size_t>(index)];
+      if (entry.IsScalar()) input_error("--set {}: '{}' is a value, not a section", path, k);
+      chain.push_back(entry);
     } else {
       if (!cur[k].IsDefined() || cur[k].IsNull()) cur[k] = YAML::Node(YAML::NodeType::Map);
       if (cur[k].IsScalar()) input_error("--set {}: '{}' is a value, not a section", path, k);
@@ -356,9 +366,8 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
   // yaml-cpp assigns through shared nodes, so overriding one use of an alias would silently change
   // every use of it (and the anchor's own entry). Refuse instead: the user edits the file.
   if (parent.IsMap() && parent[last].IsDefined()) chain.push_back(parent[last]);
-  else if (parent.IsSequence() && !last.empty() && std::all_of(last.begin(), last.end(), ::isdigit) &&
-           std::stoul(last) < parent.size())
-    chain.push_back(parent[std::stoul(last)]);
+  else if (parent.IsSequence() && list_index(last, parent.size()) >= 0)
+    chain.push_back(parent[static_cast<size_t>(list_index(last, parent.size()))]);
   for (size_t i = 1; i < chain.size(); ++i) {
     std::vector<std::pair<YAML::Node, int64_t>> counted;
     const int64_t uses = uses_of(root, chain[i], counted);
@@ -371,10 +380,9 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
     }
   }
   if (parent.IsSequence()) {
-    const bool numeric = !last.empty() && std::all_of(last.begin(), last.end(), ::isdigit);
-    if (!numeric || std::stoul(last) >= parent.size())
-      input_error("--set {}: '{}' must index the list (0..{})", path, last, parent.size() - 1);
-    parent[std::stoul(last)] = value;
+    const int64_t index = list_index(last, parent.size());
+    if (index < 0) input_error("--set {}: '{}' must index the list (0..{})", path, last, parent.size() - 1);
+    parent[static_cast<size_t>(index)] = value;
   } else {
     parent[last] = value;
   }

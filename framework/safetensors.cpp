@@ -117,6 +117,9 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  // A folder opens as a stream and throws from the first read.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) input_error("{}: checkpoint not found (or not a file)", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) input_error("{}: checkpoint not found or unreadable", path);
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -68,6 +68,16 @@ TEST_CASE("--set overrides values and is named in errors", "[config]") {
   REQUIRE(n.child("model").items("layers")[0].get_int("units", 0, 1, 100) == 8);
   REQUIRE_THROWS_WITH(apply_override(root, *source, "model.layers.5.units=1"), Catch::Contains("must index the list"));
   REQUIRE_THROWS_WITH(apply_override(root, *source, "novalue"), Catch::Contains("expected key.path=value"));
+  // An index too long for std::stoul, and a key under a list entry that is a value, used to escape as
+  // std::out_of_range and yaml-cpp's "operator[] call on a scalar".
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "model.layers.99999999999999999999.units=1"),
+                      Catch::Contains("--set model.layers.99999999999999999999.units: '99999999999999999999' must "
+                                      "index the list (0..0)"));
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "model.layers.99999999999999999999=1"),
+                      Catch::Contains("must index the list"));
+  apply_override(root, *source, "model.input=[1, 28, 28]");
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "model.input.0.x=1"),
+                      Catch::Contains("--set model.input.0.x: '0' is a value, not a section"));
 }
 
 TEST_CASE("--set refuses to change one use of a YAML alias, which would change every use", "[config]") {

@@ -89,6 +89,10 @@ TEST_CASE("corrupt safetensors files are rejected with the file name", "[safeten
   REQUIRE_THROWS_WITH(SafetensorsFile(q), Catch::Contains("JSON header does not parse"));
 
   REQUIRE_THROWS_WITH(SafetensorsFile(temp_path("absent.safetensors")), Catch::Contains("not found"));
+  // A folder (eval --checkpoint DIR) used to escape as std::ios_base::failure from the first read.
+  fs::create_directories(temp_path("folder.safetensors"));
+  REQUIRE_THROWS_WITH(SafetensorsFile(temp_path("folder.safetensors")),
+                      Catch::Contains(temp_path("folder.safetensors") + ": checkpoint not found (or not a file)"));
 }
 
 TEST_CASE("crafted headers: overlapping spans, fractional and overflowing shapes", "[safetensors]") {

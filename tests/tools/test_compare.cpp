@@ -166,7 +166,14 @@ TEST_CASE("predict: bandwidth and latency parsing", "[predict]") {
   CHECK(predict::parse_latency("5us", "x") == Approx(5e-6));
   CHECK(predict::parse_latency("0", "x") == 0);
   CHECK_THAT(error_of([] { predict::parse_bandwidth("fast", "--bandwidth"); }),
-             Catch::Contains("--bandwidth: 'fast' does not start with a non-negative number"));
+             Catch::Contains("--bandwidth: 'fast' does not start with a finite non-negative number"));
+  // Zero in a byte unit used to pass (a division by zero), and an overflowing number was infinite.
+  CHECK_THAT(error_of([] { predict::parse_bandwidth("0GB/s", "--bandwidth"); }),
+             Catch::Contains("--bandwidth: the bandwidth must be > 0 and finite, got '0GB/s'"));
+  CHECK_THAT(error_of([] { predict::parse_bandwidth("1e400gbit", "--bandwidth"); }),
+             Catch::Contains("'1e400gbit' does not start with a finite non-negative number"));
+  CHECK_THAT(error_of([] { predict::parse_latency("infus", "--latency"); }),
+             Catch::Contains("'infus' does not start with a finite non-negative number"));
   CHECK_THAT(error_of([] { predict::parse_bandwidth("1gbyte", "--bandwidth"); }), Catch::Contains("unknown bandwidth unit"));
   CHECK_THAT(error_of([] { predict::parse_latency("5 parsecs", "--latency"); }), Catch::Contains("unknown latency unit"));
 }
