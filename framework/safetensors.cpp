@@ -65,7 +65,9 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  fs::create_directories(folder);
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) input_error("{}: cannot create the folder: {}", folder.string(), ec.message());
   // Built with fmt rather than string operator+, which trips GCC 12's false -Wrestrict warning.
   const std::string tmp = (folder / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -196,7 +196,16 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   exchange_ = std::make_unique<GradientExchange>(*comm_, device_, config_.seed, config_.communication,
                                                  config_.quantization, std::move(tensors));
 
-  fs::create_directories(run_dir_);
+  std::error_code ec;
+  fs::create_directories(run_dir_, ec);
+  if (ec) input_error("{}: cannot create the run directory (output.dir): {}", run_dir_, ec.message());
+  // Every file the run writes must be a file: a folder in its place would fail only at the first
+  // checkpoint, after the training it was meant to keep.
+  for (const char* name : {"config.resolved.yaml", "train.log", "metrics.csv", "checkpoint.safetensors"}) {
+    const fs::path p = fs::path(run_dir_) / name;
+    if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
+      input_error("{}: is not a file; the run directory (output.dir) must hold its own files here", p.string());
+  }
   if (options_.rank == 0) write_file_atomically((fs::path(run_dir_) / "config.resolved.yaml").string(), resolved_yaml_);
 
   // Rank 0 speaks for the job; the other ranks only report errors (through main()).

@@ -219,6 +219,24 @@ TEST_CASE("run directory holds metrics, resolved config, log and checkpoint", "[
                       Catch::Contains("checkpoint.safetensors") && Catch::Contains("corrupt checkpoint"));
 }
 
+TEST_CASE("an unusable output.dir is an error naming it, before training", "[e2e]") {
+  // These escaped as std::filesystem::filesystem_error ("qtrain: unexpected error"), and a folder
+  // named checkpoint.safetensors failed only after the whole training.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 64, 64);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  std::ofstream(dir.file("a_file")) << "x";
+  REQUIRE_THROWS_WITH(train(config, {"output.dir=" + dir.file("a_file/run")}),
+                      Catch::Contains(dir.file("a_file/run") + ": cannot create the run directory (output.dir)"));
+  for (const char* name : {"metrics.csv", "train.log", "checkpoint.safetensors"}) {
+    const std::string run = dir.file(std::string("run_") + name);
+    std::filesystem::create_directories(run + "/" + name);
+    REQUIRE_THROWS_WITH(train(config, {"output.dir=" + run}),
+                        Catch::Contains(run + "/" + name + ": is not a file"));
+  }
+}
+
 TEST_CASE("MNIST subset reaches 95% test accuracy in 2 epochs", "[e2e][mnist]") {
   const std::string mnist = std::string(QTRAIN_SOURCE_DIR) + "/data/mnist";
   if (!std::filesystem::exists(mnist + "/train-images-idx3-ubyte")) {
