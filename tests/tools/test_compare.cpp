@@ -251,6 +251,10 @@ TEST_CASE("compare report: table values and files from synthetic runs", "[compar
   options.gnuplot = have_gnuplot ? "gnuplot" : "";
   const fs::path report = tmp.path() / "report";
   CHECK(write_report({fp32, fp16}, report.string(), options).empty());
+  // A report folder under a file escaped as std::filesystem::filesystem_error.
+  std::ofstream(tmp.path() / "a_file") << "x";
+  CHECK_THAT(error_of([&] { write_report({fp32}, (tmp.path() / "a_file" / "r").string(), options); }),
+             Catch::Contains("a_file/r/data: cannot create the report folder: Not a directory"));
   std::ifstream md(report / "report.md");
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   CHECK_THAT(text, Catch::Contains(options.command));
