@@ -107,7 +107,9 @@ class ImageFolderDataset final : public Dataset {
 
 }  // namespace
 
-std::unique_ptr<Dataset> open_imagefolder(const std::string& root, Split split, const ImageFolderOptions& options) {
+namespace {
+
+std::unique_ptr<Dataset> index_and_open(const std::string& root, Split split, const ImageFolderOptions& options) {
   std::error_code ec;
   if (!fs::is_directory(root, ec))
     input_error("data folder '{}' for dataset imagefolder does not exist; it should hold train/<class>/*.JPEG and "
@@ -171,6 +173,18 @@ std::unique_ptr<Dataset> open_imagefolder(const std::string& root, Split split, 
            "imagefolder: eval_resize {} must be >= image_size {}", options.eval_resize, options.image_size);
   return std::make_unique<ImageFolderDataset>(std::move(files), std::move(labels), static_cast<int>(classes.size()),
                                               options, mean, std);
+}
+
+}  // namespace
+
+std::unique_ptr<Dataset> open_imagefolder(const std::string& root, Split split, const ImageFolderOptions& options) {
+  // Listing a tree meets what a status query throws on (a symbolic link loop, a folder removed
+  // meanwhile): name the path rather than let std::filesystem's exception escape.
+  try {
+    return index_and_open(root, split, options);
+  } catch (const fs::filesystem_error& e) {
+    input_error("{}: cannot list the image folder: {}", e.path1().string(), e.code().message());
+  }
 }
 
 }  // namespace qtrain

@@ -699,6 +699,13 @@ TEST_CASE("imagefolder: empty class folders, missing folders and bad JPEGs are r
   REQUIRE_THROWS_WITH(open_imagefolder(piped.path().string(), Split::train, {}),
                       Catch::Contains(piped.file("train/ant/a2.jpg") + ": not a regular file"));
 
+  // A link to itself as a class folder: its status query threw std::filesystem::filesystem_error.
+  fs::remove(piped.file("train/ant/a2.jpg"));
+  fs::create_symlink(piped.file("train/loop"), piped.file("train/loop"));
+  REQUIRE_THROWS_WITH(open_imagefolder(piped.path().string(), Split::train, {}),
+                      Catch::Contains(piped.file("train/loop") + ": cannot list the image folder: Too many levels of "
+                                                                 "symbolic links"));
+
   TempDir empty;
   fs::create_directories(empty.file("train"));
   REQUIRE_THROWS_WITH(open_imagefolder(empty.path().string(), Split::train, {}),
