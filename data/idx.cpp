@@ -78,8 +78,12 @@ IdxImages read_idx_images(const std::string& path) {
   out.count = read_be32(bytes.data() + 4);
   out.rows = read_be32(bytes.data() + 8);
   out.cols = read_be32(bytes.data() + 12);
-  const uint64_t expected = 16 + static_cast<uint64_t>(out.count) * out.rows * out.cols;
-  check_size(path, bytes.size(), expected, fmt::format("{} images of {}x{}", out.count, out.rows, out.cols));
+  const std::string announced = fmt::format("{} images of {}x{}", out.count, out.rows, out.cols);
+  // Three 32-bit counts can overflow 64 bits; the wrapped product would be a meaningless "expected" size.
+  uint64_t pixels = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(out.count) * out.rows, static_cast<uint64_t>(out.cols), &pixels))
+    input_error("{}: the header announces {}, more bytes than any file holds (a damaged header)", path, announced);
+  check_size(path, bytes.size(), 16 + pixels, announced);
   bytes.erase(bytes.begin(), bytes.begin() + 16);
   out.pixels = std::move(bytes);
   return out;

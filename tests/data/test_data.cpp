@@ -185,6 +185,12 @@ TEST_CASE("idx: truncated files say how many bytes were expected and found", "[d
   long_labels.push_back(0);
   write_bytes(dir.file("long"), long_labels);
   REQUIRE_THROWS_WITH(read_idx_labels(dir.file("long")), Catch::Contains("trailing data"));
+  // 2^32-1 images of (2^32-1)x(2^32-1): the byte count wrapped around and the message claimed
+  // 12884901903 bytes were expected.
+  write_bytes(dir.file("huge"), qtrain::testing::idx_images_bytes({}, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu));
+  REQUIRE_THROWS_WITH(read_idx_images(dir.file("huge")),
+                      Catch::Contains(dir.file("huge") + ": the header announces 4294967295 images of "
+                                                         "4294967295x4294967295, more bytes than any file holds"));
 }
 
 TEST_CASE("idx: a truncated gzip stream is reported", "[data][idx]") {
