@@ -338,6 +338,12 @@ TEST_CASE("data config: errors", "[data][config]") {
                       Catch::Contains("data.limit_train must be >= 0, got -1"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, prefetch: 0}\n"),
                       Catch::Contains("data.prefetch must be >= 1, got 0"));
+  // Used to be accepted and ignored: an4 never read data.mean, and the filterbank's own error named no key.
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, dataset: an4, mean: [0.5, 0.5, 0.5]}\n"),
+                      Catch::Contains("data.mean applies to the image datasets only"));
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, dataset: an4, features: {window_ms: 100}}\n"),
+                      Catch::Contains("data.features.fft_size must be >= the window of 1600 samples (window_ms 100 "
+                                      "at 16000 Hz), got 512"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, batchsize: 8}\n"),
                       Catch::Contains("unknown key 'data.batchsize'") && Catch::Contains("did you mean 'batch_size'"));
 }
