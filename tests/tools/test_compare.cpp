@@ -192,6 +192,14 @@ TEST_CASE("compare: --methods become config overrides; unknown methods fail firs
              Catch::Contains("--methods int3: quantization.method must be one of fp32, fp16"));
   CHECK_THAT(error_of([] { parse_variants("qsgd:bits=3"); }), Catch::Contains("bits"));
   CHECK_THAT(error_of([] { parse_variants("fp32,fp32"); }), Catch::Contains("'fp32' is given twice"));
+  // A parameter given twice used to keep the last value, an empty value to fall back to the default,
+  // and a value that is not YAML escaped as yaml-cpp's exception ("qtrain: unexpected error").
+  CHECK_THAT(error_of([] { parse_variants("qsgd:bits=2:bits=4"); }),
+             Catch::Contains("--methods qsgd:bits=2:bits=4: 'bits' is given twice"));
+  CHECK_THAT(error_of([] { parse_variants("qsgd:bits="); }),
+             Catch::Contains("--methods qsgd:bits=: expected key=value after the method name, got 'bits='"));
+  CHECK_THAT(error_of([] { parse_variants("qsgd:bits=["); }),
+             Catch::Contains("--methods qsgd:bits=[: the value of 'bits' is not valid YAML"));
 }
 
 TEST_CASE("compare: finished, unfinished and stale run directories", "[compare]") {
