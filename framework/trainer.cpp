@@ -340,7 +340,8 @@ TrainSummary Trainer::run() {
   const int64_t max_steps = tc.max_steps > 0 ? tc.max_steps : INT64_MAX;
   // Rank 0 speaks for the job: only it opens (and may create) metrics.csv.
   std::unique_ptr<MetricsWriter> metrics;
-  if (options_.rank == 0) metrics = std::make_unique<MetricsWriter>((fs::path(run_dir_) / "metrics.csv").string());
+  if (options_.rank == 0)
+    metrics = std::make_unique<MetricsWriter>((fs::path(run_dir_) / "metrics.csv").string(), start_.step);
   // Rank 0 speaks for the job: the other ranks' progress would interleave with its own.
   Progress progress(options_.rank == 0 ? config_.output.progress : "none", tc.log_every_steps);
 

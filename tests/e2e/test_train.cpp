@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "framework/metrics.h"
 #include "framework/safetensors.h"
 #include "framework/trainer.h"
 #include "tests/support/idx_files.h"
@@ -217,6 +218,41 @@ TEST_CASE("run directory holds metrics, resolved config, log and checkpoint", "[
   std::ofstream(dir.file("run/checkpoint.safetensors"), std::ios::binary | std::ios::trunc) << "garbage!";
   REQUIRE_THROWS_WITH(train(small_config(dir, "{type: sgd, lr: 0.05}"), {"train.epochs=3"}, dir.file("run")),
                       Catch::Contains("checkpoint.safetensors") && Catch::Contains("corrupt checkpoint"));
+}
+
+TEST_CASE("a resumed run rewrites metrics.csv from its checkpoint: no cut line, no repeated row", "[e2e][resume]") {
+  // 320 samples / batch 32: rows at steps 10, 20, 30. The run is stopped at step 20, continued to 30,
+  // then set back to its step-20 checkpoint with the last row cut in half: a crash after writing
+  // (part of) the row of step 30 but before its checkpoint. Resuming used to append the new row to
+  // the cut one (a line of 38 cells that compare and predict refuse) and would repeat rows.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  const std::string run = dir.file("run");
+  train(config, {"train.max_steps=20", "output.dir=" + run});
+  std::filesystem::copy_file(run + "/checkpoint.safetensors", dir.file("step20.safetensors"));
+  train(config, {"train.max_steps=30"}, run);
+  std::filesystem::copy_file(dir.file("step20.safetensors"), run + "/checkpoint.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::resize_file(run + "/metrics.csv", std::filesystem::file_size(run + "/metrics.csv") - 40);
+  train(config, {"train.max_steps=30"}, run);
+  std::ifstream in(run + "/metrics.csv");
+  std::string line;
+  std::getline(in, line);
+  REQUIRE(line == MetricsWriter::header());
+  std::vector<std::string> steps;
+  while (std::getline(in, line)) {
+    REQUIRE(std::count(line.begin(), line.end(), ',') == 22);
+    steps.push_back(line.substr(line.find(',') + 1, line.find(',', line.find(',') + 1) - line.find(',') - 1));
+  }
+  REQUIRE(steps == std::vector<std::string>{"10", "20", "30"});
+  // A fresh run in the same directory starts a new file rather than appending to the old rows.
+  train(config, {"train.max_steps=10", "output.dir=" + run});
+  std::ifstream again(run + "/metrics.csv");
+  int rows = -1;
+  while (std::getline(again, line)) ++rows;
+  REQUIRE(rows == 1);
 }
 
 TEST_CASE("an unusable output.dir is an error naming it, before training", "[e2e]") {
