@@ -3,6 +3,7 @@
 // permutation (deterministic, a permutation, pinned to golden values), shards, resume, prefetch
 // errors and restarts. The real MNIST / Fashion-MNIST files are checked when present.
 #include <catch2/catch.hpp>
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -191,6 +192,27 @@ TEST_CASE("idx: truncated files say how many bytes were expected and found", "[d
   REQUIRE_THROWS_WITH(read_idx_images(dir.file("huge")),
                       Catch::Contains(dir.file("huge") + ": the header announces 4294967295 images of "
                                                          "4294967295x4294967295, more bytes than any file holds"));
+}
+
+TEST_CASE("idx: a gzip file expanding far beyond its header is refused without reading it all", "[data][idx]") {
+  // One 28x28 image announced, then 256 MB of zeros (about 250 KB of gzip): all of it used to be
+  // decompressed into memory before the size was compared with the header.
+  TempDir dir;
+  gzFile f = gzopen(dir.file("bomb.gz").c_str(), "wb9");
+  REQUIRE(f != nullptr);
+  const Bytes header = qtrain::testing::idx_images_bytes(Bytes(784, 0), 1);
+  gzwrite(f, header.data(), static_cast<unsigned>(header.size()));
+  const Bytes zeros(1 << 20, 0);
+  for (int i = 0; i < 256; ++i) gzwrite(f, zeros.data(), static_cast<unsigned>(zeros.size()));
+  gzclose(f);
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  REQUIRE_THROWS_WITH(read_idx_images(dir.file("bomb.gz")),
+                      Catch::Contains(dir.file("bomb.gz") + ": longer than the 800 bytes that its header announces "
+                                                            "(1 images of 28x28)"));
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024);  // kilobytes
 }
 
 TEST_CASE("idx: a truncated gzip stream is reported", "[data][idx]") {
