@@ -32,6 +32,7 @@ void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer, co
       {"step", std::to_string(position.step)},
       {"epoch", std::to_string(position.epoch)},
       {"batch_in_epoch", std::to_string(position.batch_in_epoch)},
+      {"world_size", std::to_string(position.world_size)},
       {"seed", std::to_string(seed)},
       {"optimizer", optimizer.type()},
       {"config", resolved_config},
@@ -75,6 +76,7 @@ TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* o
   p.step = parse_count(f, path, "step");
   p.epoch = parse_count(f, path, "epoch");
   p.batch_in_epoch = parse_count(f, path, "batch_in_epoch");
+  if (f.metadata().count("world_size")) p.world_size = parse_count(f, path, "world_size");
   return p;
 }
 

@@ -223,6 +223,10 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
     if (!fs::exists(checkpoint_path_))
       input_error("--resume {}: no checkpoint.safetensors in that run directory", options_.resume_dir);
     start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get());
+    if (start_.world_size > 0 && start_.world_size != comm_->size())
+      input_error("{}: the checkpoint was written by {} rank(s) but this run has {}; resume with {} (its position in "
+                  "the epoch and the per-rank error-feedback state belong to that many)",
+                  checkpoint_path_, start_.world_size, comm_->size(), start_.world_size);
     if (start_.batch_in_epoch > steps_per_epoch)
       input_error("{}: the checkpoint stopped after batch {} of epoch {}, but an epoch now has {} batches; resume "
                   "with the data.batch_size, dataset and number of ranks it was written with",
@@ -323,7 +327,9 @@ void Trainer::write_checkpoint(const TrainingPosition& position) {
   ctx_->synchronize();
   // Parameters and optimizer state are identical on every rank: rank 0 writes them. Error-feedback
   // residuals are per rank: each rank writes its own file.
-  if (options_.rank == 0) save_checkpoint(checkpoint_path_, *net_, *optimizer_, position, config_.seed, resolved_yaml_);
+  TrainingPosition written = position;
+  written.world_size = comm_->size();
+  if (options_.rank == 0) save_checkpoint(checkpoint_path_, *net_, *optimizer_, written, config_.seed, resolved_yaml_);
   std::vector<NamedTensor> state;
   for (auto& [name, t] : exchange_->state()) state.push_back({name, t});
   if (!state.empty())

@@ -220,6 +220,34 @@ TEST_CASE("run directory holds metrics, resolved config, log and checkpoint", "[
                       Catch::Contains("checkpoint.safetensors") && Catch::Contains("corrupt checkpoint"));
 }
 
+TEST_CASE("resuming with another number of ranks is an error naming both", "[e2e][resume]") {
+  // The checkpoint of one rank, relabelled as written by 4: resuming used to continue at its position
+  // in the epoch (which means other samples for another world size) and ignore the residuals of the
+  // missing ranks.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  train(config, {"train.max_steps=7", "output.dir=" + dir.file("run")});
+  const std::string path = dir.file("run/checkpoint.safetensors");
+  std::vector<NamedTensor> tensors;
+  std::map<std::string, std::string> meta;
+  {
+    SafetensorsFile f(path);
+    REQUIRE(f.metadata_value("world_size") == "1");
+    for (const std::string& name : f.names()) tensors.push_back({name, f.read(name)});
+    meta = f.metadata();
+  }
+  meta["world_size"] = "4";
+  save_safetensors(path, tensors, meta);
+  REQUIRE_THROWS_WITH(train(config, {"train.max_steps=14"}, dir.file("run")),
+                      Catch::Contains(path + ": the checkpoint was written by 4 rank(s) but this run has 1"));
+  // Checkpoints of earlier versions have no world_size and still resume.
+  meta.erase("world_size");
+  save_safetensors(path, tensors, meta);
+  REQUIRE(train(config, {"train.max_steps=14"}, dir.file("run")).steps == 14);
+}
+
 TEST_CASE("a resumed run rewrites metrics.csv from its checkpoint: no cut line, no repeated row", "[e2e][resume]") {
   // 320 samples / batch 32: rows at steps 10, 20, 30. The run is stopped at step 20, continued to 30,
   // then set back to its step-20 checkpoint with the last row cut in half: a crash after writing
