@@ -193,6 +193,17 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
     tensors_of_layer_[static_cast<size_t>(e.layer_index)].push_back(static_cast<int>(tensors.size()));
     tensors.push_back({e.name, e.layer_name, e.layer_type, e.offset, e.numel, e.shape.empty() ? 1 : e.shape.back()});
   }
+  // An override matching no layer is a typo in its glob: those gradients would silently keep the
+  // section's method.
+  for (size_t i = 0; i < config_.quantization.overrides.size(); ++i) {
+    const QuantOverride& o = config_.quantization.overrides[i];
+    bool used = false;
+    for (const ParamEntry& e : net_->param_entries()) used = used || o.matches(e.layer_name, e.layer_type);
+    if (!used)
+      input_error("{}: quantization.overrides.{} (match name '{}', type '{}') matches no layer with parameters in "
+                  "this model",
+                  o.where, i, o.name_pattern, o.type_pattern);
+  }
   exchange_ = std::make_unique<GradientExchange>(*comm_, device_, config_.seed, config_.communication,
                                                  config_.quantization, std::move(tensors));
 

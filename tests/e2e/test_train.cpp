@@ -283,6 +283,24 @@ TEST_CASE("a resumed run rewrites metrics.csv from its checkpoint: no cut line, 
   REQUIRE(rows == 1);
 }
 
+TEST_CASE("a quantization override that matches no layer is an error naming it", "[e2e]") {
+  // A typo in a glob (here a type the MLP does not have) used to leave those gradients at the section's
+  // method without a word.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 64, 64);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  const std::vector<std::string> common{"output.dir=" + dir.file("run"), "train.max_steps=1",
+                                        "quantization.method=fp32"};
+  std::vector<std::string> typo = common;
+  typo.push_back("quantization.overrides=[{match: {type: dens}, method: fp16}]");
+  REQUIRE_THROWS_WITH(train(config, typo),
+                      Catch::Contains("quantization.overrides.0 (match name '', type 'dens') matches no layer"));
+  std::vector<std::string> good = common;
+  good.push_back("quantization.overrides=[{match: {type: dense, name: dense2}, method: fp16}]");
+  REQUIRE(train(config, good).steps == 1);
+}
+
 TEST_CASE("an unusable output.dir is an error naming it, before training", "[e2e]") {
   // These escaped as std::filesystem::filesystem_error ("qtrain: unexpected error"), and a folder
   // named checkpoint.safetensors failed only after the whole training.
