@@ -36,9 +36,9 @@ std::string join(const std::set<std::string>& names) {
 
 // How many places of the document hold `target` (saturating at 2^30). A YAML alias (`*name`) is the
 // very node its anchor (`&name`) labels, not a copy, so a node reached through an alias is held in two
-// or more places. Each shared mapping or list is counted once and its count
-// remembered: a chain of aliases, each listing the previous one twice, makes the tree exponentially
-// larger than the file (the "billion laughs"), and a plain walk of it would never end.
+// or more places. Each shared mapping or list is counted once and its count remembered: a chain of
+// aliases, each listing the previous one twice, makes the tree exponentially larger than the file (the
+// "billion laughs"), and a plain walk of it would never end.
 int64_t uses_of(const YAML::Node& node, const YAML::Node& target,
                 std::vector<std::pair<YAML::Node, int64_t>>& counted) {
   if (node.is(target)) return 1;
