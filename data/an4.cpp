@@ -37,6 +37,8 @@ std::vector<std::string> read_lines(const std::string& path) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     lines.push_back(line);
   }
+  // A folder opens as an empty stream and only fails on reading: it must not pass for an empty list.
+  if (in.bad()) input_error("{}: cannot read ({}); expected a text file", path, std::strerror(errno));
   // A trailing empty line is a final newline, not an utterance.
   while (!lines.empty() && lines.back().find_first_not_of(" \t") == std::string::npos) lines.pop_back();
   return lines;
@@ -160,6 +162,16 @@ bool load_cache(const std::string& path, const std::string& key, size_t count, i
       return false;
     }
     total += f;
+  }
+  // The frame counts are outside the checksum: damaged ones could ask for gigabytes, so they must
+  // match the bytes the file still holds before anything is allocated.
+  const std::streamoff at = in.tellg();
+  in.seekg(0, std::ios::end);
+  const std::streamoff left = in.tellg() - at;
+  in.seekg(at);
+  if (!in || left != static_cast<std::streamoff>(total * mels * static_cast<int64_t>(sizeof(float)) + 4)) {
+    *why = "frame counts do not match the file size";
+    return false;
   }
   features->resize(static_cast<size_t>(total) * mels);
   uint32_t crc = 0;

@@ -25,6 +25,9 @@ void only_for(ConfigNode& section, const std::string& key, const std::string& da
 
 std::vector<double> get_per_channel(ConfigNode& section, const std::string& key, const std::string& dataset,
                                     bool positive) {
+  // AN4's features are normalized per utterance (features.*): a mean or std there would be ignored.
+  if (dataset == "an4" && section.has(key))
+    section.fail(key, "applies to the image datasets only; an4's features are normalized per utterance");
   std::vector<double> v = section.get_double_list(key, {});
   if (v.empty()) {
     if (section.has(key)) section.fail(key, "must list one value per channel, got an empty list");
@@ -87,6 +90,12 @@ DataConfig parse_data_config(ConfigNode& section) {
       c.speech.hop_ms = f.get_double("hop_ms", c.speech.hop_ms, 0.1, 1000.0);
       c.speech.fft_size = static_cast<int>(f.get_int("fft_size", c.speech.fft_size, 16, 1 << 16));
       c.speech.window = f.get_choice("window", c.speech.window, {"hann", "hamming"});
+      // The filterbank checks this too, but cannot name the key.
+      const int rate = FilterbankOptions{}.sample_rate;
+      const long window = std::lround(c.speech.window_ms * rate / 1000.0);
+      if (c.speech.fft_size < window)
+        f.fail("fft_size", fmt::format("must be >= the window of {} samples (window_ms {} at {} Hz), got {}", window,
+                                       c.speech.window_ms, rate, c.speech.fft_size));
       f.finish();
     }
   }

@@ -31,18 +31,35 @@ void check_layout(const std::string& path, const std::vector<uint8_t>& bytes, ui
     input_error("{}: truncated: {} bytes, the IDX {} header alone needs {}", path, bytes.size(), what, header_bytes);
 }
 
+// A longer file is refused while reading (read_file_bytes with the announced size as its limit).
 void check_size(const std::string& path, size_t found, uint64_t expected, const std::string& announced) {
   if (found < expected)
     input_error("{}: truncated: the header announces {}, so {} bytes are expected, found {}", path, announced, expected,
                 found);
-  if (found > expected)
-    input_error("{}: the header announces {}, so {} bytes are expected, found {} (trailing data)", path, announced,
-                expected, found);
+}
+
+// The first `n` bytes of a file (fewer when it is shorter), decompressed when gzip.
+std::vector<uint8_t> read_file_head(const std::string& path, size_t n) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) input_error("{}: file not found", path);
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) input_error("{}: cannot open: {}", path, std::strerror(errno));
+  std::vector<uint8_t> out(n);
+  const int got = gzread(f, out.data(), static_cast<unsigned>(n));
+  if (got < 0) {
+    int code = 0;
+    const std::string message = gzerror(f, &code);
+    gzclose(f);
+    input_error("{}: cannot read: {}", path, code == Z_ERRNO ? std::strerror(errno) : message);
+  }
+  gzclose(f);
+  out.resize(static_cast<size_t>(got));
+  return out;
 }
 
 }  // namespace
 
-std::vector<uint8_t> read_file_bytes(const std::string& path) {
+std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t max_bytes, const std::string& expected) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) input_error("{}: file not found", path);
   gzFile f = gzopen(path.c_str(), "rb");
@@ -61,6 +78,11 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
       input_error("{}: cannot read: {}", path, code == Z_ERRNO ? std::strerror(errno) : message);
     }
     out.resize(old + static_cast<size_t>(n));
+    if (out.size() > max_bytes) {
+      gzclose(f);
+      input_error("{}: longer than the {} bytes {} (trailing data, or a gzip stream that expands further)", path,
+                  max_bytes, expected);
+    }
     if (static_cast<size_t>(n) < kChunk) break;
   }
   // A gzip stream cut short reads as a shorter file; zlib reports it here.
@@ -72,23 +94,32 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
 }
 
 IdxImages read_idx_images(const std::string& path) {
-  std::vector<uint8_t> bytes = read_file_bytes(path);
-  check_layout(path, bytes, kIdxImagesMagic, "image", "unsigned bytes, 3 dimensions", 16);
+  // The header first, then no more than it announces (a gzip file may expand much further).
+  const std::vector<uint8_t> head = read_file_head(path, 16);
+  check_layout(path, head, kIdxImagesMagic, "image", "unsigned bytes, 3 dimensions", 16);
   IdxImages out;
-  out.count = read_be32(bytes.data() + 4);
-  out.rows = read_be32(bytes.data() + 8);
-  out.cols = read_be32(bytes.data() + 12);
-  const uint64_t expected = 16 + static_cast<uint64_t>(out.count) * out.rows * out.cols;
-  check_size(path, bytes.size(), expected, fmt::format("{} images of {}x{}", out.count, out.rows, out.cols));
+  out.count = read_be32(head.data() + 4);
+  out.rows = read_be32(head.data() + 8);
+  out.cols = read_be32(head.data() + 12);
+  const std::string announced = fmt::format("{} images of {}x{}", out.count, out.rows, out.cols);
+  // Three 32-bit counts can overflow 64 bits; the wrapped product would be a meaningless "expected" size.
+  uint64_t pixels = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(out.count) * out.rows, static_cast<uint64_t>(out.cols), &pixels))
+    input_error("{}: the header announces {}, more bytes than any file holds (a damaged header)", path, announced);
+  std::vector<uint8_t> bytes =
+      read_file_bytes(path, 16 + pixels, fmt::format("that its header announces ({})", announced));
+  check_size(path, bytes.size(), 16 + pixels, announced);
   bytes.erase(bytes.begin(), bytes.begin() + 16);
   out.pixels = std::move(bytes);
   return out;
 }
 
 std::vector<uint8_t> read_idx_labels(const std::string& path) {
-  std::vector<uint8_t> bytes = read_file_bytes(path);
-  check_layout(path, bytes, kIdxLabelsMagic, "label", "unsigned bytes, 1 dimension", 8);
-  const uint64_t count = read_be32(bytes.data() + 4);
+  const std::vector<uint8_t> head = read_file_head(path, 8);
+  check_layout(path, head, kIdxLabelsMagic, "label", "unsigned bytes, 1 dimension", 8);
+  const uint64_t count = read_be32(head.data() + 4);
+  std::vector<uint8_t> bytes =
+      read_file_bytes(path, 8 + count, fmt::format("that its header announces ({} labels)", count));
   check_size(path, bytes.size(), 8 + count, fmt::format("{} labels", count));
   bytes.erase(bytes.begin(), bytes.begin() + 8);
   return bytes;

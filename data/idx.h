@@ -18,8 +18,11 @@ struct IdxImages {
   std::vector<uint8_t> pixels;  // (count, rows, cols) row-major
 };
 
-// The whole (decompressed when gzip) content of a file.
-std::vector<uint8_t> read_file_bytes(const std::string& path);
+// The whole (decompressed when gzip) content of a file. A file longer than `max_bytes` is an
+// InputError saying so with `expected` (what announced the size), found after reading at most 1 MiB
+// more: a few megabytes of gzip can expand to gigabytes.
+std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t max_bytes = UINT64_MAX,
+                                     const std::string& expected = "");
 
 IdxImages read_idx_images(const std::string& path);
 std::vector<uint8_t> read_idx_labels(const std::string& path);

@@ -107,7 +107,9 @@ class ImageFolderDataset final : public Dataset {
 
 }  // namespace
 
-std::unique_ptr<Dataset> open_imagefolder(const std::string& root, Split split, const ImageFolderOptions& options) {
+namespace {
+
+std::unique_ptr<Dataset> index_and_open(const std::string& root, Split split, const ImageFolderOptions& options) {
   std::error_code ec;
   if (!fs::is_directory(root, ec))
     input_error("data folder '{}' for dataset imagefolder does not exist; it should hold train/<class>/*.JPEG and "
@@ -136,8 +138,15 @@ std::unique_ptr<Dataset> open_imagefolder(const std::string& root, Split split, 
     int64_t ignored = 0;
     for (const auto& entry : fs::directory_iterator(class_dir)) {
       if (hidden(entry.path()) || entry.is_directory()) continue;
-      if (is_jpeg_name(entry.path())) names.push_back(entry.path().filename().string());
-      else ++ignored;
+      if (!is_jpeg_name(entry.path())) {
+        ++ignored;
+        continue;
+      }
+      // A pipe would block the loader thread that opens it forever; a dangling link fails only when read.
+      if (!entry.is_regular_file())
+        input_error("{}: not a regular file (a dangling link, a pipe or a device); a class folder holds JPEG files",
+                    entry.path().string());
+      names.push_back(entry.path().filename().string());
     }
     if (names.empty())
       input_error("{}: class folder holds no JPEG files (.jpg or .jpeg, any case){}", class_dir.string(),
@@ -164,6 +173,18 @@ std::unique_ptr<Dataset> open_imagefolder(const std::string& root, Split split, 
            "imagefolder: eval_resize {} must be >= image_size {}", options.eval_resize, options.image_size);
   return std::make_unique<ImageFolderDataset>(std::move(files), std::move(labels), static_cast<int>(classes.size()),
                                               options, mean, std);
+}
+
+}  // namespace
+
+std::unique_ptr<Dataset> open_imagefolder(const std::string& root, Split split, const ImageFolderOptions& options) {
+  // Listing a tree meets what a status query throws on (a symbolic link loop, a folder removed
+  // meanwhile): name the path rather than let std::filesystem's exception escape.
+  try {
+    return index_and_open(root, split, options);
+  } catch (const fs::filesystem_error& e) {
+    input_error("{}: cannot list the image folder: {}", e.path1().string(), e.code().message());
+  }
 }
 
 }  // namespace qtrain

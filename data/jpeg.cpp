@@ -44,13 +44,20 @@ bool create(jpeg_decompress_struct* cinfo, ErrorManager* err) {
 }
 
 // Header and output colour space. Returns false on a libjpeg error (message in err).
-bool start(jpeg_decompress_struct* cinfo, ErrorManager* err, const uint8_t* data, size_t size) {
+bool read_header(jpeg_decompress_struct* cinfo, ErrorManager* err, const uint8_t* data, size_t size) {
   if (setjmp(err->jump)) return false;
   jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(cinfo, TRUE);
   // CMYK and YCCK decode to CMYK (libjpeg converts no further); everything else straight to RGB.
   cinfo->out_color_space =
       cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK ? JCS_CMYK : JCS_RGB;
+  return true;
+}
+
+// Starts decompression (a progressive image allocates its whole coefficient buffer here). Returns
+// false on a libjpeg error (message in err).
+bool start(jpeg_decompress_struct* cinfo, ErrorManager* err) {
+  if (setjmp(err->jump)) return false;
   jpeg_start_decompress(cinfo);
   return true;
 }
@@ -87,7 +94,15 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& path) 
     input_error("{}: not a JPEG file (it does not start with the JPEG marker FF D8; {} bytes)", path, size);
   Decompressor d;
   if (!create(&d.cinfo, &d.err)) input_error("{}: cannot set up the JPEG decoder: {}", path, d.err.message);
-  if (!start(&d.cinfo, &d.err, data, size)) input_error("{}: cannot decode JPEG: {}", path, d.err.message);
+  if (!read_header(&d.cinfo, &d.err, data, size)) input_error("{}: cannot decode JPEG: {}", path, d.err.message);
+  // The header alone declares the size (up to 65500 x 65500): a few hundred bytes could otherwise make
+  // every loader thread allocate and clear gigabytes before the missing data is noticed.
+  const uint64_t declared = static_cast<uint64_t>(d.cinfo.image_width) * d.cinfo.image_height;
+  if (declared > kMaxJpegPixels)
+    input_error("{}: the JPEG header declares {}x{} pixels, more than the {} an image may have (PIL's "
+                "decompression-bomb limit); the file is damaged or not a photograph",
+                path, d.cinfo.image_width, d.cinfo.image_height, kMaxJpegPixels);
+  if (!start(&d.cinfo, &d.err)) input_error("{}: cannot decode JPEG: {}", path, d.err.message);
   const int components = d.cinfo.output_components;
   RgbImage image;
   image.height = d.cinfo.output_height;

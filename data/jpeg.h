@@ -17,6 +17,10 @@ struct RgbImage {
   std::vector<uint8_t> pixels;  // (height, width, 3) row-major, interleaved R, G, B
 };
 
+// The most pixels a JPEG may declare (PIL's DecompressionBombError threshold, 2 x 89478485); the
+// largest ImageNet photographs have about 10^7.
+constexpr uint64_t kMaxJpegPixels = 178956970;
+
 // Decodes the JPEG in `data`; `path` names it in errors. Thread-safe (no shared state).
 RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& path);
 

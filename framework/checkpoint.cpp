@@ -1,6 +1,8 @@
 // Training checkpoints over safetensors.
 #include "framework/checkpoint.h"
 
+#include <set>
+
 #include "framework/safetensors.h"
 
 namespace qtrain {
@@ -30,6 +32,7 @@ void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer, co
       {"step", std::to_string(position.step)},
       {"epoch", std::to_string(position.epoch)},
       {"batch_in_epoch", std::to_string(position.batch_in_epoch)},
+      {"world_size", std::to_string(position.world_size)},
       {"seed", std::to_string(seed)},
       {"optimizer", optimizer.type()},
       {"config", resolved_config},
@@ -55,10 +58,25 @@ TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* o
                   f.metadata_value("optimizer"), optimizer->type());
     for (auto& [name, t] : optimizer->state()) f.read_into("optimizer/" + name, t);
   }
+  // A tensor nobody read means a checkpoint of another model (or optimizer configuration) whose
+  // shared names happen to fit: loading only those would give a silently different network.
+  std::set<std::string> read;
+  for (const ParamEntry& e : net.param_entries()) read.insert(e.name);
+  for (const ParamEntry& e : net.buffer_entries()) read.insert(e.name);
+  if (optimizer)
+    for (auto& [name, t] : optimizer->state()) read.insert("optimizer/" + name);
+  for (const std::string& name : f.names()) {
+    const bool optimizer_state = name.rfind("optimizer/", 0) == 0;
+    if (read.count(name) == 0 && !(optimizer_state && optimizer == nullptr))
+      input_error("{}: the checkpoint holds tensor '{}', which this {} does not have; it was written by another "
+                  "model or configuration",
+                  path, name, optimizer_state ? "optimizer configuration" : "model");
+  }
   TrainingPosition p;
   p.step = parse_count(f, path, "step");
   p.epoch = parse_count(f, path, "epoch");
   p.batch_in_epoch = parse_count(f, path, "batch_in_epoch");
+  if (f.metadata().count("world_size")) p.world_size = parse_count(f, path, "world_size");
   return p;
 }
 

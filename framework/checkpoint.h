@@ -16,6 +16,9 @@ struct TrainingPosition {
   int64_t step = 0;            // optimizer steps taken
   int64_t epoch = 0;           // current epoch (0-based)
   int64_t batch_in_epoch = 0;  // batches of `epoch` already consumed
+  // Ranks of the run that wrote it (0: not recorded, checkpoints of older versions). The position
+  // within the epoch and the per-rank state files mean something only for that many ranks.
+  int64_t world_size = 0;
 };
 
 void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer, const TrainingPosition& position,

@@ -34,16 +34,73 @@ std::string join(const std::set<std::string>& names) {
   return s;
 }
 
-// How many places of the document hold `target`. A YAML alias (`*name`) is the very node its anchor
-// (`&name`) labels, not a copy, so a node reached through an alias is held in two or more places.
-int uses_of(const YAML::Node& node, const YAML::Node& target) {
-  int uses = node.is(target) ? 1 : 0;
+// How many places of the document hold `target` (saturating at 2^30). A YAML alias (`*name`) is the
+// very node its anchor (`&name`) labels, not a copy, so a node reached through an alias is held in two
+// or more places. Each shared mapping or list is counted once and its count remembered: a chain of
+// aliases, each listing the previous one twice, makes the tree exponentially larger than the file (the
+// "billion laughs"), and a plain walk of it would never end.
+int64_t uses_of(const YAML::Node& node, const YAML::Node& target,
+                std::vector<std::pair<YAML::Node, int64_t>>& counted) {
+  if (node.is(target)) return 1;
+  if (!node.IsMap() && !node.IsSequence()) return 0;
+  for (const auto& [seen, uses] : counted)
+    if (seen.is(node)) return uses;
+  int64_t uses = 0;
   if (node.IsMap()) {
-    for (const auto& kv : node) uses += uses_of(kv.second, target);
-  } else if (node.IsSequence()) {
-    for (const auto& item : node) uses += uses_of(item, target);
+    for (const auto& kv : node) uses = std::min<int64_t>(uses + uses_of(kv.second, target, counted), 1 << 30);
+  } else {
+    for (const auto& item : node) uses = std::min<int64_t>(uses + uses_of(item, target, counted), 1 << 30);
   }
+  counted.emplace_back(node, uses);
   return uses;
+}
+
+// "file:line:col" of a node of `origin` (a file), or the --set itself for a value given there.
+std::string mark_location(const std::string& origin, const YAML::Mark& mark) {
+  if (origin.rfind("--set", 0) == 0 || mark.line < 0) return origin;
+  return fmt::format("{}:{}:{}", origin, mark.line + 1, mark.column + 1);
+}
+
+// Rejects what yaml-cpp accepts but no config can mean: a key given twice in one mapping (yaml-cpp
+// keeps both and every lookup finds the first, so the second would be ignored without a word), a key
+// that is a list or a mapping, and an anchor whose node contains an alias of itself (a cycle, which
+// every walk of the tree would follow until the stack overflows). `path` holds the mappings and lists
+// being walked (for the cycle), `checked` those done: a node shared through aliases is checked once.
+void check_structure(const YAML::Node& node, const std::string& origin, std::vector<YAML::Node>& path,
+                     std::vector<YAML::Node>& checked) {
+  if (!node.IsMap() && !node.IsSequence()) return;
+  for (const YAML::Node& open : path)
+    if (open.is(node))
+      input_error("{}: the node anchored here contains an alias of itself (a cycle); an alias may only name a "
+                  "node outside it",
+                  mark_location(origin, node.Mark()));
+  for (const YAML::Node& done : checked)
+    if (done.is(node)) return;
+  path.push_back(node);
+  if (node.IsMap()) {
+    std::vector<std::pair<std::string, YAML::Mark>> keys;
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar())
+        input_error("{}: a key must be a plain name, got {}", mark_location(origin, kv.first.Mark()),
+                    kv.first.IsSequence() ? "a list" : kv.first.IsMap() ? "a mapping" : "an empty key");
+      const std::string& key = kv.first.Scalar();
+      for (const auto& [earlier, mark] : keys)
+        if (earlier == key)
+          input_error("{}: duplicate key '{}' (first given at {}); a key may appear only once in a mapping",
+                      mark_location(origin, kv.first.Mark()), key, mark_location(origin, mark));
+      keys.emplace_back(key, kv.first.Mark());
+      check_structure(kv.second, origin, path, checked);
+    }
+  } else {
+    for (const auto& item : node) check_structure(item, origin, path, checked);
+  }
+  path.pop_back();
+  checked.push_back(node);
+}
+
+void check_structure(const YAML::Node& root, const std::string& origin) {
+  std::vector<YAML::Node> path, checked;
+  check_structure(root, origin, path, checked);
 }
 
 }  // namespace
@@ -253,9 +310,19 @@ LoadedConfig load_config_file(const std::string& file, const std::vector<std::st
     input_error("{}: cannot read config: {}", file, e.what());
   }
   if (!out.root.IsMap()) input_error("{}: a config must be a YAML mapping of sections (name, data, model, ...)", file);
+  check_structure(out.root, file);
   for (const auto& o : overrides) apply_override(out.root, *out.source, o);
   return out;
 }
+
+namespace {
+// `k` as an index into a list of `size` entries, or -1 when it is not one (too long for stoul too).
+int64_t list_index(const std::string& k, size_t size) {
+  if (k.empty() || k.size() > 9 || !std::all_of(k.begin(), k.end(), ::isdigit)) return -1;
+  const auto i = static_cast<size_t>(std::stoul(k));
+  return i < size ? static_cast<int64_t>(i) : -1;
+}
+}  // namespace
 
 void apply_override(YAML::Node root, ConfigSource& source, const std::string& assignment) {
   const size_t eq = assignment.find('=');
@@ -276,16 +343,18 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
   } catch (const YAML::Exception& e) {
     input_error("--set {}: the value '{}' is not valid YAML: {}", path, text, e.what());
   }
+  check_structure(value, "--set " + path);
   // Walk with explicit node handles; yaml-cpp's assignment semantics make `cur = cur[k]` rebind.
   std::vector<YAML::Node> chain{root};
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     YAML::Node cur = chain.back();
     const std::string& k = parts[i];
     if (cur.IsSequence()) {
-      const bool numeric = !k.empty() && std::all_of(k.begin(), k.end(), ::isdigit);
-      if (!numeric || std::stoul(k) >= cur.size())
-        input_error("--set {}: '{}' must index the list (0..{})", path, k, cur.size() - 1);
-      chain.push_back(cur[std::stoul(k)]);
+      const int64_t index = list_index(k, cur.size());
+      if (index < 0) input_error("--set {}: '{}' must index the list (0..{})", path, k, cur.size() - 1);
+      YAML::Node entry = cur[static_cast<size_t>(index)];
+      if (entry.IsScalar()) input_error("--set {}: '{}' is a value, not a section", path, k);
+      chain.push_back(entry);
     } else {
       if (!cur[k].IsDefined() || cur[k].IsNull()) cur[k] = YAML::Node(YAML::NodeType::Map);
       if (cur[k].IsScalar()) input_error("--set {}: '{}' is a value, not a section", path, k);
@@ -297,11 +366,11 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
   // yaml-cpp assigns through shared nodes, so overriding one use of an alias would silently change
   // every use of it (and the anchor's own entry). Refuse instead: the user edits the file.
   if (parent.IsMap() && parent[last].IsDefined()) chain.push_back(parent[last]);
-  else if (parent.IsSequence() && !last.empty() && std::all_of(last.begin(), last.end(), ::isdigit) &&
-           std::stoul(last) < parent.size())
-    chain.push_back(parent[std::stoul(last)]);
+  else if (parent.IsSequence() && list_index(last, parent.size()) >= 0)
+    chain.push_back(parent[static_cast<size_t>(list_index(last, parent.size()))]);
   for (size_t i = 1; i < chain.size(); ++i) {
-    const int uses = uses_of(root, chain[i]);
+    std::vector<std::pair<YAML::Node, int64_t>> counted;
+    const int64_t uses = uses_of(root, chain[i], counted);
     if (uses > 1) {
       std::string prefix = parts[0];
       for (size_t j = 1; j < i; ++j) prefix += "." + parts[j];
@@ -311,10 +380,9 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
     }
   }
   if (parent.IsSequence()) {
-    const bool numeric = !last.empty() && std::all_of(last.begin(), last.end(), ::isdigit);
-    if (!numeric || std::stoul(last) >= parent.size())
-      input_error("--set {}: '{}' must index the list (0..{})", path, last, parent.size() - 1);
-    parent[std::stoul(last)] = value;
+    const int64_t index = list_index(last, parent.size());
+    if (index < 0) input_error("--set {}: '{}' must index the list (0..{})", path, last, parent.size() - 1);
+    parent[static_cast<size_t>(index)] = value;
   } else {
     parent[last] = value;
   }

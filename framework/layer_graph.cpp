@@ -8,6 +8,8 @@
 namespace qtrain {
 namespace {
 
+constexpr size_t kMaxLayers = 1 << 16;
+
 // The names visible in one block repetition (or the top level) and where its layers read from.
 struct Scope {
   std::string prefix;                        // "stage1_block3." ("" at the top level)
@@ -93,6 +95,12 @@ class Expander {
   }
 
   void add_layer(ConfigNode cfg, Scope& scope) {
+    // Nested repeat counts multiply: stop expanding long before memory or time run out (ResNet-1202,
+    // the deepest shipped model family, has about 4000 layers).
+    if (nodes_.size() >= kMaxLayers)
+      cfg.fail("", fmt::format("would be layer {} of the expanded model, more than the {} allowed; check the repeat "
+                               "counts of the enclosing blocks",
+                               nodes_.size() + 1, kMaxLayers));
     const std::string type = cfg.require<std::string>("type");
     std::string name;
     if (cfg.has("name")) {

@@ -1,10 +1,14 @@
 // metrics.csv writing.
 #include "framework/metrics.h"
 
-#include <filesystem>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
 #include "framework/check.h"
+#include "framework/safetensors.h"
 
 namespace qtrain {
 
@@ -14,14 +18,30 @@ std::string MetricsWriter::header() {
   return h + ",bytes_sent,bytes_sent_per_step,hidden_comm_s,exposed_comm_s,fraction_quantized,test_cer,test_wer";
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
-  const bool exists = std::filesystem::exists(path) && std::filesystem::file_size(path) > 0;
+MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(path, ec) && std::filesystem::file_size(path, ec) > 0;
   if (exists) {
-    std::ifstream in(path);
-    std::string first;
-    std::getline(in, first);
-    if (first != header())
+    std::ifstream in(path, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t header_end = std::min(text.find('\n'), text.size());
+    if (text.substr(0, header_end) != header())
       input_error("{}: existing metrics file has a different header; move it away or choose another output.dir", path);
+    // Rows after the step training continues from are written again, and a last line without its
+    // newline was cut by an interrupted write (the next row would continue it): both go.
+    std::string kept = header() + "\n";
+    bool rewrite = text.back() != '\n';
+    for (size_t at = header_end + 1; at < text.size();) {
+      const size_t end = text.find('\n', at);
+      if (end == std::string::npos) break;  // the cut line
+      const std::string line = text.substr(at, end - at);
+      at = end + 1;
+      const size_t comma = line.find(',');
+      const long long step = comma == std::string::npos ? -1 : std::atoll(line.c_str() + comma + 1);
+      if (step >= 0 && step <= keep_through_step) kept += line + "\n";
+      else rewrite = true;
+    }
+    if (rewrite) write_file_atomically(path, kept);
   }
   out_.open(path, std::ios::app);
   if (!out_) input_error("{}: cannot open for writing", path);

@@ -1,8 +1,10 @@
 // metrics.csv: one row per evaluation (end of an epoch, or the end of a run stopped by max_steps).
-// Appends on resume, after checking that the existing header is the one this version writes.
+// Appends on resume, after checking that the existing header is the one this version writes and
+// dropping the rows the resumed run writes again.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -32,7 +34,9 @@ struct MetricsRow {
 
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);
+  // Keeps the existing rows up to step `keep_through_step` (a resumed run continues from there and
+  // writes the later ones again; a fresh run passes 0) and drops a last line cut short.
+  explicit MetricsWriter(const std::string& path, int64_t keep_through_step = INT64_MAX);
   void append(const MetricsRow& row);
   static std::string header();
 

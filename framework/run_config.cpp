@@ -56,8 +56,10 @@ RunConfig parse_run_config(const std::string& file, const std::vector<std::strin
   rc.resolved = loaded.root;
   ConfigNode root(loaded.root, "", loaded.source);
   rc.name = root.get<std::string>("name", std::filesystem::path(file).stem().string());
-  if (rc.name.empty() || rc.name.find('/') != std::string::npos)
-    root.fail("name", fmt::format("must be a non-empty name without '/', got '{}'", rc.name));
+  // The default run directory is runs/<name>: "." or ".." would put a run's files into runs/ or the
+  // working directory.
+  if (rc.name.empty() || rc.name.find('/') != std::string::npos || rc.name == "." || rc.name == "..")
+    root.fail("name", fmt::format("must be a non-empty name without '/', and not '.' or '..', got '{}'", rc.name));
   rc.seed = static_cast<uint64_t>(root.get_int("seed", 1, 0, INT64_MAX));
   rc.device = root.get_choice("device", rc.device, {"cpu", "cuda", "auto"});
   ConfigNode data = root.child("data");

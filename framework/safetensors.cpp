@@ -5,11 +5,14 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 namespace qtrain {
 namespace {
@@ -62,7 +65,9 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  fs::create_directories(folder);
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) input_error("{}: cannot create the folder: {}", folder.string(), ec.message());
   // Built with fmt rather than string operator+, which trips GCC 12's false -Wrestrict warning.
   const std::string tmp = (folder / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -114,6 +119,9 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  // A folder opens as a stream and throws from the first read.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) input_error("{}: checkpoint not found (or not a file)", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) input_error("{}: checkpoint not found or unreadable", path);
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -145,7 +153,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     try {
       if (!parse_st_dtype(v.at("dtype").get<std::string>(), e.dtype))
         input_error("{}: tensor '{}' has unsupported dtype {}", path, it.key(), v.at("dtype").dump());
-      e.shape = v.at("shape").get<Shape>();
+      // Checked element by element: nlohmann would turn 10.7 into 10 and a huge unsigned into a negative.
+      const auto& shape = v.at("shape");
+      bool integers = shape.is_array();
+      if (integers)
+        for (const auto& d : shape) integers = integers && d.is_number_integer() && d.get<int64_t>() >= 0;
+      if (!integers)
+        input_error("{}: corrupt checkpoint: tensor '{}' has shape {}, expected a list of non-negative integers",
+                    path, it.key(), shape.dump());
+      e.shape = shape.get<Shape>();
       const auto offsets = v.at("data_offsets").get<std::vector<uint64_t>>();
       if (offsets.size() != 2) input_error("{}: corrupt checkpoint: tensor '{}' needs 2 data_offsets", path, it.key());
       e.begin = offsets[0];
@@ -153,14 +169,33 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     } catch (const nlohmann::json::exception& ex) {
       input_error("{}: corrupt checkpoint: tensor '{}' has a malformed entry ({})", path, it.key(), ex.what());
     }
-    for (int64_t d : e.shape)
-      if (d < 0) input_error("{}: corrupt checkpoint: tensor '{}' has a negative dimension", path, it.key());
-    const size_t expected = static_cast<size_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
+    // The byte count without overflow: a shape whose product wraps around could claim a few bytes.
+    size_t expected = dtype_size(e.dtype);
+    const bool empty = std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end();
+    for (int64_t d : e.shape) {
+      if (!empty && expected > std::numeric_limits<size_t>::max() / static_cast<size_t>(d))
+        input_error("{}: corrupt checkpoint: tensor '{}' has shape {}, more bytes than any file holds", path,
+                    it.key(), shape_str(e.shape));
+      expected *= static_cast<size_t>(d);
+    }
     if (e.begin > e.end || e.end > data_.size() || e.end - e.begin != expected)
       input_error("{}: corrupt checkpoint: tensor '{}' spans bytes [{}, {}) but needs {} bytes within {} bytes of data",
                   path, it.key(), e.begin, e.end, expected, data_.size());
     covered += expected;
     entries_.emplace(it.key(), e);
+  }
+  // Every data byte belongs to exactly one tensor: the spans may not overlap (two tensors reading the
+  // same bytes) and together cover the data.
+  std::vector<std::tuple<size_t, size_t, std::string>> spans;
+  for (const auto& [name, e] : entries_)
+    if (e.end > e.begin) spans.emplace_back(e.begin, e.end, name);
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    const auto& [begin_a, end_a, a] = spans[i - 1];
+    const auto& [begin_b, end_b, b] = spans[i];
+    if (begin_b < end_a)
+      input_error("{}: corrupt checkpoint: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap in the data", path, a,
+                  begin_a, end_a, b, begin_b, end_b);
   }
   if (covered != data_.size())
     input_error("{}: corrupt checkpoint: tensors cover {} of {} data bytes (truncated or padded file)", path, covered,

@@ -193,10 +193,30 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
     tensors_of_layer_[static_cast<size_t>(e.layer_index)].push_back(static_cast<int>(tensors.size()));
     tensors.push_back({e.name, e.layer_name, e.layer_type, e.offset, e.numel, e.shape.empty() ? 1 : e.shape.back()});
   }
+  // An override matching no layer is a typo in its glob: those gradients would silently keep the
+  // section's method.
+  for (size_t i = 0; i < config_.quantization.overrides.size(); ++i) {
+    const QuantOverride& o = config_.quantization.overrides[i];
+    bool used = false;
+    for (const ParamEntry& e : net_->param_entries()) used = used || o.matches(e.layer_name, e.layer_type);
+    if (!used)
+      input_error("{}: quantization.overrides.{} (match name '{}', type '{}') matches no layer with parameters in "
+                  "this model",
+                  o.where, i, o.name_pattern, o.type_pattern);
+  }
   exchange_ = std::make_unique<GradientExchange>(*comm_, device_, config_.seed, config_.communication,
                                                  config_.quantization, std::move(tensors));
 
-  fs::create_directories(run_dir_);
+  std::error_code ec;
+  fs::create_directories(run_dir_, ec);
+  if (ec) input_error("{}: cannot create the run directory (output.dir): {}", run_dir_, ec.message());
+  // Every file the run writes must be a file: a folder in its place would fail only at the first
+  // checkpoint, after the training it was meant to keep.
+  for (const char* name : {"config.resolved.yaml", "train.log", "metrics.csv", "checkpoint.safetensors"}) {
+    const fs::path p = fs::path(run_dir_) / name;
+    if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
+      input_error("{}: is not a file; the run directory (output.dir) must hold its own files here", p.string());
+  }
   if (options_.rank == 0) write_file_atomically((fs::path(run_dir_) / "config.resolved.yaml").string(), resolved_yaml_);
 
   // Rank 0 speaks for the job; the other ranks only report errors (through main()).
@@ -214,6 +234,14 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
     if (!fs::exists(checkpoint_path_))
       input_error("--resume {}: no checkpoint.safetensors in that run directory", options_.resume_dir);
     start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get());
+    if (start_.world_size > 0 && start_.world_size != comm_->size())
+      input_error("{}: the checkpoint was written by {} rank(s) but this run has {}; resume with {} (its position in "
+                  "the epoch and the per-rank error-feedback state belong to that many)",
+                  checkpoint_path_, start_.world_size, comm_->size(), start_.world_size);
+    if (start_.batch_in_epoch > steps_per_epoch)
+      input_error("{}: the checkpoint stopped after batch {} of epoch {}, but an epoch now has {} batches; resume "
+                  "with the data.batch_size, dataset and number of ranks it was written with",
+                  checkpoint_path_, start_.batch_in_epoch, start_.epoch + 1, steps_per_epoch);
     load_rank_state();
   }
 }
@@ -310,7 +338,9 @@ void Trainer::write_checkpoint(const TrainingPosition& position) {
   ctx_->synchronize();
   // Parameters and optimizer state are identical on every rank: rank 0 writes them. Error-feedback
   // residuals are per rank: each rank writes its own file.
-  if (options_.rank == 0) save_checkpoint(checkpoint_path_, *net_, *optimizer_, position, config_.seed, resolved_yaml_);
+  TrainingPosition written = position;
+  written.world_size = comm_->size();
+  if (options_.rank == 0) save_checkpoint(checkpoint_path_, *net_, *optimizer_, written, config_.seed, resolved_yaml_);
   std::vector<NamedTensor> state;
   for (auto& [name, t] : exchange_->state()) state.push_back({name, t});
   if (!state.empty())
@@ -327,7 +357,8 @@ TrainSummary Trainer::run() {
   const int64_t max_steps = tc.max_steps > 0 ? tc.max_steps : INT64_MAX;
   // Rank 0 speaks for the job: only it opens (and may create) metrics.csv.
   std::unique_ptr<MetricsWriter> metrics;
-  if (options_.rank == 0) metrics = std::make_unique<MetricsWriter>((fs::path(run_dir_) / "metrics.csv").string());
+  if (options_.rank == 0)
+    metrics = std::make_unique<MetricsWriter>((fs::path(run_dir_) / "metrics.csv").string(), start_.step);
   // Rank 0 speaks for the job: the other ranks' progress would interleave with its own.
   Progress progress(options_.rank == 0 ? config_.output.progress : "none", tc.log_every_steps);
 

@@ -3,6 +3,7 @@
 // (vocabulary, error cases, the feature cache), sequence batches from the Loader, and the real corpus
 // in ../shared/data/an4 when present.
 #include <catch2/catch.hpp>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -277,6 +278,13 @@ TEST_CASE("an4: clear errors for broken corpora", "[an4]") {
     dir.write("etc/an4_test.transcription", "BY SET (t1)\nZ (t2)\n");
     CHECK_THROWS_WITH(open_an4(root, Split::test, {}), Catch::Contains("an4_test.transcription:2") && Catch::Contains("'Z'"));
   }
+  SECTION("a folder where a list is expected") {
+    // It used to read as an empty list: "lists 0 utterances but ... has 3 lines".
+    fs::remove(dir.path() / "etc/an4_train.fileids");
+    fs::create_directories(dir.path() / "etc/an4_train.fileids");
+    CHECK_THROWS_WITH(open_an4(root, Split::train, {}),
+                      Catch::Contains("an4_train.fileids: cannot read (Is a directory); expected a text file"));
+  }
   SECTION("missing folder") {
     CHECK_THROWS_WITH(open_an4(root + "/nope", Split::train, {}), Catch::Contains("not a folder"));
   }
@@ -303,6 +311,25 @@ TEST_CASE("an4: the feature cache is reused, and rebuilt when stale or corrupt",
       f.put('\x55');
     }
     CHECK(sequence_of(*open_an4(root, Split::train, o), 0, &targets) == fresh);
+  }
+  SECTION("damaged frame counts are rebuilt without allocating what they claim") {
+    // The counts precede the checksummed features: 2^24 frames per utterance claimed 8 GB, which was
+    // allocated and cleared before the read fell short (a std::bad_alloc under a memory limit).
+    uint64_t key_size = 0;
+    {
+      std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(8);
+      f.read(reinterpret_cast<char*>(&key_size), sizeof key_size);
+      f.seekp(static_cast<std::streamoff>(16 + key_size));
+      const int64_t huge = int64_t{1} << 24;
+      for (int i = 0; i < 3; ++i) f.write(reinterpret_cast<const char*>(&huge), sizeof huge);
+    }
+    rusage before{};
+    ::getrusage(RUSAGE_SELF, &before);
+    CHECK(sequence_of(*open_an4(root, Split::train, o), 0, &targets) == fresh);
+    rusage after{};
+    ::getrusage(RUSAGE_SELF, &after);
+    CHECK(after.ru_maxrss - before.ru_maxrss < 512 * 1024);  // kilobytes
   }
   SECTION("truncated file is rebuilt") {
     fs::resize_file(file, 30);

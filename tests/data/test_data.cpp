@@ -3,6 +3,7 @@
 // permutation (deterministic, a permutation, pinned to golden values), shards, resume, prefetch
 // errors and restarts. The real MNIST / Fashion-MNIST files are checked when present.
 #include <catch2/catch.hpp>
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -185,6 +186,33 @@ TEST_CASE("idx: truncated files say how many bytes were expected and found", "[d
   long_labels.push_back(0);
   write_bytes(dir.file("long"), long_labels);
   REQUIRE_THROWS_WITH(read_idx_labels(dir.file("long")), Catch::Contains("trailing data"));
+  // 2^32-1 images of (2^32-1)x(2^32-1): the byte count wrapped around and the message claimed
+  // 12884901903 bytes were expected.
+  write_bytes(dir.file("huge"), qtrain::testing::idx_images_bytes({}, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu));
+  REQUIRE_THROWS_WITH(read_idx_images(dir.file("huge")),
+                      Catch::Contains(dir.file("huge") + ": the header announces 4294967295 images of "
+                                                         "4294967295x4294967295, more bytes than any file holds"));
+}
+
+TEST_CASE("idx: a gzip file expanding far beyond its header is refused without reading it all", "[data][idx]") {
+  // One 28x28 image announced, then 256 MB of zeros (about 250 KB of gzip): all of it used to be
+  // decompressed into memory before the size was compared with the header.
+  TempDir dir;
+  gzFile f = gzopen(dir.file("bomb.gz").c_str(), "wb9");
+  REQUIRE(f != nullptr);
+  const Bytes header = qtrain::testing::idx_images_bytes(Bytes(784, 0), 1);
+  gzwrite(f, header.data(), static_cast<unsigned>(header.size()));
+  const Bytes zeros(1 << 20, 0);
+  for (int i = 0; i < 256; ++i) gzwrite(f, zeros.data(), static_cast<unsigned>(zeros.size()));
+  gzclose(f);
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  REQUIRE_THROWS_WITH(read_idx_images(dir.file("bomb.gz")),
+                      Catch::Contains(dir.file("bomb.gz") + ": longer than the 800 bytes that its header announces "
+                                                            "(1 images of 28x28)"));
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024);  // kilobytes
 }
 
 TEST_CASE("idx: a truncated gzip stream is reported", "[data][idx]") {
@@ -332,6 +360,12 @@ TEST_CASE("data config: errors", "[data][config]") {
                       Catch::Contains("data.limit_train must be >= 0, got -1"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, prefetch: 0}\n"),
                       Catch::Contains("data.prefetch must be >= 1, got 0"));
+  // Used to be accepted and ignored: an4 never read data.mean, and the filterbank's own error named no key.
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, dataset: an4, mean: [0.5, 0.5, 0.5]}\n"),
+                      Catch::Contains("data.mean applies to the image datasets only"));
+  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, dataset: an4, features: {window_ms: 100}}\n"),
+                      Catch::Contains("data.features.fft_size must be >= the window of 1600 samples (window_ms 100 "
+                                      "at 16000 Hz), got 512"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, batchsize: 8}\n"),
                       Catch::Contains("unknown key 'data.batchsize'") && Catch::Contains("did you mean 'batch_size'"));
 }

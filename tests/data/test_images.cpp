@@ -5,6 +5,7 @@
 // imagefolder index and transforms on a JPEG tree written here, and the new data config keys. The real
 // CIFAR-10 subset in /work/shared/data is checked when present.
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cmath>
@@ -519,6 +520,24 @@ TEST_CASE("jpeg: malformed files name the file and libjpeg's reason", "[data][jp
   REQUIRE_THROWS_WITH(read_jpeg(dir.file("absent.jpg")), Catch::Contains("absent.jpg: cannot open the file"));
 }
 
+TEST_CASE("jpeg: a header declaring a huge image is refused before anything is allocated", "[data][jpeg]") {
+  // The 64x64 image with its frame header (SOF0: FF C0, length, precision, height, width) claiming
+  // 60000x60000: decoding used to allocate and clear 10.8 GB for the pixels before noticing that the
+  // data is missing (a std::bad_alloc, or the machine's memory, per loader thread).
+  TempDir dir;
+  Bytes bomb = qtrain::testing::encode_jpeg(qtrain::testing::solid_rgb(64, 64, 1, 2, 3), 64, 64, 3);
+  size_t sof = 0;
+  while (sof + 9 < bomb.size() && !(bomb[sof] == 0xFF && bomb[sof + 1] == 0xC0)) ++sof;
+  REQUIRE(sof + 9 < bomb.size());
+  for (size_t at : {sof + 5, sof + 7}) {
+    bomb[at] = 60000 >> 8;
+    bomb[at + 1] = 60000 & 0xFF;
+  }
+  write_file(dir.file("bomb.jpg"), bomb);
+  REQUIRE_THROWS_WITH(read_jpeg(dir.file("bomb.jpg")),
+                      Catch::Contains(dir.file("bomb.jpg") + ": the JPEG header declares 60000x60000 pixels"));
+}
+
 // -------------------------------------------------------------------------------------- imagefolder
 
 namespace {
@@ -667,6 +686,25 @@ TEST_CASE("imagefolder: empty class folders, missing folders and bad JPEGs are r
   Loader loader(*train, {.batch_size = 6, .shuffle = false, .workers = 3});
   loader.start_epoch(0);
   REQUIRE_THROWS_WITH(loader.next(), Catch::Contains("b3.jpg: cannot decode JPEG"));
+
+  // A pipe named like a JPEG blocked the loader thread that opened it (a hang); it is refused when the
+  // index is built, as is a dangling link.
+  TempDir piped;
+  write_image_tree(piped);
+  REQUIRE(::mkfifo(piped.file("train/ant/a2.jpg").c_str(), 0644) == 0);
+  REQUIRE_THROWS_WITH(open_imagefolder(piped.path().string(), Split::train, {}),
+                      Catch::Contains(piped.file("train/ant/a2.jpg") + ": not a regular file"));
+  fs::remove(piped.file("train/ant/a2.jpg"));
+  fs::create_symlink(piped.file("nowhere.jpg"), piped.file("train/ant/a2.jpg"));
+  REQUIRE_THROWS_WITH(open_imagefolder(piped.path().string(), Split::train, {}),
+                      Catch::Contains(piped.file("train/ant/a2.jpg") + ": not a regular file"));
+
+  // A link to itself as a class folder: its status query threw std::filesystem::filesystem_error.
+  fs::remove(piped.file("train/ant/a2.jpg"));
+  fs::create_symlink(piped.file("train/loop"), piped.file("train/loop"));
+  REQUIRE_THROWS_WITH(open_imagefolder(piped.path().string(), Split::train, {}),
+                      Catch::Contains(piped.file("train/loop") + ": cannot list the image folder: Too many levels of "
+                                                                 "symbolic links"));
 
   TempDir empty;
   fs::create_directories(empty.file("train"));

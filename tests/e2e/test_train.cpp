@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "framework/metrics.h"
 #include "framework/safetensors.h"
 #include "framework/trainer.h"
 #include "tests/support/idx_files.h"
@@ -82,6 +83,19 @@ TEST_CASE("N steps equal N/2 steps + resume + N/2 steps, bit for bit", "[e2e][re
     train(config, {"train.max_steps=14", "seed=2", "output.dir=" + dir.file("other")});
     REQUIRE(checkpoint_values(dir.file("other/checkpoint.safetensors")) != a);
   }
+}
+
+TEST_CASE("resuming mid-epoch with fewer batches per epoch is an error naming the checkpoint", "[e2e][resume]") {
+  // 320 samples / batch 32: the checkpoint stops after batch 7 of epoch 1. With batch 128 an epoch
+  // has 3 batches; the loader's internal check used to fire instead.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  train(config, {"train.max_steps=7", "output.dir=" + dir.file("split")});
+  REQUIRE_THROWS_WITH(train(config, {"data.batch_size=128"}, dir.file("split")),
+                      Catch::Contains("split/checkpoint.safetensors: the checkpoint stopped after batch 7 of epoch 1, "
+                                      "but an epoch now has 3 batches"));
 }
 
 TEST_CASE("a residual batch-norm net resumes bit for bit, with its running statistics", "[e2e][resume][graph]") {
@@ -204,6 +218,105 @@ TEST_CASE("run directory holds metrics, resolved config, log and checkpoint", "[
   std::ofstream(dir.file("run/checkpoint.safetensors"), std::ios::binary | std::ios::trunc) << "garbage!";
   REQUIRE_THROWS_WITH(train(small_config(dir, "{type: sgd, lr: 0.05}"), {"train.epochs=3"}, dir.file("run")),
                       Catch::Contains("checkpoint.safetensors") && Catch::Contains("corrupt checkpoint"));
+}
+
+TEST_CASE("resuming with another number of ranks is an error naming both", "[e2e][resume]") {
+  // The checkpoint of one rank, relabelled as written by 4: resuming used to continue at its position
+  // in the epoch (which means other samples for another world size) and ignore the residuals of the
+  // missing ranks.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  train(config, {"train.max_steps=7", "output.dir=" + dir.file("run")});
+  const std::string path = dir.file("run/checkpoint.safetensors");
+  std::vector<NamedTensor> tensors;
+  std::map<std::string, std::string> meta;
+  {
+    SafetensorsFile f(path);
+    REQUIRE(f.metadata_value("world_size") == "1");
+    for (const std::string& name : f.names()) tensors.push_back({name, f.read(name)});
+    meta = f.metadata();
+  }
+  meta["world_size"] = "4";
+  save_safetensors(path, tensors, meta);
+  REQUIRE_THROWS_WITH(train(config, {"train.max_steps=14"}, dir.file("run")),
+                      Catch::Contains(path + ": the checkpoint was written by 4 rank(s) but this run has 1"));
+  // Checkpoints of earlier versions have no world_size and still resume.
+  meta.erase("world_size");
+  save_safetensors(path, tensors, meta);
+  REQUIRE(train(config, {"train.max_steps=14"}, dir.file("run")).steps == 14);
+}
+
+TEST_CASE("a resumed run rewrites metrics.csv from its checkpoint: no cut line, no repeated row", "[e2e][resume]") {
+  // 320 samples / batch 32: rows at steps 10, 20, 30. The run is stopped at step 20, continued to 30,
+  // then set back to its step-20 checkpoint with the last row cut in half: a crash after writing
+  // (part of) the row of step 30 but before its checkpoint. Resuming used to append the new row to
+  // the cut one (a line of 38 cells that compare and predict refuse) and would repeat rows.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  const std::string run = dir.file("run");
+  train(config, {"train.max_steps=20", "output.dir=" + run});
+  std::filesystem::copy_file(run + "/checkpoint.safetensors", dir.file("step20.safetensors"));
+  train(config, {"train.max_steps=30"}, run);
+  std::filesystem::copy_file(dir.file("step20.safetensors"), run + "/checkpoint.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::resize_file(run + "/metrics.csv", std::filesystem::file_size(run + "/metrics.csv") - 40);
+  train(config, {"train.max_steps=30"}, run);
+  std::ifstream in(run + "/metrics.csv");
+  std::string line;
+  std::getline(in, line);
+  REQUIRE(line == MetricsWriter::header());
+  std::vector<std::string> steps;
+  while (std::getline(in, line)) {
+    REQUIRE(std::count(line.begin(), line.end(), ',') == 22);
+    steps.push_back(line.substr(line.find(',') + 1, line.find(',', line.find(',') + 1) - line.find(',') - 1));
+  }
+  REQUIRE(steps == std::vector<std::string>{"10", "20", "30"});
+  // A fresh run in the same directory starts a new file rather than appending to the old rows.
+  train(config, {"train.max_steps=10", "output.dir=" + run});
+  std::ifstream again(run + "/metrics.csv");
+  int rows = -1;
+  while (std::getline(again, line)) ++rows;
+  REQUIRE(rows == 1);
+}
+
+TEST_CASE("a quantization override that matches no layer is an error naming it", "[e2e]") {
+  // A typo in a glob (here a type the MLP does not have) used to leave those gradients at the section's
+  // method without a word.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 64, 64);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  const std::vector<std::string> common{"output.dir=" + dir.file("run"), "train.max_steps=1",
+                                        "quantization.method=fp32"};
+  std::vector<std::string> typo = common;
+  typo.push_back("quantization.overrides=[{match: {type: dens}, method: fp16}]");
+  REQUIRE_THROWS_WITH(train(config, typo),
+                      Catch::Contains("quantization.overrides.0 (match name '', type 'dens') matches no layer"));
+  std::vector<std::string> good = common;
+  good.push_back("quantization.overrides=[{match: {type: dense, name: dense2}, method: fp16}]");
+  REQUIRE(train(config, good).steps == 1);
+}
+
+TEST_CASE("an unusable output.dir is an error naming it, before training", "[e2e]") {
+  // These escaped as std::filesystem::filesystem_error ("qtrain: unexpected error"), and a folder
+  // named checkpoint.safetensors failed only after the whole training.
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 64, 64);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  std::ofstream(dir.file("a_file")) << "x";
+  REQUIRE_THROWS_WITH(train(config, {"output.dir=" + dir.file("a_file/run")}),
+                      Catch::Contains(dir.file("a_file/run") + ": cannot create the run directory (output.dir)"));
+  for (const char* name : {"metrics.csv", "train.log", "checkpoint.safetensors"}) {
+    const std::string run = dir.file(std::string("run_") + name);
+    std::filesystem::create_directories(run + "/" + name);
+    REQUIRE_THROWS_WITH(train(config, {"output.dir=" + run}),
+                        Catch::Contains(run + "/" + name + ": is not a file"));
+  }
 }
 
 TEST_CASE("MNIST subset reaches 95% test accuracy in 2 epochs", "[e2e][mnist]") {

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "framework/config_node.h"
+#include "tests/support/temp_dir.h"
 
 using namespace qtrain;
 
@@ -67,6 +68,16 @@ TEST_CASE("--set overrides values and is named in errors", "[config]") {
   REQUIRE(n.child("model").items("layers")[0].get_int("units", 0, 1, 100) == 8);
   REQUIRE_THROWS_WITH(apply_override(root, *source, "model.layers.5.units=1"), Catch::Contains("must index the list"));
   REQUIRE_THROWS_WITH(apply_override(root, *source, "novalue"), Catch::Contains("expected key.path=value"));
+  // An index too long for std::stoul, and a key under a list entry that is a value, used to escape as
+  // std::out_of_range and yaml-cpp's "operator[] call on a scalar".
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "model.layers.99999999999999999999.units=1"),
+                      Catch::Contains("--set model.layers.99999999999999999999.units: '99999999999999999999' must "
+                                      "index the list (0..0)"));
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "model.layers.99999999999999999999=1"),
+                      Catch::Contains("must index the list"));
+  apply_override(root, *source, "model.input=[1, 28, 28]");
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "model.input.0.x=1"),
+                      Catch::Contains("--set model.input.0.x: '0' is a value, not a section"));
 }
 
 TEST_CASE("--set refuses to change one use of a YAML alias, which would change every use", "[config]") {
@@ -98,4 +109,41 @@ TEST_CASE("--set refuses to change one use of a YAML alias, which would change e
 
 TEST_CASE("missing file and YAML syntax errors", "[config]") {
   REQUIRE_THROWS_WITH(load_config_file("/nonexistent/x.yaml", {}), Catch::Contains("config file not found"));
+}
+
+TEST_CASE("duplicate keys and non-scalar keys and alias cycles are errors naming their line", "[config]") {
+  testing::TempDir dir;
+  // yaml-cpp keeps both entries of a duplicate key and every lookup finds the first: the second
+  // (here epochs: 2) used to be ignored without a word.
+  const std::string dup = dir.write("dup.yaml", "train: {epochs: 1}\nseed: 3\ntrain: {epochs: 2}\n");
+  REQUIRE_THROWS_WITH(load_config_file(dup, {}), Catch::Contains(dup + ":3:1: duplicate key 'train'") &&
+                                                     Catch::Contains("first given at " + dup + ":1:1"));
+  const std::string nested = dir.write("nested.yaml", "optimizer:\n  lr: 0.1\n  lr: 0.2\n");
+  REQUIRE_THROWS_WITH(load_config_file(nested, {}), Catch::Contains(nested + ":3:3: duplicate key 'lr'"));
+  // A list as a key used to escape as yaml-cpp's "bad conversion" from finish().
+  const std::string list_key = dir.write("listkey.yaml", "seed: 1\n[a, b]: 1\n");
+  REQUIRE_THROWS_WITH(load_config_file(list_key, {}),
+                      Catch::Contains(list_key + ":2:1: a key must be a plain name, got a list"));
+  REQUIRE_THROWS_WITH(load_config_file(dir.write("ok.yaml", "seed: 1\n"), {"optimizer={[x]: 1}"}),
+                      Catch::Contains("--set optimizer: a key must be a plain name, got a list"));
+  // An anchor containing its own alias: --set walked it until the stack overflowed (a segfault).
+  const std::string cycle = dir.write("cycle.yaml", "seed: 1\nx: &a [1, *a]\n");
+  REQUIRE_THROWS_WITH(load_config_file(cycle, {"seed=2"}),
+                      Catch::Contains(cycle + ":2:4: the node anchored here contains an alias of itself"));
+  // Aliases of aliases are fine, also when shared: only a repeated key is an error.
+  const std::string shared = dir.write("shared.yaml", "a: &x {k: 1}\nb: {p: *x, q: *x}\n");
+  REQUIRE(load_config_file(shared, {"c=1"}).root["b"]["q"]["k"].as<int>() == 1);
+}
+
+TEST_CASE("an alias chain of exponential size does not hang --set", "[config]") {
+  // Each level lists the previous one twice: 2^40 leaves behind 40 lines. --set counts the uses of
+  // every node on its path; it used to walk every leaf and never finish.
+  std::string text = "train: {epochs: 1}\nl0: &l0 [1, 2]\n";
+  for (int i = 1; i <= 40; ++i) text += fmt::format("l{}: &l{} [*l{}, *l{}]\n", i, i, i - 1, i - 1);
+  auto source = std::make_shared<ConfigSource>();
+  source->file = "laughs.yaml";
+  YAML::Node root = YAML::Load(text);
+  apply_override(root, *source, "train.epochs=2");
+  REQUIRE(root["train"]["epochs"].as<int>() == 2);
+  REQUIRE_THROWS_WITH(apply_override(root, *source, "l40.0.0=5"), Catch::Contains("'l40.0' is a YAML alias"));
 }

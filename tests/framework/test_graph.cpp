@@ -99,6 +99,22 @@ TEST_CASE("inputs resolve in the enclosing scopes, and blocks nest", "[net][grap
   REQUIRE(net.layer_inputs(5) == std::vector<int>{4});     // outer2 reads outer1's output
 }
 
+TEST_CASE("nested repeat counts that multiply beyond 65536 layers are an error", "[net][graph]") {
+  // 100 x 1000 relus: the whole expansion and net used to be built (a million layers took 24 s and
+  // ran out of memory in training).
+  const std::string e = build_error("[4]", R"(    - {type: dense, units: 4}
+    - name: outer
+      repeat: 100
+      layers:
+        - name: inner
+          repeat: 1000
+          layers:
+            - {type: relu}
+)");
+  REQUIRE_THAT(e, Catch::Contains("m.yaml:12:") && Catch::Contains("model.layers.1.layers.0.layers.0") &&
+                      Catch::Contains("would be layer 65537 of the expanded model, more than the 65536 allowed"));
+}
+
 TEST_CASE("graph config errors name the file, line and the problem", "[net][graph]") {
   // Lines: 5 is the first layer.
   std::string e = build_error("[4]", R"(    - {type: dense, units: 4, name: a}

@@ -1,7 +1,9 @@
 // Net: arena layout (aligned, non-overlapping named views), deterministic initialization, shapes.
 #include <catch2/catch.hpp>
 
+#include "framework/checkpoint.h"
 #include "framework/run_config.h"
+#include "framework/safetensors.h"
 #include "framework/trainer.h"
 #include "tests/support/temp_dir.h"
 
@@ -84,4 +86,25 @@ TEST_CASE("forward, loss and backward fill the gradient arena", "[net]") {
   double norm = 0;
   for (int64_t i = 0; i < net.grads().numel(); ++i) norm += std::abs(net.grads().data<float>()[i]);
   REQUIRE(norm > 0);
+}
+
+TEST_CASE("a checkpoint of another model is rejected even when the shared names fit", "[net][checkpoint]") {
+  TempDir dir;
+  Net net(mlp_config(dir), DType::f32, Device::cpu(), layer_registry(), loss_registry());
+  net.init_parameters(1);
+  std::vector<NamedTensor> tensors;
+  for (const ParamEntry& e : net.param_entries()) tensors.push_back({e.name, net.params().view(e.offset, e.shape)});
+  const std::map<std::string, std::string> meta{{"format", "qtrain-checkpoint-1"}, {"step", "1"}, {"epoch", "0"},
+                                                {"batch_in_epoch", "1"}, {"optimizer", "sgd"}};
+  // This model's own tensors and some optimizer state (not read by evaluation) load.
+  std::vector<NamedTensor> with_state = tensors;
+  with_state.push_back({"optimizer/velocity", Tensor::zeros({4}, DType::f32)});
+  save_safetensors(dir.file("own.safetensors"), with_state, meta);
+  REQUIRE(load_checkpoint(dir.file("own.safetensors"), net, nullptr).step == 1);
+  // A bigger model with one more layer: every tensor of this one fits, the extra layer used to be ignored.
+  tensors.push_back({"head2.weight", Tensor::zeros({3, 3}, DType::f32)});
+  save_safetensors(dir.file("other.safetensors"), tensors, meta);
+  REQUIRE_THROWS_WITH(load_checkpoint(dir.file("other.safetensors"), net, nullptr),
+                      Catch::Contains("other.safetensors: the checkpoint holds tensor 'head2.weight', which this "
+                                      "model does not have"));
 }

@@ -39,6 +39,17 @@ TEST_CASE("a good config parses and keeps its defaults", "[config]") {
   REQUIRE(rc.train.epochs == 1);
 }
 
+TEST_CASE("a run name that is not a folder name is refused", "[config]") {
+  // name: .. used to make runs/.. (the working directory) the run directory, silently.
+  TempDir dir;
+  for (const char* name : {"..", ".", "a/b"}) {
+    const std::string f = dir.write("name.yaml", replace(kGood, "name: t", std::string("name: '") + name + "'"));
+    REQUIRE_THROWS_WITH(parse_run_config(f, {}), Catch::Contains(f + ":1:7: name must be a non-empty name without "
+                                                                     "'/', and not '.' or '..', got '" +
+                                                                     name + "'"));
+  }
+}
+
 TEST_CASE("a typo in a section name is reported with its line and a suggestion", "[config]") {
   TempDir dir;
   const std::string f = dir.write("typo.yaml", replace(kGood, "optimizer:", "optimiser:"));

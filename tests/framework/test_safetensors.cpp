@@ -23,6 +23,14 @@ void spit(const std::string& p, const std::string& bytes) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out << bytes;
 }
+// A file with this JSON header (no CRC entry, which is optional) and `data_bytes` zero bytes of data.
+std::string craft(const std::string& name, const std::string& header, size_t data_bytes) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  const std::string p = temp_path(name);
+  spit(p, bytes + header + std::string(data_bytes, '\0'));
+  return p;
+}
 std::string write_sample(const std::string& name) {
   Tensor a = Tensor::empty({2, 3}, DType::f32);
   for (int i = 0; i < 6; ++i) a.data<float>()[i] = 0.5f * i;
@@ -81,6 +89,36 @@ TEST_CASE("corrupt safetensors files are rejected with the file name", "[safeten
   REQUIRE_THROWS_WITH(SafetensorsFile(q), Catch::Contains("JSON header does not parse"));
 
   REQUIRE_THROWS_WITH(SafetensorsFile(temp_path("absent.safetensors")), Catch::Contains("not found"));
+  // A folder (eval --checkpoint DIR) used to escape as std::ios_base::failure from the first read.
+  fs::create_directories(temp_path("folder.safetensors"));
+  REQUIRE_THROWS_WITH(SafetensorsFile(temp_path("folder.safetensors")),
+                      Catch::Contains(temp_path("folder.safetensors") + ": checkpoint not found (or not a file)"));
+}
+
+TEST_CASE("crafted headers: overlapping spans, fractional and overflowing shapes", "[safetensors]") {
+  const std::string ok = craft("fine.safetensors",
+                              R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                  "z": {"dtype": "F32", "shape": [0], "data_offsets": [8, 8]},
+                                  "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                              16);
+  REQUIRE(SafetensorsFile(ok).names().size() == 3);
+  // Two tensors sharing bytes and a gap after them, so that their sizes still add up to the data:
+  // b used to load half of a's values.
+  const std::string overlap = craft("overlap.safetensors",
+                                   R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                       "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                                   16);
+  REQUIRE_THROWS_WITH(SafetensorsFile(overlap), Catch::Contains(overlap) &&
+                                                    Catch::Contains("tensors 'a' [0, 8) and 'b' [4, 12) overlap"));
+  // A fractional dimension used to be truncated (10.7 read as 10).
+  const std::string fraction =
+      craft("fraction.safetensors", R"({"a": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}})", 8);
+  REQUIRE_THROWS_WITH(SafetensorsFile(fraction),
+                      Catch::Contains("tensor 'a' has shape [2.5], expected a list of non-negative integers"));
+  // 2^62 x 4 floats wrap around to 0 bytes: the empty span used to be accepted for that shape.
+  const std::string wrap = craft(
+      "wrap.safetensors", R"({"a": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", 0);
+  REQUIRE_THROWS_WITH(SafetensorsFile(wrap), Catch::Contains("more bytes than any file holds"));
 }
 
 TEST_CASE("atomic write replaces the old file", "[safetensors]") {

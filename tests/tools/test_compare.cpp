@@ -166,7 +166,14 @@ TEST_CASE("predict: bandwidth and latency parsing", "[predict]") {
   CHECK(predict::parse_latency("5us", "x") == Approx(5e-6));
   CHECK(predict::parse_latency("0", "x") == 0);
   CHECK_THAT(error_of([] { predict::parse_bandwidth("fast", "--bandwidth"); }),
-             Catch::Contains("--bandwidth: 'fast' does not start with a non-negative number"));
+             Catch::Contains("--bandwidth: 'fast' does not start with a finite non-negative number"));
+  // Zero in a byte unit used to pass (a division by zero), and an overflowing number was infinite.
+  CHECK_THAT(error_of([] { predict::parse_bandwidth("0GB/s", "--bandwidth"); }),
+             Catch::Contains("--bandwidth: the bandwidth must be > 0 and finite, got '0GB/s'"));
+  CHECK_THAT(error_of([] { predict::parse_bandwidth("1e400gbit", "--bandwidth"); }),
+             Catch::Contains("'1e400gbit' does not start with a finite non-negative number"));
+  CHECK_THAT(error_of([] { predict::parse_latency("infus", "--latency"); }),
+             Catch::Contains("'infus' does not start with a finite non-negative number"));
   CHECK_THAT(error_of([] { predict::parse_bandwidth("1gbyte", "--bandwidth"); }), Catch::Contains("unknown bandwidth unit"));
   CHECK_THAT(error_of([] { predict::parse_latency("5 parsecs", "--latency"); }), Catch::Contains("unknown latency unit"));
 }
@@ -185,6 +192,14 @@ TEST_CASE("compare: --methods become config overrides; unknown methods fail firs
              Catch::Contains("--methods int3: quantization.method must be one of fp32, fp16"));
   CHECK_THAT(error_of([] { parse_variants("qsgd:bits=3"); }), Catch::Contains("bits"));
   CHECK_THAT(error_of([] { parse_variants("fp32,fp32"); }), Catch::Contains("'fp32' is given twice"));
+  // A parameter given twice used to keep the last value, an empty value to fall back to the default,
+  // and a value that is not YAML escaped as yaml-cpp's exception ("qtrain: unexpected error").
+  CHECK_THAT(error_of([] { parse_variants("qsgd:bits=2:bits=4"); }),
+             Catch::Contains("--methods qsgd:bits=2:bits=4: 'bits' is given twice"));
+  CHECK_THAT(error_of([] { parse_variants("qsgd:bits="); }),
+             Catch::Contains("--methods qsgd:bits=: expected key=value after the method name, got 'bits='"));
+  CHECK_THAT(error_of([] { parse_variants("qsgd:bits=["); }),
+             Catch::Contains("--methods qsgd:bits=[: the value of 'bits' is not valid YAML"));
 }
 
 TEST_CASE("compare: finished, unfinished and stale run directories", "[compare]") {
@@ -244,6 +259,10 @@ TEST_CASE("compare report: table values and files from synthetic runs", "[compar
   options.gnuplot = have_gnuplot ? "gnuplot" : "";
   const fs::path report = tmp.path() / "report";
   CHECK(write_report({fp32, fp16}, report.string(), options).empty());
+  // A report folder under a file escaped as std::filesystem::filesystem_error.
+  std::ofstream(tmp.path() / "a_file") << "x";
+  CHECK_THAT(error_of([&] { write_report({fp32}, (tmp.path() / "a_file" / "r").string(), options); }),
+             Catch::Contains("a_file/r/data: cannot create the report folder: Not a directory"));
   std::ifstream md(report / "report.md");
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   CHECK_THAT(text, Catch::Contains(options.command));
@@ -271,6 +290,58 @@ TEST_CASE("compare and predict: bad run directories", "[compare]") {
   std::ofstream(tmp.path() / "metrics.csv") << MetricsWriter::header() << "\n1,2,3\n";
   CHECK_THAT(error_of([&] { load_run(tmp.path().string(), "x"); }), Catch::Contains("metrics.csv:2: 3 cells"));
   CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }), Catch::Contains("no finished runs"));
+}
+
+TEST_CASE("compare and predict: damaged cells and sweep files are named", "[compare]") {
+  TempDir tmp;
+  const fs::path run = tmp.path() / "runs" / "fp32";
+  write_run(run, "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);
+  REQUIRE(load_run(run.string(), "x").steps() == 10);
+  std::string good;
+  {
+    std::ifstream in(run / "metrics.csv");
+    std::getline(in, good);  // header
+    std::getline(in, good);
+  }
+  const auto with_cells = [&](const std::string& epoch, const std::string& step, const std::string& wall) {
+    std::string line = good;
+    line = epoch + "," + step + "," + wall + line.substr(line.find(',', line.find(',', line.find(',') + 1) + 1));
+    std::ofstream(run / "metrics.csv") << MetricsWriter::header() << "\n" << line << "\n";
+    return error_of([&] { load_run(run.string(), "x"); });
+  };
+  // These were read as numbers: a NaN or huge step (cast to int64_t, undefined), a negative step and
+  // a negative time silently changed every per-step figure of predict and the report.
+  CHECK_THAT(with_cells("1", "nan", "5"), Catch::Contains("metrics.csv:2: column step: expected a non-negative number, got 'nan'"));
+  CHECK_THAT(with_cells("1", "-5", "5"), Catch::Contains("column step: expected a non-negative number, got '-5'"));
+  CHECK_THAT(with_cells("1", "1e300", "5"), Catch::Contains("column step: expected a whole number, got '1e300'"));
+  CHECK_THAT(with_cells("1.5", "10", "5"), Catch::Contains("column epoch: expected a whole number, got '1.5'"));
+  CHECK_THAT(with_cells("1", "10", "-inf"), Catch::Contains("column wall_time_s: expected a non-negative number"));
+  CHECK(with_cells("1", "10", "5") == "(no error)");
+
+  // The sweep's own files: yaml-cpp's exceptions used to escape ("qtrain: unexpected error").
+  write_marker(run.string(), "fp32", "cmd", 1.0);
+  REQUIRE(load_finished_runs(tmp.path().string()).size() == 1);
+  const std::string sweep = (tmp.path() / "sweep.yaml").string();
+  std::ofstream(sweep) << "variants: [\n";
+  CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }),
+             Catch::Contains(sweep + ":2:1: YAML syntax error"));
+  std::ofstream(sweep) << "variants:\n  - {label: fp32}\n";
+  CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }),
+             Catch::Contains(sweep + ":2:5: expected 'folder' with a string value"));
+  std::ofstream(sweep) << "variants: 5\n";
+  CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }),
+             Catch::Contains(sweep + ": expected 'variants' with a list"));
+  std::ofstream(sweep) << "variants:\n  - {folder: ../elsewhere, label: x}\n";
+  CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }),
+             Catch::Contains("variant folder '../elsewhere' must be a folder name under runs/"));
+  fs::remove(sweep);
+  const std::string marker = (run / "compare.done").string();
+  std::ofstream(marker) << "label: {a: 1}\ncommand: cmd\n";
+  CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }),
+             Catch::Contains(marker + ":1:1: expected 'label' with a string value"));
+  CHECK(run_state(run.string(), "cmd", 1) == RunState::finished);
+  std::ofstream(marker) << "command: [\n";
+  CHECK(run_state(run.string(), "cmd", 1) == RunState::unfinished);  // unreadable: proves nothing
 }
 
 TEST_CASE("compare report: error-rate columns and plots for sequence tasks", "[compare][report]") {

@@ -192,8 +192,8 @@ struct CompareArgs {
 std::string read_command(const fs::path& dir) {
   const fs::path sweep = dir / "sweep.yaml";
   if (!fs::exists(sweep)) return "";
-  const YAML::Node node = YAML::LoadFile(sweep.string());
-  return node["command"] ? node["command"].as<std::string>() : "";
+  const YAML::Node node = load_sweep_file(sweep.string());
+  return node.IsMap() && node["command"] ? sweep_string(node, "command", sweep.string()) : "";
 }
 
 void make_report(const fs::path& dir, const CompareArgs& a) {
@@ -257,7 +257,9 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
             "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1"};
   };
 
-  fs::create_directories(dir / "runs");
+  std::error_code ec;
+  fs::create_directories(dir / "runs", ec);
+  if (ec) input_error("{}: cannot create the sweep folder (--out): {}", (dir / "runs").string(), ec.message());
   {
     YAML::Emitter e;
     e << YAML::BeginMap << YAML::Key << "command" << YAML::Value << shell_join(own_argv) << YAML::Key << "variants"
@@ -296,7 +298,8 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
                                      job.run_dir.string()));
         fs::remove_all(job.run_dir);
       }
-      fs::create_directories(job.run_dir);
+      fs::create_directories(job.run_dir, ec);
+      if (ec) input_error("{}: cannot create the run directory: {}", job.run_dir.string(), ec.message());
     }
     const bool new_curve = !fs::exists(curve_path);
     std::ofstream curve(curve_path, std::ios::app);

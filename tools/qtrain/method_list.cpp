@@ -24,9 +24,16 @@ std::vector<MethodChoice> parse_method_list(const std::string& list) {
         continue;
       }
       const size_t eq = part.find('=');
-      if (eq == std::string::npos || eq == 0)
+      if (eq == std::string::npos || eq == 0 || eq + 1 == part.size())
         input_error("--methods {}: expected key=value after the method name, got '{}'", item, part);
-      node[part.substr(0, eq)] = YAML::Load(part.substr(eq + 1));
+      const std::string key = part.substr(0, eq);
+      // A second value would silently replace the first (and the label would show both).
+      if (node[key]) input_error("--methods {}: '{}' is given twice", item, key);
+      try {
+        node[key] = YAML::Load(part.substr(eq + 1));
+      } catch (const YAML::Exception& e) {
+        input_error("--methods {}: the value of '{}' is not valid YAML: {}", item, key, e.msg);
+      }
     }
     node["min_numel"] = 0;
     auto source = std::make_shared<ConfigSource>();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 
 #include "framework/check.h"
@@ -26,7 +27,8 @@ double parse_number_with_unit(const std::string& text, const std::string& what, 
   const char* begin = text.c_str();
   char* end = nullptr;
   const double v = std::strtod(begin, &end);
-  if (end == begin || !(v >= 0)) input_error("{}: '{}' does not start with a non-negative number", what, text);
+  if (end == begin || !(v >= 0) || !std::isfinite(v))
+    input_error("{}: '{}' does not start with a finite non-negative number", what, text);
   unit = end;
   for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return v;
@@ -92,20 +94,21 @@ StepPrediction predict_step(const StepProfile& profile, int ranks, const Network
 double parse_bandwidth(const std::string& text, const std::string& what) {
   std::string unit;
   const double v = parse_number_with_unit(text, what, unit);
-  double bits = 0;
-  if (unit == "bit" || unit == "bps") bits = 1;
-  else if (unit == "kbit" || unit == "kbps") bits = 1e3;
-  else if (unit == "mbit" || unit == "mbps") bits = 1e6;
-  else if (unit == "gbit" || unit == "gbps") bits = 1e9;
-  else if (unit == "tbit" || unit == "tbps") bits = 1e12;
-  else if (unit == "b/s") return v;
-  else if (unit == "mb/s") return v * 1e6;
-  else if (unit == "gb/s") return v * 1e9;
+  double bytes = 0;  // per unit
+  if (unit == "bit" || unit == "bps") bytes = 1.0 / 8;
+  else if (unit == "kbit" || unit == "kbps") bytes = 1e3 / 8;
+  else if (unit == "mbit" || unit == "mbps") bytes = 1e6 / 8;
+  else if (unit == "gbit" || unit == "gbps") bytes = 1e9 / 8;
+  else if (unit == "tbit" || unit == "tbps") bytes = 1e12 / 8;
+  else if (unit == "b/s") bytes = 1;
+  else if (unit == "mb/s") bytes = 1e6;
+  else if (unit == "gb/s") bytes = 1e9;
   else
     input_error("{}: unknown bandwidth unit in '{}'; use e.g. 100mbit, 1gbit, 10gbit (bits per second) or 12GB/s (bytes)",
                 what, text);
-  if (v <= 0) input_error("{}: the bandwidth must be > 0, got '{}'", what, text);
-  return v * bits / 8;
+  // Also for the byte units, which used to return before this check (0GB/s divided by zero).
+  if (v <= 0 || !std::isfinite(v * bytes)) input_error("{}: the bandwidth must be > 0 and finite, got '{}'", what, text);
+  return v * bytes;
 }
 
 double parse_latency(const std::string& text, const std::string& what) {

@@ -141,7 +141,9 @@ std::string markdown_table(const std::vector<SummaryRow>& rows, double target) {
 std::string write_report(const std::vector<RunRecord>& runs, const std::string& out_dir, const ReportOptions& options) {
   if (runs.empty()) input_error("report: no finished runs to report in {}", out_dir);
   const fs::path out(out_dir);
-  fs::create_directories(out / "data");
+  std::error_code ec;
+  fs::create_directories(out / "data", ec);
+  if (ec) input_error("{}: cannot create the report folder: {}", (out / "data").string(), ec.message());
 
   const RunRecord* baseline = nullptr;
   for (const RunRecord& r : runs)

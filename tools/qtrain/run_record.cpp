@@ -1,6 +1,7 @@
 // Reading a run directory back (see run_record.h).
 #include "tools/qtrain/run_record.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -28,14 +29,24 @@ std::vector<std::string> split_csv_line(const std::string& line) {
   return out;
 }
 
+// Every column read back (counts, times, rates, losses, accuracies, bytes) is a finite value >= 0; the
+// writer leaves NaN cells empty, so "nan", "inf" or a negative value mean a damaged file.
 double to_number(const std::string& cell, const std::string& path, int line, const std::string& column) {
   try {
     size_t used = 0;
     const double v = std::stod(cell, &used);
-    if (used == cell.size()) return v;
+    if (used == cell.size() && std::isfinite(v) && v >= 0) return v;
   } catch (const std::exception&) {
   }
-  input_error("{}:{}: column {}: expected a number, got '{}'", path, line, column, cell);
+  input_error("{}:{}: column {}: expected a non-negative number, got '{}'", path, line, column, cell);
+}
+
+// An epoch or step number: a whole number that fits an int64_t exactly.
+int64_t to_count(const std::string& cell, const std::string& path, int line, const std::string& column) {
+  const double v = to_number(cell, path, line, column);
+  if (v != std::floor(v) || v > 9007199254740992.0)  // 2^53
+    input_error("{}:{}: column {}: expected a whole number, got '{}'", path, line, column, cell);
+  return static_cast<int64_t>(v);
 }
 
 // "[...] data parallel: 4 rank(s) over mpi, ..." in train.log; 1 when the log is absent.
@@ -88,8 +99,8 @@ std::vector<MetricsRecord> read_metrics_csv(const std::string& path) {
       input_error("{}:{}: {} cells, the header has {} (a truncated line?)", path, number, cells.size(), header.size());
     auto num = [&](size_t c) { return to_number(cells[c], path, number, header[c]); };
     MetricsRecord r;
-    r.epoch = static_cast<int64_t>(num(c_epoch));
-    r.step = static_cast<int64_t>(num(c_step));
+    r.epoch = to_count(cells[c_epoch], path, number, header[c_epoch]);
+    r.step = to_count(cells[c_step], path, number, header[c_step]);
     r.wall_time_s = num(c_wall);
     r.train_loss = num(c_loss);
     r.test_accuracy = num(c_acc);
@@ -120,7 +131,7 @@ std::vector<CurvePoint> read_curve_csv(const std::string& path) {
     const std::vector<std::string> cells = split_csv_line(line);
     if (cells.size() != 3) input_error("{}:{}: expected wall_s,step,train_loss", path, number);
     out.push_back({to_number(cells[0], path, number, "wall_s"),
-                   static_cast<int64_t>(to_number(cells[1], path, number, "step")),
+                   to_count(cells[1], path, number, "step"),
                    to_number(cells[2], path, number, "train_loss")});
   }
   return out;

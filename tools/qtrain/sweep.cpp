@@ -42,6 +42,24 @@ std::vector<Variant> parse_variants(const std::string& methods) {
   return out;
 }
 
+YAML::Node load_sweep_file(const std::string& path) {
+  try {
+    return YAML::LoadFile(path);
+  } catch (const YAML::ParserException& e) {
+    input_error("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
+  } catch (const YAML::Exception& e) {
+    input_error("{}: cannot read: {}", path, e.what());
+  }
+}
+
+std::string sweep_string(const YAML::Node& map, const std::string& key, const std::string& path) {
+  const YAML::Node v = map.IsMap() ? map[key] : YAML::Node();
+  if (!v.IsDefined() || !v.IsScalar())
+    input_error("{}{}: expected '{}' with a string value, as `qtrain compare` writes it", path,
+                map.Mark().line >= 0 ? fmt::format(":{}:{}", map.Mark().line + 1, map.Mark().column + 1) : "", key);
+  return v.Scalar();
+}
+
 const char* run_state_name(RunState state) {
   switch (state) {
     case RunState::absent: return "new";
@@ -56,13 +74,13 @@ RunState run_state(const std::string& run_dir, const std::string& command, int64
   if (!fs::exists(run_dir)) return RunState::absent;
   const fs::path marker = fs::path(run_dir) / "compare.done";
   if (!fs::exists(marker)) return RunState::unfinished;
-  YAML::Node node;
+  std::string recorded;
   try {
-    node = YAML::LoadFile(marker.string());
-  } catch (const YAML::Exception&) {
+    recorded = sweep_string(load_sweep_file(marker.string()), "command", marker.string());
+  } catch (const InputError&) {
     return RunState::unfinished;  // a marker we cannot read proves nothing
   }
-  if (!node["command"] || node["command"].as<std::string>() != command) return RunState::stale;
+  if (recorded != command) return RunState::stale;
   try {
     const std::vector<MetricsRecord> rows = read_metrics_csv((fs::path(run_dir) / "metrics.csv").string());
     if (rows.back().epoch < epochs) return RunState::unfinished;
@@ -85,8 +103,18 @@ std::vector<RunRecord> load_finished_runs(const std::string& sweep_dir) {
   std::vector<std::pair<std::string, std::string>> order;  // folder, label
   const fs::path sweep = dir / "sweep.yaml";
   if (fs::exists(sweep)) {
-    const YAML::Node node = YAML::LoadFile(sweep.string());
-    for (const YAML::Node& v : node["variants"]) order.emplace_back(v["folder"].as<std::string>(), v["label"].as<std::string>());
+    const YAML::Node node = load_sweep_file(sweep.string());
+    const YAML::Node variants = node.IsMap() ? node["variants"] : YAML::Node();
+    if (!variants.IsDefined() || !variants.IsSequence())
+      input_error("{}: expected 'variants' with a list of {{folder, label}}, as `qtrain compare` writes it",
+                  sweep.string());
+    for (const YAML::Node& v : variants) {
+      const std::string folder = sweep_string(v, "folder", sweep.string());
+      // The folder is a name under runs/, never a path that leads elsewhere.
+      if (folder.empty() || folder.find('/') != std::string::npos || folder == "." || folder == "..")
+        input_error("{}: variant folder '{}' must be a folder name under runs/", sweep.string(), folder);
+      order.emplace_back(folder, sweep_string(v, "label", sweep.string()));
+    }
   } else if (fs::is_directory(dir / "runs")) {
     std::vector<fs::path> folders;
     for (const auto& e : fs::directory_iterator(dir / "runs"))
@@ -94,7 +122,8 @@ std::vector<RunRecord> load_finished_runs(const std::string& sweep_dir) {
     std::sort(folders.begin(), folders.end());
     for (const fs::path& f : folders) {
       std::string label = f.filename().string();
-      if (fs::exists(f / "compare.done")) label = YAML::LoadFile((f / "compare.done").string())["label"].as<std::string>();
+      const std::string marker = (f / "compare.done").string();
+      if (fs::exists(marker)) label = sweep_string(load_sweep_file(marker), "label", marker);
       order.emplace_back(f.filename().string(), label);
     }
   }

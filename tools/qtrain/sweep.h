@@ -9,6 +9,8 @@
 //   DIR/report/                   report.md and the plots
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <string>
 #include <vector>
 
@@ -39,6 +41,11 @@ RunState run_state(const std::string& run_dir, const std::string& command, int64
 
 // Writes run_dir/compare.done atomically (write to a temporary file, then rename).
 void write_marker(const std::string& run_dir, const std::string& label, const std::string& command, double wall_s);
+
+// A sweep's own YAML file (sweep.yaml, compare.done); unreadable YAML is an InputError naming the file.
+YAML::Node load_sweep_file(const std::string& path);
+// The string value of `key` in mapping `map` read from `path`; an InputError when absent or not a string.
+std::string sweep_string(const YAML::Node& map, const std::string& key, const std::string& path);
 
 // The finished runs (with compare.done) of sweep folder `sweep_dir`, in the order of its sweep.yaml
 // (else by folder name); InputError when there are none.
