@@ -305,10 +305,10 @@ void transform_grad_reference(const WinogradConv& g, const T* dy, int64_t n, T* 
   }
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
 // Padded width of the AVX2 transform's row buffer: 2*tw columns rounded up to whole vectors of 8.
 int64_t grad_row_width(const WinogradConv& g) { return (2 * g.tw + 7) / 8 * 8; }
 
-#if defined(__AVX2__) && defined(__FMA__)
 // r[j] (j = 0..7) becomes the column j of the 8x8 matrix whose rows were r[0..7].
 inline void transpose8(__m256 r[8]) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);

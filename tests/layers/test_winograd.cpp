@@ -1,7 +1,8 @@
 // conv2d's Winograd path (layers/winograd.h) against its im2col path on the same random data: y, dx,
 // dW and db, in float (the training dtype) and double, over odd and even maps (partial tiles),
 // channel counts that are not multiples of 8, paddings 0..2, several blocks per lane and batches the
-// lanes do not divide.
+// lanes do not divide. Then the weight gradient's AVX2 dy transform against its scalar reference (the
+// same bits) and the weight gradient's independence of the block size (the same bits).
 //
 // The tolerance is derived, not tuned. With |g| <= gmax (weights) and |d| <= dmax (input), one
 // channel's Winograd output entry sum_{k,l} |A^T|_{ik} (|G||g||G^T| .* |B^T||d||B|)_{kl} |A|_{lj} is at
