@@ -17,9 +17,8 @@
 // B^T, G' = [1 0; .5 .5; .5 -.5; 0 -1] and A'^T = [1 1 1 0; 0 1 -1 0; 0 1 1 1]. The sum over tiles
 // is again 16 products, long reductions over the tiles: dWhat[xi]^T (C, OC) = V[xi] (C, T) . D[xi]^T
 // (T, OC), in the forward's kernel on a transposed dy transform, and the output transform runs once
-// on the sum. (The textbook F(3, 2) has B'^T's last row
-// negated; negating G''s last row instead gives the same products and lets both gradients share the
-// forward's input transform.)
+// on the sum. (The textbook F(3, 2) has B'^T's last row negated; negating G''s last row instead gives
+// the same products and lets both gradients share the forward's input transform.)
 // Per position the transforms use only additions and halvings, which in float lose about as much as
 // the im2col sum's rounding: tests/layers/test_winograd.cpp compares both paths.
 //
