@@ -291,12 +291,12 @@ void Conv2d::backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int
   const int64_t block = winograd_block_samples(g, per_lane), block_dx = winograd_block_samples(gdx, per_lane);
   const int64_t lane_size =
       padded(std::max(winograd_work_size(g, block), dx ? winograd_work_size(gdx, block_dx) : int64_t{0}));
-  const int64_t dwt_size = padded(16 * g.oc * g.c), u_size = dx ? dwt_size : 0;
+  const int64_t dwt_used = winograd_weight_grad_size(g), dwt_size = padded(dwt_used);
+  const int64_t u_size = dx ? padded(16 * g.oc * g.c) : 0;
   T* u = scratch_.get<T>(static_cast<size_t>(u_size + lanes * (dwt_size + lane_size)));
   T* dwt = u + u_size;  // lane l's transformed weight gradient at dwt + l * dwt_size
   T* work = dwt + lanes * dwt_size;
   if (dx) winograd_weights(params_[0].data<T>(), g.oc, g.c, true, u);
-  const SerialBlas serial(lanes > 1 ? ctx.cpu_threads() : 1);
   run_lanes(ctx, lanes, [&](int lane) {
     const int64_t first = batch * lane / lanes, n = batch * (lane + 1) / lanes - first;
     T* lane_work = work + lane * lane_size;
@@ -309,7 +309,7 @@ void Conv2d::backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int
   for (int l = 1; l < lanes; ++l) {
     const T* __restrict part = dwt + l * dwt_size;
     T* __restrict sum = dwt;
-    for (int64_t i = 0; i < 16 * g.oc * g.c; ++i) sum[i] += part[i];
+    for (int64_t i = 0; i < dwt_used; ++i) sum[i] += part[i];
   }
   winograd_weight_grad_output(dwt, g.oc, g.c, grads_[0].data<T>());
 }

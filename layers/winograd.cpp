@@ -6,16 +6,18 @@
 // `#pragma GCC ivdep`: GCC ignores __restrict on local pointers and gives up on versioning that many
 // pairs, and left them scalar.
 // The forward and dx products run in this file's own register-blocked kernel fused with the output
-// transform (multiply_output); the weight gradient's, reductions over all tiles, in OpenBLAS.
+// transform (multiply_output); the weight gradient's, reductions over all tiles, in the same kernel on
+// a transposed dy transform (channels contiguous, written by an AVX2 transform with in-register 8x8
+// transposes), accumulating straight into the transformed sum.
 #include "layers/winograd.h"
 
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
-
-#include "layers/blas.h"
 
 namespace qtrain {
 
@@ -43,9 +45,14 @@ int64_t block_columns(int64_t t) { return (t + 15) / 16 * 16; }
 int64_t row_width(const WinogradConv& g) { return 2 * g.tw + 2; }
 
 // The row buffers of the transforms: transform_input's 4 transformed rows of row_width and a zero
-// input row (w <= row_width); transform_grad's 2 dy rows of 2*tw, then the even and odd columns of
-// their vertical transform (2 x 4 rows of tw).
-int64_t rows_size(const WinogradConv& g) { return padded(4 * row_width(g)) + padded(8 * (g.tw + 1)); }
+// input row (w <= row_width), or transform_grad's 2 x 8 dy rows of (2*tw rounded up to 8).
+int64_t rows_size(const WinogradConv& g) {
+  return std::max(padded(4 * row_width(g)) + padded(g.w), 16 * ((2 * g.tw + 7) / 8 * 8));
+}
+
+// Columns of the weight gradient's transposed dy transform and of its transformed sum: OC rounded up to
+// whole column blocks of the product kernel.
+int64_t grad_columns(int64_t oc) { return (oc + 15) / 16 * 16; }
 
 // B^T down the columns of one tile row: t0..t3 = (d0 - d2, d1 + d2, d2 - d1, d1 - d3) for the input
 // rows d0..d3 (each `w` long).
@@ -140,15 +147,19 @@ constexpr int kCols = 16;
 #endif
 constexpr int kRows = 6;
 
-// out (R, kCols) = u (R rows of k, leading dimension ldu) . v (k rows of kCols, leading dimension ldv);
-// each sum runs over k in order (deterministic).
+// out (R, kCols) (leading dimension ldo) = u (R rows of k, leading dimension ldu) . v (k rows of kCols,
+// leading dimension ldv), or with `accumulate` out plus that product; each sum runs over k in order
+// after out's value (deterministic).
 template <typename T, int R>
 void product_kernel(const T* __restrict u, int64_t ldu, const T* __restrict v, int64_t ldv, int64_t k,
-                    T* __restrict out) {
+                    T* __restrict out, int64_t ldo, bool accumulate) {
 #if defined(__AVX2__) && defined(__FMA__)
   using S = Simd<T>;
   typename S::V a0[R], a1[R];
-  for (int r = 0; r < R; ++r) a0[r] = a1[r] = S::zero();
+  for (int r = 0; r < R; ++r) {
+    a0[r] = accumulate ? S::load(out + r * ldo) : S::zero();
+    a1[r] = accumulate ? S::load(out + r * ldo + S::lanes) : S::zero();
+  }
   for (int64_t c = 0; c < k; ++c) {
     const typename S::V b0 = S::load(v + c * ldv), b1 = S::load(v + c * ldv + S::lanes);
 #pragma GCC unroll 6
@@ -159,28 +170,30 @@ void product_kernel(const T* __restrict u, int64_t ldu, const T* __restrict v, i
     }
   }
   for (int r = 0; r < R; ++r) {
-    S::store(out + r * kCols<T>, a0[r]);
-    S::store(out + r * kCols<T> + S::lanes, a1[r]);
+    S::store(out + r * ldo, a0[r]);
+    S::store(out + r * ldo + S::lanes, a1[r]);
   }
 #else
   for (int r = 0; r < R; ++r) {
     T acc[kCols<T>] = {};
+    if (accumulate) std::copy_n(out + r * ldo, kCols<T>, acc);
     for (int64_t c = 0; c < k; ++c)
       for (int j = 0; j < kCols<T>; ++j) acc[j] += u[r * ldu + c] * v[c * ldv + j];
-    std::copy_n(acc, kCols<T>, out + r * kCols<T>);
+    std::copy_n(acc, kCols<T>, out + r * ldo);
   }
 #endif
 }
 
 template <typename T>
-void product(int rows, const T* u, int64_t ldu, const T* v, int64_t ldv, int64_t k, T* out) {
+void product(int rows, const T* u, int64_t ldu, const T* v, int64_t ldv, int64_t k, T* out, int64_t ldo,
+             bool accumulate) {
   switch (rows) {
-    case 6: return product_kernel<T, 6>(u, ldu, v, ldv, k, out);
-    case 5: return product_kernel<T, 5>(u, ldu, v, ldv, k, out);
-    case 4: return product_kernel<T, 4>(u, ldu, v, ldv, k, out);
-    case 3: return product_kernel<T, 3>(u, ldu, v, ldv, k, out);
-    case 2: return product_kernel<T, 2>(u, ldu, v, ldv, k, out);
-    default: return product_kernel<T, 1>(u, ldu, v, ldv, k, out);
+    case 6: return product_kernel<T, 6>(u, ldu, v, ldv, k, out, ldo, accumulate);
+    case 5: return product_kernel<T, 5>(u, ldu, v, ldv, k, out, ldo, accumulate);
+    case 4: return product_kernel<T, 4>(u, ldu, v, ldv, k, out, ldo, accumulate);
+    case 3: return product_kernel<T, 3>(u, ldu, v, ldv, k, out, ldo, accumulate);
+    case 2: return product_kernel<T, 2>(u, ldu, v, ldv, k, out, ldo, accumulate);
+    default: return product_kernel<T, 1>(u, ldu, v, ldv, k, out, ldo, accumulate);
   }
 }
 
@@ -225,7 +238,8 @@ void multiply_output(const WinogradConv& g, const T* u, const T* v, int64_t ldv,
     for (int64_t o0 = 0; o0 < g.oc; o0 += kRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kRows, g.oc - o0));
       for (int64_t xi = 0; xi < 16; ++xi)
-        product(rows, u + (xi * g.oc + o0) * g.c, g.c, v + xi * xi_stride + t0, ldv, g.c, buf + xi * kRows * L);
+        product(rows, u + (xi * g.oc + o0) * g.c, g.c, v + xi * xi_stride + t0, ldv, g.c, buf + xi * kRows * L, L,
+                false);
       for (int r = 0; r < rows; ++r) {
         // A^T m A: rows m0 + m1 + m2 and m1 - m2 - m3 of the 4x4 m, then the same along each row.
         const T* __restrict m = buf + r * L;
@@ -258,73 +272,132 @@ void multiply_output(const WinogradConv& g, const T* u, const T* v, int64_t ldv,
   }
 }
 
-// d: G' e G'^T for every 2x2 tile e of dy (n, OC, OH, OW) (zero beyond OH or OW); D[xi] (OC, ldd) at
-// d + xi * xi_stride in transform_input's tile order. G' e: rows (e0, (e0 + e1)/2, (e0 - e1)/2, -e1).
+// The weight gradient's dy transform, transposed: D^T[xi] (T, ldo) at d + xi * xi_stride holds
+// G' e G'^T of every 2x2 tile e of dy (n, OC, OH, OW) (zero beyond OH or OW), tile (s, ty, tx) in row
+// s*tiles + ty*tw + tx, output channel o in column o (columns OC..ldo zero, some -0). G' e: rows
+// (e0, (e0 + e1)/2, (e0 - e1)/2, -e1). Transposed, each row of D^T is one tile's channels: the product
+// kernel's (k, kCols) operand, so the weight gradient's products run in it without packing.
+// This is the scalar loop (double, builds without AVX2, and the reference of the AVX2 one's tests).
 template <typename T>
-void transform_grad(const WinogradConv& g, const T* dy, int64_t n, T* d, int64_t ldd, int64_t xi_stride, T* rows) {
-  const int64_t tw = g.tw;
-  T* pa = rows;           // dy rows 2ty and 2ty + 1, zero-padded to 2*tw columns
-  T* pb = rows + 2 * tw;  // (fits in the 4 padded input rows of rows_size)
-  T* ev = rows + padded(4 * row_width(g));
-  T* od = ev + 4 * tw;
+void transform_grad_reference(const WinogradConv& g, const T* dy, int64_t n, T* d, int64_t ldo, int64_t xi_stride) {
   const T half = T(0.5);
+  const int64_t tiles = g.tiles();
   for (int64_t s = 0; s < n; ++s) {
-    for (int64_t o = 0; o < g.oc; ++o) {
-      const T* plane = dy + (s * g.oc + o) * g.oh * g.ow;
+    for (int64_t o = 0; o < ldo; ++o) {  // channels OC..ldo: the transform of zeros, as in the AVX2 loop
+      const T* plane = dy + (s * g.oc + std::min(o, g.oc - 1)) * g.oh * g.ow;
+      auto at = [&](int64_t y, int64_t x) { return o < g.oc && y < g.oh && x < g.ow ? plane[y * g.ow + x] : T(0); };
       for (int64_t ty = 0; ty < g.th; ++ty) {
-        for (int64_t r = 0; r < 2; ++r) {
-          T* row = r == 0 ? pa : pb;
-          const int64_t iy = 2 * ty + r;
-          if (iy >= g.oh) {
-            std::fill_n(row, 2 * tw, T(0));
-          } else {
-            std::copy_n(plane + iy * g.ow, g.ow, row);
-            std::fill(row + g.ow, row + 2 * tw, T(0));
-          }
-        }
-        {
-          const T* __restrict a = pa;
-          const T* __restrict b = pb;
-          T* __restrict e0 = ev;
-          T* __restrict e1 = ev + tw;
-          T* __restrict e2 = ev + 2 * tw;
-          T* __restrict e3 = ev + 3 * tw;
-          T* __restrict o0 = od;
-          T* __restrict o1 = od + tw;
-          T* __restrict o2 = od + 2 * tw;
-          T* __restrict o3 = od + 3 * tw;
-          #pragma GCC ivdep
-          for (int64_t j = 0; j < tw; ++j) {
-            const int64_t l = 2 * j, r = 2 * j + 1;
-            e0[j] = a[l];
-            e1[j] = (a[l] + b[l]) * half;
-            e2[j] = (a[l] - b[l]) * half;
-            e3[j] = -b[l];
-            o0[j] = a[r];
-            o1[j] = (a[r] + b[r]) * half;
-            o2[j] = (a[r] - b[r]) * half;
-            o3[j] = -b[r];
-          }
-        }
-        T* out = d + o * ldd + s * g.tiles() + ty * tw;
-        for (int64_t k = 0; k < 4; ++k) {
-          const T* __restrict e = ev + k * tw;
-          const T* __restrict f = od + k * tw;
-          T* __restrict d0 = out + (4 * k) * xi_stride;
-          T* __restrict d1 = out + (4 * k + 1) * xi_stride;
-          T* __restrict d2 = out + (4 * k + 2) * xi_stride;
-          T* __restrict d3 = out + (4 * k + 3) * xi_stride;
-          #pragma GCC ivdep
-          for (int64_t tx = 0; tx < tw; ++tx) {
-            d0[tx] = e[tx];
-            d1[tx] = (e[tx] + f[tx]) * half;
-            d2[tx] = (e[tx] - f[tx]) * half;
-            d3[tx] = -f[tx];
+        for (int64_t tx = 0; tx < g.tw; ++tx) {
+          const T al = at(2 * ty, 2 * tx), ar = at(2 * ty, 2 * tx + 1);
+          const T bl = at(2 * ty + 1, 2 * tx), br = at(2 * ty + 1, 2 * tx + 1);
+          const T e[4] = {al, (al + bl) * half, (al - bl) * half, -bl};
+          const T f[4] = {ar, (ar + br) * half, (ar - br) * half, -br};
+          T* out = d + (s * tiles + ty * g.tw + tx) * ldo + o;
+          for (int64_t k = 0; k < 4; ++k) {
+            out[(4 * k) * xi_stride] = e[k];
+            out[(4 * k + 1) * xi_stride] = (e[k] + f[k]) * half;
+            out[(4 * k + 2) * xi_stride] = (e[k] - f[k]) * half;
+            out[(4 * k + 3) * xi_stride] = -f[k];
           }
         }
       }
     }
   }
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+// Padded width of the AVX2 transform's row buffer: 2*tw columns rounded up to whole vectors of 8.
+int64_t grad_row_width(const WinogradConv& g) { return (2 * g.tw + 7) / 8 * 8; }
+
+// r[j] (j = 0..7) becomes the column j of the 8x8 matrix whose rows were r[0..7].
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// transform_grad_reference in AVX2, 8 output channels per vector: the two dy rows of a tile row of 8
+// channels are copied into `rows` (2 x 8 rows of grad_row_width, zero past OW and for rows or
+// channels that do not exist), each 8x8 block of them (8 channels x 4 tiles' columns) is transposed in
+// registers into one vector of channels per column, and the transform of each tile then writes its 16
+// positions as one vector store each. The same operations as the reference: the same bits.
+void transform_grad_avx2(const WinogradConv& g, const float* dy, int64_t n, float* d, int64_t ldo, int64_t xi_stride,
+                         float* rows) {
+  const int64_t tw = g.tw, wc = grad_row_width(g), tiles = g.tiles();
+  const __m256 half = _mm256_set1_ps(0.5f), sign = _mm256_set1_ps(-0.0f);
+  std::fill_n(rows, 16 * wc, 0.0f);  // columns OW..wc stay zero: the copies below write [0, OW)
+  for (int64_t s = 0; s < n; ++s) {
+    for (int64_t o0 = 0; o0 < ldo; o0 += 8) {
+      for (int64_t ty = 0; ty < g.th; ++ty) {
+        for (int64_t r = 0; r < 2; ++r) {
+          const int64_t iy = 2 * ty + r;
+          for (int64_t ch = 0; ch < 8; ++ch) {
+            float* row = rows + (r * 8 + ch) * wc;
+            if (o0 + ch < g.oc && iy < g.oh)
+              std::copy_n(dy + ((s * g.oc + o0 + ch) * g.oh + iy) * g.ow, g.ow, row);
+            else
+              std::fill_n(row, g.ow, 0.0f);
+          }
+        }
+        float* out = d + (s * tiles + ty * tw) * ldo + o0;
+        for (int64_t x0 = 0; x0 < 2 * tw; x0 += 8) {
+          __m256 a[8], b[8];
+          for (int ch = 0; ch < 8; ++ch) {
+            a[ch] = _mm256_loadu_ps(rows + ch * wc + x0);
+            b[ch] = _mm256_loadu_ps(rows + (8 + ch) * wc + x0);
+          }
+          transpose8(a);
+          transpose8(b);
+          const int64_t nt = std::min<int64_t>(4, tw - x0 / 2);
+          for (int64_t m = 0; m < nt; ++m) {
+            const __m256 al = a[2 * m], ar = a[2 * m + 1], bl = b[2 * m], br = b[2 * m + 1];
+            const __m256 e[4] = {al, _mm256_mul_ps(_mm256_add_ps(al, bl), half),
+                                 _mm256_mul_ps(_mm256_sub_ps(al, bl), half), _mm256_xor_ps(bl, sign)};
+            const __m256 f[4] = {ar, _mm256_mul_ps(_mm256_add_ps(ar, br), half),
+                                 _mm256_mul_ps(_mm256_sub_ps(ar, br), half), _mm256_xor_ps(br, sign)};
+            float* p = out + (x0 / 2 + m) * ldo;
+            for (int k = 0; k < 4; ++k) {
+              _mm256_storeu_ps(p + (4 * k) * xi_stride, e[k]);
+              _mm256_storeu_ps(p + (4 * k + 1) * xi_stride, _mm256_mul_ps(_mm256_add_ps(e[k], f[k]), half));
+              _mm256_storeu_ps(p + (4 * k + 2) * xi_stride, _mm256_mul_ps(_mm256_sub_ps(e[k], f[k]), half));
+              _mm256_storeu_ps(p + (4 * k + 3) * xi_stride, _mm256_xor_ps(f[k], sign));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+#endif
+
+template <typename T>
+void transform_grad(const WinogradConv& g, const T* dy, int64_t n, T* d, int64_t ldo, int64_t xi_stride, T* rows,
+                    bool reference) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (!reference) return transform_grad_avx2(g, dy, n, d, ldo, xi_stride, rows);
+  }
+#endif
+  (void)rows;
+  (void)reference;
+  transform_grad_reference(g, dy, n, d, ldo, xi_stride);
 }
 
 }  // namespace
@@ -366,11 +439,13 @@ int64_t winograd_block_samples(const WinogradConv& g, int64_t samples) {
 
 int64_t winograd_work_size(const WinogradConv& g, int64_t block) {
   // winograd_conv: V with whole column blocks, the row buffers and the product buffer;
-  // winograd_weight_grad: V and D.
+  // winograd_weight_grad: V, the transposed D and the row buffers.
   const int64_t t = block * g.tiles();
   return std::max(16 * position_stride(g.c, block_columns(t)) + rows_size(g) + 16 * kRows * kCols<float>,
-                  16 * (position_stride(g.c, t) + position_stride(g.oc, t)) + rows_size(g));
+                  16 * (position_stride(g.c, t) + position_stride(t, grad_columns(g.oc))) + rows_size(g));
 }
+
+int64_t winograd_weight_grad_size(const WinogradConv& g) { return 16 * g.c * grad_columns(g.oc); }
 
 template <typename T>
 void winograd_weights(const T* w, int64_t oc, int64_t c, bool flipped, T* u) {
@@ -421,33 +496,46 @@ void winograd_conv(const WinogradConv& g, const T* u, const T* bias, const T* x,
 
 template <typename T>
 void winograd_weight_grad(const WinogradConv& g, const T* x, const T* dy, int64_t n, int64_t block, T* work, T* dwt) {
+  const int64_t ldo = grad_columns(g.oc);
   if (n == 0) {
-    std::fill_n(dwt, 16 * g.oc * g.c, T(0));
+    std::fill_n(dwt, winograd_weight_grad_size(g), T(0));
     return;
   }
   const int64_t tiles = g.tiles();
   T* v = work;
   T* d = v + 16 * position_stride(g.c, block * tiles);
-  T* rows = d + 16 * position_stride(g.oc, block * tiles);
+  T* rows = d + 16 * position_stride(block * tiles, ldo);
   for (int64_t s0 = 0; s0 < n; s0 += block) {
     const int64_t nb = std::min(block, n - s0), t = nb * tiles;
-    const int64_t vs = position_stride(g.c, t), ds = position_stride(g.oc, t);
+    const int64_t vs = position_stride(g.c, t), ds = position_stride(t, ldo);
     transform_input(g, x + s0 * g.in_size(), nb, v, t, vs, rows);
-    transform_grad(g, dy + s0 * g.out_size(), nb, d, t, ds, rows);
-    // dWhat[xi] (OC, C) (+)= D[xi] (OC, T) . V[xi]^T (T, C)
+    transform_grad(g, dy + s0 * g.out_size(), nb, d, ldo, ds, rows, false);
+    // dWhat^T[xi] (C, ldo) (+)= V[xi] (C, T) . D^T[xi] (T, ldo): per entry one sum over the tiles in
+    // order, continued from the previous block's value (the same order for any block size).
     for (int64_t xi = 0; xi < 16; ++xi)
-      blas_gemm<T>(false, true, g.oc, g.c, t, d + xi * ds, t, v + xi * vs, t, s0 == 0 ? T(0) : T(1),
-                   dwt + xi * g.oc * g.c, g.c);
+      for (int64_t c0 = 0; c0 < g.c; c0 += kRows) {
+        const int rows_here = static_cast<int>(std::min<int64_t>(kRows, g.c - c0));
+        for (int64_t o0 = 0; o0 < ldo; o0 += kCols<T>)
+          product(rows_here, v + xi * vs + c0 * t, t, d + xi * ds + o0, ldo, t, dwt + (xi * g.c + c0) * ldo + o0,
+                  ldo, s0 > 0);
+      }
   }
 }
 
 template <typename T>
+void winograd_weight_grad_transform(const WinogradConv& g, const T* dy, int64_t n, T* d, bool reference) {
+  const int64_t t = n * g.tiles();
+  std::vector<T> rows(static_cast<size_t>(rows_size(g)));
+  transform_grad(g, dy, n, d, grad_columns(g.oc), t * grad_columns(g.oc), rows.data(), reference);
+}
+
+template <typename T>
 void winograd_weight_grad_output(const T* dwt, int64_t oc, int64_t c, T* dw) {
-  const int64_t stride = oc * c;
+  const int64_t ldo = grad_columns(oc), stride = c * ldo;
   for (int64_t o = 0; o < oc; ++o) {
     for (int64_t ci = 0; ci < c; ++ci) {
       T m[4][4];
-      for (int xi = 0; xi < 16; ++xi) m[xi / 4][xi % 4] = dwt[xi * stride + o * c + ci];
+      for (int xi = 0; xi < 16; ++xi) m[xi / 4][xi % 4] = dwt[xi * stride + ci * ldo + o];
       // A'^T m: rows (m0 + m1 + m2, m1 - m2, m1 + m2 + m3); then the same along each row.
       T r[3][4];
       for (int l = 0; l < 4; ++l) {
@@ -469,6 +557,7 @@ void winograd_weight_grad_output(const T* dwt, int64_t oc, int64_t c, T* dw) {
   template void winograd_weights<T>(const T*, int64_t, int64_t, bool, T*);                                        \
   template void winograd_conv<T>(const WinogradConv&, const T*, const T*, const T*, T*, int64_t, int64_t, T*);    \
   template void winograd_weight_grad<T>(const WinogradConv&, const T*, const T*, int64_t, int64_t, T*, T*);       \
+  template void winograd_weight_grad_transform<T>(const WinogradConv&, const T*, int64_t, T*, bool);             \
   template void winograd_weight_grad_output<T>(const T*, int64_t, int64_t, T*);
 QTRAIN_WINOGRAD_INSTANTIATE(float)
 QTRAIN_WINOGRAD_INSTANTIATE(double)

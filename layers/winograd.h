@@ -15,16 +15,17 @@
 // The weight gradient dW[o][c] = sum_t correlation(d_t[c], dy tile t[o] (2x2)) is F(3x3, 2x2) in
 // each tile: dW = A'^T ( sum_t (G' dy_t G'^T) .* (B^T d_t B) ) A' with the same input transform
 // B^T, G' = [1 0; .5 .5; .5 -.5; 0 -1] and A'^T = [1 1 1 0; 0 1 -1 0; 0 1 1 1]. The sum over tiles
-// is again 16 GEMMs (OpenBLAS: long reductions, its best case): dWhat[xi] (OC, C) = D[xi] (OC, T) .
-// V[xi]^T, and the output transform runs once on the sum. (The textbook F(3, 2) has B'^T's last row
-// negated; negating G''s last row instead gives the same products and lets both gradients share the
-// forward's input transform.)
+// is again 16 products, long reductions over the tiles: dWhat[xi]^T (C, OC) = V[xi] (C, T) . D[xi]^T
+// (T, OC), in the forward's kernel on a transposed dy transform, and the output transform runs once
+// on the sum. (The textbook F(3, 2) has B'^T's last row negated; negating G''s last row instead gives
+// the same products and lets both gradients share the forward's input transform.)
 // Per position the transforms use only additions and halvings, which in float lose about as much as
 // the im2col sum's rounding: tests/layers/test_winograd.cpp compares both paths.
 //
 // Layouts in the lane's work buffer (T = tiles of a block of samples, tile index (s, ty, tx)
-// row-major): V (16, C, T) and D (16, OC, T), each V[xi] a cache line apart more than its size (see
-// position_stride); transformed weights U (16, OC, C) shared by the lanes.
+// row-major): V (16, C, T) and D^T (16, T, OC'), each V[xi] a cache line apart more than its size
+// (see position_stride); transformed weights U (16, OC, C) shared by the lanes. OC' is OC rounded up
+// to a multiple of 16 (the kernel's column block), its extra columns zero.
 #pragma once
 
 #include <cstdint>
@@ -75,12 +76,23 @@ template <typename T>
 void winograd_conv(const WinogradConv& g, const T* u, const T* bias, const T* x, T* y, int64_t n, int64_t block,
                    T* work);
 
-// dwt (16, OC, C) = the transformed weight gradient of n samples (overwritten): x (n, C, H, W) and
-// dy (n, OC, OH, OW) of the forward geometry g. `work` as for winograd_conv.
+// Elements of winograd_weight_grad's transformed weight gradient: 16 * C * OC'.
+int64_t winograd_weight_grad_size(const WinogradConv& g);
+
+// dwt (16, C, OC') = the transformed weight gradient of n samples, transposed (overwritten): x (n, C, H,
+// W) and dy (n, OC, OH, OW) of the forward geometry g. `work` as for winograd_conv. Each entry is one
+// sum over the tiles in order: the same bits for any block size.
 template <typename T>
 void winograd_weight_grad(const WinogradConv& g, const T* x, const T* dy, int64_t n, int64_t block, T* work, T* dwt);
 
-// dw (OC, C, 3, 3) = A'^T dwt[.][o][c] A', the weight gradient from its transformed sum.
+// The weight gradient's dy transform on its own, for tests: d (16, n * tiles, OC') = G' e G'^T of
+// every 2x2 tile e of dy (n, OC, OH, OW), each position's matrix right after the previous one. With
+// `reference` the scalar loop, otherwise the one winograd_weight_grad runs (AVX2 in float where the
+// build has it): both write the same bits.
+template <typename T>
+void winograd_weight_grad_transform(const WinogradConv& g, const T* dy, int64_t n, T* d, bool reference);
+
+// dw (OC, C, 3, 3) = A'^T dwt[.][c][o] A', the weight gradient from its transformed sum (16, C, OC').
 template <typename T>
 void winograd_weight_grad_output(const T* dwt, int64_t oc, int64_t c, T* dw);
 

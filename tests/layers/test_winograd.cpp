@@ -1,7 +1,8 @@
 // conv2d's Winograd path (layers/winograd.h) against its im2col path on the same random data: y, dx,
 // dW and db, in float (the training dtype) and double, over odd and even maps (partial tiles),
 // channel counts that are not multiples of 8, paddings 0..2, several blocks per lane and batches the
-// lanes do not divide.
+// lanes do not divide. Then the weight gradient's AVX2 dy transform against its scalar reference (the
+// same bits) and the weight gradient's independence of the block size (the same bits).
 //
 // The tolerance is derived, not tuned. With |g| <= gmax (weights) and |d| <= dmax (input), one
 // channel's Winograd output entry sum_{k,l} |A^T|_{ik} (|G||g||G^T| .* |B^T||d||B|)_{kl} |A|_{lj} is at
@@ -15,9 +16,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "layers/conv2d.h"
+#include "layers/winograd.h"
 #include "tests/support/gradcheck.h"
 
 using namespace qtrain;
@@ -115,4 +119,43 @@ TEST_CASE("winograd_fits: 3x3 kernels, stride 1, padding at most 2", "[layers][c
   CHECK_FALSE(winograd_fits({3, 3, 1, 1, 3, 1}));
   CHECK_FALSE(winograd_fits({5, 5, 1, 1, 2, 2}));
   CHECK_FALSE(winograd_fits({3, 2, 1, 1, 1, 1}));
+}
+
+TEST_CASE("winograd: the weight gradient's vectorized dy transform writes the reference's bits",
+          "[layers][conv2d][winograd]") {
+  // OC 20: two whole groups of 8 channels and a partial one, padded to 32 columns; odd maps: partial
+  // tiles on both axes; 13 columns: a partial block of 4 tiles.
+  const int64_t oc = GENERATE(1, 8, 20, 64);
+  const int64_t h = GENERATE(1, 7, 8), w = GENERATE(5, 13, 16);
+  const int64_t n = 3;
+  INFO("OC " << oc << ", " << h << "x" << w);
+  const Window2d win{3, 3, 1, 1, 1, 1};
+  const WinogradConv g = WinogradConv::forward_of(image_geometry("test", {4, h, w}, win), win, oc);
+  const Tensor dy = random_tensor({n, oc, g.oh, g.ow}, 21, -1.0, 1.0, DType::f32);
+  const int64_t size = 16 * n * g.tiles() * ((oc + 15) / 16 * 16);
+  std::vector<float> reference(static_cast<size_t>(size), 1.0f), fast(static_cast<size_t>(size), 2.0f);
+  winograd_weight_grad_transform(g, dy.data<float>(), n, reference.data(), true);
+  winograd_weight_grad_transform(g, dy.data<float>(), n, fast.data(), false);
+  CHECK(std::memcmp(reference.data(), fast.data(), reference.size() * sizeof(float)) == 0);
+}
+
+TEMPLATE_TEST_CASE("winograd: the weight gradient has the same bits for any block size", "[layers][conv2d][winograd]",
+                   float, double) {
+  // Each transformed entry is one sum over the tiles in order, continued from block to block.
+  using T = TestType;
+  const DType dtype = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+  const Window2d win{3, 3, 1, 1, 1, 1};
+  const int64_t c = 5, oc = 11, n = 5;
+  const WinogradConv g = WinogradConv::forward_of(image_geometry("test", {c, 7, 6}, win), win, oc);
+  const Tensor x = random_tensor({n, c, g.h, g.w}, 22, -1.0, 1.0, dtype);
+  const Tensor dy = random_tensor({n, oc, g.oh, g.ow}, 23, -1.0, 1.0, dtype);
+  auto run = [&](int64_t block) {
+    std::vector<T> work(static_cast<size_t>(winograd_work_size(g, block)));
+    std::vector<T> dwt(static_cast<size_t>(winograd_weight_grad_size(g)), T(7));
+    winograd_weight_grad(g, x.data<T>(), dy.data<T>(), n, block, work.data(), dwt.data());
+    return dwt;
+  };
+  const std::vector<T> one = run(1), two = run(2), all = run(n);
+  CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(T)) == 0);
+  CHECK(std::memcmp(one.data(), all.data(), one.size() * sizeof(T)) == 0);
 }
