@@ -101,6 +101,9 @@ class Layer {
   // frames. Per-frame layers (dense, activations) ignore it; recurrent layers (lstm) need it. Called
   // before every forward of a sequence batch.
   virtual void set_sequence_lengths(const Tensor& /*lengths*/) {}
+  // Whether the layer runs only on sequence batches (it needs set_sequence_lengths: lstm), so that a
+  // model holding it on an image or vector dataset is refused at start-up, not at the first forward.
+  virtual bool needs_sequence_batches() const { return false; }
 
  protected:
   std::vector<Tensor> params_;

@@ -147,6 +147,13 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
     input_error("{}: loss {} {} but dataset {} {}", config_.file, net_->loss_function().type(),
                 net_->has_sequence_loss() ? "needs sequences" : "needs class labels", config_.data.dataset,
                 train_set_->is_sequence() ? "holds sequences (use loss: ctc)" : "holds class labels");
+  for (int i = 0; i < net_->num_layers(); ++i) {
+    const Layer& layer = net_->layer(i);
+    if (layer.needs_sequence_batches() && !train_set_->is_sequence())
+      input_error("{}: layer '{}' ({}) runs on sequences, but dataset {} holds fixed-size samples; it needs a "
+                  "sequence dataset (an4) and a sequence loss (ctc)",
+                  config_.file, layer.name(), layer.type(), config_.data.dataset);
+  }
   net_->loss_function().set_vocabulary(train_set_->vocabulary());
   if (net_->output_shape()[0] != train_set_->num_classes())
     input_error("{}: the last layer produces {} scores but {} has {} classes", config_.file, net_->output_shape()[0],

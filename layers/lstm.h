@@ -61,6 +61,7 @@ class Lstm : public Layer {
   Shape setup(const Shape& input) override;
   std::vector<ParamSpec> param_specs() const override;
   void set_sequence_lengths(const Tensor& lengths) override;
+  bool needs_sequence_batches() const override { return true; }
   void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 

@@ -45,6 +45,9 @@ expect_error "corrupt checkpoint" "$tmp/run/checkpoint.safetensors: corrupt chec
 expect_error "resume without checkpoint" "no checkpoint.safetensors" \
   "$qtrain" train "$cfg" --resume "$tmp/empty" --set data.path="$src/data/mnist"
 
+expect_error "bench-model on a sequence model" "runs on sequence batches" \
+  "$qtrain" bench-model "$src/configs/an4_lstm.yaml" --device cpu --steps 1 --warmup 0
+
 for sub in "" train eval; do
   if ! "$qtrain" $sub --help >/dev/null 2>&1; then echo "FAIL: qtrain $sub --help"; failures=$((failures + 1)); fi
 done
@@ -59,8 +62,18 @@ if [[ -f "$src/data/mnist/train-images-idx3-ubyte" ]]; then
     fi
     rm -rf "$tmp/w1"
   done
+  cat >"$tmp/lstm_mnist.yaml" <<'YAML'
+data: {dataset: mnist, batch_size: 8}
+model:
+  input: [1, 28, 28]
+  layers: [{type: flatten}, {type: lstm, hidden_size: 8}, {type: dense, units: 10}]
+  loss: softmax_cross_entropy
+optimizer: {type: sgd, lr: 0.1}
+YAML
+  expect_error "lstm on a dataset of fixed-size samples" "runs on sequences, but dataset mnist holds fixed-size samples" \
+    "$qtrain" train "$tmp/lstm_mnist.yaml" --set data.path="$src/data/mnist" --set output.dir="$tmp/w2"
 else
-  echo "note: $src/data/mnist absent; skipped the world-of-size-1 runs"
+  echo "note: $src/data/mnist absent; skipped the world-of-size-1 runs and the lstm-on-mnist case"
 fi
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }

@@ -138,6 +138,11 @@ void run(const Options& o) {
               o.warmup);
 
   Net net(model, DType::f32, device, layer_registry(), loss_registry());
+  for (int i = 0; i < net.num_layers(); ++i)
+    if (net.layer(i).needs_sequence_batches())
+      input_error("{}: layer '{}' ({}) runs on sequence batches, which bench-model's fixed-size synthetic input "
+                  "does not provide; time the AN4 LSTM with tools/bench/bench_lstm_cpu.py",
+                  o.config, net.layer(i).name(), net.layer(i).type());
   net.init_parameters(seed);
   std::unique_ptr<Optimizer> optimizer = make_optimizer(opt_section);
   optimizer->init(net.params().numel(), DType::f32, device);
