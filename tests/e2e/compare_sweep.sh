@@ -2,8 +2,9 @@
 # `qtrain compare` and `qtrain predict` end to end on a small MNIST subset (one rank, one epoch):
 #  1. an unknown method fails before anything runs, listing the known ones;
 #  2. a sweep of two methods is interrupted (its process group killed) while the second run trains,
-#     after that run wrote a checkpoint; rerunning with --resume reuses the finished first run (its
-#     files untouched) and continues the second from its checkpoint; a plain rerun reuses both;
+#     after that run wrote a checkpoint, and its curve.csv's last line is cut short; rerunning with
+#     --resume reuses the finished first run (its files untouched), continues the second from its
+#     checkpoint and repairs its curve; a plain rerun reuses both;
 #  3. the report has its table and images; --report-only regenerates it;
 #  4. predict reads the sweep; a directory without metrics.csv is a clear error.
 # Usage: compare_sweep.sh QTRAIN_BINARY SOURCE_DIR   (needs SOURCE_DIR/data/mnist; skips without it)
@@ -33,12 +34,17 @@ grep -q "quantization.method must be one of fp32, fp16, bf16, dettmers8" "$tmp/e
 setsid "$qtrain" compare "${args[@]}" >"$tmp/first.log" 2>&1 &
 leader=$!
 for _ in $(seq 1 600); do
-  [[ -f "$sweep/runs/qsgd_bits4/checkpoint.safetensors" ]] && break
+  # a checkpoint, and a first row in curve.csv (every 10 steps) for the cut below to damage
+  [[ -f "$sweep/runs/qsgd_bits4/checkpoint.safetensors" &&
+     $(wc -l <"$sweep/runs/qsgd_bits4/curve.csv" 2>/dev/null || echo 0) -ge 2 ]] && break
   kill -0 "$leader" 2>/dev/null || break
   sleep 0.1
 done
 kill -TERM -- -"$leader" 2>/dev/null
 wait "$leader" 2>/dev/null
+# A kill during a write leaves curve.csv's last line cut short (no newline): the resume must repair it.
+curve="$sweep/runs/qsgd_bits4/curve.csv"
+[[ -s "$curve" ]] && truncate -s -3 "$curve"
 if [[ -f "$sweep/runs/qsgd_bits4/compare.done" ]]; then
   fail "the qsgd run finished before it could be interrupted (the test needs a slower run)"
 fi
@@ -51,6 +57,8 @@ grep -q "qsgd:bits=4: resuming the unfinished run from its checkpoint" "$tmp/sec
 [[ "$(md5sum "$sweep/runs/fp32/metrics.csv" "$sweep/runs/fp32/compare.done" | md5sum)" == "$fp32_sum" ]] ||
   fail "the finished fp32 run was modified"
 grep -q "resumed from" "$sweep/runs/qsgd_bits4/train.log" || fail "the qsgd training did not resume"
+awk -F, 'NR > 1 { if (NF != 3 || $2 + 0 <= last) bad = 1; last = $2 + 0 } END { exit bad }' "$curve" ||
+  fail "curve.csv after the resume is not one row per increasing step: $(cat "$curve")"
 "$qtrain" compare "${args[@]}" >"$tmp/third.log" 2>&1 || fail "third run failed"
 [[ $(grep -c "finished run reused" "$tmp/third.log") -eq 2 ]] || fail "not both runs reused: $(cat "$tmp/third.log")"
 

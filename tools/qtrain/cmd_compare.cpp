@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <iterator>
+#include <tuple>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -115,6 +117,30 @@ bool parse_progress_line(const std::string& line, ProgressLine& p) {
 // Runs argv with the environment qtrain started with (before MPI_Init added its own variables, which
 // would confuse a child mpirun), stdout and stderr merged into `on_line`, one call per line; `on_tick`
 // about once a second. Returns the exit status (128 + signal when killed).
+// A resumed run appends to the curve.csv of its earlier attempt. A kill can leave the last line cut
+// short (no newline), and the next row would be glued onto it, making the file unreadable for good:
+// the cut line is dropped and the file rewritten first. Returns the last recorded wall time and step;
+// the steps the run repeats from its checkpoint up to that step are not recorded twice.
+std::pair<double, int64_t> continue_curve(const fs::path& path) {
+  std::string text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return {0.0, -1};
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const size_t end = text.rfind('\n');
+  text = end == std::string::npos ? std::string() : text.substr(0, end + 1);
+  if (text.empty()) text = "wall_s,step,train_loss\n";
+  write_file_atomically(path.string(), text);
+  double wall = 0;
+  int64_t step = -1;
+  for (const CurvePoint& p : read_curve_csv(path.string())) {
+    wall = std::max(wall, p.wall_s);
+    step = std::max(step, p.step);
+  }
+  return {wall, step};
+}
+
 int run_child(const std::vector<std::string>& argv, const std::function<void(const std::string&)>& on_line,
               const std::function<void()>& on_tick) {
   int fds[2];
@@ -284,13 +310,14 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
       continue;
     }
     double wall_offset = 0;
+    int64_t last_step = -1;  // the last step in curve.csv: only later steps are appended
     const fs::path curve_path = job.run_dir / "curve.csv";
     if (state == RunState::unfinished && a.resume && fs::exists(job.run_dir / "checkpoint.safetensors")) {
       // Continue from the checkpoint with the launcher of this sweep and the run's own resolved config.
       argv = launcher();
       for (const std::string& s : {self, std::string("train"), std::string("--resume"), job.run_dir.string()})
         argv.push_back(s);
-      for (const CurvePoint& p : read_curve_csv(curve_path.string())) wall_offset = std::max(wall_offset, p.wall_s);
+      std::tie(wall_offset, last_step) = continue_curve(curve_path);
       progress.message(fmt::format("{}: resuming the unfinished run from its checkpoint", job.variant.label));
     } else {
       if (state != RunState::absent) {
@@ -308,7 +335,6 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
     log << "$ " << shell_join(argv) << "\n";
     const auto start = Clock::now();
     double fraction = 0;
-    int64_t last_step = -1;
     std::string detail = "starting";
     std::string last_line;
     const int status = run_child(
