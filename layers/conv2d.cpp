@@ -188,12 +188,7 @@ void Conv2d::backward_cpu(Context& ctx, const T* x, const T* dy, T* dx, int64_t 
   const bool dx_by_conv = !pointwise && dx && win_.sh == 1 && win_.sw == 1 && win_.ph < win_.kh && win_.pw < win_.kw;
   const int64_t k2 = oc * kk;  // rows of dy's im2col matrix when dx is computed as a convolution
   // dy's geometry as the input of the flipped convolution, whose output is (C, H, W), and its window.
-  ImageGeometry g2;
-  g2.c = oc;
-  g2.h = geom_.oh;
-  g2.w = geom_.ow;
-  g2.oh = geom_.h;
-  g2.ow = geom_.w;
+  const ImageGeometry g2 = geom_.transposed(oc);
   const Window2d flipped{win_.kh, win_.kw, 1, 1, win_.kh - 1 - win_.ph, win_.kw - 1 - win_.pw};
 
   const int lanes = lanes_for(ctx, batch);

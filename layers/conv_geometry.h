@@ -31,6 +31,9 @@ struct ImageGeometry {
     int64_t in[3], out[3];
   };
   Dims dims(int64_t out_channels) const { return {{c, h, w}, {out_channels, oh, ow}}; }
+  // The input gradient of a stride-1 convolution seen as a convolution itself: dy (out_channels, OH,
+  // OW) is its input and dx (C, H, W) its output.
+  ImageGeometry transposed(int64_t out_channels) const { return {out_channels, oh, ow, h, w}; }
 };
 
 // Output length along one axis, as PyTorch computes it: floor((in + 2p - k) / s) + 1, or with

@@ -418,18 +418,11 @@ WinogradConv WinogradConv::forward_of(const ImageGeometry& g, const Window2d& wi
 }
 
 WinogradConv WinogradConv::dx_of(const ImageGeometry& g, const Window2d& win, int64_t out_channels) {
-  WinogradConv w;
-  w.c = out_channels;
-  w.h = g.oh;
-  w.w = g.ow;
-  w.oc = g.c;
-  w.oh = g.h;
-  w.ow = g.w;
-  w.ph = 2 - win.ph;
-  w.pw = 2 - win.pw;
-  w.th = (w.oh + 1) / 2;
-  w.tw = (w.ow + 1) / 2;
-  return w;
+  // dx is the convolution of dy with the flipped, transposed kernel and padding k - 1 - p = 2 - p.
+  Window2d flipped = win;
+  flipped.ph = 2 - win.ph;
+  flipped.pw = 2 - win.pw;
+  return forward_of(g.transposed(out_channels), flipped, g.c);
 }
 
 int64_t winograd_block_samples(const WinogradConv& g, int64_t samples) {
