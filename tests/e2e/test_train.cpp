@@ -18,6 +18,12 @@ using qtrain::testing::TempDir;
 
 namespace {
 
+// 320 training and 64 test images of synthetic MNIST-format data in dir/data, as small_config reads them.
+void write_small_mnist(const TempDir& dir) {
+  std::filesystem::create_directories(dir.file("data"));
+  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+}
+
 std::string small_config(const TempDir& dir, const std::string& optimizer) {
   return dir.write("run.yaml", R"(name: e2e
 device: cpu
@@ -67,8 +73,7 @@ TEST_CASE("N steps equal N/2 steps + resume + N/2 steps, bit for bit", "[e2e][re
         std::string("{type: adam, lr: 0.001, weight_decay: 0.0001}"),
         std::string("{type: sgd, lr: 0.05, momentum: 0.9, nesterov: true}")}) {
     TempDir dir;
-    std::filesystem::create_directories(dir.file("data"));
-    qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+    write_small_mnist(dir);
     const std::string config = small_config(dir, optimizer);
     train(config, {"train.max_steps=14", "output.dir=" + dir.file("full")});
     train(config, {"train.max_steps=7", "output.dir=" + dir.file("split")});
@@ -89,8 +94,7 @@ TEST_CASE("resuming mid-epoch with fewer batches per epoch is an error naming th
   // 320 samples / batch 32: the checkpoint stops after batch 7 of epoch 1. With batch 128 an epoch
   // has 3 batches; the loader's internal check used to fire instead.
   TempDir dir;
-  std::filesystem::create_directories(dir.file("data"));
-  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  write_small_mnist(dir);
   const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
   train(config, {"train.max_steps=7", "output.dir=" + dir.file("split")});
   REQUIRE_THROWS_WITH(train(config, {"data.batch_size=128"}, dir.file("split")),
@@ -100,8 +104,7 @@ TEST_CASE("resuming mid-epoch with fewer batches per epoch is an error naming th
 
 TEST_CASE("a residual batch-norm net resumes bit for bit, with its running statistics", "[e2e][resume][graph]") {
   TempDir dir;
-  std::filesystem::create_directories(dir.file("data"));
-  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  write_small_mnist(dir);
   const std::string config = dir.write("res.yaml", R"(name: e2e-res
 device: cpu
 data: {dataset: mnist, path: )" + dir.file("data") + R"(, batch_size: 32, eval_batch_size: 64}
@@ -200,8 +203,7 @@ output: {progress: none}
 
 TEST_CASE("run directory holds metrics, resolved config, log and checkpoint", "[e2e]") {
   TempDir dir;
-  std::filesystem::create_directories(dir.file("data"));
-  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  write_small_mnist(dir);
   const TrainSummary s =
       train(small_config(dir, "{type: sgd, lr: 0.05}"), {"train.epochs=2", "output.dir=" + dir.file("run")});
   REQUIRE(s.epochs_completed == 2);
@@ -225,8 +227,7 @@ TEST_CASE("resuming with another number of ranks is an error naming both", "[e2e
   // in the epoch (which means other samples for another world size) and ignore the residuals of the
   // missing ranks.
   TempDir dir;
-  std::filesystem::create_directories(dir.file("data"));
-  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  write_small_mnist(dir);
   const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
   train(config, {"train.max_steps=7", "output.dir=" + dir.file("run")});
   const std::string path = dir.file("run/checkpoint.safetensors");
@@ -254,8 +255,7 @@ TEST_CASE("a resumed run rewrites metrics.csv from its checkpoint: no cut line, 
   // (part of) the row of step 30 but before its checkpoint. Resuming used to append the new row to
   // the cut one (a line of 38 cells that compare and predict refuse) and would repeat rows.
   TempDir dir;
-  std::filesystem::create_directories(dir.file("data"));
-  qtrain::testing::write_synthetic_mnist(dir.file("data"), 320, 64);
+  write_small_mnist(dir);
   const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
   const std::string run = dir.file("run");
   train(config, {"train.max_steps=20", "output.dir=" + run});
