@@ -98,6 +98,21 @@ void compare_lstm_batch(Lstm& cpu_layer, Lstm& gpu_layer, Context& cpu, Context&
   }
 }
 
+// The same lstm on the CPU (a) and on CUDA (b), with the same random parameters (seed).
+struct LstmPair {
+  LstmPair(const LstmCase& c, uint64_t seed)
+      : a({c.hidden, c.layers, c.bidirectional, 1.0}), b({c.hidden, c.layers, c.bidirectional, 1.0}) {
+    a.setup({c.input});
+    b.setup({c.input});
+    pa = bind_random_params(a, seed, DType::f32, Device::cpu(), 0.3);
+    pb = bind_random_params(b, seed, DType::f32, kGpu, 0.3);
+    fence_legacy_stream(pb.params);
+    fence_legacy_stream(pb.grads);
+  }
+  Lstm a, b;
+  BoundParams pa, pb;
+};
+
 }  // namespace
 
 TEST_CASE("lstm: cuDNN matches the CPU reference (outputs, dx, parameter gradients, padding)", "[cuda][lstm]") {
@@ -107,19 +122,13 @@ TEST_CASE("lstm: cuDNN matches the CPU reference (outputs, dx, parameter gradien
                   << c.bidirectional);
     Context cpu = Context::cpu(1, 1);
     Context gpu = Context::cuda(0, 1);
-    Lstm a({c.hidden, c.layers, c.bidirectional, 1.0}), b({c.hidden, c.layers, c.bidirectional, 1.0});
-    a.setup({c.input});
-    b.setup({c.input});
-    const BoundParams pa = bind_random_params(a, 21, DType::f32, Device::cpu(), 0.3);
-    const BoundParams pb = bind_random_params(b, 21, DType::f32, kGpu, 0.3);
-    fence_legacy_stream(pb.params);
-    fence_legacy_stream(pb.grads);
+    LstmPair p(c, 21);
     // Unequal lengths with padding (the reverse direction must start at each sample's own end), one
     // full-length sample, then a second batch of another shape on the same layers (descriptors rebuilt,
     // buffers grown) and a third, smaller one (buffers reused).
-    compare_lstm_batch(a, b, cpu, gpu, pa, pb, c, {7, 3, 5, 1}, 7, 100);
-    compare_lstm_batch(a, b, cpu, gpu, pa, pb, c, {2, 9, 9, 4, 6, 1}, 11, 200);
-    compare_lstm_batch(a, b, cpu, gpu, pa, pb, c, {3, 2}, 4, 300);
+    compare_lstm_batch(p.a, p.b, cpu, gpu, p.pa, p.pb, c, {7, 3, 5, 1}, 7, 100);
+    compare_lstm_batch(p.a, p.b, cpu, gpu, p.pa, p.pb, c, {2, 9, 9, 4, 6, 1}, 11, 200);
+    compare_lstm_batch(p.a, p.b, cpu, gpu, p.pa, p.pb, c, {3, 2}, 4, 300);
   }
 }
 
@@ -127,16 +136,10 @@ TEST_CASE("lstm: a sample of length 0 stays all padding on CUDA", "[cuda][lstm]"
   const LstmCase c{4, 6, 2, true};
   Context cpu = Context::cpu(1, 1);
   Context gpu = Context::cuda(0, 1);
-  Lstm a({c.hidden, c.layers, c.bidirectional, 1.0}), b({c.hidden, c.layers, c.bidirectional, 1.0});
-  a.setup({c.input});
-  b.setup({c.input});
-  const BoundParams pa = bind_random_params(a, 5, DType::f32, Device::cpu(), 0.3);
-  const BoundParams pb = bind_random_params(b, 5, DType::f32, kGpu, 0.3);
-  fence_legacy_stream(pb.params);
-  fence_legacy_stream(pb.grads);
-  compare_lstm_batch(a, b, cpu, gpu, pa, pb, c, {5, 0, 2}, 5, 400);
+  LstmPair p(c, 5);
+  compare_lstm_batch(p.a, p.b, cpu, gpu, p.pa, p.pb, c, {5, 0, 2}, 5, 400);
   // Every sample empty: zero outputs and zero gradients, without running cuDNN.
-  compare_lstm_batch(a, b, cpu, gpu, pa, pb, c, {0, 0}, 3, 500);
+  compare_lstm_batch(p.a, p.b, cpu, gpu, p.pa, p.pb, c, {0, 0}, 3, 500);
 }
 
 TEST_CASE("lstm: CUDA inference forward matches training forward; backward needs a training forward",
