@@ -6,7 +6,9 @@
 #     --resume reuses the finished first run (its files untouched), continues the second from its
 #     checkpoint and repairs its curve; a plain rerun reuses both;
 #  3. the report has its table and images; --report-only regenerates it;
-#  4. predict reads the sweep; a directory without metrics.csv is a clear error.
+#  4. predict reads the sweep; a directory without metrics.csv is a clear error;
+#  5. a copy of the binary elsewhere reuses the finished runs; a changed command retrains, and the run
+#     it replaces is moved to replaced/, not deleted.
 # Usage: compare_sweep.sh QTRAIN_BINARY SOURCE_DIR   (needs SOURCE_DIR/data/mnist; skips without it)
 set -uo pipefail
 qtrain=$1
@@ -50,6 +52,7 @@ if [[ -f "$sweep/runs/qsgd_bits4/compare.done" ]]; then
 fi
 [[ -f "$sweep/runs/fp32/compare.done" ]] || { fail "the fp32 run did not finish first"; cat "$tmp/first.log"; }
 fp32_sum=$(md5sum "$sweep/runs/fp32/metrics.csv" "$sweep/runs/fp32/compare.done" | md5sum)
+cp "$sweep/runs/fp32/metrics.csv" "$tmp/fp32.metrics"
 "$qtrain" compare "${args[@]}" --resume >"$tmp/second.log" 2>&1 || { fail "rerun failed"; cat "$tmp/second.log"; }
 grep -q "fp32: finished run reused" "$tmp/second.log" || fail "fp32 was not reused: $(cat "$tmp/second.log")"
 grep -q "qsgd:bits=4: resuming the unfinished run from its checkpoint" "$tmp/second.log" ||
@@ -84,6 +87,19 @@ grep -q "^Fastest: p=2: " "$tmp/predict.md" || fail "predict output: $(cat "$tmp
 mkdir -p "$tmp/empty"
 if "$qtrain" predict --from "$tmp/empty" 2>"$tmp/err"; then fail "predict of an empty folder succeeded"; fi
 grep -q "no metrics.csv" "$tmp/err" || fail "predict message: $(cat "$tmp/err")"
+
+# 5. the binary's path is not part of a run; a replaced run is kept
+mkdir -p "$tmp/elsewhere" && cp "$qtrain" "$tmp/elsewhere/qtrain"
+"$tmp/elsewhere/qtrain" compare "${args[@]}" >"$tmp/fourth.log" 2>&1 || fail "the copied binary failed: $(cat "$tmp/fourth.log")"
+[[ $(grep -c "finished run reused" "$tmp/fourth.log") -eq 2 ]] ||
+  fail "a copy of the binary did not reuse both runs: $(cat "$tmp/fourth.log")"
+"$qtrain" compare "$src/configs/mnist_mlp.yaml" --methods fp32 "${common[@]}" --set seed=7 >"$tmp/fifth.log" 2>&1 ||
+  fail "the changed sweep failed: $(cat "$tmp/fifth.log")"
+grep -q "fp32: stale run in .* is started again (the old one is kept in $sweep/replaced/fp32.1)" "$tmp/fifth.log" ||
+  fail "the stale run was not reported as kept: $(cat "$tmp/fifth.log")"
+[[ "$(md5sum <"$sweep/replaced/fp32.1/metrics.csv")" == "$(md5sum <"$tmp/fp32.metrics")" ]] ||
+  fail "the replaced fp32 run was not kept intact"
+[[ -f "$sweep/runs/fp32/compare.done" ]] || fail "the changed fp32 run did not finish"
 
 if [[ $failures -gt 0 ]]; then echo "$failures failure(s)"; exit 1; fi
 echo "compare_sweep: all checks passed"

@@ -213,6 +213,32 @@ TEST_CASE("compare: finished, unfinished and stale run directories", "[compare]"
   CHECK(run_state(run.string(), "cmd", 1) == RunState::finished);
   CHECK(run_state(run.string(), "other cmd", 1) == RunState::stale);
   CHECK(shell_join({"a b", "c=d", "it's"}) == "'a b' c=d 'it'\\''s'");
+  CHECK(shell_split("'a b' c=d  'it'\\''s' ''") == std::vector<std::string>{"a b", "c=d", "it's", ""});
+}
+
+TEST_CASE("compare: a run's identity leaves out the qtrain binary, and a replaced run is kept", "[compare]") {
+  // The same sweep launched by a qtrain built elsewhere reuses its finished runs; it used to delete and
+  // retrain them (hours of training lost to a rebuilt binary).
+  const std::string old_cmd = "mpirun -np 4 /old/build/qtrain train /c.yaml --set a=1";
+  CHECK(run_identity(old_cmd) == run_identity("mpirun -np 4 '/new dir/qtrain' train /c.yaml --set a=1"));
+  CHECK(run_identity(old_cmd) != run_identity("mpirun -np 2 /old/build/qtrain train /c.yaml --set a=1"));
+  CHECK(run_identity(old_cmd) != run_identity("mpirun -np 4 /old/build/qtrain train /c.yaml --set a=2"));
+  CHECK(run_identity("/bin/qtrain train /c.yaml") == run_identity("qtrain train /c.yaml"));
+
+  TempDir tmp;
+  const fs::path run = tmp.path() / "runs" / "fp32";
+  write_run(run, "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);
+  write_marker(run.string(), "fp32", old_cmd, 1.0);
+  CHECK(run_state(run.string(), "mpirun -np 4 /elsewhere/qtrain train /c.yaml --set a=1", 1) == RunState::finished);
+  CHECK(run_state(run.string(), "mpirun -np 4 /old/build/qtrain train /c.yaml --set a=2", 1) == RunState::stale);
+
+  // Moved aside, never deleted; a second replacement gets the next number.
+  const std::string kept = set_aside(tmp.path().string(), run.string());
+  CHECK(kept == (tmp.path() / "replaced" / "fp32.1").string());
+  CHECK(!fs::exists(run));
+  CHECK(fs::exists(fs::path(kept) / "compare.done"));
+  write_run(run, "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);
+  CHECK(set_aside(tmp.path().string(), run.string()) == (tmp.path() / "replaced" / "fp32.2").string());
 }
 
 TEST_CASE("compare report: table values and files from synthetic runs", "[compare][report]") {

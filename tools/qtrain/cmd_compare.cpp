@@ -321,9 +321,9 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
       progress.message(fmt::format("{}: resuming the unfinished run from its checkpoint", job.variant.label));
     } else {
       if (state != RunState::absent) {
-        progress.message(fmt::format("{}: {} run in {} is started again", job.variant.label, run_state_name(state),
-                                     job.run_dir.string()));
-        fs::remove_all(job.run_dir);
+        const std::string kept = set_aside(dir.string(), job.run_dir.string());
+        progress.message(fmt::format("{}: {} run in {} is started again (the old one is kept in {})",
+                                     job.variant.label, run_state_name(state), job.run_dir.string(), kept));
       }
       fs::create_directories(job.run_dir, ec);
       if (ec) input_error("{}: cannot create the run directory: {}", job.run_dir.string(), ec.message());

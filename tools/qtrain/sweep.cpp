@@ -80,7 +80,7 @@ RunState run_state(const std::string& run_dir, const std::string& command, int64
   } catch (const InputError&) {
     return RunState::unfinished;  // a marker we cannot read proves nothing
   }
-  if (recorded != command) return RunState::stale;
+  if (run_identity(recorded) != run_identity(command)) return RunState::stale;
   try {
     const std::vector<MetricsRecord> rows = read_metrics_csv((fs::path(run_dir) / "metrics.csv").string());
     if (rows.back().epoch < epochs) return RunState::unfinished;
@@ -88,6 +88,28 @@ RunState run_state(const std::string& run_dir, const std::string& command, int64
     return RunState::unfinished;
   }
   return RunState::finished;
+}
+
+std::string run_identity(const std::string& command) {
+  std::vector<std::string> words = shell_split(command);
+  const auto train = std::find(words.begin(), words.end(), "train");
+  if (train != words.begin() && train != words.end()) words.erase(train - 1);
+  return shell_join(words);
+}
+
+std::string set_aside(const std::string& sweep_dir, const std::string& run_dir) {
+  const fs::path replaced = fs::path(sweep_dir) / "replaced";
+  std::error_code ec;
+  fs::create_directories(replaced, ec);
+  if (ec) input_error("{}: cannot create the folder for replaced runs: {}", replaced.string(), ec.message());
+  const std::string folder = fs::path(run_dir).filename().string();
+  for (int n = 1;; ++n) {
+    const fs::path to = replaced / fmt::format("{}.{}", folder, n);
+    if (fs::exists(to, ec) || fs::is_symlink(to, ec)) continue;
+    fs::rename(run_dir, to, ec);
+    if (ec) input_error("{}: cannot move the replaced run to {}: {}", run_dir, to.string(), ec.message());
+    return to.string();
+  }
 }
 
 void write_marker(const std::string& run_dir, const std::string& label, const std::string& command, double wall_s) {
@@ -155,6 +177,33 @@ std::string shell_join(const std::vector<std::string>& argv) {
     out += '\'';
   }
   return out;
+}
+
+std::vector<std::string> shell_split(const std::string& line) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false, quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '\'') quoted = false;
+      else word += c;
+    } else if (c == '\'') {
+      quoted = in_word = true;
+    } else if (c == '\\' && i + 1 < line.size()) {
+      word += line[++i];  // the \' of an escaped quote
+      in_word = true;
+    } else if (c == ' ') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
 }
 
 }  // namespace qtrain::cli

@@ -6,6 +6,9 @@
 //   DIR/runs/<folder>/compare.done  written atomically after the training exited successfully with all
 //                                 its epochs in metrics.csv; holds the exact training command. A run
 //                                 without it is unfinished (interrupted): rerun or resumed.
+//   DIR/replaced/<folder>.<N>/    a run that had to be started again (another command, or unfinished
+//                                 without --resume) is moved here, never deleted: hours of training
+//                                 are not lost to a changed flag
 //   DIR/report/                   report.md and the plots
 #pragma once
 
@@ -31,13 +34,22 @@ std::vector<Variant> parse_variants(const std::string& methods);
 enum class RunState {
   absent,      // no run directory yet
   unfinished,  // started, never completed (no marker, or metrics.csv short of the epochs)
-  finished,    // marker present, same command, all epochs in metrics.csv: reuse it
-  stale,       // finished, but with another command (other config, epochs, ranks, ...): rerun
+  finished,    // marker present, same run identity, all epochs in metrics.csv: reuse it
+  stale,       // finished, but with another run identity (config, epochs, ranks, ...): rerun
 };
 const char* run_state_name(RunState state);
 
 // The state of `run_dir` for a training launched with `command` (argv joined) that must reach `epochs`.
+// Commands are compared by run_identity, so a rebuilt or moved qtrain binary reuses finished runs.
 RunState run_state(const std::string& run_dir, const std::string& command, int64_t epochs);
+
+// What makes two training commands the same run: the command without the path of the qtrain binary
+// (the word before `train`), i.e. the launcher (ranks, netbed), the config and every --set.
+std::string run_identity(const std::string& command);
+
+// Moves run directory `run_dir` to `sweep_dir`/replaced/<folder>.<N> (the first free N from 1) and
+// returns the new path; an InputError naming both paths when it cannot.
+std::string set_aside(const std::string& sweep_dir, const std::string& run_dir);
 
 // Writes run_dir/compare.done atomically (write to a temporary file, then rename).
 void write_marker(const std::string& run_dir, const std::string& label, const std::string& command, double wall_s);
@@ -53,5 +65,7 @@ std::vector<RunRecord> load_finished_runs(const std::string& sweep_dir);
 
 // argv as one shell-quoted line (the command recorded in the marker and shown in the report).
 std::string shell_join(const std::vector<std::string>& argv);
+// The inverse of shell_join: the words of a line it wrote.
+std::vector<std::string> shell_split(const std::string& line);
 
 }  // namespace qtrain::cli
