@@ -217,29 +217,33 @@ void write_cache(const std::string& path, const std::string& key, const std::vec
 
 class An4Dataset final : public Dataset {
  public:
+  // `frames` are the unstacked frame counts of the utterances in `features` ([frames, mels] each, one
+  // after the other); a step is `stack` of them side by side, which in row-major order is the same
+  // floats read as [frames / stack, stack * mels].
   An4Dataset(std::vector<std::string> vocab, std::vector<std::vector<int32_t>> targets, std::vector<int64_t> frames,
-             std::vector<float> features, int mels)
-      : vocab_(std::move(vocab)), targets_(std::move(targets)), frames_(std::move(frames)),
-        features_(std::move(features)), mels_(mels) {
-    offsets_.resize(frames_.size());
+             std::vector<float> features, int mels, int64_t stack)
+      : vocab_(std::move(vocab)), targets_(std::move(targets)), features_(std::move(features)), step_(mels * stack) {
+    offsets_.resize(frames.size());
+    steps_.resize(frames.size());
     int64_t off = 0;
-    for (size_t i = 0; i < frames_.size(); ++i) {
+    for (size_t i = 0; i < frames.size(); ++i) {
       offsets_[i] = off;
-      off += frames_[i] * mels_;
+      steps_[i] = frames[i] / stack;
+      off += frames[i] * mels;
     }
   }
-  int64_t size() const override { return static_cast<int64_t>(frames_.size()); }
-  Shape sample_shape() const override { return {mels_}; }
+  int64_t size() const override { return static_cast<int64_t>(steps_.size()); }
+  Shape sample_shape() const override { return {step_}; }
   int num_classes() const override { return static_cast<int>(vocab_.size()); }
   void read(int64_t /*index*/, float* /*x*/, int32_t* /*label*/) const override {
     throw Error("an4 holds sequences; read it with read_sequence (the loader does so for sequence datasets)");
   }
   bool is_sequence() const override { return true; }
-  int64_t sequence_length(int64_t index) const override { return frames_.at(static_cast<size_t>(index)); }
+  int64_t sequence_length(int64_t index) const override { return steps_.at(static_cast<size_t>(index)); }
   void read_sequence(int64_t index, float* x, std::vector<int32_t>* targets) const override {
     QT_CHECK(index >= 0 && index < size(), "an4: utterance {} out of range [0, {})", index, size());
     const size_t i = static_cast<size_t>(index);
-    std::copy_n(features_.data() + offsets_[i], frames_[i] * mels_, x);
+    std::copy_n(features_.data() + offsets_[i], steps_[i] * step_, x);
     *targets = targets_[i];
   }
   std::vector<std::string> vocabulary() const override { return vocab_; }
@@ -247,9 +251,10 @@ class An4Dataset final : public Dataset {
  private:
   std::vector<std::string> vocab_;
   std::vector<std::vector<int32_t>> targets_;
-  std::vector<int64_t> frames_, offsets_;
   std::vector<float> features_;
-  int64_t mels_;
+  std::vector<int64_t> offsets_;  // of each utterance in features_
+  std::vector<int64_t> steps_;    // stacked steps of each utterance
+  int64_t step_;                  // values per step: mels * stack
 };
 
 }  // namespace
@@ -312,7 +317,13 @@ std::unique_ptr<Dataset> open_an4(const std::string& folder, Split split, const 
     }
     if (!cache_path.empty()) write_cache(cache_path, key, frames, features);
   }
-  return std::make_unique<An4Dataset>(vocab, std::move(targets), std::move(frames), std::move(features), mels);
+  QT_CHECK(options.stack >= 1, "an4: stack must be >= 1, got {}", options.stack);
+  for (size_t i = 0; i < utts.size(); ++i)
+    if (frames[i] < options.stack)
+      input_error("{}: utterance {} has {} frames, fewer than the {} stacked into one step (data.features.stack)",
+                  utts[i].audio, utts[i].id, frames[i], options.stack);
+  return std::make_unique<An4Dataset>(vocab, std::move(targets), std::move(frames), std::move(features), mels,
+                                      options.stack);
 }
 
 }  // namespace qtrain

@@ -90,6 +90,7 @@ DataConfig parse_data_config(ConfigNode& section) {
       c.speech.hop_ms = f.get_double("hop_ms", c.speech.hop_ms, 0.1, 1000.0);
       c.speech.fft_size = static_cast<int>(f.get_int("fft_size", c.speech.fft_size, 16, 1 << 16));
       c.speech.window = f.get_choice("window", c.speech.window, {"hann", "hamming"});
+      c.speech.stack = static_cast<int>(f.get_int("stack", c.speech.stack, 1, 16));
       // The filterbank checks this too, but cannot name the key.
       const int rate = FilterbankOptions{}.sample_rate;
       const long window = std::lround(c.speech.window_ms * rate / 1000.0);
@@ -144,6 +145,7 @@ std::unique_ptr<Dataset> open_dataset(const DataConfig& config, Split split) {
     a.features.window = config.speech.window == "hamming" ? WindowType::hamming : WindowType::hann;
     a.cache_dir = config.speech.cache_dir;
     a.limit = limit;
+    a.stack = config.speech.stack;
     return open_an4(config.path, split, a);
   }
   MnistOptions o;

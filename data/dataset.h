@@ -76,6 +76,7 @@ struct DataConfig {
     double hop_ms = 10.0;
     int fft_size = 512;
     std::string window = "hann";  // hann | hamming
+    int stack = 1;                // consecutive frames concatenated into one step
     std::string cache_dir;        // where computed features are cached; empty: no cache
   } speech;
 };

@@ -240,6 +240,34 @@ TEST_CASE("an4: vocabulary, targets and frames on a corpus written here", "[an4]
   CHECK_THROWS_WITH(train->read(0, nullptr, nullptr), Catch::Contains("read_sequence"));
 }
 
+TEST_CASE("an4: stacked frames are consecutive frames side by side, the leftover dropped", "[an4]") {
+  TempDir dir;
+  write_corpus(dir);
+  const std::string root = dir.path().string();
+  const auto plain = open_an4(root, Split::train, An4Options{});
+  An4Options o;
+  o.stack = 3;
+  const auto stacked = open_an4(root, Split::train, o);
+  CHECK(stacked->sample_shape() == Shape{120});
+  std::vector<int32_t> targets, stacked_targets;
+  for (int64_t i = 0; i < plain->size(); ++i) {
+    const int64_t frames = plain->sequence_length(i);  // 18, 23, 13: none a multiple of 3
+    REQUIRE(stacked->sequence_length(i) == frames / 3);
+    const std::vector<float> x = sequence_of(*plain, i, &targets);
+    const std::vector<float> y = sequence_of(*stacked, i, &stacked_targets);
+    CHECK(stacked_targets == targets);
+    // Step t holds frames 3t, 3t+1, 3t+2, each of 40 bands.
+    for (int64_t t = 0; t < frames / 3; ++t)
+      for (int64_t k = 0; k < 3; ++k)
+        for (int64_t m = 0; m < 40; ++m)
+          REQUIRE(y[static_cast<size_t>(t * 120 + k * 40 + m)] == x[static_cast<size_t>((3 * t + k) * 40 + m)]);
+  }
+  // An utterance shorter than one step is an error naming it (a3 has 13 frames).
+  o.stack = 14;
+  CHECK_THROWS_WITH(open_an4(root, Split::train, o),
+                    Catch::Contains("a3.raw") && Catch::Contains("13 frames, fewer than the 14 stacked"));
+}
+
 TEST_CASE("an4: clear errors for broken corpora", "[an4]") {
   TempDir dir;
   write_corpus(dir);
