@@ -50,5 +50,12 @@ void memset_zero(int index, void* ptr, size_t bytes) {
   CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
+int64_t free_bytes(int index) {
+  CUDA_CHECK(cudaSetDevice(index));
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(free);
+}
+
 }  // namespace cuda_memory
 }  // namespace qtrain

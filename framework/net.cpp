@@ -56,7 +56,7 @@ void initialize_values(std::vector<double>& values, const ParamSpec& spec, uint6
 }
 
 Net::Net(const ModelConfig& config, DType dtype, Device device, const LayerRegistry& layers,
-         const LossRegistry& losses)
+         const LossRegistry& losses, const std::function<void(const NetSizes&)>& before_allocation)
     : dtype_(dtype), device_(device), input_shape_(config.input) {
   std::vector<GraphNode> nodes = expand_layer_graph(config.layers);
   int64_t cursor = 0, buffer_cursor = 0;
@@ -119,6 +119,13 @@ Net::Net(const ModelConfig& config, DType dtype, Device device, const LayerRegis
            shape_str(shapes_.back()));
 
   const int64_t total = std::max<int64_t>(align_up(cursor), 1);
+  if (before_allocation) {
+    NetSizes sizes;
+    sizes.parameters = total;
+    sizes.buffers = align_up(buffer_cursor);
+    for (const Shape& s : shapes_) sizes.activations_per_sample += 2 * shape_numel(s);
+    before_allocation(sizes);
+  }
   params_ = Tensor::zeros({total}, dtype_, device_);
   grads_ = Tensor::zeros({total}, dtype_, device_);
   buffers_ = Tensor::zeros({std::max<int64_t>(align_up(buffer_cursor), 1)}, dtype_, device_);

@@ -29,10 +29,21 @@ struct ParamEntry {
   Shape shape;
 };
 
+// The sizes of a net, known once its graph is planned and before its arenas are allocated.
+struct NetSizes {
+  int64_t parameters = 0;  // values of the parameter arena (the gradient arena has as many)
+  int64_t buffers = 0;     // values of the buffer arena
+  // Values of every layer's output and of its gradient, per sample (per frame for sequences): the
+  // activation buffers hold this many times the batch.
+  int64_t activations_per_sample = 0;
+};
+
 class Net {
  public:
+  // `before_allocation`, if given, sees the sizes before the arenas are allocated, and may throw
+  // (the trainer's start-up memory check, framework/memory_budget.h).
   Net(const ModelConfig& config, DType dtype, Device device, const LayerRegistry& layers,
-      const LossRegistry& losses);
+      const LossRegistry& losses, const std::function<void(const NetSizes&)>& before_allocation = {});
 
   // Deterministic initialization from `seed` (identical on every rank and device).
   void init_parameters(uint64_t seed);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "framework/memory_budget.h"
 #include "framework/progress.h"
 #include "framework/safetensors.h"
 #include "layers/register_all.h"
@@ -125,7 +126,25 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
 
   // Everything that can be validated without data is validated first: model, optimizer, schedule keys.
   device_ = select_device(config_.device, options_.local_rank);
-  net_ = std::make_unique<Net>(config_.model, DType::f32, device_, layer_registry(), loss_registry());
+  ConfigNode opt_section = config_.optimizer;
+  optimizer_ = make_optimizer(opt_section);
+  // The large allocations to come, checked before any is made (a model that cannot fit fails here
+  // with its sizes instead of being killed by the OOM killer).
+  auto check_memory = [&](const NetSizes& sizes) {
+    const int64_t value = static_cast<int64_t>(dtype_size(DType::f32));
+    const int64_t batch = std::max(config_.data.batch_size, config_.data.eval_batch_size);
+    MemoryFootprint f;
+    f.items.push_back({"parameters", sizes.parameters * value});
+    f.items.push_back({"gradients", sizes.parameters * value});
+    f.items.push_back({fmt::format("{} state", optimizer_->type()), optimizer_->state_arrays() * sizes.parameters * value});
+    f.items.push_back({"buffers", sizes.buffers * value});
+    // For sequences a row is a frame: the batch's frames are only known per batch.
+    f.items.push_back({fmt::format("activations (batch {})", batch), batch * sizes.activations_per_sample * value});
+    // Ranks on one host share its memory; on GPUs each rank has its own.
+    const int processes = device_.is_cuda() ? 1 : options_.local_size;
+    check_memory_fits(f, available_memory(device_), processes, device_, config_.file);
+  };
+  net_ = std::make_unique<Net>(config_.model, DType::f32, device_, layer_registry(), loss_registry(), check_memory);
   // The transport comes next: everything after it may need the other ranks (config check, errors).
   comm_ = make_communicator(config_.communication, device_);
   QT_CHECK_EQ(comm_->size(), options_.world_size, "communicator size and MPI world size differ");
@@ -134,8 +153,6 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   resolved_yaml_ = std::string(emitter.c_str()) + "\n";
   check_same_config();
 
-  ConfigNode opt_section = config_.optimizer;
-  optimizer_ = make_optimizer(opt_section);
   optimizer_->init(net_->params().numel(), DType::f32, device_);
 
   train_set_ = open_dataset(config_.data, Split::train);

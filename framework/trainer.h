@@ -29,6 +29,7 @@ struct TrainOptions {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;      // GPU index on this host
+  int local_size = 1;      // ranks on this host (they share its memory)
   int64_t check_replicas_every = 0;  // verify bit-identical parameters on every rank every N steps
 };
 

@@ -23,6 +23,7 @@ class Adam final : public Optimizer {
   explicit Adam(AdamOptions options);
   const char* type() const override { return "adam"; }
   void init(int64_t numel, DType dtype, Device device) override;
+  int state_arrays() const override { return options_.amsgrad ? 3 : 2; }
   void step(Context& ctx, Tensor& params, const Tensor& grads, double lr) override;
   // "adam.exp_avg", "adam.exp_avg_sq" (arena-shaped), "adam.max_exp_avg_sq" with amsgrad, and
   // "adam.step" (steps taken, one f64 on the CPU: the bias corrections are computed on the host).

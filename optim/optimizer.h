@@ -20,6 +20,8 @@ class Optimizer {
   virtual const char* type() const = 0;
   // Allocates the state for an arena of `numel` values of `dtype` on `device` (zero-initialized).
   virtual void init(int64_t numel, DType dtype, Device device) = 0;
+  // How many arena-sized state tensors init() allocates (the start-up memory check counts them).
+  virtual int state_arrays() const = 0;
   // params <- update(params, grads) with learning rate `lr` (the schedule's value for this step).
   virtual void step(Context& ctx, Tensor& params, const Tensor& grads, double lr) = 0;
   // Named state tensors (views of the live buffers: copying into them restores the state). Scalar

@@ -23,6 +23,7 @@ class RmsProp final : public Optimizer {
   explicit RmsProp(RmsPropOptions options);
   const char* type() const override { return "rmsprop"; }
   void init(int64_t numel, DType dtype, Device device) override;
+  int state_arrays() const override { return 1 + (options_.centered ? 1 : 0) + (options_.momentum > 0 ? 1 : 0); }
   void step(Context& ctx, Tensor& params, const Tensor& grads, double lr) override;
   // "rmsprop.square_avg", plus "rmsprop.momentum_buffer" with momentum and "rmsprop.grad_avg" when
   // centered; all arena-shaped. No step count: RMSprop's update does not depend on it.

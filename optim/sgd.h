@@ -21,6 +21,7 @@ class Sgd final : public Optimizer {
   explicit Sgd(SgdOptions options);
   const char* type() const override { return "sgd"; }
   void init(int64_t numel, DType dtype, Device device) override;
+  int state_arrays() const override { return options_.momentum != 0 ? 1 : 0; }
   void step(Context& ctx, Tensor& params, const Tensor& grads, double lr) override;
   // "sgd.momentum_buffer" (arena-shaped) and "sgd.step" (steps taken, one f64 on the CPU: the first
   // momentum step copies the gradient instead of dampening it), both only with momentum.
