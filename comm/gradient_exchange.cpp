@@ -208,6 +208,14 @@ std::vector<std::pair<std::string, Tensor>> GradientExchange::state() {
 }
 
 void GradientExchange::run_thread() {
+  // The thread's CUDA calls (encode kernels, copies, NCCL) must address this rank's GPU; CUDA's
+  // current device is per thread and would otherwise be GPU 0.
+  try {
+    use_device_on_this_thread(device_);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::current_exception();
+  }
   for (;;) {
     int b = -1;
     {

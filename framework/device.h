@@ -32,5 +32,9 @@ void device_free(Device device, void* ptr) noexcept;
 // Synchronous copies between any two devices.
 void device_copy(Device dst_device, void* dst, Device src_device, const void* src, size_t bytes);
 void device_memset_zero(Device device, void* ptr, size_t bytes);
+// Makes `device` the calling thread's current CUDA device (a no-op for the CPU). CUDA's current
+// device is per thread: a thread that launches kernels or calls cuBLAS/NCCL for a rank's GPU must
+// select it first, or it works on GPU 0.
+void use_device_on_this_thread(Device device);
 
 }  // namespace qtrain

@@ -11,6 +11,7 @@ void* alloc(int index, size_t bytes);
 void free(int index, void* ptr) noexcept;
 void copy(Device dst_device, void* dst, Device src_device, const void* src, size_t bytes);
 void memset_zero(int index, void* ptr, size_t bytes);
+void set_device(int index);
 }  // namespace cuda_memory
 
 void* device_alloc(Device device, size_t bytes) {
@@ -35,6 +36,10 @@ void device_copy(Device dst_device, void* dst, Device src_device, const void* sr
     return;
   }
   cuda_memory::copy(dst_device, dst, src_device, src, bytes);
+}
+
+void use_device_on_this_thread(Device device) {
+  if (device.is_cuda()) cuda_memory::set_device(device.index);
 }
 
 void device_memset_zero(Device device, void* ptr, size_t bytes) {

@@ -50,6 +50,8 @@ void memset_zero(int index, void* ptr, size_t bytes) {
   CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
+void set_device(int index) { CUDA_CHECK(cudaSetDevice(index)); }
+
 int64_t free_bytes(int index) {
   CUDA_CHECK(cudaSetDevice(index));
   size_t free = 0, total = 0;

@@ -16,6 +16,7 @@ void free(int, void*) noexcept {}
 void copy(Device, void*, Device, const void*, size_t) { unavailable("copying to or from a CUDA device"); }
 void memset_zero(int, void*, size_t) { unavailable("clearing CUDA memory"); }
 int64_t free_bytes(int) { unavailable("querying CUDA memory"); }
+void set_device(int) { unavailable("selecting a CUDA device"); }
 }  // namespace cuda_memory
 
 }  // namespace qtrain
