@@ -208,14 +208,7 @@ std::vector<std::pair<std::string, Tensor>> GradientExchange::state() {
 }
 
 void GradientExchange::run_thread() {
-  // The thread's CUDA calls (encode kernels, copies, NCCL) must address this rank's GPU; CUDA's
-  // current device is per thread and would otherwise be GPU 0.
-  try {
-    use_device_on_this_thread(device_);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    error_ = std::current_exception();
-  }
+  bool device_selected = false;
   for (;;) {
     int b = -1;
     {
@@ -225,6 +218,11 @@ void GradientExchange::run_thread() {
       b = queue_.front();
     }
     try {
+      // The thread's CUDA calls (encode kernels, copies, NCCL) must address this rank's GPU; CUDA's
+      // current device is per thread and would otherwise be GPU 0. A failure is reported like a
+      // failed bucket.
+      if (!device_selected) use_device_on_this_thread(device_);
+      device_selected = true;
       process_bucket(b);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -8,21 +8,13 @@
 #include "framework/net.h"
 #include "framework/run_config.h"
 #include "framework/trainer.h"
+#include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 
 using namespace qtrain;
+using qtrain::testing::error_of;
 using qtrain::testing::TempDir;
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
-}  // namespace
 
 TEST_CASE("memory budget: MemAvailable from /proc/meminfo, and byte formatting", "[memory]") {
   CHECK(parse_mem_available("MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n") ==

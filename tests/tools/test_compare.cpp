@@ -9,6 +9,7 @@
 
 #include "framework/check.h"
 #include "framework/metrics.h"
+#include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 #include "tools/qtrain/predict_model.h"
 #include "tools/qtrain/report.h"
@@ -17,6 +18,7 @@
 
 using namespace qtrain;
 using namespace qtrain::cli;
+using qtrain::testing::error_of;
 using qtrain::testing::TempDir;
 namespace fs = std::filesystem;
 
@@ -69,15 +71,6 @@ MetricsRow row(int64_t epoch, int64_t step, double wall, double accuracy, double
   r.bytes_sent_per_step = 326;
   r.fraction_quantized = 1.0;
   return r;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace
