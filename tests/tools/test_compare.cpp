@@ -217,6 +217,10 @@ TEST_CASE("compare: a run's identity leaves out the qtrain binary, and a replace
   CHECK(run_identity(old_cmd) != run_identity("mpirun -np 2 /old/build/qtrain train /c.yaml --set a=1"));
   CHECK(run_identity(old_cmd) != run_identity("mpirun -np 4 /old/build/qtrain train /c.yaml --set a=2"));
   CHECK(run_identity("/bin/qtrain train /c.yaml") == run_identity("qtrain train /c.yaml"));
+  // Resuming a sweep with or without --set output.progress=none must not retrain its runs.
+  CHECK(run_identity("qtrain train /c.yaml --set output.progress=none --set output.progress=lines") ==
+        run_identity("qtrain train /c.yaml --set output.progress=lines"));
+  CHECK(run_identity("qtrain train /c.yaml --set output.dir=/r") != run_identity("qtrain train /c.yaml"));
 
   TempDir tmp;
   const fs::path run = tmp.path() / "runs" / "fp32";

@@ -94,7 +94,17 @@ std::string run_identity(const std::string& command) {
   std::vector<std::string> words = shell_split(command);
   const auto train = std::find(words.begin(), words.end(), "train");
   if (train != words.begin() && train != words.end()) words.erase(train - 1);
-  return shell_join(words);
+  // How progress is shown changes nothing in a run (compare sets output.progress=lines after the
+  // user's flags anyway), so a sweep resumed with or without --set output.progress=none reuses its runs.
+  std::vector<std::string> kept;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    if (words[i] == "--set" && i + 1 < words.size() && words[i + 1].rfind("output.progress=", 0) == 0) {
+      ++i;
+      continue;
+    }
+    kept.push_back(words[i]);
+  }
+  return shell_join(kept);
 }
 
 std::string set_aside(const std::string& sweep_dir, const std::string& run_dir) {

@@ -44,7 +44,8 @@ const char* run_state_name(RunState state);
 RunState run_state(const std::string& run_dir, const std::string& command, int64_t epochs);
 
 // What makes two training commands the same run: the command without the path of the qtrain binary
-// (the word before `train`), i.e. the launcher (ranks, netbed), the config and every --set.
+// (the word before `train`), i.e. the launcher (ranks, netbed), the config and every --set except
+// output.progress (how progress is shown changes nothing in the run).
 std::string run_identity(const std::string& command);
 
 // Moves run directory `run_dir` to `sweep_dir`/replaced/<folder>.<N> (the first free N from 1) and
