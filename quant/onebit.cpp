@@ -51,6 +51,36 @@ void side_sums_chunk(const float* __restrict g, const float* __restrict e, int64
   sums[1] = fold_lanes(pos);
 }
 
+// side_sums_chunk for a group shorter than one row of lanes (the 3-value columns of a 3x3 convolution
+// weight): each lane then holds at most one value, +0 + v, and the lanes from `len` on hold +0. Adding
+// +0 leaves every partial sum of the fold unchanged (no lane holds -0), so folding only the first
+// bit_ceil(len) lanes gives the same bits as fold_lanes over all 32, without the fixed cost of 32
+// lanes per group that made such columns encode at 0.06 GB/s.
+template <bool Ef>
+void side_sums_short(const float* __restrict g, const float* __restrict e, int64_t len, float* sums,
+                     SideTotals& totals) {
+  float neg[kSumLanes], pos[kSumLanes];
+  int64_t lanes = 1;
+  while (lanes < len) lanes *= 2;
+  for (int64_t j = 0; j < len; ++j) {
+    const float v = Ef ? g[j] + e[j] : g[j];
+    const bool m = v < 0.0f;
+    neg[j] = 0.0f + masked(v, m);
+    pos[j] = 0.0f + masked(v, !m);
+    totals.negatives += m ? 1 : 0;
+    totals.non_finite |= abs_bits(v) >= kNonFinite ? 1u : 0u;
+  }
+  for (int64_t j = len; j < lanes; ++j) neg[j] = pos[j] = 0.0f;
+  for (int64_t off = lanes / 2; off >= 1; off /= 2) {
+    for (int64_t j = 0; j < off; ++j) {
+      neg[j] = neg[j] + neg[j + off];
+      pos[j] = pos[j] + pos[j + off];
+    }
+  }
+  sums[0] = neg[0];
+  sums[1] = pos[0];
+}
+
 // Bits (LSB first) and residuals of one group.
 template <bool Ef>
 void pack_group(const float* __restrict g, float* __restrict e, int64_t len, float m0, float m1,
@@ -121,9 +151,13 @@ void encode_groups(const EncodeArgs& a, const wire::OnebitLayout& l) {
     float* e = Ef ? a.residual + grp * l.group : nullptr;
     float sums[2];
     SideTotals totals;
-    det_sums<2>([&](int64_t base, int64_t chunk, float* s) {
-      side_sums_chunk<Ef>(g + base, Ef ? e + base : nullptr, chunk, s, totals);
-    }, len, sums);
+    if (len < kSumLanes) {
+      side_sums_short<Ef>(g, e, len, sums, totals);
+    } else {
+      det_sums<2>([&](int64_t base, int64_t chunk, float* s) {
+        side_sums_chunk<Ef>(g + base, Ef ? e + base : nullptr, chunk, s, totals);
+      }, len, sums);
+    }
     if (totals.non_finite)
       throw NonFiniteInputError(fmt::format("onebit encode: the input of {} values holds NaN or Inf", a.n));
     const int64_t positives = len - totals.negatives;

@@ -47,6 +47,8 @@ expect_error "resume without checkpoint" "no checkpoint.safetensors" \
 
 expect_error "bench-model on a sequence model" "runs on sequence batches" \
   "$qtrain" bench-model "$src/configs/an4_lstm.yaml" --device cpu --steps 1 --warmup 0
+expect_error "bench-quant size not a whole number of columns" "not a whole number of columns of --column 3" \
+  "$qtrain" bench-quant --methods onebit --column 3 --sizes 64K --repeat 1 --device cpu
 
 for sub in "" train eval; do
   if ! "$qtrain" $sub --help >/dev/null 2>&1; then echo "FAIL: qtrain $sub --help"; failures=$((failures + 1)); fi

@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #endif
 
+#include "quant/det_sum.h"
 #include "quant/dettmers_table.h"
 #include "quant/numerics.h"
 #include "framework/philox_batch.h"
@@ -429,6 +430,47 @@ TEST_CASE("onebit reproduces the two means of each column", "[quant][onebit]") {
       REQUIRE(y[static_cast<size_t>(i)] == (x[static_cast<size_t>(i)] < 0 ? f32_at(p, off) : f32_at(p, off + 4)));
   }
   REQUIRE(f32_at(p, 32) == 0.0f);  // the first column had no negatives
+}
+
+// The means follow the deterministic lane rule of quant/numerics.h (what the CUDA kernel computes) to the
+// bit, also for columns shorter than a row of lanes, which take their own path on the CPU.
+TEST_CASE("onebit means are the lane rule's sums to the bit, short columns included", "[quant][onebit]") {
+  Context ctx = Context::cpu(1, 1);
+  for (bool ef : {false, true}) {
+    for (int64_t column : {1, 2, 3, 5, 9, 16, 31, 32, 33, 100}) {
+      const int64_t columns = 7;
+      auto x = normal_data(column * columns, 40 + column, 0.5);
+      x[0] = -0.0f;  // v >= 0 side
+      QuantSpec s = spec_of(QuantMethod::onebit);
+      s.error_feedback = ef;
+      auto q = make_quantizer(s);
+      QuantState st;
+      std::vector<float> e0;
+      if (ef) {  // a first step leaves the residual this encode starts from
+        encode(*q, ctx, normal_data(column * columns, 90 + column, 0.1), column, st);
+        const float* r = st.residual().data<float>();
+        e0.assign(r, r + column * columns);
+      }
+      const auto p = encode(*q, ctx, x, column, st);
+      const size_t group_bytes = 8 + 4 * static_cast<size_t>((column + 31) / 32);
+      for (int64_t c = 0; c < columns; ++c) {
+        auto v = [&](int64_t i) {
+          const size_t k = static_cast<size_t>(c * column + i);
+          return ef ? x[k] + e0[k] : x[k];
+        };
+        int64_t cn = 0;
+        for (int64_t i = 0; i < column; ++i) cn += v(i) < 0.0f ? 1 : 0;
+        const float neg = quant_detail::det_sum_of([&](int64_t i) { return v(i) < 0.0f ? v(i) : 0.0f; }, column);
+        const float pos = quant_detail::det_sum_of([&](int64_t i) { return v(i) < 0.0f ? 0.0f : v(i); }, column);
+        const float m0 = cn ? neg / static_cast<float>(cn) : 0.0f;
+        const float m1 = column - cn ? pos / static_cast<float>(column - cn) : 0.0f;
+        const size_t off = 32 + static_cast<size_t>(c) * group_bytes;
+        INFO("column " << column << ", group " << c << ", error feedback " << ef);
+        REQUIRE(quant_detail::float_bits(f32_at(p, off)) == quant_detail::float_bits(m0));
+        REQUIRE(quant_detail::float_bits(f32_at(p, off + 4)) == quant_detail::float_bits(m1));
+      }
+    }
+  }
 }
 
 TEST_CASE("onebit bucket mode: buckets of 64 over the flattened span, last one partial", "[quant][onebit]") {

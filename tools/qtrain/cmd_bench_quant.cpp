@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -237,15 +238,15 @@ void bench_cpu(const Options& o, const std::vector<QuantSpec>& specs, const std:
       for (const QuantSpec& spec : specs) {
         auto q = make_quantizer(spec);
         // One quantizer call per thread on its share, as a communicator would quantize buckets.
-        const int64_t align = std::max<int64_t>(o.column, 64);
+        // Shares are whole columns (and whole 64-value buckets), so every call sees the column length.
+        const int64_t align = std::lcm<int64_t>(o.column, 64);
         std::vector<QuantState> states;
         std::vector<std::vector<uint8_t>> payloads(static_cast<size_t>(threads));
         std::vector<size_t> bytes(static_cast<size_t>(threads));
-        auto column_for = [&](int64_t len) { return len % o.column == 0 ? o.column : len; };
         for (int t = 0; t < threads; ++t) {
           states.emplace_back(o.seed, 0, static_cast<uint64_t>(t));
           auto [b, e] = share(n, t, threads, align);
-          payloads[static_cast<size_t>(t)].resize(q->max_encoded_bytes(e - b, column_for(e - b)));
+          payloads[static_cast<size_t>(t)].resize(q->max_encoded_bytes(e - b, o.column));
         }
         std::vector<Context> contexts;
         for (int t = 0; t < threads; ++t) contexts.push_back(Context::cpu(o.seed, 1));
@@ -255,7 +256,7 @@ void bench_cpu(const Options& o, const std::vector<QuantSpec>& specs, const std:
             auto& p = payloads[static_cast<size_t>(t)];
             bytes[static_cast<size_t>(t)] =
                 q->encode(contexts[static_cast<size_t>(t)], std::span<const float>(x.data() + b, static_cast<size_t>(e - b)),
-                          column_for(e - b), states[static_cast<size_t>(t)], p);
+                          o.column, states[static_cast<size_t>(t)], p);
           });
         };
         auto decode_all = [&](std::vector<float>& y) {
@@ -330,7 +331,7 @@ void bench_cuda(const Options& o, const std::vector<QuantSpec>& specs, const std
                "traffic", "floor");
     for (const QuantSpec& spec : specs) {
       auto q = make_quantizer(spec);
-      const int64_t column = n % o.column == 0 ? o.column : n;
+      const int64_t column = o.column;
       const size_t cap = q->max_encoded_bytes(n, column);
       Tensor payload = Tensor::empty({static_cast<int64_t>(cap)}, DType::u8, dev);
       QuantState st(o.seed, 0, 0);
@@ -422,6 +423,12 @@ void run(const Options& o) {
   for (const MethodChoice& m : parse_method_list(o.methods)) specs.push_back(m.config.base);
   std::vector<int64_t> sizes;
   for (const auto& s : split(o.sizes, ',')) sizes.push_back(parse_size(s));
+  // A size that is not a whole number of columns used to be measured silently as one long column.
+  if (o.column < 1) input_error("--column must be >= 1, got {}", o.column);
+  for (int64_t n : sizes)
+    if (n % o.column != 0)
+      input_error("--sizes: {} values are not a whole number of columns of --column {} (e.g. use {} values)",
+                  n, o.column, n - n % o.column + o.column);
   std::vector<int> thread_counts;
   const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (const auto& t : split(o.threads, ',')) {
@@ -430,7 +437,6 @@ void run(const Options& o) {
     if (std::find(thread_counts.begin(), thread_counts.end(), k) == thread_counts.end()) thread_counts.push_back(k);
   }
   if (o.repeat < 1) input_error("--repeat must be >= 1, got {}", o.repeat);
-  if (o.column < 1) input_error("--column must be >= 1, got {}", o.column);
   const bool cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
   if (o.device == "cuda" && !cuda_available()) input_error("--device cuda: no CUDA GPU is available");
   fmt::print("qtrain bench-quant: {} methods, sizes {}, column length {}, median of {} runs\n", specs.size(), o.sizes,
