@@ -19,6 +19,9 @@ void rmsprop_step_cuda(Context&, const RmsPropCoeffs<float>&, float*, const floa
 void adam_step_cuda(Context&, const AdamCoeffs<float>&, float*, const float*, float*, float*, float*, int64_t) {
   no_cuda("adam");
 }
+void adagrad_step_cuda(Context&, const AdagradCoeffs<float>&, float*, const float*, float*, int64_t) {
+  no_cuda("adagrad");
+}
 
 }  // namespace qtrain::optim_detail
 

@@ -1,7 +1,7 @@
 // Internal to optim/: the per-step coefficients each optimizer computes once on the host (in double,
 // then rounded to the arena's type) and hands to both its CPU loop and its CUDA kernel, so the two
 // paths do the same arithmetic in the same order. Also declares the CUDA launchers (sgd.cu,
-// rmsprop.cu, adam.cu; optim/cuda_disabled.cpp in builds without the toolkit).
+// rmsprop.cu, adam.cu, adagrad.cu; optim/cuda_disabled.cpp in builds without the toolkit).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +33,13 @@ struct AdamCoeffs {
   T step_size = 0;         // lr / (1 - beta1^t)
   T bias_correction2_sqrt = 0;  // sqrt(1 - beta2^t)
   bool decay = false, amsgrad = false;
+};
+
+template <typename T>
+struct AdagradCoeffs {
+  T clr = 0;  // lr / (1 + (t - 1) * lr_decay)
+  T weight_decay = 0, eps = 0;
+  bool decay = false;
 };
 
 // Calls f(std::true_type) or f(std::false_type): turns a loop-invariant flag into a template constant
@@ -70,5 +77,7 @@ void rmsprop_step_cuda(Context& ctx, const RmsPropCoeffs<float>& c, float* param
                        float* square_avg, float* grad_avg, float* momentum_buffer, int64_t n);
 void adam_step_cuda(Context& ctx, const AdamCoeffs<float>& c, float* params, const float* grads, float* exp_avg,
                     float* exp_avg_sq, float* max_exp_avg_sq, int64_t n);
+void adagrad_step_cuda(Context& ctx, const AdagradCoeffs<float>& c, float* params, const float* grads, float* sum,
+                       int64_t n);
 
 }  // namespace qtrain::optim_detail

@@ -3,6 +3,7 @@
 // finish() as unknown; `schedule` is accepted here and parsed by make_schedule().
 #include <limits>
 
+#include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/optimizer.h"
 #include "optim/rmsprop.h"
@@ -56,11 +57,21 @@ std::unique_ptr<Optimizer> parse_adam(ConfigNode& section, double lr, double wei
   return std::make_unique<Adam>(o);
 }
 
+std::unique_ptr<Optimizer> parse_adagrad(ConfigNode& section, double lr, double weight_decay) {
+  AdagradOptions o;
+  o.lr = lr;
+  o.weight_decay = weight_decay;
+  o.lr_decay = section.get_double("lr_decay", 0.0, 0.0, kInf);
+  o.initial_accumulator_value = section.get_double("initial_accumulator_value", 0.0, 0.0, kInf);
+  o.eps = section.get_double("eps", 1e-10, 0.0, kInf);
+  return std::make_unique<Adagrad>(o);
+}
+
 }  // namespace
 
 std::unique_ptr<Optimizer> make_optimizer(ConfigNode& section) {
-  if (!section.has("type")) section.fail("type", "is required: one of sgd, rmsprop, adam");
-  const std::string type = section.get_choice("type", "", {"sgd", "rmsprop", "adam"});
+  if (!section.has("type")) section.fail("type", "is required: one of sgd, rmsprop, adam, adagrad");
+  const std::string type = section.get_choice("type", "", {"sgd", "rmsprop", "adam", "adagrad"});
   if (!section.has("lr")) section.fail("lr", "is required (the base learning rate, e.g. lr: 0.01)");
   const double lr = section.get_double("lr", 0.0, 0.0, kInf, /*min_exclusive=*/true);
   const double weight_decay = section.get_double("weight_decay", 0.0, 0.0, kInf);
@@ -68,7 +79,8 @@ std::unique_ptr<Optimizer> make_optimizer(ConfigNode& section) {
   std::unique_ptr<Optimizer> out;
   if (type == "sgd") out = parse_sgd(section, lr, weight_decay);
   else if (type == "rmsprop") out = parse_rmsprop(section, lr, weight_decay);
-  else out = parse_adam(section, lr, weight_decay);
+  else if (type == "adam") out = parse_adam(section, lr, weight_decay);
+  else out = parse_adagrad(section, lr, weight_decay);
   out->set_clip_norm(section.get_double("clip_norm", 0.0, 0.0, kInf));
   section.finish();
   return out;

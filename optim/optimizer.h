@@ -39,7 +39,7 @@ class Optimizer {
   double clip_norm_ = 0;
 };
 
-// Parses the `optimizer` section (type: sgd | rmsprop | adam and their options). The `schedule`
+// Parses the `optimizer` section (type: sgd | rmsprop | adam | adagrad and their options). The `schedule`
 // sub-key is left for make_schedule().
 std::unique_ptr<Optimizer> make_optimizer(ConfigNode& section);
 

@@ -1,12 +1,13 @@
 // Optimizers against hand-computed values: the first three steps of SGD (plain, momentum, dampening,
-// Nesterov, weight decay), RMSprop (eps, centered + momentum, weight decay) and Adam (bias correction,
-// weight decay, AMSGrad) on a 3-element arena, in f32 and f64; named state and restoring it; the
+// Nesterov, weight decay), RMSprop (eps, centered + momentum, weight decay), Adam (bias correction,
+// weight decay, AMSGrad) and Adagrad (accumulated squares, lr_decay, initial accumulator, weight decay) on a 3-element arena, in f32 and f64; named state and restoring it; the
 // config parser's defaults and errors.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <vector>
 
+#include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/optimizer.h"
 #include "optim/rmsprop.h"
@@ -250,6 +251,39 @@ TEMPLATE_TEST_CASE("adam amsgrad keeps the largest second moment", "[optim][adam
   require_close<TestType>(values<TestType>(state[2].second), {8, 2.75, 4.75});
 }
 
+// ------------------------------------------------------------------------------------------ Adagrad
+
+TEMPLATE_TEST_CASE("adagrad: a constant gradient moves p by lr / sqrt(t) per step", "[optim][adagrad]", float,
+                   double) {
+  // lr 0.1, eps 0, g = [3, -4, 0.5] every step: sum_t = t g^2, so step t moves p by -0.1 sign(g) / sqrt(t):
+  // p_1 = 1 -+ 0.1, p_2 = p_1 -+ 0.0707107, p_3 = p_2 -+ 0.0577350.
+  Adagrad opt({.lr = 0.1, .eps = 0.0});
+  const double a1 = 0.1, a2 = a1 + 0.1 / std::sqrt(2.0), a3 = a2 + 0.1 / std::sqrt(3.0);
+  const Values g{3, -4, 0.5};
+  run_steps<TestType>(opt, {1, 1, 1}, {g, g, g}, {{1 - a1, 1 + a1, 1 - a1}, {1 - a2, 1 + a2, 1 - a2},
+                                                  {1 - a3, 1 + a3, 1 - a3}},
+                      0.1);
+}
+
+TEMPLATE_TEST_CASE("adagrad with lr_decay, initial accumulator and weight decay", "[optim][adagrad]", float, double) {
+  // lr 0.1, lr_decay 0.5, initial_accumulator_value 1, weight_decay 0.1, eps 1e-10, p0 = [1, 1, 1];
+  // g_1 = [4, -2, 1], g_2 = [0, -1, 3], g_3 = [1, -2, 0]. Step t uses clr = 0.1 / (1 + 0.5 (t - 1)).
+  // t=1: d = g + 0.1 p = [4.1, -1.9, 1.1]; sum = 1 + d^2 = [17.81, 4.61, 2.21]
+  //      p = 1 - 0.1 d / sqrt(sum) = [0.9028480, 1.0884918, 0.9260060]
+  // t=2, t=3 likewise (clr 0.0666667, then 0.05). Expected values from torch.optim.Adagrad (PyTorch
+  // 1.13, float64) with the same arguments; the t=1 row matches the hand computation above.
+  Adagrad opt({.lr = 0.1, .lr_decay = 0.5, .weight_decay = 0.1, .initial_accumulator_value = 1.0, .eps = 1e-10});
+  run_steps<TestType>(opt, {1, 1, 1}, {{4, -2, 1}, {0, -1, 3}, {1, -2, 0}},
+                      {{0.9028479661239891, 1.0884918222340767, 0.926005992665383},
+                       {0.9014220563587959, 1.1140480212940165, 0.8659208260955371},
+                       {0.8889194262667921, 1.145575545704883, 0.8646594498747955}},
+                      0.1);
+  auto state = opt.state();
+  REQUIRE(state[0].first == "adagrad.sum");
+  require_close<TestType>(values<TestType>(state[0].second), {19.006561373008, 8.970941601443773, 11.781676655354412});
+  REQUIRE(state[1].second.data<double>()[0] == 3.0);
+}
+
 // ------------------------------------------------------------------------------------ named state
 
 namespace {
@@ -301,6 +335,9 @@ TEST_CASE("state names", "[optim]") {
   rms_full.init(3, DType::f32, Device::cpu());
   REQUIRE(state_names(rms_full) ==
           std::vector<std::string>{"rmsprop.square_avg", "rmsprop.momentum_buffer", "rmsprop.grad_avg"});
+  Adagrad adagrad({.lr = 0.1});
+  adagrad.init(3, DType::f32, Device::cpu());
+  REQUIRE(state_names(adagrad) == std::vector<std::string>{"adagrad.sum", "adagrad.step"});
   Adam adam({.lr = 0.1});
   adam.init(3, DType::f64, Device::cpu());
   REQUIRE(state_names(adam) == std::vector<std::string>{"adam.exp_avg", "adam.exp_avg_sq", "adam.step"});
@@ -324,6 +361,11 @@ TEMPLATE_TEST_CASE("restoring state by copying into state() continues identicall
   SECTION("adam with amsgrad") {
     Adam a({.lr = 0.1, .weight_decay = 0.01, .amsgrad = true});
     Adam b(a.options());
+    check_restore<TestType>(a, b);
+  }
+  SECTION("adagrad with lr_decay") {
+    Adagrad a({.lr = 0.1, .lr_decay = 0.2, .weight_decay = 0.01, .initial_accumulator_value = 0.1});
+    Adagrad b(a.options());
     check_restore<TestType>(a, b);
   }
 }
@@ -359,6 +401,19 @@ TEST_CASE("make_optimizer reads each type's options and defaults", "[optim][conf
   REQUIRE(!ro.centered);
   REQUIRE(ro.weight_decay == 0);
 
+  auto adagrad = optimizer_from("optimizer: {type: adagrad, lr: 0.01}\n");
+  const AdagradOptions& go = dynamic_cast<Adagrad&>(*adagrad).options();
+  REQUIRE(go.lr_decay == 0);
+  REQUIRE(go.initial_accumulator_value == 0);
+  REQUIRE(go.eps == 1e-10);
+  REQUIRE(go.weight_decay == 0);
+  auto adagrad2 = optimizer_from(
+      "optimizer: {type: adagrad, lr: 0.01, lr_decay: 0.5, initial_accumulator_value: 0.1, eps: 1e-6}\n");
+  const AdagradOptions& go2 = dynamic_cast<Adagrad&>(*adagrad2).options();
+  REQUIRE(go2.lr_decay == 0.5);
+  REQUIRE(go2.initial_accumulator_value == 0.1);
+  REQUIRE(go2.eps == 1e-6);
+
   auto adam = optimizer_from("optimizer: {type: adam, lr: 0.001, amsgrad: true, schedule: {type: cosine}}\n");
   const AdamOptions& ao = dynamic_cast<Adam&>(*adam).options();
   REQUIRE(ao.beta1 == 0.9);
@@ -376,7 +431,11 @@ TEST_CASE("make_optimizer errors name the key and the value", "[optim][config]")
   REQUIRE_THROWS_WITH(optimizer_from("optimizer: {type: sgd}\n"), Catch::Contains("optimizer.lr is required"));
   REQUIRE_THROWS_WITH(optimizer_from("optimizer: {lr: 0.1}\n"), Catch::Contains("optimizer.type is required"));
   REQUIRE_THROWS_WITH(optimizer_from("optimizer: {type: adamw, lr: 0.1}\n"),
-                      Catch::Contains("optimizer.type must be one of sgd, rmsprop, adam, got 'adamw'"));
+                      Catch::Contains("optimizer.type must be one of sgd, rmsprop, adam, adagrad, got 'adamw'"));
+  REQUIRE_THROWS_WITH(optimizer_from("optimizer: {type: adagrad, lr: 0.1, lr_decay: -1}\n"),
+                      Catch::Contains("optimizer.lr_decay must be >= 0, got -1"));
+  REQUIRE_THROWS_WITH(optimizer_from("optimizer: {type: adagrad, lr: 0.1, momentum: 0.9}\n"),
+                      Catch::Contains("unknown key 'optimizer.momentum'"));
   REQUIRE_THROWS_WITH(optimizer_from("optimizer: {type: sgd, lr: 0.1, nesterov: true}\n"),
                       Catch::Contains("optimizer.nesterov needs momentum > 0"));
   REQUIRE_THROWS_WITH(optimizer_from("optimizer: {type: sgd, lr: 0.1, momentum: 0.9, dampening: 0.1, nesterov: true}\n"),

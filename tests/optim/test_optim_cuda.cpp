@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "framework/philox.h"
+#include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
@@ -93,4 +94,10 @@ TEST_CASE("rmsprop: CUDA matches the CPU", "[optim][cuda]") {
 TEST_CASE("adam: CUDA matches the CPU", "[optim][cuda]") {
   check_parity<Adam>(AdamOptions{.lr = 0.01});
   check_parity<Adam>(AdamOptions{.lr = 0.01, .weight_decay = 1e-2, .amsgrad = true});
+}
+
+TEST_CASE("adagrad: CUDA matches the CPU", "[optim][cuda]") {
+  check_parity<Adagrad>(AdagradOptions{.lr = 0.01});
+  check_parity<Adagrad>(
+      AdagradOptions{.lr = 0.01, .lr_decay = 0.1, .weight_decay = 1e-2, .initial_accumulator_value = 0.1});
 }
