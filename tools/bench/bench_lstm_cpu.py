@@ -43,6 +43,8 @@ def main():
             out_dir = os.path.join(tmp, name)
             run([args.qtrain, "train", os.path.join(ROOT, "configs/an4_lstm.yaml"),
                  "--set", f"data.path={args.data}", "--set", "device=cpu",
+                 # The peer feeds 40 features per 10 ms frame: no frame stacking on either side.
+                 "--set", "data.features.stack=1", "--set", "model.input=[40]",
                  "--set", f"data.cache_dir={os.path.join(tmp, 'features')}",
                  "--set", f"train.threads={args.threads}", "--set", f"train.max_steps={steps}",
                  "--set", "train.eval_every_epoch=false", "--set", "data.limit_test=16",
