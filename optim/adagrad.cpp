@@ -50,10 +50,7 @@ Adagrad::Adagrad(AdagradOptions options) : options_(options) {
 }
 
 void Adagrad::init(int64_t numel, DType dtype, Device device) {
-  optim_detail::check_arena_kind(type(), numel, dtype, device);
-  numel_ = numel;
-  dtype_ = dtype;
-  device_ = device;
+  arena_.init(type(), numel, dtype, device);
   if (options_.initial_accumulator_value == 0) {
     sum_ = Tensor::zeros({numel}, dtype, device);
   } else {  // fill_ works on host tensors only
@@ -65,18 +62,18 @@ void Adagrad::init(int64_t numel, DType dtype, Device device) {
 }
 
 void Adagrad::step(Context& ctx, Tensor& params, const Tensor& grads, double lr) {
-  optim_detail::check_step_args(type(), numel_, dtype_, device_, params, grads);
+  arena_.check_step(type(), params, grads);
   double& steps = *step_.data<double>();
   const double t = steps + 1;
-  if (device_.is_cuda()) {
+  if (arena_.device.is_cuda()) {
     optim_detail::adagrad_step_cuda(ctx, adagrad_coeffs<float>(options_, lr, t), params.data<float>(),
-                                    grads.data<float>(), sum_.data<float>(), numel_);
-  } else if (dtype_ == DType::f32) {
+                                    grads.data<float>(), sum_.data<float>(), arena_.numel);
+  } else if (arena_.dtype == DType::f32) {
     adagrad_step_cpu(adagrad_coeffs<float>(options_, lr, t), params.data<float>(), grads.data<float>(),
-                     sum_.data<float>(), numel_);
+                     sum_.data<float>(), arena_.numel);
   } else {
     adagrad_step_cpu(adagrad_coeffs<double>(options_, lr, t), params.data<double>(), grads.data<double>(),
-                     sum_.data<double>(), numel_);
+                     sum_.data<double>(), arena_.numel);
   }
   steps = t;
 }

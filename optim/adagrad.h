@@ -4,6 +4,7 @@
 //   sum = sum + d * d;  p -= clr * d / (sqrt(sum) + eps),  with sum starting at initial_accumulator_value.
 #pragma once
 
+#include "optim/arena_kind.h"
 #include "optim/optimizer.h"
 
 namespace qtrain {
@@ -31,9 +32,7 @@ class Adagrad final : public Optimizer {
 
  private:
   AdagradOptions options_;
-  int64_t numel_ = -1;
-  DType dtype_ = DType::f32;
-  Device device_;
+  optim_detail::ArenaKind arena_;
   Tensor sum_;   // (numel) arena dtype and device
   Tensor step_;  // (1) f64, CPU
 };

@@ -12,6 +12,7 @@ namespace qtrain {
 namespace {
 
 using optim_detail::AdamCoeffs;
+using optim_detail::data_or_null;
 using optim_detail::with_flag;
 
 // `t` is the 1-based number of this step.
@@ -60,11 +61,6 @@ void adam_step_cpu(const AdamCoeffs<T>& c, T* p, const T* g, T* m, T* v, T* vmax
   });
 }
 
-template <typename T>
-T* data_or_null(Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 }  // namespace
 
 Adam::Adam(AdamOptions options) : options_(options) {
@@ -76,10 +72,7 @@ Adam::Adam(AdamOptions options) : options_(options) {
 }
 
 void Adam::init(int64_t numel, DType dtype, Device device) {
-  optim_detail::check_arena_kind(type(), numel, dtype, device);
-  numel_ = numel;
-  dtype_ = dtype;
-  device_ = device;
+  arena_.init(type(), numel, dtype, device);
   exp_avg_ = Tensor::zeros({numel}, dtype, device);
   exp_avg_sq_ = Tensor::zeros({numel}, dtype, device);
   max_exp_avg_sq_ = options_.amsgrad ? Tensor::zeros({numel}, dtype, device) : Tensor();
@@ -87,20 +80,21 @@ void Adam::init(int64_t numel, DType dtype, Device device) {
 }
 
 void Adam::step(Context& ctx, Tensor& params, const Tensor& grads, double lr) {
-  optim_detail::check_step_args(type(), numel_, dtype_, device_, params, grads);
+  arena_.check_step(type(), params, grads);
   double& steps = *step_.data<double>();
   const double t = steps + 1;
-  if (device_.is_cuda()) {
+  if (arena_.device.is_cuda()) {
     optim_detail::adam_step_cuda(ctx, adam_coeffs<float>(options_, lr, t), params.data<float>(), grads.data<float>(),
                                  exp_avg_.data<float>(), exp_avg_sq_.data<float>(),
-                                 data_or_null<float>(max_exp_avg_sq_), numel_);
-  } else if (dtype_ == DType::f32) {
+                                 data_or_null<float>(max_exp_avg_sq_), arena_.numel);
+  } else if (arena_.dtype == DType::f32) {
     adam_step_cpu(adam_coeffs<float>(options_, lr, t), params.data<float>(), grads.data<float>(),
-                  exp_avg_.data<float>(), exp_avg_sq_.data<float>(), data_or_null<float>(max_exp_avg_sq_), numel_);
+                  exp_avg_.data<float>(), exp_avg_sq_.data<float>(), data_or_null<float>(max_exp_avg_sq_),
+                  arena_.numel);
   } else {
     adam_step_cpu(adam_coeffs<double>(options_, lr, t), params.data<double>(), grads.data<double>(),
                   exp_avg_.data<double>(), exp_avg_sq_.data<double>(), data_or_null<double>(max_exp_avg_sq_),
-                  numel_);
+                  arena_.numel);
   }
   steps = t;
 }

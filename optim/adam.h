@@ -5,6 +5,7 @@
 //   p -= lr / (1 - beta1^t) * m / denom.
 #pragma once
 
+#include "optim/arena_kind.h"
 #include "optim/optimizer.h"
 
 namespace qtrain {
@@ -33,9 +34,7 @@ class Adam final : public Optimizer {
 
  private:
   AdamOptions options_;
-  int64_t numel_ = -1;
-  DType dtype_ = DType::f32;
-  Device device_;
+  optim_detail::ArenaKind arena_;
   Tensor exp_avg_, exp_avg_sq_, max_exp_avg_sq_;  // (numel) arena dtype and device
   Tensor step_;                                   // (1) f64, CPU
 };

@@ -50,24 +50,6 @@ void with_flag(bool flag, F&& f) {
   else f(std::false_type{});
 }
 
-// The checks every step() makes before touching memory: init() was called and the arenas match it.
-inline void check_step_args(const char* type, int64_t numel, DType dtype, Device device, const Tensor& params,
-                            const Tensor& grads) {
-  QT_CHECK(numel >= 0, "{}: step() before init()", type);
-  QT_CHECK(params.numel() == numel && grads.numel() == numel, "{}: initialized for {} values, got params {} grads {}",
-           type, numel, params.numel(), grads.numel());
-  QT_CHECK(params.dtype() == dtype && grads.dtype() == dtype, "{}: initialized for {}, got params {} grads {}", type,
-           dtype_name(dtype), dtype_name(params.dtype()), dtype_name(grads.dtype()));
-  QT_CHECK(params.device() == device && grads.device() == device, "{}: initialized on {}, got params on {} grads on {}",
-           type, device.str(), params.device().str(), grads.device().str());
-}
-
-// init()'s check: the CPU loops exist for f32 and f64 (f64 for the gradient checks), the kernels for f32.
-inline void check_arena_kind(const char* type, int64_t numel, DType dtype, Device device) {
-  QT_CHECK(numel >= 0, "{}: negative arena size {}", type, numel);
-  QT_CHECK(dtype == DType::f32 || (dtype == DType::f64 && device.is_cpu()),
-           "{}: arenas must be f32 (CPU or CUDA) or f64 (CPU), got {} on {}", type, dtype_name(dtype), device.str());
-}
 
 // CUDA launchers (f32 arenas, on ctx's stream, asynchronous). `buf`/`grad_avg`/`max_sq` may be null
 // when the corresponding option is off.

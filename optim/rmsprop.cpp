@@ -10,6 +10,7 @@ namespace qtrain {
 namespace {
 
 using optim_detail::RmsPropCoeffs;
+using optim_detail::data_or_null;
 using optim_detail::with_flag;
 
 template <typename T>
@@ -65,11 +66,6 @@ void rmsprop_step_cpu(const RmsPropCoeffs<T>& c, T* p, const T* g, T* sq, T* ga,
   });
 }
 
-template <typename T>
-T* data_or_null(Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 }  // namespace
 
 RmsProp::RmsProp(RmsPropOptions options) : options_(options) {
@@ -82,29 +78,26 @@ RmsProp::RmsProp(RmsPropOptions options) : options_(options) {
 }
 
 void RmsProp::init(int64_t numel, DType dtype, Device device) {
-  optim_detail::check_arena_kind(type(), numel, dtype, device);
-  numel_ = numel;
-  dtype_ = dtype;
-  device_ = device;
+  arena_.init(type(), numel, dtype, device);
   square_avg_ = Tensor::zeros({numel}, dtype, device);
   grad_avg_ = options_.centered ? Tensor::zeros({numel}, dtype, device) : Tensor();
   momentum_buffer_ = options_.momentum > 0 ? Tensor::zeros({numel}, dtype, device) : Tensor();
 }
 
 void RmsProp::step(Context& ctx, Tensor& params, const Tensor& grads, double lr) {
-  optim_detail::check_step_args(type(), numel_, dtype_, device_, params, grads);
-  if (device_.is_cuda()) {
+  arena_.check_step(type(), params, grads);
+  if (arena_.device.is_cuda()) {
     optim_detail::rmsprop_step_cuda(ctx, rmsprop_coeffs<float>(options_, lr), params.data<float>(),
                                     grads.data<float>(), square_avg_.data<float>(), data_or_null<float>(grad_avg_),
-                                    data_or_null<float>(momentum_buffer_), numel_);
-  } else if (dtype_ == DType::f32) {
+                                    data_or_null<float>(momentum_buffer_), arena_.numel);
+  } else if (arena_.dtype == DType::f32) {
     rmsprop_step_cpu(rmsprop_coeffs<float>(options_, lr), params.data<float>(), grads.data<float>(),
                      square_avg_.data<float>(), data_or_null<float>(grad_avg_),
-                     data_or_null<float>(momentum_buffer_), numel_);
+                     data_or_null<float>(momentum_buffer_), arena_.numel);
   } else {
     rmsprop_step_cpu(rmsprop_coeffs<double>(options_, lr), params.data<double>(), grads.data<double>(),
                      square_avg_.data<double>(), data_or_null<double>(grad_avg_),
-                     data_or_null<double>(momentum_buffer_), numel_);
+                     data_or_null<double>(momentum_buffer_), arena_.numel);
   }
 }
 

@@ -5,6 +5,7 @@
 //   momentum > 0: buf = momentum * buf + d / avg, p -= lr * buf;  otherwise p -= lr * d / avg.
 #pragma once
 
+#include "optim/arena_kind.h"
 #include "optim/optimizer.h"
 
 namespace qtrain {
@@ -33,9 +34,7 @@ class RmsProp final : public Optimizer {
 
  private:
   RmsPropOptions options_;
-  int64_t numel_ = -1;
-  DType dtype_ = DType::f32;
-  Device device_;
+  optim_detail::ArenaKind arena_;
   Tensor square_avg_, grad_avg_, momentum_buffer_;  // (numel) arena dtype and device
 };
 

@@ -8,6 +8,7 @@ namespace qtrain {
 namespace {
 
 using optim_detail::SgdCoeffs;
+using optim_detail::data_or_null;
 using optim_detail::with_flag;
 
 template <typename T>
@@ -65,29 +66,26 @@ Sgd::Sgd(SgdOptions options) : options_(options) {
 }
 
 void Sgd::init(int64_t numel, DType dtype, Device device) {
-  optim_detail::check_arena_kind(type(), numel, dtype, device);
-  numel_ = numel;
-  dtype_ = dtype;
-  device_ = device;
+  arena_.init(type(), numel, dtype, device);
   momentum_buffer_ = Tensor();
   step_ = Tensor::zeros({1}, DType::f64);
   if (options_.momentum != 0) momentum_buffer_ = Tensor::zeros({numel}, dtype, device);
 }
 
 void Sgd::step(Context& ctx, Tensor& params, const Tensor& grads, double lr) {
-  optim_detail::check_step_args(type(), numel_, dtype_, device_, params, grads);
+  arena_.check_step(type(), params, grads);
   double& steps = *step_.data<double>();
   const bool first = steps == 0;
-  if (device_.is_cuda()) {
+  if (arena_.device.is_cuda()) {
     optim_detail::sgd_step_cuda(ctx, sgd_coeffs<float>(options_, lr, first), params.data<float>(),
                                 grads.data<float>(),
-                                momentum_buffer_.defined() ? momentum_buffer_.data<float>() : nullptr, numel_);
-  } else if (dtype_ == DType::f32) {
+                                data_or_null<float>(momentum_buffer_), arena_.numel);
+  } else if (arena_.dtype == DType::f32) {
     sgd_step_cpu(sgd_coeffs<float>(options_, lr, first), params.data<float>(), grads.data<float>(),
-                 momentum_buffer_.defined() ? momentum_buffer_.data<float>() : nullptr, numel_);
+                 data_or_null<float>(momentum_buffer_), arena_.numel);
   } else {
     sgd_step_cpu(sgd_coeffs<double>(options_, lr, first), params.data<double>(), grads.data<double>(),
-                 momentum_buffer_.defined() ? momentum_buffer_.data<double>() : nullptr, numel_);
+                 data_or_null<double>(momentum_buffer_), arena_.numel);
   }
   steps += 1;
 }

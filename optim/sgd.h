@@ -4,6 +4,7 @@
 //   d = nesterov ? d + momentum * buf : buf;  p -= lr * d.
 #pragma once
 
+#include "optim/arena_kind.h"
 #include "optim/optimizer.h"
 
 namespace qtrain {
@@ -31,9 +32,7 @@ class Sgd final : public Optimizer {
 
  private:
   SgdOptions options_;
-  int64_t numel_ = -1;
-  DType dtype_ = DType::f32;
-  Device device_;
+  optim_detail::ArenaKind arena_;
   Tensor momentum_buffer_;  // (numel) arena dtype and device
   Tensor step_;             // (1) f64, CPU
 };

@@ -13,6 +13,11 @@ namespace qtrain::quant_detail {
 // ... starting from +0, then the lanes fold pairwise.
 template <typename F>
 inline float chunk_sum(F value, int64_t len) {
+  if (len < kSumLanes) {
+    float used[kSumLanes];
+    for (int64_t j = 0; j < len; ++j) used[j] = 0.0f + value(j);
+    return fold_used_lanes(used, len);
+  }
   float lanes[kSumLanes] = {};
   int64_t t = 0;
   for (; t + kSumLanes <= len; t += kSumLanes)

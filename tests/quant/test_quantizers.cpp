@@ -432,6 +432,28 @@ TEST_CASE("onebit reproduces the two means of each column", "[quant][onebit]") {
   REQUIRE(f32_at(p, 32) == 0.0f);  // the first column had no negatives
 }
 
+// Short chunks fold only the lanes they use (fold_used_lanes); the full 32-lane fold is what the CUDA
+// warps compute, so the two must agree to the bit, signed zeros, tiny and huge values included.
+TEST_CASE("fold_used_lanes gives fold_lanes' bits for every short chunk", "[quant][numerics]") {
+  const auto x = normal_data(4000, 77, 1.0);
+  for (int64_t used = 0; used < quant_detail::kSumLanes; ++used) {
+    for (int trial = 0; trial < 100; ++trial) {
+      float full[quant_detail::kSumLanes] = {}, part[quant_detail::kSumLanes];
+      for (int64_t j = 0; j < used; ++j) {
+        float v = x[static_cast<size_t>((trial * 37 + j * 11) % 4000)];
+        if ((trial + j) % 7 == 0) v = -0.0f;
+        if ((trial + j) % 5 == 0) v *= 1e30f;
+        if ((trial + j) % 9 == 0) v *= 1e-30f;
+        full[j] += v;  // a lane as chunk_sum starts it: +0 + value
+        part[j] = 0.0f + v;
+      }
+      INFO("used " << used << ", trial " << trial);
+      REQUIRE(quant_detail::float_bits(quant_detail::fold_used_lanes(part, used)) ==
+              quant_detail::float_bits(quant_detail::fold_lanes(full)));
+    }
+  }
+}
+
 // The means follow the deterministic lane rule of quant/numerics.h (what the CUDA kernel computes) to the
 // bit, also for columns shorter than a row of lanes, which take their own path on the CPU.
 TEST_CASE("onebit means are the lane rule's sums to the bit, short columns included", "[quant][onebit]") {
