@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include "comm/mpi_transport_defaults.h"
 #include "framework/check.h"
 
 namespace qtrain {
@@ -11,6 +12,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
+    set_mpi_transport_defaults();
     int provided = 0;
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;

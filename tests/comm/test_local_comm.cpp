@@ -1,13 +1,16 @@
-// Unit tests of comm/ without MPI: LocalComm (a world of one) and its entry checks, and
-// make_communicator's answers in a process without an MpiRuntime. (The fp16/bf16 conversions of the
+// Unit tests of comm/ without MPI: LocalComm (a world of one) and its entry checks,
+// make_communicator's answers in a process without an MpiRuntime, and the Open MPI transport defaults. (The fp16/bf16 conversions of the
 // 16-bit MPI sums are quant/numerics.h's, tested against the CPU's F16C in tests/quant.)
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <limits>
 #include <numeric>
+#include <string>
 
 #include "comm/communicator.h"
 #include "comm/local_comm.h"
+#include "comm/mpi_transport_defaults.h"
 #include "framework/device.h"
 
 using namespace qtrain;
@@ -131,4 +134,20 @@ TEST_CASE("make_communicator(\"nccl\") without a GPU is a clear InputError", "[c
     CHECK_THROWS_AS(make_communicator("nccl", device), InputError);
     CHECK_THROWS_WITH(make_communicator("nccl", device), Contains(expected));
   }
+}
+
+TEST_CASE("The Open MPI transport defaults fill unset variables and leave the user's alone", "[comm][mpi_defaults]") {
+  const auto& defaults = mpi_transport_defaults();
+  REQUIRE(defaults.size() == 3);
+  for (const auto& [name, value] : defaults) unsetenv(std::string(name).c_str());
+  const std::string user_name(defaults.front().first);
+  setenv(user_name.c_str(), "65536", 1);  // as `mpirun --mca btl_tcp_eager_limit 65536` leaves it
+  set_mpi_transport_defaults();
+  CHECK(std::string(std::getenv(user_name.c_str())) == "65536");
+  for (size_t i = 1; i < defaults.size(); ++i) {
+    const char* got = std::getenv(std::string(defaults[i].first).c_str());
+    REQUIRE(got != nullptr);
+    CHECK(std::string(got) == "67108864");
+  }
+  for (const auto& [name, value] : defaults) unsetenv(std::string(name).c_str());
 }

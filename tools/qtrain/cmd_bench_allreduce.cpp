@@ -3,7 +3,7 @@
 // mpirun (e.g. tools/netbed.sh run --hosts 4 --rate 1gbit -- build/qtrain bench-allreduce).
 //
 // Per size and variant: time per exchange (median over iterations, every rank synchronized by a
-// barrier before each), algbw = size / time, busbw = algbw * 2(P-1)/P (the allreduce convention),
+// barrier before each; the copy that restores the input is not timed), algbw = size / time, busbw = algbw * 2(P-1)/P (the allreduce convention),
 // the bytes this rank put on the wire, the speedup over fp32 MPI_Allreduce and, when --link-gbit is
 // given, the ideal time (bytes on the wire over the link rate) and the ratio to it. Where the time
 // goes on rank 0: its encode and decode time per exchange (wall clock on the exchange thread) and
@@ -71,10 +71,13 @@ void run(const Options& o) {
     return sec(u.ru_utime) + sec(u.ru_stime);
   };
   double cpu_per_iteration = 0;  // of the last barrier_time call, mean over its timed iterations
-  auto barrier_time = [&](auto&& body) {
+  // `reset` restores the input before the barrier, untimed (the exchange works in place); `body` is
+  // the timed exchange.
+  auto barrier_time = [&](auto&& reset, auto&& body) {
     std::vector<double> times;
     double cpu = 0;
     for (int i = 0; i < o.warmup + o.iterations; ++i) {
+      reset();
       comm->barrier();
       const double c0 = cpu_seconds();
       const auto t0 = std::chrono::steady_clock::now();
@@ -116,10 +119,8 @@ void run(const Options& o) {
     auto* mpi = dynamic_cast<MpiComm*>(comm.get());
     const size_t ring_min = mpi ? mpi->ring_min_bytes() : 0;
     if (mpi) mpi->set_ring(0, mpi->ring_segment_bytes());
-    const double t_base = median(barrier_time([&] {
-      work.copy_from(data);
-      comm->all_reduce_sum(ctx, work.raw(), n, ReduceType::f32);
-    }));
+    auto reset = [&] { work.copy_from(data); };
+    const double t_base = median(barrier_time(reset, [&] { comm->all_reduce_sum(ctx, work.raw(), n, ReduceType::f32); }));
     if (mpi && o.mpi_allreduce == "ring") mpi->set_ring(ring_min, mpi->ring_segment_bytes());
     const double cpu_base = cpu_per_iteration;
     // enc and dec: rank 0's encode and decode seconds per exchange (0 for the library baseline).
@@ -160,10 +161,7 @@ void run(const Options& o) {
           continue;
         }
         uint64_t step = 0;
-        const std::vector<double> times = barrier_time([&] {
-          work.copy_from(data);
-          ex->exchange(ctx, work, step++);
-        });
+        const std::vector<double> times = barrier_time(reset, [&] { ex->exchange(ctx, work, step++); });
         const ExchangeStats st = ex->take_stats();
         const double steps = static_cast<double>(std::max<int64_t>(st.steps, 1));
         print(m.label, reduce_algorithm_name(ex->algorithm(0)), median(times), st.bytes_sent / steps,
