@@ -37,6 +37,20 @@ constexpr int64_t kChunk = 1024;
 // Codes of a chunk are staged as 32 bits each; bit 31 marks a stage-1 tie for the fix-up.
 constexpr uint32_t kTieMark = 0x80000000u;
 
+// The stage-1 code of v: sign bit, level k = floor(a) + [r < h] capped at the top level, where
+// a = |v| * inv and h = the first 16 bits of frac(a); kTieMark when r == h (stage 2 decides). This is
+// qsgd_level() written out so that GCC vectorizes the loops that inline it.
+template <int Bits>
+inline uint32_t stage1_code(float v, float inv, int32_t r) {
+  constexpr int32_t kLevels = (1 << (Bits - 1)) - 1;
+  const float a = __builtin_fabsf(v) * inv;
+  const auto l = static_cast<int32_t>(a);
+  const auto h = static_cast<int32_t>((a - static_cast<float>(l)) * 65536.0f);
+  int32_t k = l + (r < h ? 1 : 0);
+  k = k > kLevels ? kLevels : k;
+  return static_cast<uint32_t>(k) | (v < 0.0f ? 1u << (Bits - 1) : 0u) | (r == h ? kTieMark : 0u);
+}
+
 template <int Bits, bool Ef>
 struct Bucket {
   static constexpr int32_t kLevels = (1 << (Bits - 1)) - 1;
@@ -72,8 +86,7 @@ struct Bucket {
     return m * std::sqrt(sum);
   }
 
-  // Codes of [c, c + clen) into codes[0..clen); returns whether a stage-1 tie needs stage 2. The
-  // arithmetic is qsgd_level() written out so that GCC vectorizes it.
+  // Codes of [c, c + clen) into codes[0..clen); returns whether a stage-1 tie needs stage 2.
   bool codes_chunk(int64_t c, int64_t clen, float inv, float step, const uint16_t* __restrict u,
                    uint32_t* __restrict codes) const {
     const float* __restrict gc = g + c;
@@ -81,20 +94,13 @@ struct Bucket {
     uint32_t any = 0;
     for (int64_t t = 0; t < clen; ++t) {
       const float v = Ef ? gc[t] + ec[t] : gc[t];
-      const float a = __builtin_fabsf(v) * inv;
-      const auto l = static_cast<int32_t>(a);
-      const auto h = static_cast<int32_t>((a - static_cast<float>(l)) * 65536.0f);
-      const auto r = static_cast<int32_t>(u[t]);
-      int32_t k = l + (r < h ? 1 : 0);
-      k = k > kLevels ? kLevels : k;
-      const bool neg = v < 0.0f;
-      const uint32_t tie = r == h ? kTieMark : 0u;
-      any |= tie;
-      codes[t] = static_cast<uint32_t>(k) | (neg ? kSignBit : 0u) | tie;
+      const uint32_t code = stage1_code<Bits>(v, inv, static_cast<int32_t>(u[t]));
+      any |= code & kTieMark;
+      codes[t] = code;
       if (Ef) {
         // A tie parks v itself in the residual; fix_ties finishes it.
-        const float mag = static_cast<float>(k) * step;
-        ec[t] = tie ? v : v - (neg ? -mag : mag);
+        const float mag = static_cast<float>(code & (kSignBit - 1)) * step;
+        ec[t] = code & kTieMark ? v : v - (code & kSignBit ? -mag : mag);
       }
     }
     return any != 0;
@@ -140,20 +146,32 @@ void pack_codes(const uint32_t* __restrict codes, int64_t count, uint8_t* __rest
 }
 
 #if defined(__AVX2__)
-// 32 staged codes (masked to `Bits`) narrowed to 32 bytes in order: packus narrows within 128-bit
-// halves, the permute restores the order of the four groups of eight.
+// Four vectors of eight codes (each below 256) narrowed to 32 bytes in order: packus narrows within
+// 128-bit halves, the permute restores the order of the four groups of eight.
+inline __m256i narrow_codes(__m256i c0, __m256i c1, __m256i c2, __m256i c3) {
+  const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// 64 4-bit codes, given as two vectors of 32 bytes, merged into 32 bytes: byte pairs become
+// b0 | b1 << 4 within 16-bit lanes, then narrowed.
+inline __m256i merge_nibbles(__m256i first32, __m256i next32) {
+  const __m256i low = _mm256_set1_epi16(0xff);
+  auto pairs = [&](__m256i b) { return _mm256_and_si256(_mm256_or_si256(b, _mm256_srli_epi16(b, 4)), low); };
+  return _mm256_permute4x64_epi64(_mm256_packus_epi16(pairs(first32), pairs(next32)), 0xd8);
+}
+
+// 32 staged codes, masked to `Bits` (which drops the tie mark), narrowed to 32 bytes.
 template <int Bits>
 inline __m256i codes_to_bytes(const uint32_t* __restrict codes) {
   const __m256i mask = _mm256_set1_epi32((1 << Bits) - 1);
   auto load = [&](int k) {
     return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 8 * k)), mask);
   };
-  const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(load(0), load(1)), _mm256_packus_epi32(load(2), load(3)));
-  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  return narrow_codes(load(0), load(1), load(2), load(3));
 }
 
-// pack_codes for 8 and 4 bits, 64 codes per step (4 bits: byte pairs merged as b0 | b1 << 4 within
-// 16-bit lanes, then narrowed); other widths and the rest go to the reference loop.
+// pack_codes for 8 and 4 bits, 64 codes per step; other widths and the rest go to the reference loop.
 template <int Bits>
 void pack_codes_avx2(const uint32_t* __restrict codes, int64_t count, uint8_t* __restrict out) {
   int64_t t = 0;
@@ -161,19 +179,80 @@ void pack_codes_avx2(const uint32_t* __restrict codes, int64_t count, uint8_t* _
     for (; t + 32 <= count; t += 32)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + t), codes_to_bytes<8>(codes + t));
   } else if constexpr (Bits == 4) {
-    const __m256i low = _mm256_set1_epi16(0xff);
-    auto pairs = [&](const uint32_t* c) {
-      const __m256i b = codes_to_bytes<4>(c);
-      return _mm256_and_si256(_mm256_or_si256(b, _mm256_srli_epi16(b, 4)), low);
-    };
-    for (; t + 64 <= count; t += 64) {
-      const __m256i packed = _mm256_packus_epi16(pairs(codes + t), pairs(codes + t + 32));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + t / 2), _mm256_permute4x64_epi64(packed, 0xd8));
-    }
+    for (; t + 64 <= count; t += 64)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + t / 2),
+                          merge_nibbles(codes_to_bytes<4>(codes + t), codes_to_bytes<4>(codes + t + 32)));
   }
   pack_codes<Bits>(codes + t, count - t, out + t * Bits / 8);
 }
+
+// stage1_code of n values (a multiple of 64) packed straight into bytes, for 4 and 8 bits: eight
+// values per vector, the codes narrowed in registers instead of staged in memory and packed in a
+// second loop. Returns false when a value tied; `out` then holds codes without stage 2 and the
+// caller redoes the values on the staged path.
+template <int Bits>
+bool stage1_packed_avx2(const float* __restrict g, int64_t n, float inv, const uint16_t* __restrict u,
+                        uint8_t* __restrict out) {
+  const __m256 invv = _mm256_set1_ps(inv);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 frac_scale = _mm256_set1_ps(65536.0f);
+  const __m256i top = _mm256_set1_epi32((1 << (Bits - 1)) - 1);
+  const __m256i sign = _mm256_set1_epi32(1 << (Bits - 1));
+  __m256i ties = _mm256_setzero_si256();
+  // stage1_code on g[t..t+8): the same float operations in the same order, so the same bits.
+  auto code8 = [&](int64_t t) {
+    const __m256 v = _mm256_loadu_ps(g + t);
+    const __m256 a = _mm256_mul_ps(_mm256_and_ps(v, abs_mask), invv);
+    const __m256i l = _mm256_cvttps_epi32(a);
+    const __m256i h = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_sub_ps(a, _mm256_cvtepi32_ps(l)), frac_scale));
+    const __m256i r = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u + t)));
+    ties = _mm256_or_si256(ties, _mm256_cmpeq_epi32(r, h));
+    const __m256i k = _mm256_min_epi32(_mm256_sub_epi32(l, _mm256_cmpgt_epi32(h, r)), top);  // l + [r < h]
+    const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
+    return _mm256_or_si256(k, _mm256_and_si256(neg, sign));
+  };
+  // Narrowed pairwise as soon as they exist, so that few vectors are live at once (sixteen
+  // registers; spilling them cost a third of the loop's time).
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  auto words16 = [&](int64_t t) {
+    const __m256i c0 = code8(t);
+    const __m256i c1 = code8(t + 8);
+    return _mm256_packus_epi32(c0, c1);
+  };
+  auto bytes32 = [&](int64_t t) {  // narrow_codes, staged
+    const __m256i w0 = words16(t);
+    const __m256i w1 = words16(t + 16);
+    return _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w0, w1), order);
+  };
+  for (int64_t t = 0; t < n; t += 64) {
+    if constexpr (Bits == 8) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + t), bytes32(t));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + t + 32), bytes32(t + 32));
+    } else {
+      const __m256i first = bytes32(t);
+      const __m256i next = bytes32(t + 32);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + t / 2), merge_nibbles(first, next));
+    }
+  }
+  return _mm256_testz_si256(ties, ties) != 0;
+}
 #endif
+
+// The reference of stage1_packed_avx2: stage1_code and pack_codes, 64 values at a time.
+template <int Bits>
+bool stage1_packed(const float* __restrict g, int64_t n, float inv, const uint16_t* __restrict u,
+                   uint8_t* __restrict out) {
+  uint32_t codes[64];
+  uint32_t any = 0;
+  for (int64_t t = 0; t < n; t += 64) {
+    for (int j = 0; j < 64; ++j) {
+      codes[j] = stage1_code<Bits>(g[t + j], inv, static_cast<int32_t>(u[t + j]));
+      any |= codes[j] & kTieMark;
+    }
+    pack_codes<Bits>(codes, 64, out + t * Bits / 8);
+  }
+  return any == 0;
+}
 
 template <int Bits, bool Ef>
 void encode_all(const EncodeArgs& a, const wire::QsgdLayout& l, QsgdNorm norm) {
@@ -223,11 +302,22 @@ void encode_all(const EncodeArgs& a, const wire::QsgdLayout& l, QsgdNorm norm) {
     for (int64_t c = 0; c < bucket.len; c += kChunk) {
       const int64_t clen = bucket.len - c < kChunk ? bucket.len - c : kChunk;
       const uint16_t* u = uniforms(bucket.first + c, clen);
-      if (bucket.codes_chunk(c, clen, inv, step, u, codes)) bucket.fix_ties(c, clen, inv, step, codes);
-      constexpr int64_t kPer = Bits >= 8 ? 1 : 8 / Bits;
-      const int64_t padded = (clen + kPer - 1) / kPer * kPer;
-      for (int64_t t = clen; t < padded; ++t) codes[t] = 0;
-      qsgd_pack_codes(CpuPath::fast, Bits, codes, padded, words + c * Bits / 8);
+      // Values [c + from, c + clen) through staged codes, ties settled by stage 2, then packed.
+      auto staged = [&](int64_t from) {
+        if (bucket.codes_chunk(c + from, clen - from, inv, step, u + from, codes))
+          bucket.fix_ties(c + from, clen - from, inv, step, codes);
+        constexpr int64_t kPer = Bits >= 8 ? 1 : 8 / Bits;
+        const int64_t padded = (clen - from + kPer - 1) / kPer * kPer;
+        for (int64_t t = clen - from; t < padded; ++t) codes[t] = 0;
+        qsgd_pack_codes(CpuPath::fast, Bits, codes, padded, words + (c + from) * Bits / 8);
+      };
+      // Without a residual, 4 and 8 bits go straight to packed bytes in whole groups of 64; a tie
+      // (about one chunk in 64) sends the chunk through the staged path instead.
+      const int64_t whole = (!Ef && (Bits == 4 || Bits == 8) && cpu_fast_path_is_simd()) ? clen / 64 * 64 : 0;
+      if (whole == 0 || !qsgd_stage1_packed(CpuPath::fast, Bits, bucket.g + c, whole, inv, u, words + c * Bits / 8))
+        staged(0);
+      else if (whole < clen)
+        staged(whole);
     }
     // Zero the rest of the bucket's last word.
     const size_t used = static_cast<size_t>((bucket.len * Bits + 7) / 8);
@@ -321,6 +411,18 @@ void qsgd_pack_codes(CpuPath path, int bits, const uint32_t* codes, int64_t coun
     (void)path;
     pack_codes<b()>(codes, count, out);
   });
+}
+
+bool qsgd_stage1_packed(CpuPath path, int bits, const float* in, int64_t n, float inv, const uint16_t* u,
+                        uint8_t* out) {
+  QT_CHECK(bits == 4 || bits == 8, "qsgd_stage1_packed: {} bits (4 or 8)", bits);
+  QT_CHECK(n % 64 == 0, "qsgd_stage1_packed: {} values, not a multiple of 64", n);
+#if defined(__AVX2__)
+  if (path == CpuPath::fast)
+    return bits == 4 ? stage1_packed_avx2<4>(in, n, inv, u, out) : stage1_packed_avx2<8>(in, n, inv, u, out);
+#endif
+  (void)path;
+  return bits == 4 ? stage1_packed<4>(in, n, inv, u, out) : stage1_packed<8>(in, n, inv, u, out);
 }
 
 void qsgd_decode_codes(CpuPath path, int bits, const uint8_t* bytes, int64_t first, int64_t count, float step,

@@ -4,6 +4,7 @@
 // In a build without AVX2 both paths are the reference and the test still runs.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -98,6 +99,60 @@ TEST_CASE("fast CPU loops: qsgd packing equals the reference", "[quant][cpu_loop
       qsgd_pack_codes(CpuPath::reference, bits, codes.data(), count, ref.data());
       qsgd_pack_codes(CpuPath::fast, bits, codes.data(), count, fast.data());
       REQUIRE(same_bits(ref, fast));
+    }
+  }
+}
+
+TEST_CASE("fast CPU loops: qsgd stage-1 codes packed straight to bytes equal the reference", "[quant][cpu_loops]") {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int bits : {4, 8}) {
+    const int32_t levels = (1 << (bits - 1)) - 1;
+    for (int64_t n : {64, 128, 1024}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& v : x) v = normal(rng);
+      // Zeros of both signs, the scale itself (a = levels exactly), and values above it (the cap).
+      x[0] = 0.0f;
+      x[1] = -0.0f;
+      x[2] = 3.0f;
+      x[3] = -3.0f;
+      x[4] = 7.5f;
+      x[5] = -1e6f;
+      const float inv = static_cast<float>(levels) / 3.0f;
+      // The stage-1 cut h of each value, as the encoder computes it.
+      auto cut = [&](float v) {
+        const float a = std::fabs(v) * inv;
+        const auto l = static_cast<int32_t>(a);
+        return static_cast<int32_t>((a - static_cast<float>(l)) * 65536.0f);
+      };
+      std::vector<uint16_t> u(static_cast<size_t>(n));
+      for (auto& r : u) r = static_cast<uint16_t>(rng());
+      const size_t bytes = static_cast<size_t>(n * bits / 8);
+      auto both = [&](bool expect_ok) {
+        std::vector<uint8_t> ref(bytes + 8, 0xab), fast(bytes + 8, 0xab);  // the 8 extra bytes must stay
+        const bool ok_ref = qsgd_stage1_packed(CpuPath::reference, bits, x.data(), n, inv, u.data(), ref.data());
+        const bool ok_fast = qsgd_stage1_packed(CpuPath::fast, bits, x.data(), n, inv, u.data(), fast.data());
+        REQUIRE(ok_ref == expect_ok);
+        REQUIRE(ok_fast == expect_ok);
+        if (expect_ok) REQUIRE(same_bits(ref, fast));
+        REQUIRE(std::memcmp(ref.data() + bytes, fast.data() + bytes, 8) == 0);
+      };
+      CAPTURE(bits, n);
+      // Uniforms one below and one above every cut decide the rounding both ways without a tie.
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t h = cut(x[static_cast<size_t>(i)]);
+        if (u[static_cast<size_t>(i)] == h) u[static_cast<size_t>(i)] = static_cast<uint16_t>(h == 0 ? 1 : h - 1);
+        if (i % 3 == 0 && h > 0) u[static_cast<size_t>(i)] = static_cast<uint16_t>(h - 1);
+        if (i % 3 == 1 && h < 65535) u[static_cast<size_t>(i)] = static_cast<uint16_t>(h + 1);
+      }
+      both(true);
+      // A tie anywhere, the last value included, is reported.
+      for (int64_t i : {int64_t{7}, n - 1}) {
+        const uint16_t saved = u[static_cast<size_t>(i)];
+        u[static_cast<size_t>(i)] = static_cast<uint16_t>(cut(x[static_cast<size_t>(i)]));
+        both(false);
+        u[static_cast<size_t>(i)] = saved;
+      }
     }
   }
 }

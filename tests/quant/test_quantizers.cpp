@@ -369,6 +369,54 @@ TEST_CASE("qsgd randomness: same key same bytes, another step or rank other byte
   REQUIRE(encode(*q, ctx, x, 1, a) != pa);
 }
 
+TEST_CASE("qsgd bytes equal the contract's per-value model: scale, stage-1 uniform, stage 2", "[quant][qsgd]") {
+  // A plain model of quantizers.md's qsgd (docs/quantizers.md, quant/numerics.h), one value at a
+  // time, against the whole encoder: its bucket maxima, batched Philox windows, packed fast path and
+  // the staged path of chunks with a tie. 2^20 values hold about 16 ties, so both paths run.
+  using namespace qtrain::quant_detail;
+  Context ctx = Context::cpu(1, 1);
+  const int64_t n = (int64_t{1} << 20) + 37;  // a partial last bucket and chunk
+  const auto x = normal_data(n, 515);
+  for (int bits : {2, 4, 8}) {
+    QuantSpec s = spec_of(QuantMethod::qsgd);
+    s.bits = bits;
+    auto q = make_quantizer(s);
+    QuantState st(77, 2, 9);
+    ctx.set_step(5);
+    const auto p = encode(*q, ctx, x, 1, st);
+    const PhiloxKey key = st.rng_key(5);
+    const int64_t d = default_bucket(s);
+    const wire::QsgdLayout l = wire::qsgd_layout(n, d, bits);
+    const int32_t levels = (1 << (bits - 1)) - 1;
+    int64_t ties = 0, mismatches = 0, first_mismatch = -1;
+    for (int64_t b = 0; b < l.buckets; ++b) {
+      float m = 0.0f;
+      for (int64_t i = b * d; i < std::min(n, (b + 1) * d); ++i) m = std::max(m, std::fabs(x[static_cast<size_t>(i)]));
+      REQUIRE(f32_at(p, wire::kHeaderBytes + 4 * static_cast<size_t>(b)) == m);
+      const float inv = inverse_scale(float_bits(m), static_cast<float>(levels));
+      for (int64_t i = b * d; i < std::min(n, (b + 1) * d); ++i) {
+        const float v = x[static_cast<size_t>(i)];
+        const QsgdLevel lv = qsgd_level(v, inv);
+        const uint32_t u = stage1_u16(stage1_block(key, static_cast<uint64_t>(i) / kValuesPerBlock, kTagQsgd), static_cast<uint64_t>(i));
+        bool up = static_cast<int32_t>(u) < lv.cut;
+        if (static_cast<int32_t>(u) == lv.cut) {
+          ++ties;
+          up = stage2_up(key, static_cast<uint64_t>(i), kTagQsgd, lv.rest);
+        }
+        const uint32_t k = static_cast<uint32_t>(std::min(lv.floor + (up ? 1 : 0), levels));
+        const uint32_t want = k | (v < 0.0f ? 1u << (bits - 1) : 0u);
+        const int64_t j = i - b * d;  // the value's place in its bucket's words
+        const size_t at = l.words_offset(b) + static_cast<size_t>(j * bits / 8);
+        const uint32_t got = (static_cast<uint32_t>(p[at]) >> (j * bits % 8)) & ((1u << bits) - 1);
+        if (got != want && mismatches++ == 0) first_mismatch = i;
+      }
+    }
+    INFO("bits " << bits << ": " << ties << " stage-1 ties, " << mismatches << " codes differ, the first at " << first_mismatch);
+    REQUIRE(ties > 0);
+    REQUIRE(mismatches == 0);
+  }
+}
+
 TEST_CASE("error feedback conserves the signal: decoded sum + residual = input sum", "[quant][ef]") {
   Context ctx = Context::cpu(1, 1);
   const int64_t n = 4096, column = 64;
