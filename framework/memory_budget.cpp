@@ -1,10 +1,10 @@
 // Start-up memory check (see memory_budget.h).
 #include "framework/memory_budget.h"
 
-#include <fstream>
 #include <sstream>
 
 #include "framework/check.h"
+#include "framework/file_io.h"
 
 namespace qtrain {
 namespace cuda_memory {
@@ -13,13 +13,7 @@ int64_t free_bytes(int index);
 
 namespace {
 
-std::string read_small_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_small_file(const std::string& path) { return read_whole_file(path).value_or(""); }
 
 // A cgroup v2 limit file holds a number of bytes or "max".
 int64_t parse_bytes_or_max(const std::string& text) {

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "framework/check.h"
-#include "framework/safetensors.h"
+#include "framework/file_io.h"
 
 namespace qtrain {
 
@@ -22,8 +22,9 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
   std::error_code ec;
   const bool exists = std::filesystem::exists(path, ec) && std::filesystem::file_size(path, ec) > 0;
   if (exists) {
-    std::ifstream in(path, std::ios::binary);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::optional<std::string> read = read_whole_file(path);
+    if (!read) input_error("{}: the existing metrics file cannot be read", path);
+    const std::string& text = *read;
     const size_t header_end = std::min(text.find('\n'), text.size());
     if (text.substr(0, header_end) != header())
       input_error("{}: existing metrics file has a different header; move it away or choose another output.dir", path);

@@ -1,8 +1,6 @@
 // safetensors reading and atomic writing, with a CRC-32 over the data to catch corrupted files.
 #include "framework/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -13,6 +11,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <tuple>
+
+#include "framework/file_io.h"
 
 namespace qtrain {
 namespace {
@@ -49,49 +49,7 @@ uint32_t crc32_of(const uint8_t* data, size_t n) {
   return static_cast<uint32_t>(crc);
 }
 
-void write_all(int fd, const char* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) input_error("{}: write failed: {}", path, std::strerror(errno));
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
 }  // namespace
-
-void write_file_atomically(const std::string& path, const std::string& bytes) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::error_code ec;
-  fs::create_directories(folder, ec);
-  if (ec) input_error("{}: cannot create the folder: {}", folder.string(), ec.message());
-  // Built with fmt rather than string operator+, which trips GCC 12's false -Wrestrict warning.
-  const std::string tmp = (folder / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) input_error("{}: cannot create: {}", tmp, std::strerror(errno));
-  try {
-    write_all(fd, bytes.data(), bytes.size(), tmp);
-    if (::fsync(fd) != 0) input_error("{}: fsync failed: {}", tmp, std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    input_error("{}: cannot rename into place: {}", path, std::strerror(errno));
-  }
-  // Make the rename itself durable.
-  const int dfd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {

@@ -49,7 +49,4 @@ class SafetensorsFile {
   std::vector<uint8_t> data_;
 };
 
-// Writes `bytes` to `path` atomically (temporary file in the same folder, fsync, rename, fsync folder).
-void write_file_atomically(const std::string& path, const std::string& bytes);
-
 }  // namespace qtrain

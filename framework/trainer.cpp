@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "framework/file_io.h"
 #include "framework/memory_budget.h"
 #include "framework/progress.h"
 #include "framework/safetensors.h"

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "framework/file_io.h"
 #include "framework/safetensors.h"
 
 using namespace qtrain;

@@ -25,7 +25,7 @@
 
 #include "framework/check.h"
 #include "framework/run_config.h"
-#include "framework/safetensors.h"
+#include "framework/file_io.h"
 #include "tools/qtrain/commands.h"
 #include "tools/qtrain/report.h"
 #include "tools/qtrain/run_record.h"
@@ -122,12 +122,9 @@ bool parse_progress_line(const std::string& line, ProgressLine& p) {
 // the cut line is dropped and the file rewritten first. Returns the last recorded wall time and step;
 // the steps the run repeats from its checkpoint up to that step are not recorded twice.
 std::pair<double, int64_t> continue_curve(const fs::path& path) {
-  std::string text;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return {0.0, -1};
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  std::optional<std::string> read = read_whole_file(path.string());
+  if (!read) return {0.0, -1};
+  std::string text = std::move(*read);
   const size_t end = text.rfind('\n');
   text = end == std::string::npos ? std::string() : text.substr(0, end + 1);
   if (text.empty()) text = "wall_s,step,train_loss\n";

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "framework/check.h"
-#include "framework/safetensors.h"
+#include "framework/file_io.h"
 
 namespace qtrain::cli {
 namespace fs = std::filesystem;

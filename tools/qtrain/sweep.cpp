@@ -9,7 +9,7 @@
 #include <set>
 
 #include "framework/check.h"
-#include "framework/safetensors.h"
+#include "framework/file_io.h"
 #include "tools/qtrain/method_list.h"
 #include "tools/qtrain/report.h"
 #include "tools/qtrain/run_record.h"

@@ -1,0 +1,17 @@
+// Whole-file reading and atomic writing: the two ways qtrain touches small files (configs' resolved
+// copies, metrics, checkpoints, compare's bookkeeping).
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace qtrain {
+
+// Writes `bytes` to `path` atomically (temporary file in the same folder, fsync, rename, fsync folder).
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
+// The whole content of `path`; nullopt when it cannot be opened (missing, unreadable); an InputError
+// naming the file when reading fails part-way.
+std::optional<std::string> read_whole_file(const std::string& path);
+
+}  // namespace qtrain
