@@ -146,11 +146,11 @@ void pack_codes(const uint32_t* __restrict codes, int64_t count, uint8_t* __rest
 }
 
 #if defined(__AVX2__)
-// Four vectors of eight codes (each below 256) narrowed to 32 bytes in order: packus narrows within
-// 128-bit halves, the permute restores the order of the four groups of eight.
-inline __m256i narrow_codes(__m256i c0, __m256i c1, __m256i c2, __m256i c3) {
-  const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
-  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+// 32 codes (each below 256), given as two vectors of 16-bit codes from _mm256_packus_epi32 of
+// consecutive groups of eight, narrowed to 32 bytes in order: packus narrows within 128-bit halves,
+// the permute restores the order of the four groups of eight.
+inline __m256i narrow_words(__m256i w0, __m256i w1) {
+  return _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w0, w1), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 // 64 4-bit codes, given as two vectors of 32 bytes, merged into 32 bytes: byte pairs become
@@ -168,7 +168,9 @@ inline __m256i codes_to_bytes(const uint32_t* __restrict codes) {
   auto load = [&](int k) {
     return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 8 * k)), mask);
   };
-  return narrow_codes(load(0), load(1), load(2), load(3));
+  const __m256i w0 = _mm256_packus_epi32(load(0), load(1));
+  const __m256i w1 = _mm256_packus_epi32(load(2), load(3));
+  return narrow_words(w0, w1);
 }
 
 // pack_codes for 8 and 4 bits, 64 codes per step; other widths and the rest go to the reference loop.
@@ -213,16 +215,15 @@ bool stage1_packed_avx2(const float* __restrict g, int64_t n, float inv, const u
   };
   // Narrowed pairwise as soon as they exist, so that few vectors are live at once (sixteen
   // registers; spilling them cost a third of the loop's time).
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   auto words16 = [&](int64_t t) {
     const __m256i c0 = code8(t);
     const __m256i c1 = code8(t + 8);
     return _mm256_packus_epi32(c0, c1);
   };
-  auto bytes32 = [&](int64_t t) {  // narrow_codes, staged
+  auto bytes32 = [&](int64_t t) {
     const __m256i w0 = words16(t);
     const __m256i w1 = words16(t + 16);
-    return _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w0, w1), order);
+    return narrow_words(w0, w1);
   };
   for (int64_t t = 0; t < n; t += 64) {
     if constexpr (Bits == 8) {
