@@ -144,6 +144,28 @@ void Communicator::all_to_all_streamed(Context& ctx, const Produce& produce, con
     consume(s, {recv.data() + stream_recv_offsets_[static_cast<size_t>(s)], stream_recv_sizes_[static_cast<size_t>(s)]});
 }
 
+int Communicator::post_send(std::span<const uint8_t>, int, int) {
+  QT_CHECK(false, "the {} communicator has no point-to-point messages", name());
+  return -1;
+}
+
+int Communicator::post_recv(std::span<uint8_t>, int, int) {
+  QT_CHECK(false, "the {} communicator has no point-to-point messages", name());
+  return -1;
+}
+
+bool Communicator::test(int, size_t*) {
+  QT_CHECK(false, "the {} communicator has no point-to-point messages", name());
+  return false;
+}
+
+int Communicator::wait_any(const std::vector<int>&, size_t*) {
+  QT_CHECK(false, "the {} communicator has no point-to-point messages", name());
+  return -1;
+}
+
+void Communicator::complete_all() { QT_CHECK(false, "the {} communicator has no point-to-point messages", name()); }
+
 void Communicator::all_gather_streamed(Context& ctx, std::span<const uint8_t> send,
                                        const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
                                        const Consume& consume) {

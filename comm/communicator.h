@@ -72,6 +72,22 @@ class Communicator {
   // Every rank sends `send` (host memory) to every rank, itself included.
   virtual void all_gather_streamed(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& recv_capacity,
                                    std::vector<uint8_t>& recv, const Consume& consume);
+  // Nonblocking messages between host buffers, for algorithms that run their own schedule
+  // (reduce-scatter + allgather in pipelined pieces). Transports without them (local, nccl) answer
+  // false to has_point_to_point(), and their callers use the streaming collectives instead.
+  // post_send / post_recv return a request number; buffers must stay valid until it completes; tags
+  // are below kMaxPointToPointTag and a receive's buffer bounds what the sender may send (more is an
+  // error). test() never blocks; wait_any() blocks until one of `among` completes and returns it;
+  // both report a receive's byte count. complete_all() waits for every posted request and forgets
+  // them. These defaults fail: only call them when has_point_to_point().
+  static constexpr int kMaxPointToPointTag = 8192;
+  virtual bool has_point_to_point() const { return false; }
+  virtual size_t max_point_to_point_bytes() const { return 0; }  // the most bytes of one message
+  virtual int post_send(std::span<const uint8_t> bytes, int dest, int tag);
+  virtual int post_recv(std::span<uint8_t> buffer, int src, int tag);
+  virtual bool test(int request, size_t* received);
+  virtual int wait_any(const std::vector<int>& among, size_t* received);
+  virtual void complete_all();
   // `data` of root is copied to every rank (the same size everywhere).
   virtual void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) = 0;
   // Host-side helpers for control data (checksums, config hashes, metrics): always on the CPU.

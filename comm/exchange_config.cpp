@@ -38,6 +38,7 @@ CommunicationConfig CommunicationConfig::parse(ConfigNode& section) {
   c.overlap = section.get<bool>("overlap", c.overlap);
   c.mean = section.get_choice("reduce", "mean", {"mean", "sum"}) == "mean";
   c.mpi_allreduce = section.get_choice("mpi_allreduce", c.mpi_allreduce, {"ring", "library"});
+  c.piece_mb = section.get_double("piece_mb", c.piece_mb, 0.0, 1 << 20);
   section.finish();
   return c;
 }

@@ -2,7 +2,7 @@
 // are grouped into buckets, and whether communication overlaps backward.
 //
 //   communication: {backend: auto, algorithm: auto, bucket_mb: 25, overlap: true, reduce: mean,
-//                   mpi_allreduce: ring}
+//                   mpi_allreduce: ring, piece_mb: 4}
 #pragma once
 
 #include <string>
@@ -28,6 +28,10 @@ struct CommunicationConfig {
   // How the mpi backend sums buffers of 64 KiB and more: qtrain's pipelined ring
   // (comm/ring_allreduce.h) or the MPI library's MPI_Allreduce (its own algorithm choice).
   std::string mpi_allreduce = "ring";  // ring | library
+  // reduce_scatter_allgather splits each stripe into pieces of at most this many MB of fp32 values
+  // (whole stripe units), each its own quantized span, and pipelines them: piece k+1 is encoded and
+  // sent while the owners already sum, re-encode and allgather piece k. 0: one piece per stripe.
+  double piece_mb = 4;
 
   static CommunicationConfig parse(ConfigNode& section);
   // The algorithm for a tensor quantized with `spec` (errors when the configured algorithm cannot

@@ -26,6 +26,31 @@ uint64_t GradientExchange::state_id(int t, int role, int stripe) {
   return (static_cast<uint64_t>(t) << 24) | (static_cast<uint64_t>(role) << 20) | static_cast<uint64_t>(stripe);
 }
 
+uint64_t GradientExchange::piece_state_id(int t, bool owner, int stripe, int piece, int world_size) {
+  if (piece == 0) return owner ? state_id(t, 2, 0) : state_id(t, 1, stripe);
+  const int64_t index = owner ? piece : int64_t{piece} * world_size + stripe;
+  QT_CHECK(index < (int64_t{1} << 20), "{} pieces of {} stripes exceed the random-stream ids; raise communication.piece_mb",
+           piece + 1, world_size);
+  return state_id(t, owner ? 4 : 3, static_cast<int>(index));
+}
+
+int GradientExchange::piece_count(const std::vector<int64_t>& stripe_begin, int64_t unit, int64_t piece_values) {
+  int64_t widest = 0;  // units
+  for (size_t s = 0; s + 1 < stripe_begin.size(); ++s) widest = std::max(widest, (stripe_begin[s + 1] - stripe_begin[s]) / unit);
+  const int64_t per_piece = std::max<int64_t>(1, piece_values / unit);
+  if (piece_values <= 0 || widest <= per_piece) return 1;
+  const int64_t pieces = (widest + per_piece - 1) / per_piece;
+  QT_CHECK(pieces < Communicator::kMaxPointToPointTag / 2, "{} pieces per stripe; raise communication.piece_mb", pieces);
+  return static_cast<int>(pieces);
+}
+
+std::vector<int64_t> GradientExchange::piece_bounds(int64_t begin, int64_t end, int64_t unit, int pieces) {
+  const int64_t units = (end - begin) / unit;
+  std::vector<int64_t> b(static_cast<size_t>(pieces) + 1);
+  for (int k = 0; k <= pieces; ++k) b[static_cast<size_t>(k)] = begin + units * k / pieces * unit;
+  return b;
+}
+
 int64_t GradientExchange::stripe_unit(const QuantSpec& spec, int64_t column) {
   return uses_columns(spec) ? std::max<int64_t>(1, column) : 1;
 }
@@ -71,12 +96,21 @@ GradientExchange::GradientExchange(Communicator& comm, Device device, uint64_t s
     // Stripes are balanced in units of whole columns for the methods that quantize per column.
     p.unit = stripe_unit(p.spec, x.column);
     p.stripe_begin = stripe_bounds(x.numel, p.unit, P);
+    const auto piece_values = static_cast<int64_t>(config_.piece_mb * 1024.0 * 1024.0 / 4.0);
+    const int K = piece_count(p.stripe_begin, p.unit, piece_values);
+    p.stripes.resize(static_cast<size_t>(P));
     for (int s = 0; s < P; ++s) {
-      p.stripes.emplace_back(seed, me, state_id(ti, 1, s));
-      p.quantizer->init_state(p.stripes.back(), p.stripe_begin[static_cast<size_t>(s) + 1] - p.stripe_begin[static_cast<size_t>(s)], device);
+      p.piece_begin.push_back(
+          piece_bounds(p.stripe_begin[static_cast<size_t>(s)], p.stripe_begin[static_cast<size_t>(s) + 1], p.unit, K));
+      for (int k = 0; k < K; ++k) {
+        QuantState& st = p.stripes[static_cast<size_t>(s)].emplace_back(seed, me, piece_state_id(ti, false, s, k, P));
+        p.quantizer->init_state(st, p.piece_len(s, k), device);
+      }
     }
-    p.owner = QuantState(seed, me, state_id(ti, 2, 0));
-    p.quantizer->init_state(p.owner, p.stripe_begin[static_cast<size_t>(me) + 1] - p.stripe_begin[static_cast<size_t>(me)], device);
+    for (int k = 0; k < K; ++k) {
+      QuantState& st = p.owner.emplace_back(seed, me, piece_state_id(ti, true, me, k, P));
+      p.quantizer->init_state(st, p.piece_len(me, k), device);
+    }
   }
 
   // Buckets in the order backward completes tensors: from the last tensor to the first.
@@ -200,9 +234,11 @@ std::vector<std::pair<std::string, Tensor>> GradientExchange::state() {
     auto add = [&](QuantState& s, const std::string& role) {
       for (auto& [name, tensor] : s.state()) out.emplace_back(tensors_[t].name + role + "/" + name, tensor);
     };
+    auto piece = [](size_t k) { return k == 0 ? std::string() : ".piece" + std::to_string(k); };
     add(p.whole, "");
-    for (size_t s = 0; s < p.stripes.size(); ++s) add(p.stripes[s], "/stripe" + std::to_string(s));
-    add(p.owner, "/owner");
+    for (size_t s = 0; s < p.stripes.size(); ++s)
+      for (size_t k = 0; k < p.stripes[s].size(); ++k) add(p.stripes[s][k], "/stripe" + std::to_string(s) + piece(k));
+    for (size_t k = 0; k < p.owner.size(); ++k) add(p.owner[k], "/owner" + piece(k));
   }
   return out;
 }
@@ -428,55 +464,89 @@ void GradientExchange::reduce_allgather(const std::vector<int>& ids) {
 }
 
 void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
+  const auto start = Clock::now();
+  int pieces = 0;
+  for (int t : ids) pieces = std::max(pieces, plans_[static_cast<size_t>(t)].pieces());
+  double encode_s = 0, decode_s = 0;
+  std::vector<double> sent(ids.size(), 0.0);
+  // Pipelining needs point-to-point messages on host memory, each piece's payload in one message.
+  bool pipelined = pieces > 1 && comm_.size() > 1 && comm_.has_point_to_point() && !device_.is_cuda();
+  for (int k = 0; pipelined && k < pieces; ++k)
+    for (int s = 0; s < comm_.size(); ++s) pipelined = pipelined && piece_capacity(ids, s, k) <= comm_.max_point_to_point_bytes();
+  if (pipelined)
+    reduce_scatter_allgather_pipelined(ids, pieces, encode_s, decode_s, sent);
+  else
+    for (int k = 0; k < pieces; ++k) reduce_scatter_allgather_piece(ids, k, encode_s, decode_s, sent);
+  for (size_t i = 0; i < ids.size(); ++i) stats_.bytes_sent_per_tensor[static_cast<size_t>(ids[i])] += sent[i];
+  stats_.phases.add(Phase::encode, encode_s);
+  stats_.phases.add(Phase::decode, decode_s);
+  stats_.phases.add(Phase::communicate, std::max(0.0, since(start) - encode_s - decode_s));
+}
+
+GradientExchange::Span GradientExchange::piece(int t, int s, int k) const {
+  const Plan& p = plans_[static_cast<size_t>(t)];
+  if (k >= p.pieces()) return Span{0, 0};  // a tensor with fewer pieces than the bucket's widest
+  return Span{p.piece_at(s, k), p.piece_len(s, k)};
+}
+
+size_t GradientExchange::piece_capacity(const std::vector<int>& ids, int s, int k) const {
+  size_t c = 0;
+  for (int t : ids) {
+    const auto [b, len] = piece(t, s, k);
+    const Plan& p = plans_[static_cast<size_t>(t)];
+    if (len > 0) c += p.quantizer->max_encoded_bytes(len, column_for(p, len, tensors_[static_cast<size_t>(t)].column));
+  }
+  return c;
+}
+
+size_t GradientExchange::encode_piece(const std::vector<int>& ids, int s, int k, bool owner, uint8_t* out,
+                                      std::vector<double>* sent, int copies) {
+  Context& ctx = *ctx_;
+  size_t used = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int t = ids[i];
+    Plan& p = plans_[static_cast<size_t>(t)];
+    const auto [b, len] = piece(t, s, k);
+    if (len == 0) continue;
+    const int64_t col = column_for(p, len, tensors_[static_cast<size_t>(t)].column);
+    QuantState& state = owner ? p.owner[static_cast<size_t>(k)] : p.stripes[static_cast<size_t>(s)][static_cast<size_t>(k)];
+    const size_t bytes = p.quantizer->encode(ctx, {grad(t) + b, static_cast<size_t>(len)}, col, state,
+                                             {out + used, p.quantizer->max_encoded_bytes(len, col)});
+    used += bytes;
+    if (sent) (*sent)[i] += static_cast<double>(bytes) * copies;
+  }
+  return used;
+}
+
+void GradientExchange::scale_piece(const std::vector<int>& ids, int k) {
+  if (scale_ == 1.0f) return;
+  for (int t : ids) {
+    const auto [b, len] = piece(t, comm_.rank(), k);
+    if (len > 0) scale_buffer(*ctx_, grad(t) + b, len, scale_);
+  }
+}
+
+void GradientExchange::reduce_scatter_allgather_piece(const std::vector<int>& ids, int k, double& encode_s,
+                                                      double& decode_s, std::vector<double>& sent) {
   Context& ctx = *ctx_;
   const int P = comm_.size();
   const int me = comm_.rank();
   const bool cuda = device_.is_cuda();
-  const auto start = Clock::now();
-  auto stripe = [&](int t, int s) {
-    const Plan& p = plans_[static_cast<size_t>(t)];
-    return Span{p.stripe_begin[static_cast<size_t>(s)],
-                p.stripe_begin[static_cast<size_t>(s) + 1] - p.stripe_begin[static_cast<size_t>(s)]};
-  };
-  // The most bytes stripe s of the bucket's tensors can take (the same figure on every rank).
-  auto stripe_capacity = [&](int s) {
-    size_t c = 0;
-    for (int t : ids) {
-      const auto [b, len] = stripe(t, s);
-      const Plan& p = plans_[static_cast<size_t>(t)];
-      if (len > 0) c += p.quantizer->max_encoded_bytes(len, column_for(p, len, tensors_[static_cast<size_t>(t)].column));
-    }
-    return c;
-  };
-  double encode_s = 0, decode_s = 0;
 
-  // 1. Every rank encodes stripe d of every tensor for its owner d, one owner at a time, and each
-  //    owner's bytes leave while the next owner's are encoded. The owner decodes and sums its stripe
-  //    from every rank (its own contribution from its own encoding), in rank order.
+  // 1. Every rank encodes piece k of stripe d of every tensor for its owner d, one owner at a time,
+  //    and each owner's bytes leave while the next owner's are encoded. The owner decodes and sums
+  //    its piece from every rank (its own contribution from its own encoding), in rank order.
   send_offsets_.assign(static_cast<size_t>(P) + 1, 0);
   for (int s = 0; s < P; ++s)
-    send_offsets_[static_cast<size_t>(s) + 1] = send_offsets_[static_cast<size_t>(s)] + stripe_capacity(s);
+    send_offsets_[static_cast<size_t>(s) + 1] = send_offsets_[static_cast<size_t>(s)] + piece_capacity(ids, s, k);
   uint8_t* send = send_buffer(send_offsets_.back());
-  std::vector<double> sent_to_others(ids.size(), 0.0);
-  capacity_.assign(static_cast<size_t>(P), stripe_capacity(me));
+  capacity_.assign(static_cast<size_t>(P), piece_capacity(ids, me, k));
   comm_.all_to_all_streamed(
       ctx,
       [&](int d) -> std::span<const uint8_t> {
         const auto t0 = Clock::now();
         uint8_t* out = send + send_offsets_[static_cast<size_t>(d)];
-        size_t used = 0;
-        for (size_t i = 0; i < ids.size(); ++i) {
-          const int t = ids[i];
-          Plan& p = plans_[static_cast<size_t>(t)];
-          const auto [b, len] = stripe(t, d);
-          if (len == 0) continue;
-          const int64_t col = column_for(p, len, tensors_[static_cast<size_t>(t)].column);
-          const size_t bytes = p.quantizer->encode(ctx, {grad(t) + b, static_cast<size_t>(len)}, col,
-                                                   p.stripes[static_cast<size_t>(d)],
-                                                   {out + used, p.quantizer->max_encoded_bytes(len, col)});
-          used += bytes;
-          if (d != me) sent_to_others[i] += static_cast<double>(bytes);
-        }
+        const size_t used = encode_piece(ids, d, k, /*owner=*/false, out, &sent, d != me ? 1 : 0);
         const uint8_t* host = out;
         if (cuda) {
           host = send_host_.data() + send_offsets_[static_cast<size_t>(d)];
@@ -488,48 +558,162 @@ void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
       capacity_, recv_host_,
       [&](int s, std::span<const uint8_t> bytes) {
         const auto t0 = Clock::now();
-        decode_from(s, bytes, ids, /*add=*/s > 0, [&](int t) { return stripe(t, me); });
+        decode_from(s, bytes, ids, /*add=*/s > 0, [&](int t) { return piece(t, me, k); });
         decode_s += since(t0);
       });
   auto t0 = Clock::now();
-  for (int t : ids) {
-    const auto [b, len] = stripe(t, me);
-    if (len > 0 && scale_ != 1.0f) scale_buffer(ctx, grad(t) + b, len, scale_);
-  }
+  scale_piece(ids, k);
   decode_s += since(t0);
 
-  // 2. The owner re-encodes its reduced stripe (own residual, fresh random key) ...
+  // 2. The owner re-encodes its reduced piece (own residual, fresh random key) ...
   t0 = Clock::now();
-  send = send_buffer(stripe_capacity(me));
-  size_t used = 0;
-  std::vector<size_t> own(ids.size(), 0);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const int t = ids[i];
-    Plan& p = plans_[static_cast<size_t>(t)];
-    const auto [b, len] = stripe(t, me);
-    if (len == 0) continue;
-    const int64_t col = column_for(p, len, tensors_[static_cast<size_t>(t)].column);
-    own[i] = p.quantizer->encode(ctx, {grad(t) + b, static_cast<size_t>(len)}, col, p.owner,
-                                 {send + used, p.quantizer->max_encoded_bytes(len, col)});
-    used += own[i];
-  }
+  send = send_buffer(piece_capacity(ids, me, k));
+  const size_t used = encode_piece(ids, me, k, /*owner=*/true, send, &sent, P - 1);
   if (cuda) copy_to_host(ctx, send_host_.data(), send, used);
   encode_s += since(t0);
 
-  // ... and the owners' payloads go to everyone, who decode every stripe from the same bytes as
+  // ... and the owners' payloads go to everyone, who decode every piece from the same bytes as
   // they arrive.
-  for (int s = 0; s < P; ++s) capacity_[static_cast<size_t>(s)] = stripe_capacity(s);
+  for (int s = 0; s < P; ++s) capacity_[static_cast<size_t>(s)] = piece_capacity(ids, s, k);
   comm_.all_gather_streamed(ctx, {send_host_.data(), used}, capacity_, recv_host_,
                             [&](int owner, std::span<const uint8_t> bytes) {
                               const auto t1 = Clock::now();
-                              decode_from(owner, bytes, ids, /*add=*/false, [&](int t) { return stripe(t, owner); });
+                              decode_from(owner, bytes, ids, /*add=*/false, [&](int t) { return piece(t, owner, k); });
                               decode_s += since(t1);
                             });
-  for (size_t i = 0; i < ids.size(); ++i)
-    stats_.bytes_sent_per_tensor[static_cast<size_t>(ids[i])] += sent_to_others[i] + static_cast<double>(own[i]) * (P - 1);
-  stats_.phases.add(Phase::encode, encode_s);
-  stats_.phases.add(Phase::decode, decode_s);
-  stats_.phases.add(Phase::communicate, std::max(0.0, since(start) - encode_s - decode_s));
+}
+
+void GradientExchange::reduce_scatter_allgather_pipelined(const std::vector<int>& ids, int pieces, double& encode_s,
+                                                          double& decode_s, std::vector<double>& sent) {
+  const int P = comm_.size();
+  const int me = comm_.rank();
+  const auto K = static_cast<size_t>(pieces);
+  const auto ranks = static_cast<size_t>(P);
+  // Buffers, alive until complete_all(), four per (piece, rank): the phase-1 payload to owner d, the
+  // one from rank s, the phase-2 payload from owner o, and (once per piece) this owner's phase-2
+  // payload. Tags: phase 1 of piece k is 2k, phase 2 is 2k + 1 (piece_count keeps them in range).
+  std::vector<std::vector<uint8_t>>& bufs = pipeline_buffers_;
+  if (bufs.size() < K * ranks * 4) bufs.resize(K * ranks * 4);
+  // A slot grows (if it must) before its one message of this exchange is posted, never after.
+  auto buffer = [&](size_t slot, size_t bytes) -> std::vector<uint8_t>& {
+    if (bufs[slot].size() < bytes) bufs[slot].resize(bytes);
+    return bufs[slot];
+  };
+  auto to_owner = [&](size_t k, size_t d) { return (k * ranks + d) * 4; };
+  auto from_rank = [&](size_t k, size_t s) { return (k * ranks + s) * 4 + 1; };
+  auto from_owner = [&](size_t k, size_t o) { return (k * ranks + o) * 4 + 2; };
+  auto own_phase2 = [&](size_t k) { return k * ranks * 4 + 3; };
+  auto cap = [&](size_t s, size_t k) { return piece_capacity(ids, static_cast<int>(s), static_cast<int>(k)); };
+
+  // Receives, posted up front: from rank s for this owner's piece k, and from owner o.
+  std::vector<int> phase1_request(K * ranks, -1), phase2_request(K * ranks, -1);
+  for (size_t k = 0; k < K; ++k)
+    for (size_t s = 0; s < ranks; ++s) {
+      if (static_cast<int>(s) == me) continue;
+      std::vector<uint8_t>& in1 = buffer(from_rank(k, s), cap(static_cast<size_t>(me), k));
+      phase1_request[k * ranks + s] =
+          comm_.post_recv({in1.data(), cap(static_cast<size_t>(me), k)}, static_cast<int>(s), static_cast<int>(2 * k));
+      std::vector<uint8_t>& in2 = buffer(from_owner(k, s), cap(s, k));
+      phase2_request[k * ranks + s] = comm_.post_recv({in2.data(), cap(s, k)}, static_cast<int>(s), static_cast<int>(2 * k + 1));
+    }
+  // The byte count of each completed request (by request number), -1 while it is pending: a
+  // request that test() or wait_any() reported complete cannot be asked again.
+  std::vector<int64_t> arrived;
+  auto has_arrived = [&](int request, size_t* n) {
+    if (arrived.size() <= static_cast<size_t>(request)) arrived.resize(static_cast<size_t>(request) + 1, -1);
+    int64_t& a = arrived[static_cast<size_t>(request)];
+    size_t m = 0;
+    if (a < 0 && comm_.test(request, &m)) a = static_cast<int64_t>(m);
+    if (a < 0) return false;
+    *n = static_cast<size_t>(a);
+    return true;
+  };
+
+  std::vector<size_t> own_size(K, 0);
+  std::vector<char> own_encoded(K, 0), summed(K, 0), phase2_decoded(K * ranks, 0);
+  std::vector<int> next_rank(K, 0);  // the next contribution the owner sums, per piece
+  // Everything that can be done with what has arrived, in the order the sums require.
+  auto advance = [&] {
+    for (size_t k = 0; k < K; ++k) {
+      const int ki = static_cast<int>(k);
+      // The owner sums piece k from the contributions in rank order, and only after this rank has
+      // encoded its own (the sum overwrites the values it encodes).
+      while (own_encoded[k] && next_rank[k] < P) {
+        const auto s = static_cast<size_t>(next_rank[k]);
+        size_t n = own_size[k];
+        if (static_cast<int>(s) != me && !has_arrived(phase1_request[k * ranks + s], &n)) break;
+        const uint8_t* bytes = bufs[static_cast<int>(s) == me ? to_owner(k, s) : from_rank(k, s)].data();
+        const auto t0 = Clock::now();
+        decode_from(static_cast<int>(s), {bytes, n}, ids, /*add=*/s > 0, [&](int t) { return piece(t, me, ki); });
+        decode_s += since(t0);
+        ++next_rank[k];
+      }
+      if (next_rank[k] == P && !summed[k]) {
+        // Piece k is summed: scale it, re-encode it (own residual, fresh key), send it to every rank
+        // and decode it here too, so that every rank holds the values of the same bytes.
+        summed[k] = 1;
+        auto t0 = Clock::now();
+        scale_piece(ids, ki);
+        std::vector<uint8_t>& out = buffer(own_phase2(k), cap(static_cast<size_t>(me), k));
+        const size_t used = encode_piece(ids, me, ki, /*owner=*/true, out.data(), &sent, P - 1);
+        encode_s += since(t0);
+        for (int j = 1; j < P; ++j) comm_.post_send({out.data(), used}, (me + j) % P, static_cast<int>(2 * k + 1));
+        t0 = Clock::now();
+        decode_from(me, {out.data(), used}, ids, /*add=*/false, [&](int t) { return piece(t, me, ki); });
+        decode_s += since(t0);
+      }
+      // Other owners' pieces, in any order: they write disjoint values.
+      for (size_t o = 0; o < ranks; ++o) {
+        size_t n = 0;
+        if (static_cast<int>(o) == me || phase2_decoded[k * ranks + o] || !has_arrived(phase2_request[k * ranks + o], &n))
+          continue;
+        phase2_decoded[k * ranks + o] = 1;
+        const auto t0 = Clock::now();
+        decode_from(static_cast<int>(o), {bufs[from_owner(k, o)].data(), n}, ids, /*add=*/false,
+                    [&](int t) { return piece(t, static_cast<int>(o), ki); });
+        decode_s += since(t0);
+      }
+    }
+  };
+
+  // Phase 1, piece by piece, owner by owner (from the right neighbour to this rank's own
+  // contribution); after each encode, whatever has arrived is processed.
+  for (size_t k = 0; k < K; ++k) {
+    for (int j = 1; j <= P; ++j) {
+      const auto d = static_cast<size_t>((me + j) % P);
+      const auto t0 = Clock::now();
+      std::vector<uint8_t>& out = buffer(to_owner(k, d), cap(d, k));
+      const size_t used = encode_piece(ids, static_cast<int>(d), static_cast<int>(k), /*owner=*/false, out.data(), &sent,
+                                       static_cast<int>(d) != me ? 1 : 0);
+      encode_s += since(t0);
+      if (static_cast<int>(d) == me) {
+        own_size[k] = used;
+        own_encoded[k] = 1;
+      } else {
+        comm_.post_send({out.data(), used}, static_cast<int>(d), static_cast<int>(2 * k));
+      }
+      advance();
+    }
+  }
+  // Then block on whatever is still missing until every piece is summed, sent and received.
+  for (;;) {
+    advance();
+    std::vector<int> waiting;
+    for (size_t i = 0; i < K * ranks; ++i) {
+      if (phase1_request[i] >= 0 && (arrived.size() <= static_cast<size_t>(phase1_request[i]) || arrived[static_cast<size_t>(phase1_request[i])] < 0))
+        waiting.push_back(phase1_request[i]);
+      if (phase2_request[i] >= 0 && (arrived.size() <= static_cast<size_t>(phase2_request[i]) || arrived[static_cast<size_t>(phase2_request[i])] < 0))
+        waiting.push_back(phase2_request[i]);
+    }
+    if (waiting.empty()) break;
+    size_t n = 0;
+    const int r = comm_.wait_any(waiting, &n);
+    if (arrived.size() <= static_cast<size_t>(r)) arrived.resize(static_cast<size_t>(r) + 1, -1);
+    arrived[static_cast<size_t>(r)] = static_cast<int64_t>(n);
+  }
+  advance();  // the last arrival
+  for (size_t k = 0; k < K; ++k) QT_CHECK(summed[k] && next_rank[k] == P, "piece {} was not summed", k);
+  comm_.complete_all();
 }
 
 }  // namespace qtrain

@@ -74,7 +74,8 @@ class GradientExchange {
 
   ExchangeStats take_stats();  // and reset them
   // Error-feedback residuals by name ("<tensor>/residual", "<tensor>/stripe<s>/residual",
-  // "<tensor>/owner/residual"): live buffers; copying into them restores the state.
+  // "<tensor>/owner/residual", and for pieces k >= 1 "<tensor>/stripe<s>.piece<k>/residual",
+  // "<tensor>/owner.piece<k>/residual"): live buffers; copying into them restores the state.
   std::vector<std::pair<std::string, Tensor>> state();
 
   const std::vector<ExchangeTensor>& tensors() const { return tensors_; }
@@ -92,6 +93,14 @@ class GradientExchange {
   static uint64_t state_id(int tensor, int role, int stripe);
   static int64_t stripe_unit(const QuantSpec& spec, int64_t column);
   static std::vector<int64_t> stripe_bounds(int64_t numel, int64_t unit, int world_size);
+  // Pieces of reduce-scatter + allgather (communication.piece_mb): every stripe of a tensor is cut
+  // into the same number of pieces, the fewest that keep each within piece_values (at least one; all
+  // when piece_values is 0), in whole units and balanced. Piece 0 keeps the stripe's states (the
+  // state ids above); piece k >= 1 of stripe s has state id (tensor, 3, k * P + s) for the first
+  // quantization and (tensor, 4, k) for the owner's.
+  static int piece_count(const std::vector<int64_t>& stripe_begin, int64_t unit, int64_t piece_values);
+  static std::vector<int64_t> piece_bounds(int64_t begin, int64_t end, int64_t unit, int pieces);
+  static uint64_t piece_state_id(int tensor, bool owner, int stripe, int piece, int world_size);
   // The column argument given to encode for a span of `length` values of a tensor with `column`.
   static int64_t encode_column(const QuantSpec& spec, int64_t length, int64_t column);
 
@@ -102,9 +111,13 @@ class GradientExchange {
     std::unique_ptr<Quantizer> quantizer;
     int64_t unit = 1;                      // stripe boundaries are multiples of this (the column for column methods)
     std::vector<int64_t> stripe_begin;     // P + 1 boundaries (reduce_scatter_allgather)
+    std::vector<std::vector<int64_t>> piece_begin;  // per stripe: pieces + 1 boundaries
     QuantState whole;                      // allgather
-    std::vector<QuantState> stripes;       // reduce_scatter_allgather, first quantization, per stripe
-    QuantState owner;                      // reduce_scatter_allgather, re-quantization of the own stripe
+    std::vector<std::vector<QuantState>> stripes;  // reduce_scatter_allgather, first quantization, [stripe][piece]
+    std::vector<QuantState> owner;         // reduce_scatter_allgather, re-quantization of the own stripe, [piece]
+    int pieces() const { return static_cast<int>(owner.size()); }
+    int64_t piece_at(int s, int k) const { return piece_begin[static_cast<size_t>(s)][static_cast<size_t>(k)]; }
+    int64_t piece_len(int s, int k) const { return piece_at(s, k + 1) - piece_at(s, k); }
     int bucket = 0;
   };
   struct Bucket {
@@ -117,6 +130,14 @@ class GradientExchange {
   void reduce_native(const std::vector<int>& ids);
   void reduce_allgather(const std::vector<int>& ids);
   void reduce_scatter_allgather(const std::vector<int>& ids);
+  // One piece of every tensor of `ids` through both phases on the streaming collectives.
+  void reduce_scatter_allgather_piece(const std::vector<int>& ids, int piece, double& encode_s, double& decode_s,
+                                      std::vector<double>& sent);
+  // All pieces at once on point-to-point messages (CPU tensors, MPI): piece k+1 is encoded and on
+  // the wire while the owners sum, re-encode and allgather piece k. The same bytes and sums as
+  // reduce_scatter_allgather_piece for every piece.
+  void reduce_scatter_allgather_pipelined(const std::vector<int>& ids, int pieces, double& encode_s, double& decode_s,
+                                          std::vector<double>& sent);
   float* grad(int t) { return grads_.data<float>() + tensors_[static_cast<size_t>(t)].offset; }
   int64_t column_for(const Plan& p, int64_t length, int64_t column) const;
   // The payload for tensor `t` at `cursor` in host bytes `bytes` from rank `from_rank`: its length,
@@ -134,6 +155,17 @@ class GradientExchange {
   uint8_t* send_buffer(size_t capacity);
   // Ensures the device-side staging buffer holds `bytes`.
   uint8_t* device_bytes(Tensor& buffer, size_t bytes);
+  // Piece k of stripe s of tensor t (empty when t has fewer pieces), and the most bytes the
+  // payload of piece k of stripe s of the tensors `ids` can take (the same figure on every rank).
+  Span piece(int t, int s, int k) const;
+  size_t piece_capacity(const std::vector<int>& ids, int s, int k) const;
+  // Encodes piece k of stripe s of every tensor of `ids` back to back into `out` (the owner's
+  // re-quantization states when `owner`, else stripe s's first-quantization states); adds each
+  // payload's bytes times `copies` to sent[i]. Returns the bytes written.
+  size_t encode_piece(const std::vector<int>& ids, int s, int k, bool owner, uint8_t* out, std::vector<double>* sent,
+                      int copies);
+  // Multiplies this owner's piece k of every tensor by the mean's 1/P.
+  void scale_piece(const std::vector<int>& ids, int k);
 
   Communicator& comm_;
   Device device_;
@@ -153,6 +185,7 @@ class GradientExchange {
   Tensor send_dev_, recv_dev_, stage_dev_;
   std::vector<uint8_t> send_host_, recv_host_;
   std::vector<size_t> send_offsets_, capacity_;
+  std::vector<std::vector<uint8_t>> pipeline_buffers_;  // reduce_scatter_allgather_pipelined's messages
 
   ExchangeStats stats_;
   std::thread thread_;

@@ -61,6 +61,7 @@ bool mpi_is_cuda_aware() {
 // posting order (MPI's non-overtaking rule), which is the order of the pieces.
 constexpr int kPieceTag = 0;
 constexpr int kStreamTag = 0x5354;  // the streaming forms' messages
+constexpr int kPointToPointTagBase = 0x6000;  // post_send / post_recv tags start here (below 32767)
 
 }  // namespace
 
@@ -298,19 +299,81 @@ bool MpiComm::streamable(const std::vector<size_t>& recv_capacity) {
   return all_fit != 0;
 }
 
-size_t MpiComm::wait_stream(int s) {
-  MPI_Status status;
-  const int rc = MPI_Wait(&requests_[static_cast<size_t>(s)], &status);
+size_t MpiComm::received_bytes(int rc, const MPI_Status& status, int peer) {
   if (rc != MPI_SUCCESS) {
     int cls = 0;
     MPI_Error_class(rc, &cls);
     if (cls == MPI_ERR_TRUNCATE)
-      input_error("MpiComm: rank {} sent more bytes than this rank expects at most from it (a malformed exchange)", s);
+      input_error("MpiComm: rank {} sent more bytes than this rank expects at most from it (a malformed exchange)", peer);
     MPI_CHECK(rc);
   }
   int count = 0;
   MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &count));
   return static_cast<size_t>(count);
+}
+
+size_t MpiComm::wait_stream(int s) {
+  MPI_Status status;
+  const int rc = MPI_Wait(&requests_[static_cast<size_t>(s)], &status);
+  return received_bytes(rc, status, s);
+}
+
+// ---- point-to-point messages ---------------------------------------------------------------------
+
+int MpiComm::post_send(std::span<const uint8_t> bytes, int dest, int tag) {
+  QT_CHECK(tag >= 0 && tag < kMaxPointToPointTag, "post_send: tag {} out of range", tag);
+  QT_CHECK(bytes.size() <= max_message_bytes_, "post_send: {} bytes exceed one message", bytes.size());
+  MPI_Request& r = p2p_requests_.emplace_back(MPI_REQUEST_NULL);
+  p2p_peers_.push_back(dest);
+  MPI_CHECK(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, kPointToPointTagBase + tag,
+                      comm_, &r));
+  return static_cast<int>(p2p_requests_.size()) - 1;
+}
+
+int MpiComm::post_recv(std::span<uint8_t> buffer, int src, int tag) {
+  QT_CHECK(tag >= 0 && tag < kMaxPointToPointTag, "post_recv: tag {} out of range", tag);
+  QT_CHECK(buffer.size() <= max_message_bytes_, "post_recv: {} bytes exceed one message", buffer.size());
+  MPI_Request& r = p2p_requests_.emplace_back(MPI_REQUEST_NULL);
+  p2p_peers_.push_back(src);
+  MPI_CHECK(MPI_Irecv(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, src, kPointToPointTagBase + tag,
+                      comm_, &r));
+  return static_cast<int>(p2p_requests_.size()) - 1;
+}
+
+bool MpiComm::test(int request, size_t* received) {
+  QT_CHECK(request >= 0 && static_cast<size_t>(request) < p2p_requests_.size(), "test: no request {}", request);
+  MPI_Status status;
+  int done = 0;
+  const int rc = MPI_Test(&p2p_requests_[static_cast<size_t>(request)], &done, &status);
+  if (rc == MPI_SUCCESS && !done) return false;
+  const size_t n = received_bytes(rc, status, p2p_peers_[static_cast<size_t>(request)]);
+  if (received) *received = n;
+  return true;
+}
+
+int MpiComm::wait_any(const std::vector<int>& among, size_t* received) {
+  QT_CHECK(!among.empty(), "wait_any: no requests");
+  std::vector<MPI_Request> pending;  // MPI_Waitany takes an array; the completed one becomes NULL
+  pending.reserve(among.size());
+  for (int r : among) {
+    QT_CHECK(r >= 0 && static_cast<size_t>(r) < p2p_requests_.size(), "wait_any: no request {}", r);
+    pending.push_back(p2p_requests_[static_cast<size_t>(r)]);
+  }
+  int index = MPI_UNDEFINED;
+  MPI_Status status;
+  const int rc = MPI_Waitany(static_cast<int>(pending.size()), pending.data(), &index, &status);
+  QT_CHECK(rc != MPI_SUCCESS || index != MPI_UNDEFINED, "wait_any: every request had completed already");
+  const int r = among[static_cast<size_t>(index == MPI_UNDEFINED ? 0 : index)];
+  p2p_requests_[static_cast<size_t>(r)] = pending[static_cast<size_t>(index == MPI_UNDEFINED ? 0 : index)];
+  const size_t n = received_bytes(rc, status, p2p_peers_[static_cast<size_t>(r)]);
+  if (received) *received = n;
+  return r;
+}
+
+void MpiComm::complete_all() {
+  MPI_CHECK(MPI_Waitall(static_cast<int>(p2p_requests_.size()), p2p_requests_.data(), MPI_STATUSES_IGNORE));
+  p2p_requests_.clear();
+  p2p_peers_.clear();
 }
 
 void MpiComm::all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,

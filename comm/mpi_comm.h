@@ -38,6 +38,13 @@ class MpiComm final : public Communicator {
                            std::vector<uint8_t>& recv, const Consume& consume) override;
   void all_gather_streamed(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& recv_capacity,
                            std::vector<uint8_t>& recv, const Consume& consume) override;
+  bool has_point_to_point() const override { return true; }
+  size_t max_point_to_point_bytes() const override { return max_message_bytes_; }
+  int post_send(std::span<const uint8_t> bytes, int dest, int tag) override;
+  int post_recv(std::span<uint8_t> buffer, int src, int tag) override;
+  bool test(int request, size_t* received) override;
+  int wait_any(const std::vector<int>& among, size_t* received) override;
+  void complete_all() override;
   void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) override;
   std::vector<uint64_t> all_gather_u64(uint64_t value) override;
   void all_reduce_sum_f64(std::span<double> values) override;
@@ -77,6 +84,9 @@ class MpiComm final : public Communicator {
   bool streamable(const std::vector<size_t>& recv_capacity);
   // Receives posted by the streaming forms: waits for rank s's message and returns its size.
   size_t wait_stream(int s);
+  // The byte count of a completed receive; a truncation (the sender sent more than the buffer) is
+  // an InputError naming the peer.
+  size_t received_bytes(int rc, const MPI_Status& status, int peer);
   // The pointer MPI reads `bytes` of `data` from: data itself (host memory, or GPU memory with a
   // CUDA-aware MPI, once ctx's stream is drained) or a pinned copy.
   const uint8_t* send_view(Context& ctx, Device where, const uint8_t* data, size_t bytes);
@@ -97,6 +107,9 @@ class MpiComm final : public Communicator {
   // Per-call scratch kept to avoid allocations (MpiComm serves one call at a time).
   std::vector<int> counts_, displs_, recv_counts_, recv_displs_;
   std::vector<MPI_Request> requests_;
+  // Point-to-point requests (post_send / post_recv; completed ones are MPI_REQUEST_NULL) and peers.
+  std::vector<MPI_Request> p2p_requests_;
+  std::vector<int> p2p_peers_;
 };
 
 }  // namespace qtrain

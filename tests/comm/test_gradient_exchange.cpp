@@ -8,6 +8,7 @@
 
 #include "comm/communicator.h"
 #include "comm/gradient_exchange.h"
+#include "comm/mpi_comm.h"
 
 using namespace qtrain;
 
@@ -45,12 +46,21 @@ class Simulation {
       e.spec = qc.resolve(e.x.layer_name, e.x.layer_type, e.x.numel);
       e.algorithm = cc.algorithm_for(e.spec);
       if (e.algorithm != ReduceAlgorithm::allreduce) e.q = make_quantizer(e.spec);
-      e.bounds = GradientExchange::stripe_bounds(e.x.numel, GradientExchange::stripe_unit(e.spec, e.x.column), P);
+      const int ti = static_cast<int>(t);
+      const int64_t unit = GradientExchange::stripe_unit(e.spec, e.x.column);
+      e.bounds = GradientExchange::stripe_bounds(e.x.numel, unit, P);
+      const int K = GradientExchange::piece_count(e.bounds, unit, static_cast<int64_t>(cc.piece_mb * 1024 * 1024 / 4));
+      for (int s = 0; s < P; ++s)
+        e.pieces.push_back(GradientExchange::piece_bounds(e.bounds[static_cast<size_t>(s)], e.bounds[static_cast<size_t>(s) + 1], unit, K));
       for (int r = 0; r < P; ++r) {
-        e.whole.emplace_back(kSeed, r, GradientExchange::state_id(static_cast<int>(t), 0, 0));
-        e.owner.emplace_back(kSeed, r, GradientExchange::state_id(static_cast<int>(t), 2, 0));
-        e.stripes.emplace_back();
-        for (int s = 0; s < P; ++s) e.stripes.back().emplace_back(kSeed, r, GradientExchange::state_id(static_cast<int>(t), 1, s));
+        e.whole.emplace_back(kSeed, r, GradientExchange::state_id(ti, 0, 0));
+        // Owner r's states for its pieces; rank r's first-quantization states for stripe s, piece k.
+        e.owner.emplace_back();
+        for (int k = 0; k < K; ++k) e.owner.back().emplace_back(kSeed, r, GradientExchange::piece_state_id(ti, true, r, k, P));
+        e.stripes.emplace_back(static_cast<size_t>(P));
+        for (int s = 0; s < P; ++s)
+          for (int k = 0; k < K; ++k)
+            e.stripes.back()[static_cast<size_t>(s)].emplace_back(kSeed, r, GradientExchange::piece_state_id(ti, false, s, k, P));
       }
       entries_.push_back(std::move(e));
     }
@@ -84,22 +94,26 @@ class Simulation {
         }
         for (int64_t i = 0; i < n; ++i) dst[i] *= scale;
       } else {
+        // Stripe s, piece k: every rank's encoding summed in rank order, scaled, re-encoded by owner s.
         for (int s = 0; s < P_; ++s) {
-          const int64_t b = e.bounds[static_cast<size_t>(s)], len = e.bounds[static_cast<size_t>(s) + 1] - b;
-          if (len == 0) continue;
-          const int64_t col = GradientExchange::encode_column(e.spec, len, e.x.column);
-          std::vector<float> acc(static_cast<size_t>(len));
-          for (int r = 0; r < P_; ++r) {
+          const std::vector<int64_t>& pb = e.pieces[static_cast<size_t>(s)];
+          for (size_t k = 0; k + 1 < pb.size(); ++k) {
+            const int64_t b = pb[k], len = pb[k + 1] - b;
+            if (len == 0) continue;
+            const int64_t col = GradientExchange::encode_column(e.spec, len, e.x.column);
+            std::vector<float> acc(static_cast<size_t>(len));
+            for (int r = 0; r < P_; ++r) {
+              std::vector<uint8_t> buf(e.q->max_encoded_bytes(len, col));
+              const size_t bytes = e.q->encode(ctx_, {grads[static_cast<size_t>(r)].data() + e.x.offset + b, static_cast<size_t>(len)},
+                                               col, e.stripes[static_cast<size_t>(r)][static_cast<size_t>(s)][k], buf);
+              if (r == 0) e.q->decode(ctx_, {buf.data(), bytes}, len, acc);
+              else e.q->decode_add(ctx_, {buf.data(), bytes}, len, acc);
+            }
+            for (float& a : acc) a *= scale;
             std::vector<uint8_t> buf(e.q->max_encoded_bytes(len, col));
-            const size_t bytes = e.q->encode(ctx_, {grads[static_cast<size_t>(r)].data() + e.x.offset + b, static_cast<size_t>(len)},
-                                             col, e.stripes[static_cast<size_t>(r)][static_cast<size_t>(s)], buf);
-            if (r == 0) e.q->decode(ctx_, {buf.data(), bytes}, len, acc);
-            else e.q->decode_add(ctx_, {buf.data(), bytes}, len, acc);
+            const size_t bytes = e.q->encode(ctx_, acc, col, e.owner[static_cast<size_t>(s)][k], buf);
+            e.q->decode(ctx_, {buf.data(), bytes}, len, {dst + b, static_cast<size_t>(len)});
           }
-          for (float& a : acc) a *= scale;
-          std::vector<uint8_t> buf(e.q->max_encoded_bytes(len, col));
-          const size_t bytes = e.q->encode(ctx_, acc, col, e.owner[static_cast<size_t>(s)], buf);
-          e.q->decode(ctx_, {buf.data(), bytes}, len, {dst + b, static_cast<size_t>(len)});
         }
       }
     }
@@ -113,8 +127,10 @@ class Simulation {
     ReduceAlgorithm algorithm;
     std::unique_ptr<Quantizer> q;
     std::vector<int64_t> bounds;
-    std::vector<QuantState> whole, owner;
-    std::vector<std::vector<QuantState>> stripes;
+    std::vector<std::vector<int64_t>> pieces;  // per stripe: piece boundaries
+    std::vector<QuantState> whole;
+    std::vector<std::vector<QuantState>> owner;                 // [owner][piece]
+    std::vector<std::vector<std::vector<QuantState>>> stripes;  // [rank][stripe][piece]
   };
   int P_;
   CommunicationConfig cc_;
@@ -129,11 +145,12 @@ QuantizationConfig quantization(const std::string& yaml) {
   return QuantizationConfig::parse(n);
 }
 
-CommunicationConfig communication(const std::string& algorithm, bool overlap) {
+CommunicationConfig communication(const std::string& algorithm, bool overlap, double piece_mb = 4) {
   CommunicationConfig c;
   c.algorithm = algorithm;
   c.overlap = overlap;
   c.bucket_mb = 0.05;  // several buckets for this small model
+  c.piece_mb = piece_mb;
   return c;
 }
 
@@ -157,10 +174,29 @@ TEST_CASE("every method and algorithm: identical on all ranks and equal to the s
       {"{method: topk, fraction: 0.02}", "allgather"},
   };
   for (const auto& [qyaml, algorithm] : cases) {
-    for (const bool overlap : {true, false}) {
-      INFO(qyaml << " " << algorithm << " overlap " << overlap << " on " << P << " ranks");
+    // Whole stripes (these tensors are far below piece_mb's default), and reduce-scatter +
+    // allgather in pieces of 1048 values: 3 to 6 per stripe, some empty on the 2048-value columns.
+    const bool striped = algorithm == "reduce_scatter_allgather";
+    // The pieces go through the pipelined schedule on point-to-point messages, or, when a piece's
+    // payload exceeds one MPI message (forced here with 256-byte messages), piece by piece through
+    // the streaming collectives: both must give the simulation's bits.
+    struct Variant {
+      bool overlap;
+      double piece_mb;
+      size_t max_message;
+    };
+    std::vector<Variant> variants = {{true, 4.0, 0}, {false, 4.0, 0}};
+    if (striped) {
+      variants.push_back({true, 0.004, 0});
+      variants.push_back({true, 0.004, 256});
+    }
+    for (const auto& [overlap, piece_mb, max_message] : variants) {
+      INFO(qyaml << " " << algorithm << " overlap " << overlap << " piece_mb " << piece_mb << " max message "
+                 << max_message << " on " << P << " ranks");
+      auto* mpi = dynamic_cast<MpiComm*>(comm.get());
+      if (mpi) mpi->set_max_message_bytes(max_message > 0 ? max_message : size_t{1} << 30);
       const QuantizationConfig qc = quantization(qyaml);
-      const CommunicationConfig cc = communication(algorithm, overlap);
+      const CommunicationConfig cc = communication(algorithm, overlap, piece_mb);
       GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
       const bool simulated = qc.base.method != QuantMethod::fp16 && qc.base.method != QuantMethod::bf16;
       std::unique_ptr<Simulation> sim;

@@ -39,6 +39,7 @@ struct Options {
   double link_gbit = 0;
   std::string backend = "mpi";
   std::string mpi_allreduce = "ring";
+  double piece_mb = CommunicationConfig{}.piece_mb;
   std::string json;
 };
 
@@ -152,6 +153,7 @@ void run(const Options& o) {
         cc.algorithm = alg;
         cc.overlap = false;
         cc.bucket_mb = 1e6;
+        cc.piece_mb = o.piece_mb;
         std::vector<ExchangeTensor> tensors{{"gradient", "bench", "dense", 0, n, o.column}};
         std::unique_ptr<GradientExchange> ex;
         try {
@@ -189,6 +191,11 @@ void add_bench_allreduce_command(CLI::App& app) {
   cmd->add_option("--mpi-allreduce", o->mpi_allreduce,
                   "How the exchange's fp32/fp16 sums run on the mpi backend: ring (qtrain's) or library")
       ->check(CLI::IsMember({"ring", "library"}));
+  cmd->add_option("--piece-mb", o->piece_mb,
+                  "reduce_scatter_allgather pipelines each stripe in pieces of this many MB of fp32 values "
+                  "(communication.piece_mb; 0: whole stripes)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", o->json, "Also write one JSON object per line to this file (rank 0)");
   cmd->callback([o] { run(*o); });
 }
