@@ -282,7 +282,14 @@ void Trainer::load_rank_state() {
   if (!fs::exists(path))
     input_error("--resume {}: {} is missing (the error-feedback state of rank {})", run_dir_, path, options_.rank);
   SafetensorsFile f(path);
-  for (auto& [name, t] : state) f.read_into(name, t);
+  try {
+    for (auto& [name, t] : state) f.read_into(name, t);
+  } catch (const InputError& e) {
+    // The residuals' names and shapes follow the stripes and pieces of reduce-scatter + allgather.
+    input_error("{} (error-feedback residuals depend on the quantization, communication.algorithm and "
+                "communication.piece_mb: resume with the settings the checkpoint was written with)",
+                e.what());
+  }
 }
 
 void Trainer::check_same_config() {

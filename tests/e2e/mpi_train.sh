@@ -4,6 +4,7 @@
 #     (bit-identical parameters on every rank, checked every 5 steps);
 #  1b. a residual batch-norm net on 2 ranks: replicas and averaged buffers checked, resumed;
 #  2. 4 ranks, 50 steps, replicas checked every 10 steps, for an error-feedback method;
+#  2b. reduce-scatter + allgather in pipelined pieces, resumed, and a resume with other pieces refused;
 #  3. ranks started with different configs stop at start-up with a clear message;
 #  4. a rank that dies (SIGKILL) stops the job within seconds instead of hanging;
 #  5. communication.backend: nccl fails with a clear message when there is no GPU.
@@ -86,6 +87,25 @@ if "${mpirun[@]}" -np 4 "$qtrain" train "$cfg" "${common[@]}" --set train.max_st
   echo "ok: 4 ranks, 50 steps, onebit, replicas identical"
 else
   fail "4 ranks, 50 steps"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
+
+# 2b. reduce-scatter + allgather in pieces (onebit, 0.5 MB pieces: about 3 per stripe of the first
+#     layer): replicas identical, resumed; resuming with whole stripes is refused, naming piece_mb
+pieces=(--set quantization.method=onebit --set communication.piece_mb=0.5 --debug-check-replicas 4)
+if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=12 \
+     --set output.dir="$tmp/pieces" "${pieces[@]}" >"$tmp/log" 2>&1 &&
+   "${mpirun[@]}" -np 2 "$qtrain" train --resume "$tmp/pieces" "${common[@]}" --set train.max_steps=20 \
+     "${pieces[@]}" >"$tmp/log" 2>&1; then
+  echo "ok: 2 ranks, onebit in pipelined pieces, replicas identical, resumed"
+else
+  fail "2 ranks, onebit in pieces"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
+"${mpirun[@]}" -np 2 "$qtrain" train --resume "$tmp/pieces" "${common[@]}" --set train.max_steps=24 \
+  --set quantization.method=onebit --set communication.piece_mb=0 >"$tmp/log" 2>&1
+if [[ $? -ne 0 ]] && grep -q "communication.piece_mb" "$tmp/log"; then
+  echo "ok: resuming pieces as whole stripes: $(grep -m1 -o 'tensor .*' "$tmp/log" | cut -c1-100)..."
+else
+  fail "resuming pieces as whole stripes was not a clear error"; tail -5 "$tmp/log" | sed 's/^/    /'
 fi
 
 # 3. mismatched configs (MPMD: rank 1 gets another learning rate)
