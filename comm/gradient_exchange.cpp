@@ -1,6 +1,7 @@
 // The gradient exchange: bucketing, the communication thread, and the three reduction algorithms.
 #include "comm/gradient_exchange.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -471,10 +472,14 @@ void GradientExchange::reduce_scatter_allgather(const std::vector<int>& ids) {
   std::vector<double> sent(ids.size(), 0.0);
   // Pipelining needs point-to-point messages on host memory, each piece's payload in one message.
   bool pipelined = pieces > 1 && comm_.size() > 1 && comm_.has_point_to_point() && !device_.is_cuda();
+  std::vector<size_t> capacity;  // [k * P + s]: piece k of stripe s
   for (int k = 0; pipelined && k < pieces; ++k)
-    for (int s = 0; s < comm_.size(); ++s) pipelined = pipelined && piece_capacity(ids, s, k) <= comm_.max_point_to_point_bytes();
+    for (int s = 0; s < comm_.size(); ++s) {
+      capacity.push_back(piece_capacity(ids, s, k));
+      pipelined = pipelined && capacity.back() <= comm_.max_point_to_point_bytes();
+    }
   if (pipelined)
-    reduce_scatter_allgather_pipelined(ids, pieces, encode_s, decode_s, sent);
+    reduce_scatter_allgather_pipelined(ids, pieces, capacity, encode_s, decode_s, sent);
   else
     for (int k = 0; k < pieces; ++k) reduce_scatter_allgather_piece(ids, k, encode_s, decode_s, sent);
   for (size_t i = 0; i < ids.size(); ++i) stats_.bytes_sent_per_tensor[static_cast<size_t>(ids[i])] += sent[i];
@@ -583,12 +588,15 @@ void GradientExchange::reduce_scatter_allgather_piece(const std::vector<int>& id
                             });
 }
 
-void GradientExchange::reduce_scatter_allgather_pipelined(const std::vector<int>& ids, int pieces, double& encode_s,
+void GradientExchange::reduce_scatter_allgather_pipelined(const std::vector<int>& ids, int pieces,
+                                                          const std::vector<size_t>& capacity, double& encode_s,
                                                           double& decode_s, std::vector<double>& sent) {
   const int P = comm_.size();
   const int me = comm_.rank();
   const auto K = static_cast<size_t>(pieces);
   const auto ranks = static_cast<size_t>(P);
+  const auto mine = static_cast<size_t>(me);
+  auto cap = [&](size_t s, size_t k) { return capacity[k * ranks + s]; };
   // Buffers, alive until complete_all(), four per (piece, rank): the phase-1 payload to owner d, the
   // one from rank s, the phase-2 payload from owner o, and (once per piece) this owner's phase-2
   // payload. Tags: phase 1 of piece k is 2k, phase 2 is 2k + 1 (piece_count keeps them in range).
@@ -603,48 +611,47 @@ void GradientExchange::reduce_scatter_allgather_pipelined(const std::vector<int>
   auto from_rank = [&](size_t k, size_t s) { return (k * ranks + s) * 4 + 1; };
   auto from_owner = [&](size_t k, size_t o) { return (k * ranks + o) * 4 + 2; };
   auto own_phase2 = [&](size_t k) { return k * ranks * 4 + 3; };
-  auto cap = [&](size_t s, size_t k) { return piece_capacity(ids, static_cast<int>(s), static_cast<int>(k)); };
 
-  // Receives, posted up front: from rank s for this owner's piece k, and from owner o.
+  // Receives, posted up front, indexed [k * P + s]: from rank s for this owner's piece k (phase 1)
+  // and from owner s (phase 2). Their byte counts, -1 while pending: a request that test() or
+  // wait_any() reported complete cannot be asked again.
   std::vector<int> phase1_request(K * ranks, -1), phase2_request(K * ranks, -1);
+  std::vector<int64_t> phase1_bytes(K * ranks, -1), phase2_bytes(K * ranks, -1);
   for (size_t k = 0; k < K; ++k)
     for (size_t s = 0; s < ranks; ++s) {
-      if (static_cast<int>(s) == me) continue;
-      std::vector<uint8_t>& in1 = buffer(from_rank(k, s), cap(static_cast<size_t>(me), k));
-      phase1_request[k * ranks + s] =
-          comm_.post_recv({in1.data(), cap(static_cast<size_t>(me), k)}, static_cast<int>(s), static_cast<int>(2 * k));
+      if (s == mine) continue;
+      std::vector<uint8_t>& in1 = buffer(from_rank(k, s), cap(mine, k));
+      phase1_request[k * ranks + s] = comm_.post_recv({in1.data(), cap(mine, k)}, static_cast<int>(s), static_cast<int>(2 * k));
       std::vector<uint8_t>& in2 = buffer(from_owner(k, s), cap(s, k));
       phase2_request[k * ranks + s] = comm_.post_recv({in2.data(), cap(s, k)}, static_cast<int>(s), static_cast<int>(2 * k + 1));
     }
-  // The byte count of each completed request (by request number), -1 while it is pending: a
-  // request that test() or wait_any() reported complete cannot be asked again.
-  std::vector<int64_t> arrived;
-  auto has_arrived = [&](int request, size_t* n) {
-    if (arrived.size() <= static_cast<size_t>(request)) arrived.resize(static_cast<size_t>(request) + 1, -1);
-    int64_t& a = arrived[static_cast<size_t>(request)];
-    size_t m = 0;
-    if (a < 0 && comm_.test(request, &m)) a = static_cast<int64_t>(m);
-    if (a < 0) return false;
-    *n = static_cast<size_t>(a);
-    return true;
+  auto arrived = [&](int request, int64_t& bytes) {
+    size_t n = 0;
+    if (bytes < 0 && comm_.test(request, &n)) bytes = static_cast<int64_t>(n);
+    return bytes >= 0;
   };
 
   std::vector<size_t> own_size(K, 0);
   std::vector<char> own_encoded(K, 0), summed(K, 0), phase2_decoded(K * ranks, 0);
-  std::vector<int> next_rank(K, 0);  // the next contribution the owner sums, per piece
-  // Everything that can be done with what has arrived, in the order the sums require.
+  std::vector<int> next_rank(K, 0);          // the next contribution the owner sums, per piece
+  std::vector<int> phase2_left(K, P - 1);    // other owners' payloads not yet decoded, per piece
+  // Pieces [first_open, produced) are the ones with work left that can have any: a piece is only
+  // summed after this rank encoded its own contribution, and other owners' phase 2 needs it too.
+  size_t first_open = 0, produced = 0;
   auto advance = [&] {
-    for (size_t k = 0; k < K; ++k) {
+    while (first_open < produced && summed[first_open] && phase2_left[first_open] == 0) ++first_open;
+    for (size_t k = first_open; k < produced; ++k) {
       const int ki = static_cast<int>(k);
       // The owner sums piece k from the contributions in rank order, and only after this rank has
       // encoded its own (the sum overwrites the values it encodes).
       while (own_encoded[k] && next_rank[k] < P) {
         const auto s = static_cast<size_t>(next_rank[k]);
-        size_t n = own_size[k];
-        if (static_cast<int>(s) != me && !has_arrived(phase1_request[k * ranks + s], &n)) break;
-        const uint8_t* bytes = bufs[static_cast<int>(s) == me ? to_owner(k, s) : from_rank(k, s)].data();
+        if (s != mine && !arrived(phase1_request[k * ranks + s], phase1_bytes[k * ranks + s])) break;
+        const std::span<const uint8_t> bytes =
+            s == mine ? std::span<const uint8_t>{bufs[to_owner(k, s)].data(), own_size[k]}
+                      : std::span<const uint8_t>{bufs[from_rank(k, s)].data(), static_cast<size_t>(phase1_bytes[k * ranks + s])};
         const auto t0 = Clock::now();
-        decode_from(static_cast<int>(s), {bytes, n}, ids, /*add=*/s > 0, [&](int t) { return piece(t, me, ki); });
+        decode_from(static_cast<int>(s), bytes, ids, /*add=*/s > 0, [&](int t) { return piece(t, me, ki); });
         decode_s += since(t0);
         ++next_rank[k];
       }
@@ -654,7 +661,7 @@ void GradientExchange::reduce_scatter_allgather_pipelined(const std::vector<int>
         summed[k] = 1;
         auto t0 = Clock::now();
         scale_piece(ids, ki);
-        std::vector<uint8_t>& out = buffer(own_phase2(k), cap(static_cast<size_t>(me), k));
+        std::vector<uint8_t>& out = buffer(own_phase2(k), cap(mine, k));
         const size_t used = encode_piece(ids, me, ki, /*owner=*/true, out.data(), &sent, P - 1);
         encode_s += since(t0);
         for (int j = 1; j < P; ++j) comm_.post_send({out.data(), used}, (me + j) % P, static_cast<int>(2 * k + 1));
@@ -664,13 +671,13 @@ void GradientExchange::reduce_scatter_allgather_pipelined(const std::vector<int>
       }
       // Other owners' pieces, in any order: they write disjoint values.
       for (size_t o = 0; o < ranks; ++o) {
-        size_t n = 0;
-        if (static_cast<int>(o) == me || phase2_decoded[k * ranks + o] || !has_arrived(phase2_request[k * ranks + o], &n))
-          continue;
-        phase2_decoded[k * ranks + o] = 1;
+        const size_t i = k * ranks + o;
+        if (o == mine || phase2_decoded[i] || !arrived(phase2_request[i], phase2_bytes[i])) continue;
+        phase2_decoded[i] = 1;
+        --phase2_left[k];
         const auto t0 = Clock::now();
-        decode_from(static_cast<int>(o), {bufs[from_owner(k, o)].data(), n}, ids, /*add=*/false,
-                    [&](int t) { return piece(t, static_cast<int>(o), ki); });
+        decode_from(static_cast<int>(o), {bufs[from_owner(k, o)].data(), static_cast<size_t>(phase2_bytes[i])}, ids,
+                    /*add=*/false, [&](int t) { return piece(t, static_cast<int>(o), ki); });
         decode_s += since(t0);
       }
     }
@@ -679,14 +686,14 @@ void GradientExchange::reduce_scatter_allgather_pipelined(const std::vector<int>
   // Phase 1, piece by piece, owner by owner (from the right neighbour to this rank's own
   // contribution); after each encode, whatever has arrived is processed.
   for (size_t k = 0; k < K; ++k) {
+    produced = k + 1;
     for (int j = 1; j <= P; ++j) {
       const auto d = static_cast<size_t>((me + j) % P);
       const auto t0 = Clock::now();
       std::vector<uint8_t>& out = buffer(to_owner(k, d), cap(d, k));
-      const size_t used = encode_piece(ids, static_cast<int>(d), static_cast<int>(k), /*owner=*/false, out.data(), &sent,
-                                       static_cast<int>(d) != me ? 1 : 0);
+      const size_t used = encode_piece(ids, static_cast<int>(d), static_cast<int>(k), /*owner=*/false, out.data(), &sent, d != mine ? 1 : 0);
       encode_s += since(t0);
-      if (static_cast<int>(d) == me) {
+      if (d == mine) {
         own_size[k] = used;
         own_encoded[k] = 1;
       } else {
@@ -695,24 +702,26 @@ void GradientExchange::reduce_scatter_allgather_pipelined(const std::vector<int>
       advance();
     }
   }
-  // Then block on whatever is still missing until every piece is summed, sent and received.
+  // Then block on whatever is still missing until every piece is summed, sent and received (each
+  // round's advance() handles the previous round's arrival).
   for (;;) {
     advance();
     std::vector<int> waiting;
+    std::vector<int64_t*> bytes_of;
     for (size_t i = 0; i < K * ranks; ++i) {
-      if (phase1_request[i] >= 0 && (arrived.size() <= static_cast<size_t>(phase1_request[i]) || arrived[static_cast<size_t>(phase1_request[i])] < 0))
-        waiting.push_back(phase1_request[i]);
-      if (phase2_request[i] >= 0 && (arrived.size() <= static_cast<size_t>(phase2_request[i]) || arrived[static_cast<size_t>(phase2_request[i])] < 0))
-        waiting.push_back(phase2_request[i]);
+      if (i % ranks == mine) continue;
+      for (auto [request, bytes] : {std::pair{phase1_request[i], &phase1_bytes[i]}, std::pair{phase2_request[i], &phase2_bytes[i]}})
+        if (*bytes < 0) {
+          waiting.push_back(request);
+          bytes_of.push_back(bytes);
+        }
     }
     if (waiting.empty()) break;
     size_t n = 0;
     const int r = comm_.wait_any(waiting, &n);
-    if (arrived.size() <= static_cast<size_t>(r)) arrived.resize(static_cast<size_t>(r) + 1, -1);
-    arrived[static_cast<size_t>(r)] = static_cast<int64_t>(n);
+    *bytes_of[static_cast<size_t>(std::find(waiting.begin(), waiting.end(), r) - waiting.begin())] = static_cast<int64_t>(n);
   }
-  advance();  // the last arrival
-  for (size_t k = 0; k < K; ++k) QT_CHECK(summed[k] && next_rank[k] == P, "piece {} was not summed", k);
+  for (size_t k = 0; k < K; ++k) QT_CHECK(summed[k] && phase2_left[k] == 0, "piece {} was not completed", k);
   comm_.complete_all();
 }
 

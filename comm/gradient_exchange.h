@@ -136,8 +136,9 @@ class GradientExchange {
   // All pieces at once on point-to-point messages (CPU tensors, MPI): piece k+1 is encoded and on
   // the wire while the owners sum, re-encode and allgather piece k. The same bytes and sums as
   // reduce_scatter_allgather_piece for every piece.
-  void reduce_scatter_allgather_pipelined(const std::vector<int>& ids, int pieces, double& encode_s, double& decode_s,
-                                          std::vector<double>& sent);
+  // `capacity[k * P + s]` is piece_capacity(ids, s, k).
+  void reduce_scatter_allgather_pipelined(const std::vector<int>& ids, int pieces, const std::vector<size_t>& capacity,
+                                          double& encode_s, double& decode_s, std::vector<double>& sent);
   float* grad(int t) { return grads_.data<float>() + tensors_[static_cast<size_t>(t)].offset; }
   int64_t column_for(const Plan& p, int64_t length, int64_t column) const;
   // The payload for tensor `t` at `cursor` in host bytes `bytes` from rank `from_rank`: its length,

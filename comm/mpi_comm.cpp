@@ -320,23 +320,22 @@ size_t MpiComm::wait_stream(int s) {
 
 // ---- point-to-point messages ---------------------------------------------------------------------
 
+MPI_Request& MpiComm::new_request(const char* op, size_t bytes, int peer, int tag) {
+  QT_CHECK(tag >= 0 && tag < kMaxPointToPointTag, "{}: tag {} out of range", op, tag);
+  QT_CHECK(bytes <= max_message_bytes_, "{}: {} bytes exceed one message", op, bytes);
+  p2p_peers_.push_back(peer);
+  return p2p_requests_.emplace_back(MPI_REQUEST_NULL);
+}
+
 int MpiComm::post_send(std::span<const uint8_t> bytes, int dest, int tag) {
-  QT_CHECK(tag >= 0 && tag < kMaxPointToPointTag, "post_send: tag {} out of range", tag);
-  QT_CHECK(bytes.size() <= max_message_bytes_, "post_send: {} bytes exceed one message", bytes.size());
-  MPI_Request& r = p2p_requests_.emplace_back(MPI_REQUEST_NULL);
-  p2p_peers_.push_back(dest);
-  MPI_CHECK(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, kPointToPointTagBase + tag,
-                      comm_, &r));
+  MPI_Request& r = new_request("post_send", bytes.size(), dest, tag);
+  MPI_CHECK(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, kPointToPointTagBase + tag, comm_, &r));
   return static_cast<int>(p2p_requests_.size()) - 1;
 }
 
 int MpiComm::post_recv(std::span<uint8_t> buffer, int src, int tag) {
-  QT_CHECK(tag >= 0 && tag < kMaxPointToPointTag, "post_recv: tag {} out of range", tag);
-  QT_CHECK(buffer.size() <= max_message_bytes_, "post_recv: {} bytes exceed one message", buffer.size());
-  MPI_Request& r = p2p_requests_.emplace_back(MPI_REQUEST_NULL);
-  p2p_peers_.push_back(src);
-  MPI_CHECK(MPI_Irecv(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, src, kPointToPointTagBase + tag,
-                      comm_, &r));
+  MPI_Request& r = new_request("post_recv", buffer.size(), src, tag);
+  MPI_CHECK(MPI_Irecv(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, src, kPointToPointTagBase + tag, comm_, &r));
   return static_cast<int>(p2p_requests_.size()) - 1;
 }
 
@@ -362,9 +361,12 @@ int MpiComm::wait_any(const std::vector<int>& among, size_t* received) {
   int index = MPI_UNDEFINED;
   MPI_Status status;
   const int rc = MPI_Waitany(static_cast<int>(pending.size()), pending.data(), &index, &status);
-  QT_CHECK(rc != MPI_SUCCESS || index != MPI_UNDEFINED, "wait_any: every request had completed already");
-  const int r = among[static_cast<size_t>(index == MPI_UNDEFINED ? 0 : index)];
-  p2p_requests_[static_cast<size_t>(r)] = pending[static_cast<size_t>(index == MPI_UNDEFINED ? 0 : index)];
+  if (index == MPI_UNDEFINED) {
+    MPI_CHECK(rc);
+    QT_CHECK(false, "wait_any: every request had completed already");
+  }
+  const int r = among[static_cast<size_t>(index)];
+  p2p_requests_[static_cast<size_t>(r)] = pending[static_cast<size_t>(index)];
   const size_t n = received_bytes(rc, status, p2p_peers_[static_cast<size_t>(r)]);
   if (received) *received = n;
   return r;

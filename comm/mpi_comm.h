@@ -84,6 +84,8 @@ class MpiComm final : public Communicator {
   bool streamable(const std::vector<size_t>& recv_capacity);
   // Receives posted by the streaming forms: waits for rank s's message and returns its size.
   size_t wait_stream(int s);
+  // post_send / post_recv's checks and bookkeeping: a new request slot for a message with `peer`.
+  MPI_Request& new_request(const char* op, size_t bytes, int peer, int tag);
   // The byte count of a completed receive; a truncation (the sender sent more than the buffer) is
   // an InputError naming the peer.
   size_t received_bytes(int rc, const MPI_Status& status, int peer);
