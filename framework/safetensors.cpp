@@ -1,4 +1,5 @@
-// safetensors reading and atomic writing, with a CRC-32 over the data to catch corrupted files.
+// safetensors reading and atomic writing, with CRC-32s over the data and over the header to catch
+// corrupted files.
 #include "framework/safetensors.h"
 
 #include <zlib.h>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
@@ -49,6 +51,27 @@ uint32_t crc32_of(const uint8_t* data, size_t n) {
   return static_cast<uint32_t>(crc);
 }
 
+// The header's own CRC-32 sits inside the header it covers, so it is computed with its value replaced
+// by this placeholder (the same length as every value: eight hex digits).
+constexpr const char* kHeaderCrcKey = "qtrain.header_crc32";
+constexpr const char* kHeaderCrcPlaceholder = "00000000";
+
+// The bytes of `"qtrain.header_crc32":"<value>"` as the compact JSON of save_safetensors writes them.
+// Inside a JSON string every quote is escaped, so these bytes can only be the metadata entry itself.
+std::string header_crc_field(const std::string& value) {
+  return fmt::format("\"{}\":\"{}\"", kHeaderCrcKey, value);
+}
+
+// CRC-32 of the header bytes (length prefix, JSON and padding) with the header CRC's value replaced by
+// the placeholder; none when the field does not occur exactly once.
+std::optional<uint32_t> header_crc(std::string header, const std::string& value) {
+  const std::string field = header_crc_field(value);
+  const size_t at = header.find(field);
+  if (at == std::string::npos || header.find(field, at + 1) != std::string::npos) return std::nullopt;
+  header.replace(at, field.size(), header_crc_field(kHeaderCrcPlaceholder));
+  return crc32_of(reinterpret_cast<const uint8_t*>(header.data()), header.size());
+}
+
 }  // namespace
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
@@ -65,6 +88,7 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   for (const auto& [k, v] : metadata) meta[k] = v;
   meta["qtrain.crc32"] = std::to_string(crc32_of(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
+  meta[kHeaderCrcKey] = kHeaderCrcPlaceholder;  // replaces the value of a file read back and written again
   header["__metadata__"] = meta;
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // the format pads the header to 8 bytes with spaces
@@ -72,6 +96,12 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   const uint64_t n = json.size();
   for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
   bytes += json;
+  // The data CRC leaves the header (step, epoch, config, names, shapes, offsets) unguarded: a flipped
+  // digit of the step would resume at another point of the schedule without a word.
+  const std::optional<uint32_t> crc = header_crc(bytes, kHeaderCrcPlaceholder);
+  QT_CHECK(crc.has_value(), "the header CRC placeholder must occur once in the written header");
+  const std::string field = header_crc_field(kHeaderCrcPlaceholder);
+  bytes.replace(bytes.find(field), field.size(), header_crc_field(fmt::format("{:08x}", *crc)));
   bytes += data;
   write_file_atomically(path, bytes);
 }
@@ -158,6 +188,20 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   if (covered != data_.size())
     input_error("{}: corrupt checkpoint: tensors cover {} of {} data bytes (truncated or padded file)", path, covered,
                 data_.size());
+  // Files written before the header CRC existed have none; any single flipped bit of one that has it
+  // is caught (a flip in the key's own name leaves every other byte intact).
+  auto header_crc_entry = metadata_.find(kHeaderCrcKey);
+  if (header_crc_entry != metadata_.end()) {
+    const std::string& value = header_crc_entry->second;
+    const bool hex = value.size() == 8 && std::all_of(value.begin(), value.end(), [](char c) {
+      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    });
+    const std::optional<uint32_t> crc =
+        hex ? header_crc(std::string(bytes.begin(), bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n)), value)
+            : std::nullopt;
+    if (!crc || fmt::format("{:08x}", *crc) != value)
+      input_error("{}: corrupt checkpoint: the CRC-32 of the header (names, shapes, metadata) does not match", path);
+  }
   auto crc = metadata_.find("qtrain.crc32");
   if (crc != metadata_.end() && crc->second != std::to_string(crc32_of(data_.data(), data_.size())))
     input_error("{}: corrupt checkpoint: the CRC-32 of the tensor data does not match the header", path);

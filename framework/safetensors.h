@@ -19,7 +19,8 @@ struct NamedTensor {
   Tensor tensor;  // any device; copied to the host for writing
 };
 
-// Metadata values are strings (the format's rule). A "qtrain.crc32" entry over the data bytes is added.
+// Metadata values are strings (the format's rule). Two entries are added: "qtrain.crc32" over the data
+// bytes and "qtrain.header_crc32" over the header bytes (values passed under these keys are replaced).
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                       const std::map<std::string, std::string>& metadata);
 

@@ -96,6 +96,73 @@ TEST_CASE("corrupt safetensors files are rejected with the file name", "[safeten
                       Catch::Contains(temp_path("folder.safetensors") + ": checkpoint not found (or not a file)"));
 }
 
+// Everything a file says: tensor names, dtypes, shapes, values and the metadata, without the CRC
+// entries and without the entry holding `header_crc` (under a key renamed by a flipped bit).
+std::string contents(const SafetensorsFile& f, const std::string& header_crc) {
+  std::string out;
+  for (const std::string& name : f.names()) {
+    const Tensor t = f.read(name);
+    out += name + " " + std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()) + " ";
+    out.append(static_cast<const char*>(t.raw()), t.nbytes());
+    out += "\n";
+  }
+  for (const auto& [key, value] : f.metadata())
+    if (key.rfind("qtrain.", 0) != 0 && value != header_crc) out += key + "=" + value + "\n";
+  return out;
+}
+
+TEST_CASE("every flipped bit and every truncation of a file is caught", "[safetensors]") {
+  const std::string p = write_sample("flip-src.safetensors");
+  const std::string good = slurp(p);
+  const std::string header_crc = SafetensorsFile(p).metadata_value("qtrain.header_crc32");
+  const std::string expected = contents(SafetensorsFile(p), header_crc);
+  uint64_t header_bytes = 0;
+  for (int i = 0; i < 8; ++i) header_bytes |= static_cast<uint64_t>(static_cast<unsigned char>(good[i])) << (8 * i);
+  const size_t data_begin = 8 + header_bytes;
+  // A flip inside the header CRC's own key name turns the entry into an unknown key and leaves every
+  // other byte intact: such a file must load with unchanged contents.
+  const std::string key = "\"qtrain.header_crc32\"";
+  const size_t key_at = good.find(key);
+  REQUIRE(key_at != std::string::npos);
+  REQUIRE(key_at < data_begin);
+
+  const std::string q = temp_path("flip.safetensors");
+  int rejected = 0, renamed_key = 0;
+  for (size_t byte = 0; byte < good.size(); ++byte) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = good;
+      bad[byte] = static_cast<char>(bad[byte] ^ (1 << bit));
+      spit(q, bad);
+      const bool in_key_name = byte > key_at && byte + 1 < key_at + key.size();
+      try {
+        const std::string got = contents(SafetensorsFile(q), header_crc);
+        INFO("byte " << byte << " bit " << bit << " (data from byte " << data_begin << ") loaded");
+        REQUIRE(in_key_name);
+        REQUIRE(got == expected);
+        ++renamed_key;
+      } catch (const InputError& e) {
+        INFO("byte " << byte << " bit " << bit << ": " << e.what());
+        REQUIRE(std::string(e.what()).find(q) != std::string::npos);
+        ++rejected;
+      }
+    }
+  }
+  REQUIRE(rejected + renamed_key == static_cast<int>(8 * good.size()));
+  for (size_t length = 0; length < good.size(); ++length) {
+    spit(q, good.substr(0, length));
+    INFO("truncated to " << length << " of " << good.size() << " bytes");
+    REQUIRE_THROWS_AS(SafetensorsFile(q), InputError);
+  }
+
+  // A changed digit keeps the JSON valid and every span consistent: only the header CRC sees it.
+  std::string step = good;
+  const size_t at = step.find("\"step\":\"7\"");
+  REQUIRE(at != std::string::npos);
+  step[at + 8] = '9';
+  spit(q, step);
+  REQUIRE_THROWS_WITH(SafetensorsFile(q), Catch::Contains(q) && Catch::Contains("CRC-32 of the header"));
+}
+
 TEST_CASE("crafted headers: overlapping spans, fractional and overflowing shapes", "[safetensors]") {
   const std::string ok = craft("fine.safetensors",
                               R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
