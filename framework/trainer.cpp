@@ -15,6 +15,7 @@
 #include "framework/file_io.h"
 #include "framework/memory_budget.h"
 #include "framework/progress.h"
+#include "framework/rank_state.h"
 #include "framework/safetensors.h"
 #include "layers/register_all.h"
 #include "optim/clip.h"
@@ -271,17 +272,10 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   }
 }
 
-std::string Trainer::rank_state_path(int rank) const {
-  return (fs::path(run_dir_) / fmt::format("checkpoint.rank{}.safetensors", rank)).string();
-}
-
 void Trainer::load_rank_state() {
   auto state = exchange_->state();
   if (state.empty()) return;  // no error-feedback residuals in this configuration
-  const std::string path = rank_state_path(options_.rank);
-  if (!fs::exists(path))
-    input_error("--resume {}: {} is missing (the error-feedback state of rank {})", run_dir_, path, options_.rank);
-  SafetensorsFile f(path);
+  const SafetensorsFile f = open_rank_state(run_dir_, options_.rank, start_.step);
   try {
     for (auto& [name, t] : state) f.read_into(name, t);
   } catch (const InputError& e) {
@@ -372,15 +366,17 @@ void Trainer::write_checkpoint(const TrainingPosition& position) {
   // residuals are per rank: each rank writes its own file.
   TrainingPosition written = position;
   written.world_size = comm_->size();
-  if (options_.rank == 0) save_checkpoint(checkpoint_path_, *net_, *optimizer_, written, config_.seed, resolved_yaml_);
+  // Two phases (rank_state.h): every rank's residuals for this step first, next to those of the last
+  // committed checkpoint; then rank 0's checkpoint, whose rename commits the step. A crash in between
+  // leaves the previous checkpoint with all of its rank files.
   std::vector<NamedTensor> state;
   for (auto& [name, t] : exchange_->state()) state.push_back({name, t});
-  if (!state.empty())
-    save_safetensors(rank_state_path(options_.rank), state,
-                     {{"format", "qtrain-rank-state-1"}, {"step", std::to_string(position.step)},
-                      {"rank", std::to_string(options_.rank)}});
-  // Nobody continues (or exits) before every rank's file is in place.
+  if (!state.empty()) save_rank_state(run_dir_, options_.rank, position.step, state);
   comm_->barrier();
+  if (options_.rank == 0) save_checkpoint(checkpoint_path_, *net_, *optimizer_, written, config_.seed, resolved_yaml_);
+  // Nobody continues (or exits) before the commit, and only then are the older rank files dropped.
+  comm_->barrier();
+  if (!state.empty()) remove_stale_rank_states(run_dir_, options_.rank, position.step);
 }
 
 TrainSummary Trainer::run() {

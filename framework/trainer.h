@@ -77,7 +77,6 @@ class Trainer {
   void check_replicas(int64_t step);
   void sync_buffers();
   void check_same_config();
-  std::string rank_state_path(int rank) const;
 
   RunConfig config_;
   TrainOptions options_;

@@ -249,6 +249,68 @@ TEST_CASE("resuming with another number of ranks is an error naming both", "[e2e
   REQUIRE(train(config, {"train.max_steps=14"}, dir.file("run")).steps == 14);
 }
 
+TEST_CASE("rank files are committed with the checkpoint: uncommitted ones are ignored, mismatched ones refused",
+          "[e2e][resume]") {
+  // Error-feedback residuals (onebit) live in per-rank files. They used to be written after rank 0's
+  // checkpoint, under one name per rank, and read without looking at their step: a crash between the
+  // two writes resumed with residuals of another step without a word.
+  namespace fs = std::filesystem;
+  TempDir dir;
+  write_small_mnist(dir);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05, momentum: 0.9}");
+  auto run = [&](const std::string& name, int steps, const std::string& resume = "") {
+    std::vector<std::string> overrides{"quantization.method=onebit", "train.max_steps=" + std::to_string(steps)};
+    if (resume.empty()) overrides.push_back("output.dir=" + dir.file(name));
+    return train(config, overrides, resume);
+  };
+  auto files = [&](const std::string& name) {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir.file(name))) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const std::vector<std::string> at7{"checkpoint.rank0.step7.safetensors", "checkpoint.safetensors",
+                                     "config.resolved.yaml", "metrics.csv", "train.log"};
+  run("full", 14);
+  run("later", 10);  // a rank file of step 10, to play one written before a crash prevented its commit
+  const std::string step10 = dir.file("later/checkpoint.rank0.step10.safetensors");
+  REQUIRE(fs::exists(step10));
+
+  // A crash after the rank files of step 10 but before the commit: the resume reads step 7's file and
+  // continues bit for bit, and its own checkpoint then removes the rank files of other steps.
+  run("split", 7);
+  REQUIRE(files("split") == at7);
+  fs::copy_file(step10, dir.file("split/checkpoint.rank0.step10.safetensors"));
+  REQUIRE(run("split", 14, dir.file("split")).steps == 14);
+  REQUIRE(checkpoint_values(dir.file("split/checkpoint.safetensors")) ==
+          checkpoint_values(dir.file("full/checkpoint.safetensors")));
+  REQUIRE(checkpoint_values(dir.file("split/checkpoint.rank0.step14.safetensors")) ==
+          checkpoint_values(dir.file("full/checkpoint.rank0.step14.safetensors")));
+  REQUIRE(!fs::exists(dir.file("split/checkpoint.rank0.step7.safetensors")));
+  REQUIRE(!fs::exists(dir.file("split/checkpoint.rank0.step10.safetensors")));
+
+  // The file of the checkpoint's step is missing.
+  run("missing", 7);
+  fs::remove(dir.file("missing/checkpoint.rank0.step7.safetensors"));
+  REQUIRE_THROWS_WITH(run("missing", 14, dir.file("missing")),
+                      Catch::Contains("checkpoint.rank0.step7.safetensors is missing"));
+
+  // The single file per rank of earlier versions: read when it is of the checkpoint's step, refused when
+  // it is of another (what a crash between the two writes of such a version left).
+  run("old", 7);
+  fs::rename(dir.file("old/checkpoint.rank0.step7.safetensors"), dir.file("old/checkpoint.rank0.safetensors"));
+  REQUIRE(run("old", 14, dir.file("old")).steps == 14);
+  REQUIRE(checkpoint_values(dir.file("old/checkpoint.safetensors")) ==
+          checkpoint_values(dir.file("full/checkpoint.safetensors")));
+  REQUIRE(!fs::exists(dir.file("old/checkpoint.rank0.safetensors")));
+  run("torn", 7);
+  fs::remove(dir.file("torn/checkpoint.rank0.step7.safetensors"));
+  fs::copy_file(step10, dir.file("torn/checkpoint.rank0.safetensors"));
+  REQUIRE_THROWS_WITH(run("torn", 14, dir.file("torn")),
+                      Catch::Contains(dir.file("torn/checkpoint.rank0.safetensors")) &&
+                          Catch::Contains("rank 0 at step 10, but rank 0 resumes the checkpoint of step 7"));
+}
+
 TEST_CASE("a resumed run rewrites metrics.csv from its checkpoint: no cut line, no repeated row", "[e2e][resume]") {
   // 320 samples / batch 32: rows at steps 10, 20, 30. The run is stopped at step 20, continued to 30,
   // then set back to its step-20 checkpoint with the last row cut in half: a crash after writing
