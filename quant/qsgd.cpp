@@ -4,6 +4,7 @@
 // decisions come from Philox under the state's key (quant/numerics.h), 8 values per Philox block.
 // Buckets are encoded in chunks of 1024 values whose randomness, codes and bits stay in L1.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
@@ -193,23 +194,36 @@ void pack_codes_avx2(const uint32_t* __restrict codes, int64_t count, uint8_t* _
 // second loop. Returns false when a value tied; `out` then holds codes without stage 2 and the
 // caller redoes the values on the staged path.
 template <int Bits>
+bool stage1_packed(const float* __restrict g, int64_t n, float inv, const uint16_t* __restrict u,
+                   uint8_t* __restrict out);
+
+template <int Bits>
 bool stage1_packed_avx2(const float* __restrict g, int64_t n, float inv, const uint16_t* __restrict u,
                         uint8_t* __restrict out) {
-  const __m256 invv = _mm256_set1_ps(inv);
+  // stage1_code takes l = trunc(a) and h = trunc(frac(a) * 2^16) for a = |v| * inv. Both are in
+  // q = trunc(|v| * (inv * 2^16)): q = l * 2^16 + h, because a * 2^16 only moves the exponent (exact,
+  // and below 2^31 since a <= levels for values within the scale), a - l is exact, and multiplying by
+  // inv * 2^16 rounds like multiplying by inv then scaling (a subnormal a, where it would not, gives
+  // q = 0 = l = h either way). Hence l + [r < h] = (q - r + 0xffff) >> 16, and r == h exactly when q - r is 0 modulo 2^16:
+  // three integer operations instead of five conversions and float operations. inv * 2^16 must be
+  // finite (a bucket scale above about 2e-32): other buckets take the reference loop. (A value far
+  // above the scale, which the encoder never passes, converts to 0x80000000 and still gets the top
+  // level; it may report a tie that is not one, which only sends its chunk to the staged path.)
+  if (!(inv <= FLT_MAX / 65536.0f)) return stage1_packed<Bits>(g, n, inv, u, out);
+  const __m256 inv16 = _mm256_set1_ps(inv * 65536.0f);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256 frac_scale = _mm256_set1_ps(65536.0f);
+  const __m256i round_up = _mm256_set1_epi32(0xffff);
   const __m256i top = _mm256_set1_epi32((1 << (Bits - 1)) - 1);
   const __m256i sign = _mm256_set1_epi32(1 << (Bits - 1));
+  // Ties are marked in the low 16-bit half of each lane; the high halves collect noise, ignored below.
   __m256i ties = _mm256_setzero_si256();
-  // stage1_code on g[t..t+8): the same float operations in the same order, so the same bits.
   auto code8 = [&](int64_t t) {
     const __m256 v = _mm256_loadu_ps(g + t);
-    const __m256 a = _mm256_mul_ps(_mm256_and_ps(v, abs_mask), invv);
-    const __m256i l = _mm256_cvttps_epi32(a);
-    const __m256i h = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_sub_ps(a, _mm256_cvtepi32_ps(l)), frac_scale));
+    const __m256i q = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_and_ps(v, abs_mask), inv16));
     const __m256i r = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u + t)));
-    ties = _mm256_or_si256(ties, _mm256_cmpeq_epi32(r, h));
-    const __m256i k = _mm256_min_epi32(_mm256_sub_epi32(l, _mm256_cmpgt_epi32(h, r)), top);  // l + [r < h]
+    const __m256i d = _mm256_sub_epi32(q, r);
+    ties = _mm256_or_si256(ties, _mm256_cmpeq_epi16(d, _mm256_setzero_si256()));
+    const __m256i k = _mm256_min_epi32(_mm256_srli_epi32(_mm256_add_epi32(d, round_up), 16), top);  // l + [r < h]
     const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
     return _mm256_or_si256(k, _mm256_and_si256(neg, sign));
   };
@@ -235,7 +249,7 @@ bool stage1_packed_avx2(const float* __restrict g, int64_t n, float inv, const u
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + t / 2), merge_nibbles(first, next));
     }
   }
-  return _mm256_testz_si256(ties, ties) != 0;
+  return _mm256_testz_si256(ties, _mm256_set1_epi32(0xffff)) != 0;
 }
 #endif
 

@@ -154,6 +154,22 @@ TEST_CASE("fast CPU loops: qsgd stage-1 codes packed straight to bytes equal the
         u[static_cast<size_t>(i)] = saved;
       }
     }
+    // A bucket whose scale is so small that inv * 2^16 overflows (the fast loop's folded constant):
+    // values of 1e-36 under inv = levels / 3e-36, zeros included.
+    const int64_t n = 128;
+    std::vector<float> tiny(static_cast<size_t>(n));
+    for (auto& v : tiny) v = 1e-36f * normal(rng);
+    tiny[0] = 0.0f;
+    tiny[1] = -3e-36f;
+    const float huge_inv = static_cast<float>(levels) / 3e-36f;
+    REQUIRE(std::isinf(huge_inv * 65536.0f));
+    std::vector<uint16_t> u(static_cast<size_t>(n));
+    for (auto& r : u) r = static_cast<uint16_t>(rng());
+    std::vector<uint8_t> ref(static_cast<size_t>(n * bits / 8)), fast(ref.size());
+    const bool ok_ref = qsgd_stage1_packed(CpuPath::reference, bits, tiny.data(), n, huge_inv, u.data(), ref.data());
+    const bool ok_fast = qsgd_stage1_packed(CpuPath::fast, bits, tiny.data(), n, huge_inv, u.data(), fast.data());
+    REQUIRE(ok_fast == ok_ref);
+    if (ok_ref) REQUIRE(same_bits(ref, fast));
   }
 }
 
