@@ -146,6 +146,12 @@ int64_t encode_columns(const EncodeArgs& a, const wire::AdaptiveLayout& l, Thres
       throw NonFiniteInputError(fmt::format("adaptive encode: the input of {} values holds NaN or Inf", a.n));
     const float mu_pos = totals.count_pos > 0 ? sums[0] / static_cast<float>(totals.count_pos) : th.pos;
     const float mu_neg = totals.count_neg > 0 ? sums[1] / static_cast<float>(totals.count_neg) : th.neg;
+    // Finite values near the float maximum can sum beyond it: an Inf mean would make a payload that
+    // decode rejects (and NaN residuals).
+    if (abs_bits(mu_pos) >= kNonFinite || abs_bits(mu_neg) >= kNonFinite)
+      throw NonFiniteInputError(fmt::format(
+          "adaptive encode: the sum of the {} values sent from column {} exceeds the float range",
+          abs_bits(mu_pos) >= kNonFinite ? "positive" : "negative", c));
     uint8_t* head = a.out + wire::kHeaderBytes + 12 * static_cast<size_t>(c);
     const auto first = static_cast<uint32_t>(sent);
     std::memcpy(head, &first, 4);

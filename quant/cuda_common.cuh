@@ -29,6 +29,7 @@ constexpr int kWarp = 32;
 struct EncodeStatus {
   uint32_t non_finite;  // set (atomicOr) when the input holds NaN or Inf
   uint32_t bad;         // decoders: set when a payload check fails
+  uint32_t overflow;    // set when a scale or mean of finite values overflows (values near FLT_MAX)
   uint64_t count;       // adaptive: entries sent
 };
 

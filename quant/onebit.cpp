@@ -152,6 +152,12 @@ void encode_groups(const EncodeArgs& a, const wire::OnebitLayout& l) {
     const int64_t positives = len - totals.negatives;
     const float m0 = totals.negatives > 0 ? sums[0] / static_cast<float>(totals.negatives) : 0.0f;
     const float m1 = positives > 0 ? sums[1] / static_cast<float>(positives) : 0.0f;
+    // Finite values near the float maximum can sum beyond it: an Inf mean would make a payload that
+    // decode rejects (and NaN residuals).
+    if (abs_bits(m0) >= kNonFinite || abs_bits(m1) >= kNonFinite)
+      throw NonFiniteInputError(fmt::format(
+          "onebit encode: the sum of the {} values of group {} exceeds the float range", abs_bits(m0) >= kNonFinite ?
+          "negative" : "non-negative", grp));
     uint8_t* p = a.out + l.offset(grp);
     auto* means = reinterpret_cast<float*>(p);
     means[0] = m0;

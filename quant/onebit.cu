@@ -20,10 +20,13 @@ struct OnebitValues {
 struct OnebitMeans {
   uint8_t* out;
   size_t group_bytes;
+  EncodeStatus* status;
   __device__ void operator()(int64_t g, float negatives, float positives, long long count_neg, long long count_pos) const {
     float* means = reinterpret_cast<float*>(out + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes);
     means[0] = count_neg > 0 ? negatives / static_cast<float>(count_neg) : 0.0f;
     means[1] = count_pos > 0 ? positives / static_cast<float>(count_pos) : 0.0f;
+    if (abs_bits(means[0]) >= kNonFinite || abs_bits(means[1]) >= kNonFinite)  // as onebit.cpp's check
+      atomicOr(&status->overflow, 1u);
   }
 };
 
@@ -82,7 +85,7 @@ void onebit_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::OnebitLay
   EncodeStatus* status = fresh_status(ctx, carver);
   cuda_write_header(ctx, a.out, h);
   const GroupSumsPlan plan = make_group_sums_plan(carver, l.n, l.group, status);
-  launch_group_sums(ctx, plan, OnebitValues{a.in, a.residual}, OnebitMeans{a.out, l.group_bytes});
+  launch_group_sums(ctx, plan, OnebitValues{a.in, a.residual}, OnebitMeans{a.out, l.group_bytes, status});
   if (l.groups > 0) {
     constexpr int kThreads = 256;
     const int64_t words = l.groups * l.words_full;
@@ -90,8 +93,11 @@ void onebit_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::OnebitLay
         a.in, a.residual, l.n, l.group, l.groups, l.words_full, l.group_bytes, a.out);
     CUDA_CHECK(cudaGetLastError());
   }
-  if (read_status(ctx, status).non_finite)
+  const EncodeStatus done = read_status(ctx, status);
+  if (done.non_finite)
     throw NonFiniteInputError(fmt::format("onebit encode: the input of {} values holds NaN or Inf", a.n));
+  if (done.overflow)
+    throw NonFiniteInputError(fmt::format("onebit encode: the sum of a group of the {} values exceeds the float range", a.n));
 }
 
 void onebit_decode_cuda(Context& ctx, const wire::OnebitLayout& l, const uint8_t* payload, float* out, bool add) {

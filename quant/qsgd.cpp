@@ -309,6 +309,12 @@ void encode_all(const EncodeArgs& a, const wire::QsgdLayout& l, QsgdNorm norm) {
     if (max_bits >= kNonFinite)
       throw NonFiniteInputError(fmt::format("qsgd encode: the input of {} values holds NaN or Inf", a.n));
     const float scale = norm == QsgdNorm::l2 ? bucket.l2(max_bits) : bits_float(max_bits);
+    // Finite values near the float maximum can have an l2 norm beyond it: an Inf scale would make a
+    // payload that decode rejects (and NaN residuals).
+    if (float_bits(scale) >= kNonFinite)
+      throw NonFiniteInputError(fmt::format(
+          "qsgd encode: bucket {} has an l2 norm beyond the float range (its largest |value| is {:g})", b,
+          bits_float(max_bits)));
     scales[b] = scale;
     // A bucket of zeros (or of values below FLT_MIN, or too small to invert) encodes as level 0 everywhere.
     const float inv = inverse_scale(float_bits(scale), static_cast<float>(B::kLevels));

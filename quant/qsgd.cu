@@ -56,9 +56,11 @@ struct SquaresOverMax {
 struct L2Scale {
   const uint32_t* max_bits;
   float* scales;
+  EncodeStatus* status;
   __device__ void operator()(int64_t b, float sum, float, long long, long long) const {
     const uint32_t m = max_bits[b];
     scales[b] = m < 0x00800000u ? bits_float(m) : bits_float(m) * sqrtf(sum);
+    if (float_bits(scales[b]) >= kNonFinite) atomicOr(&status->overflow, 1u);  // as qsgd.cpp's check
   }
 };
 
@@ -163,7 +165,7 @@ void qsgd_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout&
     auto* scales = reinterpret_cast<float*>(a.out + wire::kHeaderBytes);
     if (norm == QsgdNorm::l2) {
       const GroupSumsPlan plan = make_group_sums_plan(carver, l.n, l.bucket, status);
-      launch_group_sums(ctx, plan, SquaresOverMax{a.in, a.residual, max_bits}, L2Scale{max_bits, scales});
+      launch_group_sums(ctx, plan, SquaresOverMax{a.in, a.residual, max_bits}, L2Scale{max_bits, scales, status});
     } else {
       max_scales_kernel<<<grid_for(l.buckets, kThreads), kThreads, 0, s>>>(max_bits, l.buckets, scales);
       CUDA_CHECK(cudaGetLastError());
@@ -174,8 +176,11 @@ void qsgd_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout&
     });
     CUDA_CHECK(cudaGetLastError());
   }
-  if (read_status(ctx, status).non_finite)
+  const EncodeStatus done = read_status(ctx, status);
+  if (done.non_finite)
     throw NonFiniteInputError(fmt::format("qsgd encode: the input of {} values holds NaN or Inf", a.n));
+  if (done.overflow)
+    throw NonFiniteInputError(fmt::format("qsgd encode: a bucket of the {} values has an l2 norm beyond the float range", a.n));
 }
 
 void qsgd_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* payload, float* out, bool add) {

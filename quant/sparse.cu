@@ -345,10 +345,13 @@ struct AdaptiveSums {
 struct AdaptiveMeans {
   uint8_t* out;
   const Thresholds* th;
+  EncodeStatus* status;
   __device__ void operator()(int64_t c, float pos, float neg, long long count_pos, long long count_neg) const {
     float* head = reinterpret_cast<float*>(out + wire::kHeaderBytes + 12 * static_cast<size_t>(c));
     head[1] = count_pos > 0 ? pos / static_cast<float>(count_pos) : th->pos;
     head[2] = count_neg > 0 ? neg / static_cast<float>(count_neg) : th->neg;
+    if (abs_bits(head[1]) >= kNonFinite || abs_bits(head[2]) >= kNonFinite)  // as adaptive.cpp's check
+      atomicOr(&status->overflow, 1u);
   }
 };
 
@@ -538,7 +541,7 @@ int64_t adaptive_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::Adap
     }
     CUDA_CHECK(cudaGetLastError());
     const GroupSumsPlan plan = make_group_sums_plan(carver, a.n, bound.column, status);
-    launch_group_sums(ctx, plan, AdaptiveSums{v, th}, AdaptiveMeans{a.out, th});
+    launch_group_sums(ctx, plan, AdaptiveSums{v, th}, AdaptiveMeans{a.out, th, status});
     const Tiles tiles = make_tiles(carver, a.n);
     uint8_t* entries = a.out + bound.entries_offset;
     if (bound.entry_bytes == 2)
@@ -558,6 +561,9 @@ int64_t adaptive_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::Adap
   const EncodeStatus done = read_status(ctx, status);
   if (done.non_finite)
     throw NonFiniteInputError(fmt::format("adaptive encode: the input of {} values holds NaN or Inf", a.n));
+  if (done.overflow)
+    throw NonFiniteInputError(
+        fmt::format("adaptive encode: the sum of the values sent from a column of the {} values exceeds the float range", a.n));
   return static_cast<int64_t>(done.count);
 }
 

@@ -121,6 +121,40 @@ TEST_CASE("CUDA encoders match the CPU on spans too small to invert (levels / ma
   }
 }
 
+TEST_CASE("CUDA encoders refuse sums beyond the float range as the CPU does", "[quant][cuda]") {
+  // +-3e38: finite, but onebit's and adaptive's sums and qsgd's l2 norms overflow. Both paths throw
+  // NonFiniteInputError; the other methods write the CPU's bytes.
+  Context cpu = Context::cpu(1, 1);
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 2000, column = 20;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = i % 2 ? -3e38f : 3e38f;
+  for (const QuantSpec& s : all_specs()) {
+    CAPTURE(s.str());
+    auto q = make_quantizer(s);
+    const size_t cap = q->max_encoded_bytes(n, column);
+    Tensor gx = to_cuda(x);
+    Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
+    auto gpu_encode = [&] {
+      QuantState gs(5, 1, 3);
+      return q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column, gs,
+                       std::span<uint8_t>(gout.data<uint8_t>(), cap));
+    };
+    const bool sums = s.method == QuantMethod::onebit || s.method == QuantMethod::adaptive ||
+                      (s.method == QuantMethod::qsgd && s.norm == QsgdNorm::l2);
+    QuantState cs(5, 1, 3);
+    if (sums) {
+      REQUIRE_THROWS_AS(encode(*q, cpu, x, column, cs), NonFiniteInputError);
+      REQUIRE_THROWS_AS(gpu_encode(), NonFiniteInputError);
+    } else {
+      const auto cp = encode(*q, cpu, x, column, cs);
+      const size_t gbytes = gpu_encode();
+      REQUIRE(gbytes == cp.size());
+      REQUIRE(bytes_to_host(gout, gbytes) == cp);
+    }
+  }
+}
+
 TEST_CASE("CUDA decoders reject malformed payloads without writing", "[quant][cuda]") {
   Context cpu = Context::cpu(1, 1);
   Context gpu = Context::cuda(0, 1);

@@ -710,6 +710,43 @@ TEST_CASE("NaN or Inf input is a clear error for the methods with scales", "[qua
   }
 }
 
+TEST_CASE("finite values whose scale or mean overflows are a clear error, not an undecodable payload", "[quant]") {
+  // Values of +-3e38 are finite, but a sum of two (onebit's and adaptive's means) or an l2 norm (qsgd
+  // with norm l2) is beyond FLT_MAX. Such encodes used to write an Inf scale or mean, which decode
+  // then rejected as a malformed payload, and to leave NaN residuals.
+  Context ctx = Context::cpu(1, 1);
+  const int64_t n = 2000, column = 20;
+  for (float magnitude : {3e38f, 1e36f}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = i % 2 ? -magnitude : magnitude;
+    for (QuantSpec s : all_specs()) {
+      for (bool ef : {false, true}) {
+        if (ef && s.method == QuantMethod::fp32) continue;
+        s.error_feedback = ef;
+        CAPTURE(magnitude, s.str());
+        auto q = make_quantizer(s);
+        QuantState st;
+        std::vector<uint8_t> out(q->max_encoded_bytes(n, column));
+        const bool sums = s.method == QuantMethod::onebit || s.method == QuantMethod::adaptive ||
+                          (s.method == QuantMethod::qsgd && s.norm == QsgdNorm::l2);
+        if (sums && magnitude > 1e37f) {
+          REQUIRE_THROWS_AS(q->encode(ctx, x, column, st, out), NonFiniteInputError);
+          REQUIRE_THROWS_WITH(q->encode(ctx, x, column, st, out), Catch::Contains("float range"));
+          continue;
+        }
+        const size_t bytes = q->encode(ctx, x, column, st, out);
+        std::vector<float> y(static_cast<size_t>(n));
+        REQUIRE_NOTHROW(q->decode(ctx, std::span<const uint8_t>(out.data(), bytes), n, y));
+        // fp16 overflows to Inf by IEEE rules, as PyTorch's fp16 compression does; the rest stays finite.
+        if (s.method != QuantMethod::fp16 && s.method != QuantMethod::fp32)
+          for (float v : y) REQUIRE(std::isfinite(v));
+        if (ef && s.method != QuantMethod::fp16)
+          for (int64_t i = 0; i < n; ++i) REQUIRE(std::isfinite(st.residual().data<float>()[i]));
+      }
+    }
+  }
+}
+
 TEST_CASE("spans too small to invert encode as zeros and stay in the residual", "[quant]") {
   // max|v| = 1.5e-38 is a normal float, but 7 / 1.5e-38 (and 127 /, 32767 / it) overflows to Inf. Such
   // a span must encode as level 0 (as one below FLT_MIN does): an Inf reciprocal would make |v| * r Inf
