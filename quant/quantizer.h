@@ -137,9 +137,12 @@ class Quantizer {
   // Encodes `in` (n = in.size() values; the step comes from ctx.step()) into `out`, which must hold
   // max_encoded_bytes(n, column) bytes and be 8-byte aligned; returns the payload size (a multiple of
   // 8). With error feedback, reads and updates state.residual() (allocated on first use).
-  // Spans are in ctx.device()'s memory. The CUDA path synchronizes ctx's stream before returning
-  // (the size and the NaN check come back to the host). Throws NonFiniteInputError on NaN/Inf input
-  // for the methods that compute scales; `out` and the residual are then unspecified.
+  // Spans are in ctx.device()'s memory. On CUDA the payload is complete in ctx's stream order (its
+  // padding is zeroed by a last asynchronous operation): use it on that stream or synchronize first.
+  // The methods that compute scales wait for their kernels' status before returning (the size and
+  // the NaN check come back to the host); the casts return without waiting. Throws
+  // NonFiniteInputError on NaN/Inf input for the methods that compute scales, and on finite input
+  // whose scale or mean overflows float; `out` and the residual are then unspecified.
   size_t encode(Context& ctx, std::span<const float> in, int64_t column, QuantState& state,
                 std::span<uint8_t> out) const;
 
