@@ -267,7 +267,7 @@ void BatchNorm::backward(Context& ctx, const Tensor& x, const Tensor&, const Ten
   QT_CHECK(has_batch_stats_ || x.dim(0) == 0, "{}: backward without a training-mode forward", describe(*this));
   const Dims d{x.dim(0), channels_, spatial_};
   if (d.batch == 0) {
-    for (Tensor& g : grads_) g.fill_(0.0);
+    for (Tensor& g : grads_) g.zero_();  // on either device (fill_ is CPU only)
     return;
   }
   if (x.device().is_cuda()) {

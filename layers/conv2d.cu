@@ -1,7 +1,8 @@
 // conv2d's CUDA path through cuDNN's convolution API: descriptors for x, y, the filter, the bias and
 // the convolution are created on first use and rebuilt only when the batch size changes; the three
 // algorithms come from cudnnGet*Algorithm_v7 (cuDNN's heuristic ranking: the first that succeeds
-// within the workspace cap), and one workspace, sized for the largest of them, lives in the layer.
+// within the workspace cap, its workspace queried for this descriptor's math type), and one workspace,
+// sized for the largest of them, lives in the layer.
 // The math type is CUDNN_FMA_MATH: plain f32 FMA, no TF32 tensor cores, so results agree with the
 // f32 CPU reference to f32 rounding (TF32 would keep only 10 mantissa bits of every operand).
 #include <algorithm>
@@ -13,7 +14,26 @@ namespace qtrain {
 
 namespace {
 constexpr size_t kWorkspaceCap = size_t{512} << 20;  // bytes an algorithm may ask for
+
+// The first algorithm of the heuristics' ranking that cuDNN can run within the workspace cap, with its
+// workspace asked for explicitly under this descriptor: the ranking may list an algorithm under
+// another math type than the descriptor's CUDNN_FMA_MATH and report that variant's workspace, too
+// small for the FMA one (other frameworks hit exactly this). `need` grows to the largest size picked.
+template <typename Algo, typename Perf, typename WorkspaceOf>
+Algo pick_algorithm(const Perf* perf, int count, const char* direction, WorkspaceOf workspace_of, size_t& need) {
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    size_t bytes = 0;
+    if (workspace_of(perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+    bytes = std::max(bytes, perf[i].memory);
+    if (bytes > kWorkspaceCap) continue;
+    need = std::max(need, bytes);
+    return perf[i].algo;
+  }
+  QT_CHECK(false, "conv2d: cuDNN offers no {} algorithm for this shape", direction);
+  return Algo{};
 }
+}  // namespace
 
 struct Conv2dCudnn {
   int64_t batch = -1;
@@ -86,33 +106,29 @@ Conv2dCudnn& prepare(Context& ctx, Conv2dCudnnPtr& state, const ImageGeometry& g
     int count = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, s.x, s.w, s.conv, s.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                        &count, perf));
-    int i = 0;
-    while (i < count && (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kWorkspaceCap)) ++i;
-    QT_CHECK(i < count, "conv2d: cuDNN offers no forward algorithm for this shape");
-    s.fwd = perf[i].algo;
-    need = std::max(need, perf[i].memory);
+    s.fwd = pick_algorithm<cudnnConvolutionFwdAlgo_t>(perf, count, "forward", [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+      return cudnnGetConvolutionForwardWorkspaceSize(h, s.x, s.w, s.conv, s.y, algo, bytes);
+    }, need);
   }
   {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int count = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, s.w, s.y, s.conv, s.x,
                                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf));
-    int i = 0;
-    while (i < count && (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kWorkspaceCap)) ++i;
-    QT_CHECK(i < count, "conv2d: cuDNN offers no backward-data algorithm for this shape");
-    s.bwd_data = perf[i].algo;
-    need = std::max(need, perf[i].memory);
+    s.bwd_data = pick_algorithm<cudnnConvolutionBwdDataAlgo_t>(perf, count, "backward-data",
+                                                               [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, s.w, s.y, s.conv, s.x, algo, bytes);
+    }, need);
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int count = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, s.x, s.y, s.conv, s.w,
                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf));
-    int i = 0;
-    while (i < count && (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kWorkspaceCap)) ++i;
-    QT_CHECK(i < count, "conv2d: cuDNN offers no backward-filter algorithm for this shape");
-    s.bwd_filter = perf[i].algo;
-    need = std::max(need, perf[i].memory);
+    s.bwd_filter = pick_algorithm<cudnnConvolutionBwdFilterAlgo_t>(
+        perf, count, "backward-filter", [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, s.x, s.y, s.conv, s.w, algo, bytes);
+        }, need);
   }
   if (need > s.workspace_bytes) {
     // The old workspace may still be in use by queued work; let it finish before it is freed.
