@@ -1,6 +1,7 @@
 // Internal to optim/: the per-step coefficients each optimizer computes once on the host (in double,
 // then rounded to the arena's type) and hands to both its CPU loop and its CUDA kernel, so the two
-// paths do the same arithmetic in the same order. Also declares the CUDA launchers (sgd.cu,
+// paths do the same arithmetic in the same order (optim/ is built without multiply-add contraction,
+// so each operation is also rounded alike). Also declares the CUDA launchers (sgd.cu,
 // rmsprop.cu, adam.cu, adagrad.cu; optim/cuda_disabled.cpp in builds without the toolkit).
 #pragma once
 
