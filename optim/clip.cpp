@@ -1,17 +1,21 @@
-// clip_grad_norm: the CPU path sums squares in double (one pass), then scales in place.
+// clip_grad_norm: the CPU path sums squares in double in the order of clip_order.h, then scales in
+// place.
 #include "optim/clip.h"
 
 #include <cmath>
 
 #include "framework/check.h"
+#include "optim/clip_order.h"
 
 namespace qtrain {
 namespace {
 
 template <typename T>
 double clip_cpu(T* g, int64_t n, double max_norm) {
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+  const double sum = clip_order::ordered_sum(n, [g](int64_t i) {
+    const auto x = static_cast<double>(g[i]);
+    return x * x;
+  });
   const double norm = std::sqrt(sum);
   if (norm > max_norm) {
     const T scale = static_cast<T>(max_norm / (norm + 1e-6));

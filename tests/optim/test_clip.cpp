@@ -30,6 +30,22 @@ TEMPLATE_TEST_CASE("clip_grad_norm scales to the global norm", "[optim][clip]", 
   CHECK_THROWS(clip_grad_norm(ctx, g, 0.0));
 }
 
+TEST_CASE("clip_grad_norm sums the squares in the documented order (the CUDA path's too)", "[optim][clip]") {
+  // Squares of 1e8 and of 1: summed one after the other, every 1 is lost against 1e16 (half an ulp,
+  // rounded to even); in the lanes of optim/clip_order.h the ones gather first. The expected sums were
+  // computed by a separate Python model of that order.
+  Context ctx = Context::cpu(1, 1);
+  auto norm_of = [&](int64_t n, auto big_at) {
+    Tensor g = Tensor::empty({n}, DType::f32);
+    for (int64_t i = 0; i < n; ++i) g.data<float>()[i] = big_at(i) ? 1e8f : 1.0f;
+    return clip_grad_norm(ctx, g, 1e30);
+  };
+  // One chunk: lane 0 holds 1e16 (its second 1 is lost), lanes 1..255 hold 1 each.
+  CHECK(norm_of(257, [](int64_t i) { return i == 0; }) == std::sqrt(10000000000000254.0));
+  // Four chunks, 1e8 first in each, and a second level summing the chunk sums.
+  CHECK(norm_of(3 * 4096 + 5, [](int64_t i) { return i % 4096 == 0; }) == std::sqrt(40000000000012240.0));
+}
+
 TEST_CASE("optimizer.clip_norm is read and validated", "[optim][clip][config]") {
   auto parse = [](const std::string& text) { return config_from_text(text, "optimizer"); };
   ConfigNode with = parse("type: adam\nlr: 0.001\nclip_norm: 400\n");

@@ -3,11 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "framework/philox.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
+#include "optim/clip.h"
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
 
@@ -26,18 +28,17 @@ Tensor random_arena(int64_t n, uint64_t stream) {
   return t;
 }
 
-// Tolerance: both paths use the same f32 coefficients (computed once on the host) and the same order
-// of operations; sqrt and division are correctly rounded on both (nvcc's defaults -prec-sqrt=true
-// -prec-div=true). They differ only where a compiler contracts a * b + c into an FMA, which changes
-// one rounding by at most 1 ulp (6e-8 relative). About ten such roundings per step over 5 steps give
-// at most ~3e-6 relative; we allow 1e-5 relative plus 1e-6 absolute for values that pass near zero.
+// Bit for bit: both paths use the same f32 coefficients (computed once on the host) and the same order
+// of operations, optim/ is built without multiply-add contraction on either side (-ffp-contract=off,
+// --fmad=false), and sqrt and division are correctly rounded on both (nvcc's defaults -prec-sqrt=true
+// -prec-div=true, no fast math).
 void require_parity(const Tensor& cuda, const Tensor& cpu, const std::string& what) {
   const Tensor host = cuda.to(Device::cpu());
   const float* a = host.data<float>();
   const float* b = cpu.data<float>();
   int64_t wrong = 0, first = -1;
   for (int64_t i = 0; i < cpu.numel(); ++i) {
-    if (!(std::abs(a[i] - b[i]) <= 1e-6 + 1e-5 * std::abs(b[i]))) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
       if (first < 0) first = i;
       ++wrong;
     }
@@ -94,6 +95,24 @@ TEST_CASE("rmsprop: CUDA matches the CPU", "[optim][cuda]") {
 TEST_CASE("adam: CUDA matches the CPU", "[optim][cuda]") {
   check_parity<Adam>(AdamOptions{.lr = 0.01});
   check_parity<Adam>(AdamOptions{.lr = 0.01, .weight_decay = 1e-2, .amsgrad = true});
+}
+
+TEST_CASE("clip_grad_norm: CUDA returns the CPU's norm and scales to the CPU's bits", "[optim][clip][cuda]") {
+  // One chunk, several, and two levels of chunk sums (optim/clip_order.h).
+  for (int64_t n : {int64_t{257}, int64_t{3 * 4096 + 5}, int64_t{4096 * 4096 + 123}}) {
+    CAPTURE(n);
+    Context cpu_ctx = Context::cpu(1, 1);
+    Context cuda_ctx = Context::cuda(0, 1);
+    Tensor g_cpu = random_arena(n, 7);
+    Tensor g_cuda = g_cpu.to(Device::cuda(0));
+    for (double max_norm : {1e30, 1.0}) {  // above the norm (no scaling), then below it
+      const double cpu_norm = clip_grad_norm(cpu_ctx, g_cpu, max_norm);
+      const double cuda_norm = clip_grad_norm(cuda_ctx, g_cuda, max_norm);
+      cuda_ctx.synchronize();
+      REQUIRE(std::memcmp(&cpu_norm, &cuda_norm, sizeof(double)) == 0);
+      require_parity(g_cuda, g_cpu, "clipped gradients");
+    }
+  }
 }
 
 TEST_CASE("adagrad: CUDA matches the CPU", "[optim][cuda]") {
