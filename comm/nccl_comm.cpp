@@ -9,7 +9,9 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
+#include <thread>
 
 #include "comm/cuda_staging.h"
 #include "comm/transport_common.h"
@@ -98,6 +100,28 @@ uint8_t* NcclComm::scratch(Tensor& buffer, size_t bytes) {
   return static_cast<uint8_t*>(buffer.raw());
 }
 
+void NcclComm::wait(void* stream, const char* op) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  for (int polls = 0;; ++polls) {
+    const cudaError_t state = cudaStreamQuery(s);
+    if (state == cudaSuccess) return;
+    if (state != cudaErrorNotReady) CUDA_CHECK(state);
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+      // Aborting ends the communicator's queued kernels, so the stream can drain; the destructor
+      // then has nothing left to tear down.
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      throw Error(fmt::format("{}: NCCL reported an asynchronous error ({}): a peer failed or a link broke", op,
+                              detail::nccl_error_string(static_cast<int>(async))));
+    }
+    // Most collectives here end within microseconds: spin first, then sleep between polls so that a
+    // long wait leaves the core to the rest of the rank.
+    if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 const uint8_t* NcclComm::device_send(std::span<const uint8_t> send, Device where, void* stream) {
   if (where.is_cuda() || send.empty()) return send.data();
   uint8_t* copy = scratch(send_scratch_, send.size());
@@ -114,6 +138,7 @@ void NcclComm::all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceTyp
   if (count == 0) return;
   if (where.is_cuda()) {
     NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(count), nccl_type(type), ncclSum, comm_, stream));
+    wait(stream, op);
     return;
   }
   // Host data: through device scratch, back in place before returning (the caller reads it on the host).
@@ -121,7 +146,7 @@ void NcclComm::all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceTyp
   CUDA_CHECK(cudaMemcpyAsync(dev, data, bytes, cudaMemcpyHostToDevice, stream));
   NCCL_CHECK(ncclAllReduce(dev, dev, static_cast<size_t>(count), nccl_type(type), ncclSum, comm_, stream));
   CUDA_CHECK(cudaMemcpyAsync(data, dev, bytes, cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  wait(stream, op);
 }
 
 void NcclComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
@@ -158,7 +183,7 @@ void NcclComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std
                                  stream));
   }
   CUDA_CHECK(cudaMemcpyAsync(recv.data(), out, total, cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  wait(stream, op);
 }
 
 void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
@@ -191,9 +216,8 @@ void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, con
   if (send_sizes[me] > 0)
     CUDA_CHECK(cudaMemcpyAsync(out + recv_offsets[me], in + send_offsets[me], send_sizes[me],
                                cudaMemcpyDeviceToDevice, stream));
-  if (total == 0) return;
-  CUDA_CHECK(cudaMemcpyAsync(recv.data(), out, total, cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (total > 0) CUDA_CHECK(cudaMemcpyAsync(recv.data(), out, total, cudaMemcpyDeviceToHost, stream));
+  wait(stream, op);  // also when nothing came in: this rank's sends must be done before it returns
 }
 
 void NcclComm::broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) {
@@ -204,13 +228,14 @@ void NcclComm::broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) 
   if (data.empty()) return;
   if (where.is_cuda()) {
     NCCL_CHECK(ncclBroadcast(data.data(), data.data(), data.size(), ncclUint8, root, comm_, stream));
+    wait(stream, op);
     return;
   }
   uint8_t* dev = scratch(send_scratch_, data.size());
   if (rank() == root) CUDA_CHECK(cudaMemcpyAsync(dev, data.data(), data.size(), cudaMemcpyHostToDevice, stream));
   NCCL_CHECK(ncclBroadcast(dev, dev, data.size(), ncclUint8, root, comm_, stream));
   if (rank() != root) CUDA_CHECK(cudaMemcpyAsync(data.data(), dev, data.size(), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  wait(stream, op);
 }
 
 }  // namespace qtrain

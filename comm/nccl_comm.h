@@ -1,7 +1,9 @@
 // NcclComm: NCCL collectives between one GPU per rank (the run's device, chosen by local rank), set
 // up with a unique id that rank 0 creates and broadcasts over MPI. Data collectives run on the
 // context's stream (host buffers go through device scratch memory); sizes of the byte collectives
-// and the host helpers go over an MpiComm.
+// and the host helpers go over an MpiComm. Every collective returns when its work on the stream is
+// done, waiting while it watches NCCL's asynchronous errors: a failed peer or a broken link is then
+// an exception (and an aborted communicator) instead of a wait that never ends.
 // nccl_comm.cpp implements it; builds without CUDA link nccl_comm_disabled.cpp instead.
 #pragma once
 
@@ -53,6 +55,9 @@ class NcclComm final : public Communicator {
   uint8_t* scratch(Tensor& buffer, size_t bytes);
   // `send` in device memory: itself, or its copy in send_scratch_ (queued on `stream`).
   const uint8_t* device_send(std::span<const uint8_t> send, Device where, void* stream);
+  // Waits until `stream` (a cudaStream_t) has run its work, polling NCCL's asynchronous error state
+  // meanwhile; on an error, aborts the communicator and throws, naming `op`.
+  void wait(void* stream, const char* op);
 
   MpiComm host_;
   Device device_;
