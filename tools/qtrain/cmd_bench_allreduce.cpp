@@ -23,6 +23,7 @@
 #include "comm/gradient_exchange.h"
 #include "comm/mpi_comm.h"
 #include "framework/philox.h"
+#include "framework/trainer.h"
 #include "tools/qtrain/commands.h"
 #include "tools/qtrain/method_list.h"
 
@@ -38,6 +39,7 @@ struct Options {
   int64_t column = 1024;
   double link_gbit = 0;
   std::string backend = "mpi";
+  std::string device;  // cpu, cuda or auto; empty: cuda for the nccl backend, else cpu
   std::string mpi_allreduce = "ring";
   double piece_mb = CommunicationConfig{}.piece_mb;
   std::string json;
@@ -48,18 +50,19 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-void run(const Options& o) {
-  Device device = Device::cpu();
+void run(const Options& o, int local_rank) {
+  // The gradient lives where a training run's would: the CPU, or this rank's GPU (by local rank).
+  const Device device = select_device(o.device.empty() ? (o.backend == "nccl" ? "cuda" : "cpu") : o.device, local_rank);
   auto comm = make_communicator(o.backend, device);
   const int P = comm->size();
   const bool root = comm->rank() == 0;
   const std::vector<MethodChoice> methods = parse_method_list(o.methods);
-  Context ctx = Context::cpu(1, 0);
+  Context ctx = make_context(device, 1, 0);
   std::ofstream json;
   if (root && !o.json.empty()) json.open(o.json);
   if (root) {
-    std::printf("# qtrain bench-allreduce: %d ranks over %s, median of %d iterations after %d warm-up\n", P, comm->name(),
-                o.iterations, o.warmup);
+    std::printf("# qtrain bench-allreduce: %d ranks over %s on %s, median of %d iterations after %d warm-up\n", P,
+                comm->name(), device.str().c_str(), o.iterations, o.warmup);
     std::printf("%10s %-24s %-25s %10s %9s %9s %12s %8s %8s %8s %8s%s\n", "size(MB)", "method", "algorithm",
                 "time(ms)", "algbw", "busbw", "wire(MB)", "speedup", "enc(ms)", "dec(ms)", "cpu(ms)",
                 o.link_gbit > 0 ? "   ideal(ms) /ideal" : "");
@@ -83,6 +86,7 @@ void run(const Options& o) {
       const double c0 = cpu_seconds();
       const auto t0 = std::chrono::steady_clock::now();
       body();
+      ctx.synchronize();  // on a GPU, until the exchange's last kernel has run
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (i >= o.warmup) cpu += cpu_seconds() - c0;
       // The slowest rank defines the collective's time (doubles travel as their bit patterns).
@@ -113,7 +117,8 @@ void run(const Options& o) {
       d[i] = static_cast<float>(r * std::cos(2 * M_PI * u2)) + 1e-7f;
       if (i + 1 < n) d[i + 1] = static_cast<float>(r * std::sin(2 * M_PI * u2)) - 1e-7f;
     }
-    Tensor work = Tensor::empty({n}, DType::f32);
+    if (device.is_cuda()) data = data.to(device);
+    Tensor work = Tensor::empty({n}, DType::f32, device);
 
     // The baseline: fp32 MPI_Allreduce (the communicator's native sum with qtrain's ring switched
     // off, so the library picks its own algorithm); the exchange rows then use --mpi-allreduce.
@@ -145,7 +150,8 @@ void run(const Options& o) {
             "\"ideal_s\": {:.6g}, \"encode_s\": {:.6g}, \"decode_s\": {:.6g}, \"cpu_s\": {:.6g}}}\n",
             mb, method, algorithm, P, t, algbw, busbw, wire, t_base / t, ideal, enc, dec, cpu);
     };
-    print("MPI_Allreduce fp32", "native", t_base, 2.0 * (P - 1) / P * bytes, 0, 0, cpu_base);
+    print(mpi ? "MPI_Allreduce fp32" : fmt::format("{} all-reduce fp32", comm->name()), "native", t_base,
+          2.0 * (P - 1) / P * bytes, 0, 0, cpu_base);
 
     for (const MethodChoice& m : methods) {
       for (const std::string& alg : o.algorithms) {
@@ -175,7 +181,7 @@ void run(const Options& o) {
 
 }  // namespace
 
-void add_bench_allreduce_command(CLI::App& app) {
+void add_bench_allreduce_command(CLI::App& app, const MpiRuntime& mpi) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("bench-allreduce",
                                      "Time the gradient exchange of every method against fp32 MPI_Allreduce (run under mpirun)");
@@ -188,6 +194,10 @@ void add_bench_allreduce_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--link-gbit", o->link_gbit, "Link rate in Gbit/s: report the ideal time (wire bytes / rate)");
   cmd->add_option("--backend", o->backend, "mpi or nccl")->check(CLI::IsMember({"mpi", "nccl", "local", "auto"}));
+  cmd->add_option("--device", o->device,
+                  "Where the gradient lives: cpu, cuda (this rank's GPU by local rank) or auto; default cuda with "
+                  "--backend nccl, else cpu")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->add_option("--mpi-allreduce", o->mpi_allreduce,
                   "How the exchange's fp32/fp16 sums run on the mpi backend: ring (qtrain's) or library")
       ->check(CLI::IsMember({"ring", "library"}));
@@ -197,7 +207,7 @@ void add_bench_allreduce_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", o->json, "Also write one JSON object per line to this file (rank 0)");
-  cmd->callback([o] { run(*o); });
+  cmd->callback([o, &mpi] { run(*o, mpi.local_rank()); });
 }
 
 }  // namespace qtrain::cli

@@ -11,7 +11,7 @@ namespace qtrain::cli {
 void add_train_command(CLI::App& app, const MpiRuntime& mpi);
 void add_eval_command(CLI::App& app);
 void add_bench_quant_command(CLI::App& app);
-void add_bench_allreduce_command(CLI::App& app);
+void add_bench_allreduce_command(CLI::App& app, const MpiRuntime& mpi);
 void add_bench_data_command(CLI::App& app);
 void add_compare_command(CLI::App& app, const MpiRuntime& mpi);
 void add_predict_command(CLI::App& app);

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   qtrain::cli::add_train_command(app, *mpi);
   qtrain::cli::add_eval_command(app);
   qtrain::cli::add_bench_quant_command(app);
-  qtrain::cli::add_bench_allreduce_command(app);
+  qtrain::cli::add_bench_allreduce_command(app, *mpi);
   qtrain::cli::add_bench_data_command(app);
   qtrain::cli::add_compare_command(app, *mpi);
   qtrain::cli::add_predict_command(app);
