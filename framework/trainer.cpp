@@ -41,11 +41,33 @@ struct DeviceBatch {
   Tensor x, labels;
   SequenceTargets sequence;  // sequence datasets: lengths and targets stay on the CPU
 };
-DeviceBatch to_device(const Batch& b, Device device) {
-  DeviceBatch out{device.is_cpu() ? b.x : b.x.to(device), device.is_cpu() ? b.labels : b.labels.to(device), {}};
-  out.sequence = {b.lengths, b.targets, b.target_lengths};
-  return out;
-}
+// Batches on a GPU go through device buffers kept from batch to batch: Tensor::to would allocate
+// two buffers per step, and every cudaFree waits for the whole device. Before a buffer is overwritten
+// the compute stream is synchronized, so no kernel of the previous step still reads it (the stream is
+// idle by then anyway: every step reads its loss on the host and the exchange waits for backward).
+class BatchStaging {
+ public:
+  DeviceBatch put(const Batch& b, Context& ctx) {
+    const Device device = ctx.device();
+    DeviceBatch out{b.x, b.labels, {b.lengths, b.targets, b.target_lengths}};
+    if (device.is_cuda()) {
+      ctx.synchronize();
+      out.x = stage(x_, b.x, device);
+      out.labels = stage(labels_, b.labels, device);
+    }
+    return out;
+  }
+
+ private:
+  static Tensor stage(Tensor& buffer, const Tensor& src, Device device) {
+    if (!buffer.defined() || buffer.numel() < src.numel() || buffer.dtype() != src.dtype())
+      buffer = Tensor::empty({std::max<int64_t>(src.numel(), 1)}, src.dtype(), device);
+    Tensor view = buffer.view(0, src.shape());
+    view.copy_from(src);
+    return view;
+  }
+  Tensor x_, labels_;
+};
 
 // Forward and loss of one batch: classification through Net::forward/loss, sequence batches (a
 // sequence loss such as ctc) through forward_sequence/loss_sequence.
@@ -98,8 +120,9 @@ EvalResult evaluate(Net& net, Context& ctx, Loader& loader) {
   double loss_sum = 0;
   int64_t correct = 0, count = 0;
   LossStats errors;  // sequence tasks: edit distances
+  BatchStaging staging;
   while (auto batch = loader.next()) {
-    DeviceBatch b = to_device(*batch, net.device());
+    DeviceBatch b = staging.put(*batch, ctx);
     const LossStats s = forward_and_loss(net, ctx, b, /*training=*/false, /*with_gradient=*/false);
     loss_sum += s.loss_sum;
     correct += s.correct;
@@ -438,12 +461,13 @@ TrainSummary Trainer::run() {
     double loss_sum = 0, exposed_s = 0;
     int64_t correct = 0, seen = 0;
     const auto t_epoch = std::chrono::steady_clock::now();
+    BatchStaging staging;
     double lr = 0;
     for (;;) {
       ScopedPhase data_phase(timers, Phase::data);
       std::optional<Batch> batch = train_loader_->next();
       if (!batch) break;
-      DeviceBatch b = to_device(*batch, device_);
+      DeviceBatch b = staging.put(*batch, *ctx_);
       data_phase.stop();
 
       ctx_->set_step(static_cast<uint64_t>(pos.step));
