@@ -99,12 +99,12 @@ const LossRegistry& loss_registry() {
   return registry;
 }
 
-Device select_device(const std::string& setting, int local_rank) {
+Device select_device(const std::string& setting, int local_rank, const std::string& setting_name) {
   if (setting == "cpu") return Device::cpu();
   const int gpus = cuda_device_count();
   if (setting == "cuda") {
     if (gpus == 0)
-      input_error("device: cuda was requested but no CUDA GPU is available{}; use device: cpu or auto",
+      input_error("{}: cuda was requested but no CUDA GPU is available{}; use cpu or auto", setting_name,
                   QTRAIN_HAS_CUDA ? "" : " (this qtrain was built without CUDA)");
     return Device::cuda(local_rank % gpus);
   }

@@ -49,8 +49,9 @@ struct TrainSummary {
   std::string run_dir;
 };
 
-// The device a config's `device:` key selects on this rank (auto: CUDA when a GPU is present).
-Device select_device(const std::string& setting, int local_rank);
+// The device a config's `device:` key (or a command's --device) selects on this rank (auto: CUDA when
+// a GPU is present); `setting_name` names the setting in the error for cuda without a GPU.
+Device select_device(const std::string& setting, int local_rank, const std::string& setting_name = "device");
 // Builds a Context for `device`.
 Context make_context(Device device, uint64_t seed, int threads);
 // Registries of every layer and loss qtrain knows.

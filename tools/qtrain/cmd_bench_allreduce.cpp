@@ -52,7 +52,9 @@ double median(std::vector<double> v) {
 
 void run(const Options& o, int local_rank) {
   // The gradient lives where a training run's would: the CPU, or this rank's GPU (by local rank).
-  const Device device = select_device(o.device.empty() ? (o.backend == "nccl" ? "cuda" : "cpu") : o.device, local_rank);
+  const Device device =
+      o.device.empty() ? select_device(o.backend == "nccl" ? "cuda" : "cpu", local_rank, "--backend nccl")
+                       : select_device(o.device, local_rank, "--device");
   auto comm = make_communicator(o.backend, device);
   const int P = comm->size();
   const bool root = comm->rank() == 0;

@@ -130,7 +130,7 @@ void run(const Options& o) {
     sgd["lr"] = 0.01;
     opt_section = ConfigNode(sgd, "optimizer", loaded.source);
   }
-  const Device device = select_device(o.device, 0);
+  const Device device = select_device(o.device, 0, "--device");
   Context ctx = make_context(device, seed, o.threads);
   std::printf("# qtrain bench-model %s: SYNTHETIC RANDOM INPUT (speed benchmark, no dataset), batch %lld, %s, "
               "%d threads, median over %d steps after %d warm-up\n",
