@@ -195,7 +195,7 @@ void add_bench_allreduce_command(CLI::App& app, const MpiRuntime& mpi) {
   cmd->add_option("--column", o->column, "Column length of the synthetic tensor (for per-column methods)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--link-gbit", o->link_gbit, "Link rate in Gbit/s: report the ideal time (wire bytes / rate)");
-  cmd->add_option("--backend", o->backend, "mpi or nccl")->check(CLI::IsMember({"mpi", "nccl", "local", "auto"}));
+  cmd->add_option("--backend", o->backend, "mpi (default), nccl, local or auto, as communication.backend")->check(CLI::IsMember({"mpi", "nccl", "local", "auto"}));
   cmd->add_option("--device", o->device,
                   "Where the gradient lives: cpu, cuda (this rank's GPU by local rank) or auto; default cuda with "
                   "--backend nccl, else cpu")
