@@ -55,6 +55,21 @@ void initialize_values(std::vector<double>& values, const ParamSpec& spec, uint6
   for (int64_t i = std::max<int64_t>(spec.fill_begin, 0); i < std::min(spec.fill_end, n); ++i) values[i] = spec.fill_value;
 }
 
+// A layer whose output (per sample) or parameter tensor holds more than 2^40 values is a config
+// error: no machine holds it, and the int64 products of such sizes wrap around further on (a huge
+// padding once made flatten report 2^62 features and then crashed).
+namespace {
+constexpr int64_t kMaxTensorValues = int64_t{1} << 40;
+void check_size(const Shape& shape, const std::string& what) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d > 0 && n > kMaxTensorValues / d))
+      throw Error(fmt::format("{} {} would hold more than 2^40 values", what, shape_str(shape)));
+    n *= d;
+  }
+}
+}  // namespace
+
 Net::Net(const ModelConfig& config, DType dtype, Device device, const LayerRegistry& layers,
          const LossRegistry& losses, const std::function<void(const NetSizes&)>& before_allocation)
     : dtype_(dtype), device_(device), input_shape_(config.input) {
@@ -81,6 +96,8 @@ Net::Net(const ModelConfig& config, DType dtype, Device device, const LayerRegis
       std::vector<Shape> in_shapes;
       for (int k : node.inputs) in_shapes.push_back(k == kNetInput ? input_shape_ : shapes_[static_cast<size_t>(k)]);
       shape = layer->setup_inputs(in_shapes);
+      check_size(shape, "its output");
+      for (const ParamSpec& spec : layer->param_specs()) check_size(spec.shape, "its parameter " + spec.name);
     } catch (const InputError&) {
       throw;  // already located by ConfigNode
     } catch (const Error& e) {

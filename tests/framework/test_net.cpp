@@ -108,3 +108,23 @@ TEST_CASE("a checkpoint of another model is rejected even when the shared names 
                       Catch::Contains("other.safetensors: the checkpoint holds tensor 'head2.weight', which this "
                                       "model does not have"));
 }
+
+TEST_CASE("a layer whose output or parameters exceed 2^40 values is a config error naming it", "[net]") {
+  // A huge padding used to overflow int64 products further on (flatten reported 2^62 features, the
+  // dense layer then got 0 weights) and crash.
+  TempDir dir;
+  auto model = [&](const std::string& layers) {
+    const std::string f = dir.write("big.yaml", "data: {path: /x}\nmodel:\n  input: [1, 4, 4]\n  layers:\n" + layers +
+                                                    "optimizer: {type: sgd, lr: 0.1}\n");
+    return parse_run_config(f, {}).model;
+  };
+  const ModelConfig padded = model(
+      "    - {type: conv2d, out_channels: 1, kernel: 1, padding: 1073741810}\n    - {type: flatten}\n"
+      "    - {type: dense, units: 4}\n");
+  REQUIRE_THROWS_WITH(Net(padded, DType::f32, Device::cpu(), layer_registry(), loss_registry()),
+                      Catch::Contains("model.layers.0 (conv2d 'conv2d1'): its output") &&
+                          Catch::Contains("would hold more than 2^40 values"));
+  const ModelConfig wide = model("    - {type: flatten}\n    - {type: dense, units: 100000000000}\n");
+  REQUIRE_THROWS_WITH(Net(wide, DType::f32, Device::cpu(), layer_registry(), loss_registry()),
+                      Catch::Contains("its parameter weight") && Catch::Contains("2^40"));
+}
