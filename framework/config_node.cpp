@@ -1,6 +1,8 @@
 // ConfigNode implementation: typed reads, range checks, unknown-key detection, located errors.
 #include "framework/config_node.h"
 
+#include <unordered_map>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -34,24 +36,41 @@ std::string join(const std::set<std::string>& names) {
   return s;
 }
 
+// Nodes remembered by identity (YAML::Node::is) with a value each, found in constant time: bucketed by
+// their position in the text, then compared by identity within the bucket (nodes from another text,
+// e.g. a --set value, may share a position). A list of done nodes searched from the start made
+// large files quadratic (200k entries took minutes).
+template <typename V>
+class NodeMemo {
+ public:
+  const V* find(const YAML::Node& node) const {
+    const auto [first, last] = buckets_.equal_range(node.Mark().pos);
+    for (auto it = first; it != last; ++it)
+      if (it->second.first.is(node)) return &it->second.second;
+    return nullptr;
+  }
+  void add(const YAML::Node& node, V value) { buckets_.emplace(node.Mark().pos, std::make_pair(node, std::move(value))); }
+
+ private:
+  std::unordered_multimap<int, std::pair<YAML::Node, V>> buckets_;
+};
+
 // How many places of the document hold `target` (saturating at 2^30). A YAML alias (`*name`) is the
 // very node its anchor (`&name`) labels, not a copy, so a node reached through an alias is held in two
 // or more places. Each shared mapping or list is counted once and its count remembered: a chain of
 // aliases, each listing the previous one twice, makes the tree exponentially larger than the file (the
 // "billion laughs"), and a plain walk of it would never end.
-int64_t uses_of(const YAML::Node& node, const YAML::Node& target,
-                std::vector<std::pair<YAML::Node, int64_t>>& counted) {
+int64_t uses_of(const YAML::Node& node, const YAML::Node& target, NodeMemo<int64_t>& counted) {
   if (node.is(target)) return 1;
   if (!node.IsMap() && !node.IsSequence()) return 0;
-  for (const auto& [seen, uses] : counted)
-    if (seen.is(node)) return uses;
+  if (const int64_t* uses = counted.find(node)) return *uses;
   int64_t uses = 0;
   if (node.IsMap()) {
     for (const auto& kv : node) uses = std::min<int64_t>(uses + uses_of(kv.second, target, counted), 1 << 30);
   } else {
     for (const auto& item : node) uses = std::min<int64_t>(uses + uses_of(item, target, counted), 1 << 30);
   }
-  counted.emplace_back(node, uses);
+  counted.add(node, uses);
   return uses;
 }
 
@@ -61,45 +80,74 @@ std::string mark_location(const std::string& origin, const YAML::Mark& mark) {
   return fmt::format("{}:{}:{}", origin, mark.line + 1, mark.column + 1);
 }
 
+// Whether `text` is valid UTF-8 (YAML's encoding; yaml-cpp passes other bytes through, and they
+// later broke the JSON of the checkpoint's metadata, after the whole training run).
+bool valid_utf8(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (len == 0 || i + len > text.size()) return false;
+    uint32_t cp = len == 1 ? c : c & (0x7f >> len);
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc >> 6) != 0x2) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+      return false;
+    i += len;
+  }
+  return true;
+}
+
+void check_text(const YAML::Node& scalar, const std::string& origin) {
+  if (!valid_utf8(scalar.Scalar()))
+    input_error("{}: the text is not valid UTF-8 (save the config as UTF-8)", mark_location(origin, scalar.Mark()));
+}
+
 // Rejects what yaml-cpp accepts but no config can mean: a key given twice in one mapping (yaml-cpp
 // keeps both and every lookup finds the first, so the second would be ignored without a word), a key
-// that is a list or a mapping, and an anchor whose node contains an alias of itself (a cycle, which
-// every walk of the tree would follow until the stack overflows). `path` holds the mappings and lists
-// being walked (for the cycle), `checked` those done: a node shared through aliases is checked once.
+// that is a list or a mapping, text that is not UTF-8, and an anchor whose node contains an alias of
+// itself (a cycle, which every walk of the tree would follow until the stack overflows). `path` holds
+// the mappings and lists being walked (for the cycle), `checked` those done: a node shared through
+// aliases is checked once.
 void check_structure(const YAML::Node& node, const std::string& origin, std::vector<YAML::Node>& path,
-                     std::vector<YAML::Node>& checked) {
+                     NodeMemo<bool>& checked) {
+  if (node.IsScalar()) check_text(node, origin);
   if (!node.IsMap() && !node.IsSequence()) return;
   for (const YAML::Node& open : path)
     if (open.is(node))
       input_error("{}: the node anchored here contains an alias of itself (a cycle); an alias may only name a "
                   "node outside it",
                   mark_location(origin, node.Mark()));
-  for (const YAML::Node& done : checked)
-    if (done.is(node)) return;
+  if (checked.find(node)) return;
   path.push_back(node);
   if (node.IsMap()) {
-    std::vector<std::pair<std::string, YAML::Mark>> keys;
+    std::unordered_map<std::string, YAML::Mark> keys;
     for (const auto& kv : node) {
       if (!kv.first.IsScalar())
         input_error("{}: a key must be a plain name, got {}", mark_location(origin, kv.first.Mark()),
                     kv.first.IsSequence() ? "a list" : kv.first.IsMap() ? "a mapping" : "an empty key");
+      check_text(kv.first, origin);
       const std::string& key = kv.first.Scalar();
-      for (const auto& [earlier, mark] : keys)
-        if (earlier == key)
-          input_error("{}: duplicate key '{}' (first given at {}); a key may appear only once in a mapping",
-                      mark_location(origin, kv.first.Mark()), key, mark_location(origin, mark));
-      keys.emplace_back(key, kv.first.Mark());
+      const auto [earlier, fresh] = keys.emplace(key, kv.first.Mark());
+      if (!fresh)
+        input_error("{}: duplicate key '{}' (first given at {}); a key may appear only once in a mapping",
+                    mark_location(origin, kv.first.Mark()), key, mark_location(origin, earlier->second));
       check_structure(kv.second, origin, path, checked);
     }
   } else {
     for (const auto& item : node) check_structure(item, origin, path, checked);
   }
   path.pop_back();
-  checked.push_back(node);
+  checked.add(node, true);
 }
 
 void check_structure(const YAML::Node& root, const std::string& origin) {
-  std::vector<YAML::Node> path, checked;
+  std::vector<YAML::Node> path;
+  NodeMemo<bool> checked;
   check_structure(root, origin, path, checked);
 }
 
@@ -369,7 +417,7 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
   else if (parent.IsSequence() && list_index(last, parent.size()) >= 0)
     chain.push_back(parent[static_cast<size_t>(list_index(last, parent.size()))]);
   for (size_t i = 1; i < chain.size(); ++i) {
-    std::vector<std::pair<YAML::Node, int64_t>> counted;
+    NodeMemo<int64_t> counted;
     const int64_t uses = uses_of(root, chain[i], counted);
     if (uses > 1) {
       std::string prefix = parts[0];

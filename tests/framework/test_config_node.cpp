@@ -147,3 +147,17 @@ TEST_CASE("an alias chain of exponential size does not hang --set", "[config]") 
   REQUIRE(root["train"]["epochs"].as<int>() == 2);
   REQUIRE_THROWS_WITH(apply_override(root, *source, "l40.0.0=5"), Catch::Contains("'l40.0' is a YAML alias"));
 }
+
+TEST_CASE("text that is not UTF-8 is an error naming its line, in the file and in --set", "[config]") {
+  // yaml-cpp passes Latin-1 bytes through; they broke the JSON of the checkpoint's metadata after a
+  // whole training run (and no checkpoint was written).
+  testing::TempDir dir;
+  const std::string value = dir.write("latin1.yaml", "seed: 1\nname: caf\xe9\n");
+  REQUIRE_THROWS_WITH(load_config_file(value, {}), Catch::Contains(value + ":2:7: the text is not valid UTF-8"));
+  const std::string key = dir.write("latin1key.yaml", "seed: 1\nn\xe4me: x\n");
+  REQUIRE_THROWS_WITH(load_config_file(key, {}), Catch::Contains(key + ":2:1: the text is not valid UTF-8"));
+  const std::string good = dir.write("utf8.yaml", "seed: 1\nname: caf\xc3\xa9\n");
+  REQUIRE(load_config_file(good, {}).root["name"].as<std::string>() == "caf\xc3\xa9");
+  REQUIRE_THROWS_WITH(load_config_file(good, {"name=\xed\xa0\x80"}),  // a UTF-16 surrogate, not UTF-8
+                      Catch::Contains("--set name: the text is not valid UTF-8"));
+}
