@@ -578,6 +578,15 @@ TrainSummary Trainer::run() {
                  (epoch + 1) % config_.output.checkpoint_every_epochs == 0))
       write_checkpoint(pos);
   }
+  if (pos.step == start_.step && start_.step > 0) {
+    // A resume of a run that had already reached its last step or epoch: nothing to train, but the
+    // summary must still report the checkpoint's accuracy (it used to print 0.00%).
+    log_info(fmt::format("nothing left to train: the checkpoint is at step {} (train.epochs {}, train.max_steps {}); "
+                         "evaluating it",
+                         pos.step, tc.epochs, tc.max_steps));
+    sync_buffers();
+    summary.test = evaluate(*net_, *ctx_, *test_loader_);
+  }
   summary.steps = pos.step;
   summary.wall_time_s = seconds_since(t_start);
   log_info(fmt::format("done: {} steps in {:.1f}s, test accuracy {:.2f}%, run directory {}", summary.steps,

@@ -396,3 +396,15 @@ TEST_CASE("MNIST subset reaches 95% test accuracy in 2 epochs", "[e2e][mnist]") 
   REQUIRE(s.test.samples == 2000);
   REQUIRE(s.test.accuracy >= 0.95);
 }
+
+TEST_CASE("resuming a run that is already finished reports its accuracy, not 0", "[e2e][resume]") {
+  TempDir dir;
+  write_small_mnist(dir);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  const TrainSummary first = train(config, {"train.max_steps=7", "output.dir=" + dir.file("run")});
+  REQUIRE(first.test.accuracy > 0);
+  const TrainSummary again = train(config, {"train.max_steps=7"}, dir.file("run"));
+  REQUIRE(again.steps == 7);
+  REQUIRE(again.test.accuracy == first.test.accuracy);
+  REQUIRE(again.test.loss == first.test.loss);
+}
