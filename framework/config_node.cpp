@@ -351,7 +351,13 @@ LoadedConfig load_config_file(const std::string& file, const std::vector<std::st
   out.source->file = file;
   if (!std::filesystem::is_regular_file(file)) input_error("{}: config file not found", file);
   try {
-    out.root = YAML::LoadFile(file);
+    // Every document of the file: yaml-cpp's LoadFile reads the first and ignores the others without
+    // a word (a config followed by `---` and another one trained the first).
+    const std::vector<YAML::Node> documents = YAML::LoadAllFromFile(file);
+    if (documents.size() > 1)
+      input_error("{}: holds {} YAML documents (separated by ---); a config is one document", file,
+                  documents.size());
+    if (!documents.empty()) out.root = documents.front();
   } catch (const YAML::ParserException& e) {
     input_error("{}:{}:{}: YAML syntax error: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg);
   } catch (const YAML::Exception& e) {

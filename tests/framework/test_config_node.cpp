@@ -161,3 +161,11 @@ TEST_CASE("text that is not UTF-8 is an error naming its line, in the file and i
   REQUIRE_THROWS_WITH(load_config_file(good, {"name=\xed\xa0\x80"}),  // a UTF-16 surrogate, not UTF-8
                       Catch::Contains("--set name: the text is not valid UTF-8"));
 }
+
+TEST_CASE("a file of several YAML documents is an error (only the first used to be read)", "[config]") {
+  testing::TempDir dir;
+  const std::string two = dir.write("two.yaml", "seed: 1\n---\nseed: 2\n");
+  REQUIRE_THROWS_WITH(load_config_file(two, {}), Catch::Contains(two + ": holds 2 YAML documents"));
+  const std::string one = dir.write("one.yaml", "---\nseed: 1\n");  // one document with its marker is fine
+  REQUIRE(load_config_file(one, {}).root["seed"].as<int>() == 1);
+}
