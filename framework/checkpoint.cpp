@@ -77,6 +77,7 @@ TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* o
   p.epoch = parse_count(f, path, "epoch");
   p.batch_in_epoch = parse_count(f, path, "batch_in_epoch");
   if (f.metadata().count("world_size")) p.world_size = parse_count(f, path, "world_size");
+  if (f.metadata().count("config")) p.config = f.metadata_value("config");
   return p;
 }
 

@@ -19,6 +19,8 @@ struct TrainingPosition {
   // Ranks of the run that wrote it (0: not recorded, checkpoints of older versions). The position
   // within the epoch and the per-rank state files mean something only for that many ranks.
   int64_t world_size = 0;
+  // The resolved config the checkpoint was written with (load_checkpoint fills it; "" if absent).
+  std::string config;
 };
 
 void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer, const TrainingPosition& position,

@@ -267,7 +267,6 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
     if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
       input_error("{}: is not a file; the run directory (output.dir) must hold its own files here", p.string());
   }
-  if (options_.rank == 0) write_file_atomically((fs::path(run_dir_) / "config.resolved.yaml").string(), resolved_yaml_);
 
   // Rank 0 speaks for the job; the other ranks only report errors (through main()).
   if (options_.rank == 0) {
@@ -288,12 +287,53 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
       input_error("{}: the checkpoint was written by {} rank(s) but this run has {}; resume with {} (its position in "
                   "the epoch and the per-rank error-feedback state belong to that many)",
                   checkpoint_path_, start_.world_size, comm_->size(), start_.world_size);
+    check_resume_config();
     if (start_.batch_in_epoch > steps_per_epoch)
       input_error("{}: the checkpoint stopped after batch {} of epoch {}, but an epoch now has {} batches; resume "
                   "with the data.batch_size, dataset and number of ranks it was written with",
                   checkpoint_path_, start_.batch_in_epoch, start_.epoch + 1, steps_per_epoch);
     load_rank_state();
   }
+  // Only now, with a resume's checkpoint accepted: a refused resume used to leave its config here, and
+  // the next --resume (which reads this file) then started from the refused settings.
+  if (options_.rank == 0) write_file_atomically((fs::path(run_dir_) / "config.resolved.yaml").string(), resolved_yaml_);
+}
+
+void Trainer::check_resume_config() {
+  // A resume continues exactly only with what fixes the position and the random state: the seed, the
+  // dataset and its batch size (the position within the epoch counts batches), and the model (a
+  // changed activation or dropout fits the same parameters without a word). The rest (epochs,
+  // max_steps, output, threads, ...) may change, as documented.
+  if (start_.config.empty()) return;  // checkpoints of earlier versions did not record it
+  YAML::Node written;
+  try {
+    written = YAML::Load(start_.config);
+  } catch (const YAML::Exception&) {
+    input_error("{}: the config recorded in the checkpoint does not parse", checkpoint_path_);
+  }
+  // The written value of a key, or the parser's default when the config left it out.
+  auto scalar_or = [](const YAML::Node& n, const std::string& fallback) {
+    return n.IsDefined() && n.IsScalar() ? n.Scalar() : fallback;
+  };
+  auto flow = [](const YAML::Node& n) {
+    YAML::Emitter e;
+    e << YAML::Flow << n;
+    return std::string(e.c_str());
+  };
+  const YAML::Node stored = written;
+  const YAML::Node data = stored["data"];
+  const std::pair<const char*, std::pair<std::string, std::string>> keys[] = {
+      {"seed", {scalar_or(stored["seed"], std::to_string(RunConfig{}.seed)), std::to_string(config_.seed)}},
+      {"data.dataset", {scalar_or(data["dataset"], DataConfig{}.dataset), config_.data.dataset}},
+      {"data.batch_size",
+       {scalar_or(data["batch_size"], std::to_string(DataConfig{}.batch_size)), std::to_string(config_.data.batch_size)}},
+      {"model", {flow(stored["model"]), flow(config_.resolved["model"])}},
+  };
+  for (const auto& [key, values] : keys)
+    if (values.first != values.second)
+      input_error("--resume {}: the checkpoint was written with {} {}, this run has {}; a resume continues exactly "
+                  "only with the same {} (--set it back, or start a new run)",
+                  options_.resume_dir, key, values.first, values.second, key);
 }
 
 void Trainer::load_rank_state() {

@@ -74,6 +74,7 @@ class Trainer {
  private:
   void write_checkpoint(const TrainingPosition& position);
   void load_rank_state();
+  void check_resume_config();
   void log_info(const std::string& line);
   void check_replicas(int64_t step);
   void sync_buffers();

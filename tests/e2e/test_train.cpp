@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "framework/file_io.h"
 #include "framework/metrics.h"
 #include "framework/safetensors.h"
 #include "framework/trainer.h"
@@ -97,9 +98,24 @@ TEST_CASE("resuming mid-epoch with fewer batches per epoch is an error naming th
   write_small_mnist(dir);
   const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
   train(config, {"train.max_steps=7", "output.dir=" + dir.file("split")});
+  // Another batch size is refused by name: the position counts batches of the old size. The refused
+  // run must leave the run's config alone (it used to overwrite config.resolved.yaml, which the next
+  // --resume reads).
+  const std::string resolved = dir.file("split/config.resolved.yaml");
+  const auto before = read_whole_file(resolved);
   REQUIRE_THROWS_WITH(train(config, {"data.batch_size=128"}, dir.file("split")),
+                      Catch::Contains("the checkpoint was written with data.batch_size 32, this run has 128"));
+  REQUIRE(read_whole_file(resolved) == before);
+  REQUIRE_THROWS_WITH(train(config, {"seed=5"}, dir.file("split")),
+                      Catch::Contains("the checkpoint was written with seed 1, this run has 5"));
+  REQUIRE_THROWS_WITH(train(config, {"model.layers.1.p=0.5"}, dir.file("split")),
+                      Catch::Contains("a resume continues exactly only with the same model"));
+  // The same batch size on a smaller dataset (64 samples: 2 batches) still reaches the position check.
+  std::filesystem::create_directories(dir.file("small"));
+  qtrain::testing::write_synthetic_mnist(dir.file("small"), 64, 64);
+  REQUIRE_THROWS_WITH(train(config, {"data.path=" + dir.file("small")}, dir.file("split")),
                       Catch::Contains("split/checkpoint.safetensors: the checkpoint stopped after batch 7 of epoch 1, "
-                                      "but an epoch now has 3 batches"));
+                                      "but an epoch now has 2 batches"));
 }
 
 TEST_CASE("a residual batch-norm net resumes bit for bit, with its running statistics", "[e2e][resume][graph]") {
