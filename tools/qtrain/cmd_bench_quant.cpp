@@ -27,6 +27,7 @@
 #include "framework/philox.h"
 #include "framework/tensor.h"
 #include "quant/policy.h"
+#include "framework/memory_budget.h"
 #include "quant/quantizer.h"
 #include "quant/wire.h"
 #include "tools/qtrain/commands.h"
@@ -226,6 +227,14 @@ double copy_once(Team& team, const float* src, float* dst, int64_t n) {
 void bench_cpu(const Options& o, const std::vector<QuantSpec>& specs, const std::vector<int64_t>& sizes,
                const std::vector<int>& thread_counts, std::vector<Row>& rows) {
   for (int64_t n : sizes) {
+    // What this size allocates, checked first: a size beyond the machine's memory used to end in
+    // std::bad_alloc, or in the OOM killer after minutes of filling it.
+    MemoryFootprint f;
+    f.items.push_back({"normal and heavy-tailed data", 8 * n});
+    f.items.push_back({"decoded output and memcpy target", 8 * n});
+    f.items.push_back({"payloads and residuals (at most)", 12 * n});
+    check_memory_fits(f, available_memory(Device::cpu()), 1, Device::cpu(),
+                      fmt::format("bench-quant --sizes {}", size_str(n)));
     std::vector<float> normal, heavy;
     fill_data(normal, heavy, n, o.seed);
     std::vector<float> out(static_cast<size_t>(n));

@@ -231,7 +231,11 @@ void make_report(const fs::path& dir, const CompareArgs& a) {
 }
 
 void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
-  if (a.ranks < 1) input_error("compare: --ranks must be >= 1, got {}", a.ranks);
+  // compare starts every rank on this machine (or on its emulated hosts): beyond a few hundred the
+  // launch alone stalls the machine (100000 ranks sat in mpirun for minutes without a word).
+  constexpr int kMaxRanks = 256;
+  if (a.ranks < 1 || a.ranks > kMaxRanks)
+    input_error("compare: --ranks must be in [1, {}] (every rank runs on this machine), got {}", kMaxRanks, a.ranks);
   if (!a.netbed.empty() && a.ranks < 2) input_error("compare: --netbed needs --ranks of at least 2");
   if (!fs::exists(a.config)) input_error("{}: config file not found", a.config);
   const std::vector<Variant> variants = parse_variants(a.methods);
