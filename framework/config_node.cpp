@@ -349,6 +349,7 @@ LoadedConfig load_config_file(const std::string& file, const std::vector<std::st
   LoadedConfig out;
   out.source = std::make_shared<ConfigSource>();
   out.source->file = file;
+  if (std::filesystem::is_directory(file)) input_error("{}: is a folder, not a config file", file);
   if (!std::filesystem::is_regular_file(file)) input_error("{}: config file not found", file);
   try {
     // Every document of the file: yaml-cpp's LoadFile reads the first and ignores the others without

@@ -38,6 +38,8 @@ expect_error "negative learning rate" "optimizer.lr must be > 0, got -1" \
   "$qtrain" train "$cfg" --set optimizer.lr=-1
 expect_error "missing config file" "$tmp/none.yaml: config file not found" "$qtrain" train "$tmp/none.yaml"
 expect_error "bad --set syntax" "expected key.path=value" "$qtrain" train "$cfg" --set train.epochs
+expect_error "no subcommand" "qtrain: error: A subcommand is required" "$qtrain"
+expect_error "option out of range" "qtrain: error: --batch" "$qtrain" bench-model "$cfg" --batch 0
 mkdir -p "$tmp/run"
 cp "$cfg" "$tmp/run/config.resolved.yaml"
 printf 'not a checkpoint' >"$tmp/run/checkpoint.safetensors"

@@ -77,7 +77,12 @@ int main(int argc, char** argv) {
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-      return app.exit(e);
+      // --help and --help-all stop the parse as "errors" of exit code 0: CLI11 prints them. Real
+      // parse errors get the one line of every other error and exit status 2 (a usage error), not
+      // CLI11's own codes of 100 and more.
+      if (e.get_exit_code() == 0) return app.exit(e);
+      std::fprintf(stderr, "qtrain: error: %s (see qtrain --help-all)\n", e.what());
+      return 2;
     }
     return 0;
   } catch (const qtrain::Error& e) {
