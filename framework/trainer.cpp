@@ -115,6 +115,31 @@ Context make_context(Device device, uint64_t seed, int threads) {
   return device.is_cuda() ? Context::cuda(device.index, seed) : Context::cpu(seed, threads);
 }
 
+void check_net_fits_dataset(Net& net, const Dataset& data, const std::string& dataset_name,
+                            const std::string& config_file) {
+  if (data.sample_shape() != net.input_shape())
+    input_error("{}: model.input is {} but the {} samples are {}", config_file, shape_str(net.input_shape()),
+                dataset_name, shape_str(data.sample_shape()));
+  if (net.has_sequence_loss() != data.is_sequence())
+    input_error("{}: loss {} {} but dataset {} {}", config_file, net.loss_function().type(),
+                net.has_sequence_loss() ? "needs sequences" : "needs class labels", dataset_name,
+                data.is_sequence() ? "holds sequences (use loss: ctc)" : "holds class labels");
+}
+
+MemoryFootprint training_footprint(const NetSizes& sizes, const Shape& input, int64_t batch,
+                                   const std::string& optimizer_label, int64_t optimizer_arrays) {
+  const int64_t value = static_cast<int64_t>(dtype_size(DType::f32));
+  MemoryFootprint f;
+  f.items.push_back({"parameters", sizes.parameters * value});
+  f.items.push_back({"gradients", sizes.parameters * value});
+  f.items.push_back({optimizer_label, optimizer_arrays * sizes.parameters * value});
+  f.items.push_back({"buffers", sizes.buffers * value});
+  // For sequences a row is a frame: the batch's frames are only known per batch.
+  f.items.push_back({fmt::format("activations and input (batch {})", batch),
+                     batch * (sizes.activations_per_sample + shape_numel(input)) * value});
+  return f;
+}
+
 EvalResult evaluate(Net& net, Context& ctx, Loader& loader) {
   loader.start_epoch(0);
   double loss_sum = 0;
@@ -156,15 +181,9 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   // The large allocations to come, checked before any is made (a model that cannot fit fails here
   // with its sizes instead of being killed by the OOM killer).
   auto check_memory = [&](const NetSizes& sizes) {
-    const int64_t value = static_cast<int64_t>(dtype_size(DType::f32));
     const int64_t batch = std::max(config_.data.batch_size, config_.data.eval_batch_size);
-    MemoryFootprint f;
-    f.items.push_back({"parameters", sizes.parameters * value});
-    f.items.push_back({"gradients", sizes.parameters * value});
-    f.items.push_back({fmt::format("{} state", optimizer_->type()), optimizer_->state_arrays() * sizes.parameters * value});
-    f.items.push_back({"buffers", sizes.buffers * value});
-    // For sequences a row is a frame: the batch's frames are only known per batch.
-    f.items.push_back({fmt::format("activations (batch {})", batch), batch * sizes.activations_per_sample * value});
+    const MemoryFootprint f = training_footprint(sizes, config_.model.input, batch,
+                                                 fmt::format("{} state", optimizer_->type()), optimizer_->state_arrays());
     // Ranks on one host share its memory; on GPUs each rank has its own.
     const int processes = device_.is_cuda() ? 1 : options_.local_size;
     check_memory_fits(f, available_memory(device_), processes, device_, config_.file);
@@ -183,13 +202,7 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
 
   train_set_ = open_dataset(config_.data, Split::train);
   test_set_ = open_dataset(config_.data, Split::test);
-  if (train_set_->sample_shape() != net_->input_shape())
-    input_error("{}: model.input is {} but the {} samples are {}", config_.file, shape_str(net_->input_shape()),
-                config_.data.dataset, shape_str(train_set_->sample_shape()));
-  if (net_->has_sequence_loss() != train_set_->is_sequence())
-    input_error("{}: loss {} {} but dataset {} {}", config_.file, net_->loss_function().type(),
-                net_->has_sequence_loss() ? "needs sequences" : "needs class labels", config_.data.dataset,
-                train_set_->is_sequence() ? "holds sequences (use loss: ctc)" : "holds class labels");
+  check_net_fits_dataset(*net_, *train_set_, config_.data.dataset, config_.file);
   for (int i = 0; i < net_->num_layers(); ++i) {
     const Layer& layer = net_->layer(i);
     if (layer.needs_sequence_batches() && !train_set_->is_sequence())

@@ -13,6 +13,7 @@
 #include "data/loader.h"
 #include "framework/checkpoint.h"
 #include "framework/metrics.h"
+#include "framework/memory_budget.h"
 #include "framework/net.h"
 #include "framework/phase_timers.h"
 #include "framework/run_config.h"
@@ -54,6 +55,14 @@ struct TrainSummary {
 Device select_device(const std::string& setting, int local_rank, const std::string& setting_name = "device");
 // Builds a Context for `device`.
 Context make_context(Device device, uint64_t seed, int threads);
+// InputError (naming `config_file`) when the net cannot take the dataset's samples: another sample
+// shape than model.input, or a sequence loss on class labels (or the reverse). train and eval check it.
+void check_net_fits_dataset(Net& net, const Dataset& data, const std::string& dataset_name,
+                            const std::string& config_file);
+// The large allocations of training `net` at `batch` (parameters, gradients, `optimizer_arrays` arrays
+// of optimizer state, buffers, activations and input), for check_memory_fits: train and bench-model.
+MemoryFootprint training_footprint(const NetSizes& sizes, const Shape& input, int64_t batch,
+                                   const std::string& optimizer_label, int64_t optimizer_arrays);
 // Registries of every layer and loss qtrain knows.
 const LayerRegistry& layer_registry();
 const LossRegistry& loss_registry();

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 
-#include "framework/memory_budget.h"
 #include "framework/net.h"
 #include "framework/philox.h"
 #include "framework/trainer.h"
@@ -141,15 +140,8 @@ void run(const Options& o) {
   // As train does: the large allocations checked before any is made (a batch that cannot fit used
   // to be killed by the OOM killer after filling the machine's memory).
   auto check_memory = [&](const NetSizes& sizes) {
-    const int64_t value = static_cast<int64_t>(dtype_size(DType::f32));
-    MemoryFootprint f;
-    f.items.push_back({"parameters", sizes.parameters * value});
-    f.items.push_back({"gradients", sizes.parameters * value});
-    f.items.push_back({"optimizer state (at most)", 3 * sizes.parameters * value});
-    f.items.push_back({"buffers", sizes.buffers * value});
-    f.items.push_back({fmt::format("activations and input (batch {})", o.batch),
-                       o.batch * (sizes.activations_per_sample + shape_numel(model.input)) * value});
-    check_memory_fits(f, available_memory(device), 1, device, o.config + " (--batch " + std::to_string(o.batch) + ")");
+    check_memory_fits(training_footprint(sizes, model.input, o.batch, "optimizer state (at most)", 3),
+                      available_memory(device), 1, device, o.config + " (--batch " + std::to_string(o.batch) + ")");
   };
   Net net(model, DType::f32, device, layer_registry(), loss_registry(), check_memory);
   for (int i = 0; i < net.num_layers(); ++i)

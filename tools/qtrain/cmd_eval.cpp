@@ -33,15 +33,9 @@ void add_eval_command(CLI::App& app) {
     Net net(rc.model, DType::f32, device, layer_registry(), loss_registry());
     const TrainingPosition pos = load_checkpoint(checkpoint, net, nullptr);
     std::unique_ptr<Dataset> test = open_dataset(rc.data, Split::test);
-    // The checks train makes, so that a run whose config was edited gets the same clear error
-    // instead of the net's internal shape check.
-    if (test->sample_shape() != net.input_shape())
-      input_error("{}: model.input is {} but the {} samples are {}", config, shape_str(net.input_shape()),
-                  rc.data.dataset, shape_str(test->sample_shape()));
-    if (net.has_sequence_loss() != test->is_sequence())
-      input_error("{}: loss {} {} but dataset {} {}", config, net.loss_function().type(),
-                  net.has_sequence_loss() ? "needs sequences" : "needs class labels", rc.data.dataset,
-                  test->is_sequence() ? "holds sequences (use loss: ctc)" : "holds class labels");
+    // train's check, so that a run whose config was edited gets its clear error instead of the net's
+    // internal shape check.
+    check_net_fits_dataset(net, *test, rc.data.dataset, config);
     net.loss_function().set_vocabulary(test->vocabulary());
     LoaderOptions lo;
     lo.batch_size = rc.data.eval_batch_size;
