@@ -78,6 +78,16 @@ GradientExchange::GradientExchange(Communicator& comm, Device device, uint64_t s
     : comm_(comm), device_(device), config_(config), tensors_(std::move(tensors)) {
   const int P = comm_.size();
   const int me = comm_.rank();
+  // Every rank must hold its gradients on the same kind of device: the schedule depends on it
+  // (pipelined pieces on the CPU, piece by piece on a GPU), and ranks on different schedules wait for
+  // different messages (a hang); their replicas could not stay identical either. With device: auto a
+  // host without a GPU would put its ranks on the CPU.
+  const std::vector<uint64_t> kinds = comm_.all_gather_u64(device.is_cuda() ? 1 : 0);
+  for (size_t r = 0; r < kinds.size(); ++r)
+    if (kinds[r] != kinds[0])
+      input_error("rank {} runs on {} but rank 0 on {}; every rank must train on the same kind of device (give "
+                  "every host a GPU, or set device: cpu)",
+                  r, kinds[r] ? "a GPU" : "the CPU", kinds[0] ? "a GPU" : "the CPU");
   ctx_ = std::make_unique<Context>(device.is_cuda() ? Context::cuda(device.index, seed) : Context::cpu(seed, 0));
   scale_ = config_.mean ? 1.0f / static_cast<float>(P) : 1.0f;
   plans_.resize(tensors_.size());

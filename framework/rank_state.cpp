@@ -41,7 +41,8 @@ void remove_stale_rank_states(const std::string& run_dir, int rank, int64_t step
     // only finished ones: a temporary file of an interrupted write does not end in the suffix.
     const bool step_file = name.rfind(prefix + "step", 0) == 0 && name.size() > suffix.size() &&
                            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-    if ((step_file && name != keep) || name == prefix + "safetensors") fs::remove(entry.path(), ec);
+    if ((step_file && name != keep) || entry.path() == fs::path(unversioned_path(run_dir, rank)))
+      fs::remove(entry.path(), ec);
   }
 }
 

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <optional>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
@@ -51,24 +50,24 @@ uint32_t crc32_of(const uint8_t* data, size_t n) {
   return static_cast<uint32_t>(crc);
 }
 
-// The header's own CRC-32 sits inside the header it covers, so it is computed with its value replaced
-// by this placeholder (the same length as every value: eight hex digits).
+// The header's own CRC-32 sits inside the header it covers, so it is the CRC of the header bytes with
+// its own eight hex digits read as "00000000" (the value save_safetensors writes there first).
 constexpr const char* kHeaderCrcKey = "qtrain.header_crc32";
-constexpr const char* kHeaderCrcPlaceholder = "00000000";
+constexpr size_t kHeaderCrcDigits = 8;
 
-// The bytes of `"qtrain.header_crc32":"<value>"` as the compact JSON of save_safetensors writes them.
-// Inside a JSON string every quote is escaped, so these bytes can only be the metadata entry itself.
-std::string header_crc_field(const std::string& value) {
-  return fmt::format("\"{}\":\"{}\"", kHeaderCrcKey, value);
+// Where the eight digits of `"qtrain.header_crc32":"<digits>"` start in `header` (the compact JSON of
+// save_safetensors; inside a JSON string every quote is escaped, so these bytes can only be the
+// metadata entry itself); npos unless the entry occurs exactly once.
+size_t header_crc_digits_at(const std::string& header, const std::string& digits) {
+  const std::string field = fmt::format("\"{}\":\"{}\"", kHeaderCrcKey, digits);
+  const size_t at = header.find(field);
+  if (at == std::string::npos || header.find(field, at + 1) != std::string::npos) return std::string::npos;
+  return at + field.size() - 1 - kHeaderCrcDigits;
 }
 
-// CRC-32 of the header bytes (length prefix, JSON and padding) with the header CRC's value replaced by
-// the placeholder; none when the field does not occur exactly once.
-std::optional<uint32_t> header_crc(std::string header, const std::string& value) {
-  const std::string field = header_crc_field(value);
-  const size_t at = header.find(field);
-  if (at == std::string::npos || header.find(field, at + 1) != std::string::npos) return std::nullopt;
-  header.replace(at, field.size(), header_crc_field(kHeaderCrcPlaceholder));
+// CRC-32 of the header bytes (length prefix, JSON and padding) with the digits at `at` read as zeros.
+uint32_t header_crc(std::string header, size_t at) {
+  header.replace(at, kHeaderCrcDigits, kHeaderCrcDigits, '0');
   return crc32_of(reinterpret_cast<const uint8_t*>(header.data()), header.size());
 }
 
@@ -88,7 +87,7 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   for (const auto& [k, v] : metadata) meta[k] = v;
   meta["qtrain.crc32"] = std::to_string(crc32_of(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
-  meta[kHeaderCrcKey] = kHeaderCrcPlaceholder;  // replaces the value of a file read back and written again
+  meta[kHeaderCrcKey] = std::string(kHeaderCrcDigits, '0');  // also replaces the value of a file written again
   header["__metadata__"] = meta;
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // the format pads the header to 8 bytes with spaces
@@ -98,10 +97,9 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   bytes += json;
   // The data CRC leaves the header (step, epoch, config, names, shapes, offsets) unguarded: a flipped
   // digit of the step would resume at another point of the schedule without a word.
-  const std::optional<uint32_t> crc = header_crc(bytes, kHeaderCrcPlaceholder);
-  QT_CHECK(crc.has_value(), "the header CRC placeholder must occur once in the written header");
-  const std::string field = header_crc_field(kHeaderCrcPlaceholder);
-  bytes.replace(bytes.find(field), field.size(), header_crc_field(fmt::format("{:08x}", *crc)));
+  const size_t at = header_crc_digits_at(bytes, std::string(kHeaderCrcDigits, '0'));
+  QT_CHECK(at != std::string::npos, "the header CRC entry must occur once in the written header");
+  bytes.replace(at, kHeaderCrcDigits, fmt::format("{:08x}", header_crc(bytes, at)));
   bytes += data;
   write_file_atomically(path, bytes);
 }
@@ -193,13 +191,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   auto header_crc_entry = metadata_.find(kHeaderCrcKey);
   if (header_crc_entry != metadata_.end()) {
     const std::string& value = header_crc_entry->second;
-    const bool hex = value.size() == 8 && std::all_of(value.begin(), value.end(), [](char c) {
-      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-    });
-    const std::optional<uint32_t> crc =
-        hex ? header_crc(std::string(bytes.begin(), bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n)), value)
-            : std::nullopt;
-    if (!crc || fmt::format("{:08x}", *crc) != value)
+    const std::string header(bytes.begin(), bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+    const size_t at = value.size() == kHeaderCrcDigits ? header_crc_digits_at(header, value) : std::string::npos;
+    if (at == std::string::npos || fmt::format("{:08x}", header_crc(header, at)) != value)
       input_error("{}: corrupt checkpoint: the CRC-32 of the header (names, shapes, metadata) does not match", path);
   }
   auto crc = metadata_.find("qtrain.crc32");

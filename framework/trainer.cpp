@@ -196,7 +196,6 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   emitter << config_.resolved;
   resolved_yaml_ = std::string(emitter.c_str()) + "\n";
   check_same_config();
-  check_same_device_kind();
 
   optimizer_->init(net_->params().numel(), DType::f32, device_);
 
@@ -333,7 +332,7 @@ void Trainer::check_resume_config() {
     e << YAML::Flow << n;
     return std::string(e.c_str());
   };
-  const YAML::Node stored = written;
+  const YAML::Node& stored = written;
   const YAML::Node data = stored["data"];
   const std::pair<const char*, std::pair<std::string, std::string>> keys[] = {
       {"seed", {scalar_or(stored["seed"], std::to_string(RunConfig{}.seed)), std::to_string(config_.seed)}},
@@ -372,19 +371,6 @@ void Trainer::check_same_config() {
       input_error("rank {} was started with a different config than rank 0 (resolved-config hashes {:016x} vs {:016x}); "
                   "every rank must get the same config file and --set options",
                   r, all[r], all[0]);
-}
-
-void Trainer::check_same_device_kind() {
-  // With device: auto, a rank on a host without a GPU runs on the CPU. Such a job cannot keep its
-  // replicas identical (cuDNN and the CPU layers round differently), and the exchange would take
-  // device-dependent paths (pipelined pieces on the CPU, piece by piece on a GPU) that wait for
-  // different messages: refuse it at start-up, naming the first rank that differs.
-  const std::vector<uint64_t> all = comm_->all_gather_u64(device_.is_cuda() ? 1 : 0);
-  for (size_t r = 0; r < all.size(); ++r)
-    if (all[r] != all[0])
-      input_error("rank {} runs on {} but rank 0 on {}; every rank must train on the same kind of device (give "
-                  "every host a GPU, or set device: cpu)",
-                  r, all[r] ? "a GPU" : "the CPU", all[0] ? "a GPU" : "the CPU");
 }
 
 // Buffers (batch norm's running statistics) are computed by each rank on its own shard, so replicas'

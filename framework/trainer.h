@@ -88,7 +88,6 @@ class Trainer {
   void check_replicas(int64_t step);
   void sync_buffers();
   void check_same_config();
-  void check_same_device_kind();
 
   RunConfig config_;
   TrainOptions options_;
