@@ -1,0 +1,279 @@
+// The CUDA runtime API over the emulator: memory in host allocations (emu/memory.h), streams as
+// tokens (every call is synchronous), the last-error word per host thread as in CUDA. Misuse a GPU
+// would report is reported the same way (an error code), and misuse it would leave undefined (a copy
+// whose pointers are not what its kind claims) aborts with a message.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "tests/cuemu/emu/memory.h"
+#include "tests/cuemu/emu/scheduler.h"
+
+struct CUstream_st {
+  unsigned flags;
+};
+struct CUevent_st {
+  std::chrono::steady_clock::time_point when;
+  bool recorded = false;
+};
+
+namespace {
+
+thread_local cudaError_t t_last_error = cudaSuccess;
+thread_local int t_device = 0;
+
+cudaError_t record(cudaError_t e) {
+  if (e != cudaSuccess) t_last_error = e;
+  return e;
+}
+
+// The number of emulated GPUs: CUEMU_DEVICES (default 1). Zero emulates a machine without a GPU.
+int device_count() {
+  static const int n = [] {
+    const char* e = std::getenv("CUEMU_DEVICES");
+    return e && *e ? std::atoi(e) : 1;
+  }();
+  return n;
+}
+
+struct Streams {
+  std::mutex mutex;
+  std::set<const CUstream_st*> live;
+};
+Streams& streams() {
+  static Streams* s = new Streams;
+  return *s;
+}
+
+bool is_live_stream(cudaStream_t s) {
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return true;
+  Streams& all = streams();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  return all.live.count(s) != 0;
+}
+
+const char* kind_name(cuemu::MemoryKind k) {
+  switch (k) {
+    case cuemu::MemoryKind::Device: return "device memory";
+    case cuemu::MemoryKind::PinnedHost: return "pinned host memory";
+    default: return "unregistered host memory";
+  }
+}
+
+// A copy's pointers must be what its kind says (with UVA, cudaMemcpyDefault accepts any).
+void check_copy_side(const char* call, const char* side, const void* p, size_t bytes, bool device) {
+  const cuemu::MemoryKind k = cuemu::kind_of(p, bytes);
+  if (device && k != cuemu::MemoryKind::Device)
+    cuemu::fail("%s: the %s [%p, +%zu bytes) is %s, not device memory", call, side, p, bytes, kind_name(k));
+  if (!device && k == cuemu::MemoryKind::Device)
+    cuemu::fail("%s: the %s %p is device memory, but the copy's kind says host", call, side, p);
+}
+
+cudaError_t copy(const char* call, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  if (!dst || !src) return record(cudaErrorInvalidValue);
+  switch (kind) {
+    case cudaMemcpyHostToHost: check_copy_side(call, "destination", dst, bytes, false); check_copy_side(call, "source", src, bytes, false); break;
+    case cudaMemcpyHostToDevice: check_copy_side(call, "destination", dst, bytes, true); check_copy_side(call, "source", src, bytes, false); break;
+    case cudaMemcpyDeviceToHost: check_copy_side(call, "destination", dst, bytes, false); check_copy_side(call, "source", src, bytes, true); break;
+    case cudaMemcpyDeviceToDevice: check_copy_side(call, "destination", dst, bytes, true); check_copy_side(call, "source", src, bytes, true); break;
+    case cudaMemcpyDefault: break;
+    default: return record(cudaErrorInvalidMemcpyDirection);
+  }
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t set(const char* call, void* p, int value, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (cuemu::kind_of(p, bytes) != cuemu::MemoryKind::Device)
+    cuemu::fail("%s: [%p, +%zu bytes) is not inside one device allocation", call, p, bytes);
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+namespace cuemu {
+
+void check_launch_config(const char* kernel, Site site, const LaunchConfig& c) {
+  const unsigned long long threads = 1ull * c.block.x * c.block.y * c.block.z;
+  const char* why = nullptr;
+  if (threads == 0 || c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0) why = "an empty grid or block";
+  else if (threads > 1024) why = "more than 1024 threads per block";
+  else if (c.block.x > 1024 || c.block.y > 1024 || c.block.z > 64) why = "a block dimension beyond (1024, 1024, 64)";
+  else if (c.grid.x > 0x7fffffffu || c.grid.y > 65535 || c.grid.z > 65535) why = "a grid dimension beyond (2^31-1, 65535, 65535)";
+  else if (c.shared_bytes != 0) why = "dynamic shared memory (not emulated; qtrain's kernels use static __shared__ only)";
+  if (why)
+    fail("invalid launch of %s at %s:%d: grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of dynamic shared memory: %s", kernel,
+         site.file, site.line, c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z, c.shared_bytes, why);
+}
+
+void check_kernel_pointer(const char* kernel, Site site, int index, const void* p) {
+  if (p == nullptr) return;
+  const MemoryKind k = kind_of(p, 0);
+  if (k == MemoryKind::Unregistered)
+    fail("kernel %s launched at %s:%d: argument %d (%p) is host memory a GPU cannot address (not from cudaMalloc or "
+         "cudaMallocHost)",
+         kernel, site.file, site.line, index, p);
+}
+
+void check_stream(const char* kernel, Site site, CUstream_st* s) {
+  if (!is_live_stream(s)) fail("kernel %s launched at %s:%d on stream %p, which is not a live stream", kernel, site.file, site.line, static_cast<void*>(s));
+}
+
+}  // namespace cuemu
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = t_last_error;
+  t_last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() { return t_last_error; }
+
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+  }
+  return "cudaErrorUnknown";
+}
+const char* cudaGetErrorString(cudaError_t e) { return cudaGetErrorName(e); }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = device_count();
+  return *count > 0 ? cudaSuccess : record(cudaErrorNoDevice);
+}
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= device_count()) return record(cudaErrorInvalidDevice);
+  t_device = device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = t_device;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
+  if (device < 0 || device >= device_count()) return record(cudaErrorInvalidDevice);
+  std::snprintf(id, static_cast<size_t>(len), "0000:%02x:00.0", 0x10 + device);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  // An 80 GB device; what qtrain allocated is not free.
+  *total = size_t{80} << 30;
+  *free = *total - cuemu::device_bytes_in_use();
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = cuemu::allocate(bytes, cuemu::MemoryKind::Device);
+  return *p ? cudaSuccess : record(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  return cuemu::release(p, cuemu::MemoryKind::Device) ? cudaSuccess : record(cudaErrorInvalidDevicePointer);
+}
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
+  if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
+  return cudaMalloc(p, bytes);
+}
+cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
+  return cudaFree(p);
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  *p = cuemu::allocate(bytes, cuemu::MemoryKind::PinnedHost);
+  return *p ? cudaSuccess : record(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
+cudaError_t cudaFreeHost(void* p) {
+  if (!p) return cudaSuccess;
+  return cuemu::release(p, cuemu::MemoryKind::PinnedHost) ? cudaSuccess : record(cudaErrorInvalidValue);
+}
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  *a = {};
+  switch (cuemu::kind_of(p, 0)) {
+    case cuemu::MemoryKind::Device:
+      a->type = cudaMemoryTypeDevice;
+      a->device = t_device;
+      a->devicePointer = const_cast<void*>(p);
+      break;
+    case cuemu::MemoryKind::PinnedHost:
+      a->type = cudaMemoryTypeHost;
+      a->devicePointer = a->hostPointer = const_cast<void*>(p);
+      break;
+    default:
+      a->type = cudaMemoryTypeUnregistered;
+      a->hostPointer = const_cast<void*>(p);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) { return copy("cudaMemcpy", dst, src, bytes, kind); }
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+  if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
+  return copy("cudaMemcpyAsync", dst, src, bytes, kind);
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) { return set("cudaMemset", p, value, bytes); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
+  return set("cudaMemsetAsync", p, value, bytes);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  *s = new CUstream_st{flags};
+  Streams& all = streams();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  all.live.insert(*s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  Streams& all = streams();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  if (all.live.erase(s) == 0) return record(cudaErrorInvalidResourceHandle);
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return is_live_stream(s) ? cudaSuccess : record(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
+  e->when = std::chrono::steady_clock::now();
+  e->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t, unsigned) {
+  return is_live_stream(s) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!start->recorded || !end->recorded) return record(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  return cudaSuccess;
+}
