@@ -7,6 +7,11 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <sstream>
+
+#include <yaml-cpp/eventhandler.h>
+
+#include "framework/file_io.h"
 
 namespace qtrain {
 namespace {
@@ -151,7 +156,70 @@ void check_structure(const YAML::Node& root, const std::string& origin) {
   check_structure(root, origin, path, checked);
 }
 
+// Watches the parser's events for load_yaml: where each document begins, and how deeply lists and
+// mappings nest (refused past max_yaml_depth, at the collection that goes too deep). Builds nothing.
+class DocumentProbe : public YAML::EventHandler {
+ public:
+  YAML::Mark start;  // of the latest document: the position of its first token
+
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark, depth_ = 0; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    open(mark);
+  }
+  void OnSequenceEnd() override { --depth_; }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    open(mark);
+  }
+  void OnMapEnd() override { --depth_; }
+
+ private:
+  void open(const YAML::Mark& mark) {
+    if (++depth_ > max_yaml_depth)
+      throw YAML::ParserException(
+          mark, fmt::format("lists and mappings are nested more than {} levels deep", max_yaml_depth));
+  }
+  int depth_ = 0;
+};
+
+// The error for a token the parser cannot use where a document's value should begin.
+[[noreturn]] void throw_unusable_token(const std::string& text, const YAML::Mark& mark) {
+  const size_t pos = static_cast<size_t>(std::max(mark.pos, 0));
+  const std::string token = pos < text.size() ? text.substr(pos, 1) : std::string();
+  throw YAML::ParserException(
+      mark, token == "," ? std::string("unexpected ',' where a value should begin (a comma separates entries only "
+                                     "inside [ ] or { })")
+                         : fmt::format("unexpected '{}' where a value should begin", token));
+}
+
 }  // namespace
+
+YAML::Node load_yaml(const std::string& text) {
+  // A document that starts where the previous one started consumed no token: the parser stands on one
+  // it cannot use, and would return a null document for it for ever. Any document that is not stuck
+  // consumes at least its first token (a `---`, or the value's). So two documents tell whether the
+  // first is stuck, a third whether the second is; no more are read.
+  {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentProbe probe;
+    if (!parser.HandleNextDocument(probe)) return YAML::Node();
+    const YAML::Mark first = probe.start;
+    if (parser.HandleNextDocument(probe)) {
+      if (probe.start.pos == first.pos) throw_unusable_token(text, first);
+      const YAML::Mark second = probe.start;
+      if (parser.HandleNextDocument(probe) && probe.start.pos == second.pos) throw_unusable_token(text, second);
+      throw YamlSecondDocument(second, "a second YAML document begins here; one document is expected");
+    }
+  }
+  // Exactly one document, which the probe has parsed without error: yaml-cpp builds its nodes (with
+  // their positions, which only its own builder can set) reading that one document.
+  return YAML::Load(text);
+}
 
 ConfigNode::ConfigNode(YAML::Node node, std::string path, std::shared_ptr<const ConfigSource> source)
     : node_(std::move(node)), path_(std::move(path)), source_(std::move(source)) {
@@ -351,14 +419,15 @@ LoadedConfig load_config_file(const std::string& file, const std::vector<std::st
   out.source->file = file;
   if (std::filesystem::is_directory(file)) input_error("{}: is a folder, not a config file", file);
   if (!std::filesystem::is_regular_file(file)) input_error("{}: config file not found", file);
+  const std::optional<std::string> text = read_whole_file(file);
+  if (!text) input_error("{}: cannot read config: cannot open the file", file);
   try {
-    // Every document of the file: yaml-cpp's LoadFile reads the first and ignores the others without
-    // a word (a config followed by `---` and another one trained the first).
-    const std::vector<YAML::Node> documents = YAML::LoadAllFromFile(file);
-    if (documents.size() > 1)
-      input_error("{}: holds {} YAML documents (separated by ---); a config is one document", file,
-                  documents.size());
-    if (!documents.empty()) out.root = documents.front();
+    // One document only: yaml-cpp's LoadFile read the first and ignored the others without a word (a
+    // config followed by `---` and another one trained the first).
+    out.root = load_yaml(*text);
+  } catch (const YamlSecondDocument& e) {
+    input_error("{}:{}:{}: a second YAML document begins here; a config is one document", file, e.mark.line + 1,
+                e.mark.column + 1);
   } catch (const YAML::ParserException& e) {
     input_error("{}:{}:{}: YAML syntax error: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg);
   } catch (const YAML::Exception& e) {
@@ -394,7 +463,7 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
   }
   YAML::Node value;
   try {
-    value = YAML::Load(text);
+    value = load_yaml(text);
   } catch (const YAML::Exception& e) {
     input_error("--set {}: the value '{}' is not valid YAML: {}", path, text, e.what());
   }

@@ -78,6 +78,21 @@ class ConfigNode {
   std::set<std::string> known_;
 };
 
+// Parses `text` as one YAML document and returns its root (a null node when the text holds none).
+// Every YAML text that may come from a user goes through here, never yaml-cpp's Load/LoadFile/LoadAll:
+// yaml-cpp 0.7.0's LoadAll loops for ever, filling the memory, when a ',' stands where a value should
+// begin (it returns a null document without consuming the comma, then is asked for the next one; qtrain
+// issue 24, yaml-cpp #1040), and Load silently drops the rest of the text there. This parser is asked
+// for at most three documents. Throws YAML::ParserException, whose mark is the position, for a syntax
+// error, for such a token (message "unexpected ','"), for lists and mappings nested more than
+// max_yaml_depth levels (yaml-cpp's own limit only says "bad file", at the end of the text) and, as
+// YamlSecondDocument, for a second document.
+inline constexpr int max_yaml_depth = 100;
+struct YamlSecondDocument : YAML::ParserException {
+  using YAML::ParserException::ParserException;
+};
+YAML::Node load_yaml(const std::string& text);
+
 // Loads a YAML file (with a clear error for a missing file or a YAML syntax error) and applies
 // command-line overrides "a.b.c=value" (value parsed as YAML; numeric components index sequences).
 struct LoadedConfig {

@@ -319,7 +319,7 @@ void Trainer::check_resume_config() {
   if (start_.config.empty()) return;  // checkpoints of earlier versions did not record it
   YAML::Node written;
   try {
-    written = YAML::Load(start_.config);
+    written = load_yaml(start_.config);
   } catch (const YAML::Exception&) {
     input_error("{}: the config recorded in the checkpoint does not parse", checkpoint_path_);
   }

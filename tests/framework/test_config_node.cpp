@@ -1,6 +1,15 @@
 // ConfigNode: typed reads, ranges, choices, unknown keys with suggestions, located messages, --set.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+
 #include "framework/config_node.h"
 #include "tests/support/temp_dir.h"
 
@@ -165,7 +174,109 @@ TEST_CASE("text that is not UTF-8 is an error naming its line, in the file and i
 TEST_CASE("a file of several YAML documents is an error (only the first used to be read)", "[config]") {
   testing::TempDir dir;
   const std::string two = dir.write("two.yaml", "seed: 1\n---\nseed: 2\n");
-  REQUIRE_THROWS_WITH(load_config_file(two, {}), Catch::Contains(two + ": holds 2 YAML documents"));
+  REQUIRE_THROWS_WITH(load_config_file(two, {}),
+                      Catch::Contains(two + ":2:1: a second YAML document begins here; a config is one document"));
+  // A document after an end marker `...` counts too.
+  const std::string ended = dir.write("ended.yaml", "seed: 1\n...\nseed: 2\n");
+  REQUIRE_THROWS_WITH(load_config_file(ended, {}), Catch::Contains(ended + ":3:1: a second YAML document"));
   const std::string one = dir.write("one.yaml", "---\nseed: 1\n");  // one document with its marker is fine
   REQUIRE(load_config_file(one, {}).root["seed"].as<int>() == 1);
+}
+
+namespace {
+// Runs `load` in a forked child with at most 1 GiB more address space than this process has now
+// (RLIMIT_AS) and 5 seconds (alarm), and tells how it ended: "error: <message>" for an InputError,
+// "exception: <what>" for another exception (std::bad_alloc when the memory ran out), "no error" when
+// it returned, or the signal that ended it (SIGALRM: out of time). A loader that loops for ever fails
+// the test this way instead of filling the machine's memory (issue 24).
+std::string outcome_in_child(const std::function<void()>& load) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string out;
+    try {
+      long pages = 0;
+      std::ifstream("/proc/self/statm") >> pages;
+      const rlim_t limit = static_cast<rlim_t>(pages) * ::sysconf(_SC_PAGESIZE) + (rlim_t{1} << 30);
+      const rlimit rl{limit, limit};
+      if (::setrlimit(RLIMIT_AS, &rl) != 0) throw std::runtime_error("setrlimit failed");
+      ::alarm(5);
+      load();
+      out = "no error";
+    } catch (const InputError& e) {
+      out = std::string("error: ") + e.what();
+    } catch (const std::exception& e) {
+      out = std::string("exception: ") + e.what();
+    }
+    for (size_t at = 0; at < out.size();) {
+      const ssize_t n = ::write(fds[1], out.data() + at, out.size() - at);
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  if (WIFSIGNALED(status))
+    return fmt::format("killed by signal {} ({})", WTERMSIG(status),
+                       WTERMSIG(status) == SIGALRM ? "over the 5 s limit" : ::strsignal(WTERMSIG(status)));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("malformed configs end in a located error, within a memory and a time limit", "[config]") {
+  // yaml-cpp 0.7.0's LoadAll never ends on a ',' where a value should begin: it returns a null document
+  // without consuming the comma and is asked for the next one, for ever, filling the memory (issue 24,
+  // yaml-cpp #1040). The other inputs are known to hang or crash some YAML parsers.
+  testing::TempDir dir;
+  const std::string deep(5000, '[');
+  std::string numbers = "[";
+  for (int i = 0; i < 200000; ++i) numbers += std::to_string(i) + ",";
+  numbers.back() = ']';
+  const std::pair<std::string, std::string> cases[] = {
+      {",", ":1:1: YAML syntax error: unexpected ','"},
+      {", \xc3\xbf", ":1:1: YAML syntax error: unexpected ','"},
+      {",,,", ":1:1: YAML syntax error: unexpected ','"},
+      {"[1],", ":1:4: YAML syntax error: unexpected ','"},
+      {"{a: b},", ":1:7: YAML syntax error: unexpected ','"},
+      {"!x ,", ":1:4: YAML syntax error: unexpected ','"},
+      {"&a ,", ":1:4: YAML syntax error: unexpected ','"},
+      {"'a' ,", ":1:5: YAML syntax error: unexpected ','"},
+      {"--- ,", ":1:5: YAML syntax error: unexpected ','"},
+      {"%YAML 1.2\n---\n,", ":3:1: YAML syntax error: unexpected ','"},
+      {"# comment\n,", ":2:1: YAML syntax error: unexpected ','"},
+      {"seed: 1\n,\n", ":2:1: YAML syntax error: end of map not found"},  // a stray comma ending a mapping
+      {"- a\n,", ":2:1: YAML syntax error: unexpected ','"},
+      {"seed: 1\n...\n,\n", ":3:1: YAML syntax error: unexpected ','"},
+      {"- ,", ":1:3: YAML syntax error: end of sequence not found"},
+      {"? ,", ":1:3: YAML syntax error: end of map not found"},
+      {"[:", ":1:2: YAML syntax error: unknown token"},
+      {"{:", ":1:2: YAML syntax error: unknown token"},
+      {"- !+(.,.)", ":1:7: YAML syntax error: end of sequence not found"},
+      {std::string(101, '[') + std::string(101, ']'),
+       ":1:101: YAML syntax error: lists and mappings are nested more than 100 levels deep"},
+      // Unclosed, yaml-cpp reads every inner '[' as the key of a mapping: the 101st level is at column 51.
+      {deep, ":1:51: YAML syntax error: lists and mappings are nested more than 100 levels deep"},
+      {numbers, ": a config must be a YAML mapping of sections"},
+  };
+  for (const auto& [text, expected] : cases) {
+    const std::string file = dir.write("bad.yaml", text);
+    INFO("config: " << text.substr(0, 40));
+    CHECK_THAT(outcome_in_child([&] { load_config_file(file, {}); }), Catch::Contains("error: " + file + expected));
+  }
+  // The same loader reads --set values (yaml-cpp's Load took the value ',' for null without a word).
+  const std::string ok = dir.write("ok.yaml", "seed: 1\n");
+  REQUIRE_THAT(outcome_in_child([&] { load_config_file(ok, {"seed=,"}); }),
+               Catch::Contains("error: --set seed: the value ',' is not valid YAML") &&
+                   Catch::Contains("unexpected ','"));
+  REQUIRE_THAT(outcome_in_child([&] { load_config_file(ok, {"seed=" + deep}); }),
+               Catch::Contains("nested more than 100 levels deep"));
 }

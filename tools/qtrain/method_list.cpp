@@ -1,6 +1,8 @@
 // Method lists on the command line -> QuantizationConfig, through the config parser (same checks).
 #include "tools/qtrain/method_list.h"
 
+#include "framework/config_node.h"
+
 namespace qtrain::cli {
 
 std::vector<MethodChoice> parse_method_list(const std::string& list) {
@@ -30,7 +32,7 @@ std::vector<MethodChoice> parse_method_list(const std::string& list) {
       // A second value would silently replace the first (and the label would show both).
       if (node[key]) input_error("--methods {}: '{}' is given twice", item, key);
       try {
-        node[key] = YAML::Load(part.substr(eq + 1));
+        node[key] = load_yaml(part.substr(eq + 1));
       } catch (const YAML::Exception& e) {
         input_error("--methods {}: the value of '{}' is not valid YAML: {}", item, key, e.msg);
       }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "framework/check.h"
+#include "framework/config_node.h"
 #include "framework/file_io.h"
 #include "tools/qtrain/method_list.h"
 #include "tools/qtrain/report.h"
@@ -43,8 +44,10 @@ std::vector<Variant> parse_variants(const std::string& methods) {
 }
 
 YAML::Node load_sweep_file(const std::string& path) {
+  const std::optional<std::string> text = read_whole_file(path);
+  if (!text) input_error("{}: cannot read: cannot open the file", path);
   try {
-    return YAML::LoadFile(path);
+    return load_yaml(*text);
   } catch (const YAML::ParserException& e) {
     input_error("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
   } catch (const YAML::Exception& e) {
