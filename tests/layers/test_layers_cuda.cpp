@@ -1,6 +1,8 @@
 // CPU-vs-CUDA parity of every layer and the loss: the same inputs and parameters (f32) through both
 // paths, compared as |got - ref| <= atol + rtol |ref| with the bound derived where it is used, and the
 // dropout masks compared bit for bit. Needs a GPU; the CUDA test main reports "Skipped" without one.
+// Test cases tagged [cudnn] need cuDNN, which the CUDA emulator does not stand in for (no exact CPU
+// equivalent): its runs (test_layers_cuda_emu) leave them out; they run only on a GPU.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -266,7 +268,7 @@ TEST_CASE("add and pad_channels: CUDA matches the CPU bit for bit", "[cuda][laye
   }
 }
 
-TEST_CASE("batchnorm2d: cuDNN matches the CPU reference", "[cuda][layers][batchnorm]") {
+TEST_CASE("batchnorm2d: cuDNN matches the CPU reference", "[cuda][layers][batchnorm][cudnn]") {
   const Shape s{8, 4, 6, 5};  // 240 values per channel
   for (bool affine : {true, false}) {
     INFO("affine " << affine);
@@ -374,7 +376,7 @@ Tensor distinct_f32(const Shape& shape) {
 
 }  // namespace
 
-TEST_CASE("conv2d: cuDNN matches the im2col + OpenBLAS reference", "[cuda][layers][conv2d]") {
+TEST_CASE("conv2d: cuDNN matches the im2col + OpenBLAS reference", "[cuda][layers][conv2d][cudnn]") {
   struct Case {
     Window2d win;
     Shape input;
@@ -434,7 +436,7 @@ TEST_CASE("global_avgpool: CUDA matches the CPU", "[cuda][layers][pool]") {
   image_parity(a, b, {16, 8, 8}, 5, tol, "global_avgpool");
 }
 
-TEST_CASE("lrn: cuDNN matches the CPU reference", "[cuda][layers][lrn]") {
+TEST_CASE("lrn: cuDNN matches the CPU reference", "[cuda][layers][lrn][cudnn]") {
   for (int64_t size : {3, 5}) {
     const LrnOptions o{size, 0.5, 0.75, 2.0};
     Lrn a(o), b(o);

@@ -224,3 +224,10 @@ inline float min(float a, float b) { return std::fmin(a, b); }
 inline float max(float a, float b) { return std::fmax(a, b); }
 inline double min(double a, double b) { return std::fmin(a, b); }
 inline double max(double a, double b) { return std::fmax(a, b); }
+
+// The classification functions CUDA's math headers put in the global namespace for device code
+// (a kernel may write isnan(v) unqualified, as layers/pool2d.cu does).
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::signbit;

@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 
 #include "tests/cuemu/emu/memory.h"
 #include "tests/cuemu/emu/scheduler.h"
+#include "tests/cuemu/emu/streams.h"
 
 struct CUstream_st {
   unsigned flags;
@@ -43,6 +45,7 @@ int device_count() {
 struct Streams {
   std::mutex mutex;
   std::set<const CUstream_st*> live;
+  std::map<const CUstream_st*, const char*> stalled;  // emu/streams.h: why each stalled stream waits
 };
 Streams& streams() {
   static Streams* s = new Streams;
@@ -54,6 +57,15 @@ bool is_live_stream(cudaStream_t s) {
   Streams& all = streams();
   std::lock_guard<std::mutex> lock(all.mutex);
   return all.live.count(s) != 0;
+}
+
+// Why `s` is stalled, or null; with s == nullptr and any_stream, why any stream is.
+const char* stall_of(cudaStream_t s, bool any_stream = false) {
+  Streams& all = streams();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  if (any_stream) return all.stalled.empty() ? nullptr : all.stalled.begin()->second;
+  const auto it = all.stalled.find(s);
+  return it == all.stalled.end() ? nullptr : it->second;
 }
 
 const char* kind_name(cuemu::MemoryKind k) {
@@ -122,6 +134,17 @@ void check_kernel_pointer(const char* kernel, Site site, int index, const void* 
          kernel, site.file, site.line, index, p);
 }
 
+bool stream_is_live(cudaStream_t s) { return is_live_stream(s); }
+
+void set_stream_stalled(cudaStream_t s, const char* why) {
+  Streams& all = streams();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  if (why)
+    all.stalled[s] = why;
+  else
+    all.stalled.erase(s);
+}
+
 void check_stream(const char* kernel, Site site, CUstream_st* s) {
   if (!is_live_stream(s)) fail("kernel %s launched at %s:%d on stream %p, which is not a live stream", kernel, site.file, site.line, static_cast<void*>(s));
 }
@@ -166,7 +189,10 @@ cudaError_t cudaGetDevice(int* device) {
   *device = t_device;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  if (const char* why = stall_of(nullptr, true)) cuemu::fail("cudaDeviceSynchronize would wait forever: %s", why);
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
   if (device < 0 || device >= device_count()) return record(cudaErrorInvalidDevice);
   std::snprintf(id, static_cast<size_t>(len), "0000:%02x:00.0", 0x10 + device);
@@ -246,11 +272,20 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   Streams& all = streams();
   std::lock_guard<std::mutex> lock(all.mutex);
   if (all.live.erase(s) == 0) return record(cudaErrorInvalidResourceHandle);
+  all.stalled.erase(s);  // a GPU destroys a busy stream once its work ends; nothing waits for it here
   delete s;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { return is_live_stream(s) ? cudaSuccess : record(cudaErrorInvalidResourceHandle); }
-cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
+  if (const char* why = stall_of(s)) cuemu::fail("cudaStreamSynchronize(%p) would wait forever: %s", static_cast<void*>(s), why);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+  if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
+  // Not an error: CUDA does not record it as the last error.
+  return stall_of(s) ? cudaErrorNotReady : cudaSuccess;
+}
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
   *e = new CUevent_st;

@@ -1,12 +1,18 @@
 #include "tests/cuemu/emu/scheduler.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "tests/cuemu/emu/fiber.h"
 
@@ -21,6 +27,7 @@ enum class Wait : uint8_t { Running, Ready, Warp, Block, Done };
 
 struct ThreadState {
   FiberContext ctx;
+  int stack = -1;  // the fiber stack this thread runs on; taken when it first runs
   Wait wait = Wait::Ready;
   uint3v tid{};
   int linear = 0;
@@ -41,11 +48,24 @@ struct Launch {
   void (*body)(void*) = nullptr;
   void* context = nullptr;
   std::vector<ThreadState> threads;
+  // Stacks not in use by a started, unfinished thread. A thread that runs to its end without waiting
+  // hands its stack to the next one, so kernels without barriers touch one hot stack, not hundreds.
+  std::vector<int> free_stacks;
   FiberContext scheduler;
-  ThreadState* running = nullptr;
 };
 
 thread_local Launch* g_launch = nullptr;
+
+// Totals printed at exit when CUEMU_STATS is set: what a test costs the emulator.
+struct Stats {
+  unsigned long long launches = 0, blocks = 0, threads = 0, switches = 0, collectives = 0, barriers = 0;
+  ~Stats() {
+    if (std::getenv("CUEMU_STATS"))
+      std::fprintf(stderr, "cuemu: %llu launches, %llu blocks, %llu threads, %llu switches, %llu warp collectives, %llu barriers\n",
+                   launches, blocks, threads, switches, collectives, barriers);
+  }
+};
+Stats g_stats;
 std::mutex g_launch_mutex;
 
 const char* op_name(Collective op) {
@@ -94,20 +114,37 @@ void fiber_entry() {
   Launch& l = *g_launch;
   fiber_started(l.scheduler);
   l.body(l.context);
-  l.running->wait = Wait::Done;
-  exit_fiber(l.running->ctx, l.scheduler);
+  ThreadState* self = g_geometry.thread;
+  self->wait = Wait::Done;
+  exit_fiber(self->ctx, l.scheduler);
 }
 
 // Gives control back to the block scheduler until this thread may go on.
 void park(Wait wait) {
-  Launch& l = *g_launch;
-  l.running->wait = wait;
-  switch_fiber(l.running->ctx, l.scheduler);
+  ThreadState* self = g_geometry.thread;
+  self->wait = wait;
+  switch_fiber(self->ctx, g_launch->scheduler);
 }
 
 FiberStacks& stacks() {
   static thread_local FiberStacks s;
   return s;
+}
+
+// Runs one thread until it waits or exits.
+void resume(Launch& l, ThreadState& t) {
+  if (t.stack < 0) {
+    t.stack = l.free_stacks.back();
+    l.free_stacks.pop_back();
+    make_fiber(t.ctx, stacks().bottom(t.stack), FiberStacks::size(), &fiber_entry);
+  }
+  t.wait = Wait::Running;
+  ++g_stats.switches;
+  g_geometry.thread = &t;
+  g_geometry.thread_idx = t.tid;
+  switch_fiber(l.scheduler, t.ctx);
+  g_geometry.thread = nullptr;
+  if (t.wait == Wait::Done) l.free_stacks.push_back(t.stack);
 }
 
 // Resolves the collective all live lanes of a warp wait at.
@@ -158,62 +195,80 @@ void poison_shared() {
     std::memset(__start_cuemu_shared, schedule().poison, static_cast<size_t>(__stop_cuemu_shared - __start_cuemu_shared));
 }
 
+// Runs the lanes of warp w that can go on, each until it waits or exits, and resolves the warp's
+// collective when all its lanes wait at one. Returns true while the warp can go on.
+bool step_warp(Launch& l, int w, int n, bool shuffled, std::mt19937_64& rng, std::vector<int>& order) {
+  const int first = w * 32, count = std::min(32, n - first);
+  ThreadState* lanes = &l.threads[static_cast<size_t>(first)];
+  if (shuffled) {
+    order.resize(static_cast<size_t>(count));
+    for (int i = 0; i < count; ++i) order[static_cast<size_t>(i)] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int i : order)
+      if (lanes[i].wait == Wait::Ready) resume(l, lanes[i]);
+  } else {
+    for (int i = 0; i < count; ++i)
+      if (lanes[i].wait == Wait::Ready) resume(l, lanes[i]);
+  }
+  int at_warp = 0;
+  const ThreadState* warp_waiter = nullptr;
+  const ThreadState* other = nullptr;
+  for (int i = 0; i < count; ++i) {
+    if (lanes[i].wait == Wait::Warp) {
+      ++at_warp;
+      warp_waiter = &lanes[i];
+    } else {
+      other = &lanes[i];
+    }
+  }
+  if (at_warp == 0) return false;  // every lane at __syncthreads or exited
+  if (at_warp != count)
+    fail_in_block("a warp collective reached by only part of a warp (the other lanes exited or wait at __syncthreads)",
+                  *warp_waiter, other);
+  resolve_warp(lanes, count);
+  ++g_stats.collectives;
+  return true;
+}
+
 void run_block(Launch& l, std::mt19937_64& rng) {
   poison_shared();
   const int n = static_cast<int>(l.block.x * l.block.y * l.block.z);
-  l.threads.assign(static_cast<size_t>(n), ThreadState{});
-  FiberStacks& s = stacks();
+  ++g_stats.blocks;
+  g_stats.threads += static_cast<unsigned long long>(n);
+  l.threads.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     ThreadState& t = l.threads[static_cast<size_t>(i)];
+    t.wait = Wait::Ready;
+    t.site = {nullptr, 0};
+    t.stack = -1;
     t.linear = i;
     t.tid = {static_cast<unsigned>(i) % l.block.x, static_cast<unsigned>(i) / l.block.x % l.block.y,
              static_cast<unsigned>(i) / (l.block.x * l.block.y)};
-    make_fiber(t.ctx, s.bottom(i), FiberStacks::size(), &fiber_entry);
   }
+  // Taken from the back: stack 0 first.
+  l.free_stacks.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) l.free_stacks[static_cast<size_t>(i)] = n - 1 - i;
   const bool shuffled = schedule().seed != 0;
   const int warps = (n + 31) / 32;
-  std::vector<int> ready, order;
+  std::vector<int> order, runnable;
   for (;;) {
-    ready.clear();
-    for (int w = 0; w < warps; ++w)
-      for (int i = w * 32; i < std::min(n, w * 32 + 32); ++i)
-        if (l.threads[static_cast<size_t>(i)].wait == Wait::Ready) {
-          ready.push_back(w);
-          break;
-        }
-    if (!ready.empty()) {
-      // One warp runs ahead until each of its lanes waits or exits: warps race each other up to the
-      // next __syncthreads, in index order or at random.
-      const int w = shuffled ? ready[rng() % ready.size()] : ready[0];
-      const int first = w * 32, count = std::min(32, n - first);
-      order.resize(static_cast<size_t>(count));
-      for (int i = 0; i < count; ++i) order[static_cast<size_t>(i)] = first + i;
-      if (shuffled) std::shuffle(order.begin(), order.end(), rng);
-      for (int i : order) {
-        ThreadState& t = l.threads[static_cast<size_t>(i)];
-        if (t.wait != Wait::Ready) continue;
-        t.wait = Wait::Running;
-        l.running = &t;
-        switch_fiber(l.scheduler, t.ctx);
-      }
-      l.running = nullptr;
-      ThreadState* lanes = &l.threads[static_cast<size_t>(first)];
-      int at_warp = 0;
-      const ThreadState* warp_waiter = nullptr;
-      const ThreadState* other = nullptr;
-      for (int i = 0; i < count; ++i) {
-        if (lanes[i].wait == Wait::Warp) {
-          ++at_warp;
-          warp_waiter = &lanes[i];
-        } else {
-          other = &lanes[i];
+    // Between two barriers: in index order each warp runs ahead until all its lanes wait at the
+    // barrier or exit; shuffled, a random runnable warp takes one step (up to its next collective)
+    // at a time, so warps interleave at every collective.
+    if (shuffled) {
+      runnable.resize(static_cast<size_t>(warps));
+      for (int w = 0; w < warps; ++w) runnable[static_cast<size_t>(w)] = w;
+      while (!runnable.empty()) {
+        const size_t k = rng() % runnable.size();
+        if (!step_warp(l, runnable[k], n, true, rng, order)) {
+          runnable[k] = runnable.back();
+          runnable.pop_back();
         }
       }
-      if (at_warp == count) resolve_warp(lanes, count);
-      else if (at_warp > 0)
-        fail_in_block("a warp collective reached by only part of a warp (the other lanes exited or wait at __syncthreads)",
-                      *warp_waiter, other);
-      continue;
+    } else {
+      for (int w = 0; w < warps; ++w)
+        while (step_warp(l, w, n, false, rng, order)) {
+        }
     }
     int at_barrier = 0, done = 0;
     const ThreadState* waiting = nullptr;
@@ -232,6 +287,7 @@ void run_block(Launch& l, std::mt19937_64& rng) {
     if (done == n) return;
     if (done > 0 && waiting) fail_in_block("__syncthreads after some threads of the block exited", *waiting, exited);
     if (at_barrier != n) fail_in_block("deadlock: no thread of the block can go on", l.threads[0], nullptr);
+    ++g_stats.barriers;
     for (ThreadState& t : l.threads) t.wait = Wait::Ready;
   }
 }
@@ -270,16 +326,9 @@ const Schedule& schedule() {
   return s;
 }
 
-ThreadState* current_thread() { return g_launch ? g_launch->running : nullptr; }
+__thread Geometry g_geometry;
 
-const uint3v& thread_index() {
-  ThreadState* t = current_thread();
-  if (!t) fail("threadIdx read outside a kernel");
-  return t->tid;
-}
-const uint3v& block_index() { return g_launch->block_idx; }
-const uint3v& block_dim() { return g_launch->block; }
-const uint3v& grid_dim() { return g_launch->grid; }
+const uint3v& thread_index_outside_kernel() { fail("threadIdx read outside a kernel"); }
 
 void sync_block(Site site) {
   ThreadState* t = current_thread();
@@ -301,9 +350,37 @@ uint64_t warp_collective(Site site, Collective op, unsigned mask, uint64_t value
   return t->result;
 }
 
+namespace {
+
+// CUEMU_LAUNCH_LOG=<file>: each distinct launch (its site, the kernel as written there, the threads
+// per block) is appended to the file as one line, "quant/onebit.cu:92 pack_kernel 256", for the
+// kernel resource check (tests/cuemu/tools/resource_check.cpp), which holds it against the registers
+// and static shared memory ptxas reports for that kernel. Called under g_launch_mutex.
+void log_launch(const char* kernel, Site site, uint3v block) {
+  static const char* const path = std::getenv("CUEMU_LAUNCH_LOG");
+  if (!path || !*path) return;
+  static std::set<std::string> logged;
+  char line[1024];
+  const int len = std::snprintf(line, sizeof line, "%s:%d %s %u\n", site.file, site.line, kernel, block.x * block.y * block.z);
+  if (len < 0 || static_cast<size_t>(len) >= sizeof line)
+    fail("CUEMU_LAUNCH_LOG: the launch of %s at %s:%d does not fit in a line", kernel, site.file, site.line);
+  if (!logged.insert(line).second) return;
+  // The whole line in one write to a file opened for appending: the lines of processes that log at
+  // once (ctest -j, the ranks of an mpirun) do not interleave.
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) fail("CUEMU_LAUNCH_LOG=%s: %s", path, std::strerror(errno));
+  const ssize_t written = ::write(fd, line, static_cast<size_t>(len));
+  ::close(fd);
+  if (written != len) fail("CUEMU_LAUNCH_LOG=%s: short write", path);
+}
+
+}  // namespace
+
 void run_grid(const char* kernel, Site site, uint3v grid, uint3v block, void (*body)(void*), void* context) {
   if (g_launch) fail("kernel %s launched from inside kernel %s (dynamic parallelism is not emulated)", kernel, g_launch->kernel);
   std::lock_guard<std::mutex> lock(g_launch_mutex);
+  log_launch(kernel, site, block);
+  ++g_stats.launches;
   Launch l;
   l.kernel = kernel;
   l.site = site;
@@ -312,6 +389,8 @@ void run_grid(const char* kernel, Site site, uint3v grid, uint3v block, void (*b
   l.body = body;
   l.context = context;
   g_launch = &l;
+  g_geometry.block_dim = block;
+  g_geometry.grid_dim = grid;
   std::vector<uint3v> blocks;
   blocks.reserve(static_cast<size_t>(grid.x) * grid.y * grid.z);
   for (unsigned z = 0; z < grid.z; ++z)
@@ -321,6 +400,7 @@ void run_grid(const char* kernel, Site site, uint3v grid, uint3v block, void (*b
   if (schedule().seed) std::shuffle(blocks.begin(), blocks.end(), rng);
   for (const uint3v& b : blocks) {
     l.block_idx = b;
+    g_geometry.block_idx = b;
     run_block(l, rng);
   }
   g_launch = nullptr;

@@ -28,12 +28,25 @@ struct Site {
 
 struct ThreadState;
 
-// The emulated thread running now (null outside a kernel) and the running launch's geometry.
-ThreadState* current_thread();
-const uint3v& thread_index();
-const uint3v& block_index();
-const uint3v& block_dim();
-const uint3v& grid_dim();
+// What device code reads for threadIdx, blockIdx, blockDim and gridDim: kept up to date by the
+// scheduler on every switch, read inline (a thread-local load, initial-exec: the emulator is linked
+// into executables, never dlopen'ed) because kernels read them in every loop iteration. GNU __thread,
+// not thread_local: an extern thread_local is read through a TLS wrapper check (for a dynamic
+// initializer another file might have), and GCC 12 with -fsanitize=null tests the wrapper's flags as
+// if they were the address's, reporting "member access within null pointer" in the UBSan variant.
+// __thread has no dynamic initialization, hence no wrapper; it needs a trivial type (zeroed at start).
+struct Geometry {
+  ThreadState* thread;  // null outside a kernel
+  uint3v thread_idx, block_idx, block_dim, grid_dim;
+};
+extern __thread Geometry g_geometry __attribute__((tls_model("initial-exec")));
+
+inline ThreadState* current_thread() { return g_geometry.thread; }
+const uint3v& thread_index_outside_kernel();  // fails: threadIdx read on the host
+inline const uint3v& thread_index() { return g_geometry.thread ? g_geometry.thread_idx : thread_index_outside_kernel(); }
+inline const uint3v& block_index() { return g_geometry.block_idx; }
+inline const uint3v& block_dim() { return g_geometry.block_dim; }
+inline const uint3v& grid_dim() { return g_geometry.grid_dim; }
 
 // __syncthreads(): waits for every thread of the block at the same barrier.
 void sync_block(Site site);

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "vector_types.h"
 #include "tests/cuemu/emu/device_functions.h"
 #include "tests/cuemu/emu/launch.h"
 
