@@ -57,8 +57,12 @@ class NcclGroup {
   bool open_ = true;
 };
 
-// ctx's stream, after checking that ctx is on the communicator's GPU.
-cudaStream_t stream_of(const char* op, Context& ctx, Device device) {
+// ctx's stream, after checking that the communicator is still usable and ctx is on its GPU.
+cudaStream_t stream_of(const char* op, Context& ctx, Device device, ncclComm_t comm) {
+  // NcclComm::wait aborts the communicator on an asynchronous error; NCCL would answer a later call
+  // with only "invalid argument".
+  if (comm == nullptr)
+    throw Error(fmt::format("{}: the NCCL communicator was aborted after an earlier asynchronous error", op));
   QT_CHECK(ctx.device() == device, "{}: the context is on {}, but the NCCL communicator works on {}", op,
            ctx.device().str(), device.str());
   CUDA_CHECK(cudaSetDevice(device.index));
@@ -132,7 +136,7 @@ const uint8_t* NcclComm::device_send(std::span<const uint8_t> send, Device where
 void NcclComm::all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceType type) {
   const char* op = "all_reduce_sum";
   check_reduce_args(op, data, count, type);
-  cudaStream_t stream = stream_of(op, ctx, device_);
+  cudaStream_t stream = stream_of(op, ctx, device_, comm_);
   const size_t bytes = static_cast<size_t>(count) * reduce_type_size(type);
   const Device where = buffer_location(op, "data", data, bytes, ctx);
   if (count == 0) return;
@@ -152,7 +156,7 @@ void NcclComm::all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceTyp
 void NcclComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
                                 std::vector<size_t>& sizes, std::vector<size_t>& offsets) {
   const char* op = "all_gather_bytes";
-  cudaStream_t stream = stream_of(op, ctx, device_);
+  cudaStream_t stream = stream_of(op, ctx, device_, comm_);
   const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
   check_send_outside(op, send, recv);
 
@@ -191,7 +195,7 @@ void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, con
                                 std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) {
   const char* op = "all_to_all_bytes";
   check_all_to_all_args(op, send.size(), send_sizes, send_offsets, size());
-  cudaStream_t stream = stream_of(op, ctx, device_);
+  cudaStream_t stream = stream_of(op, ctx, device_, comm_);
   const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
   check_send_outside(op, send, recv);
 
@@ -223,7 +227,7 @@ void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, con
 void NcclComm::broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) {
   const char* op = "broadcast_bytes";
   check_root(op, root, size());
-  cudaStream_t stream = stream_of(op, ctx, device_);
+  cudaStream_t stream = stream_of(op, ctx, device_, comm_);
   const Device where = buffer_location(op, "data", data.data(), data.size(), ctx);
   if (data.empty()) return;
   if (where.is_cuda()) {

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The CUDA path end to end, under the CUDA emulator (label cuda_emu): 2 ranks train the MNIST MLP for
+# 20 steps with device: cuda and communication.backend: nccl (the emulator's NCCL over MPI, one
+# emulated GPU per rank) and --debug-check-replicas, for a quantizer of each family; the same run on
+# device: cpu with build/qtrain must reach the same losses and accuracy.
+#
+# Tolerance, and why not bit for bit: the dense layers' GEMMs are the same library on both sides (the
+# emulator's cuBLAS is OpenBLAS with the same operands), and the optimizers and quantizers are bit for
+# bit by their own tests, but the softmax cross-entropy and the bias gradients sum over the batch in
+# the CUDA kernels' block order, not the CPU's, so the gradients differ in their last bits from the
+# first step (median relative difference 4e-7). SGD keeps such differences at rounding scale; a
+# stochastic or error-feedback quantizer may put one value on another level when its input moved by an
+# ulp. So losses must agree to a relative 1e-3 and test accuracy to 1 point (seen: 1e-5 and 0 points).
+# RMSProp (the config's optimizer) is replaced by SGD with momentum here: in its first steps it turns
+# every gradient, however small, into a step of lr * 10 * sign(g), so last-bit noise in near-zero
+# gradients becomes whole steps and the runs part within a few steps, on any two implementations.
+# Usage: cuda_emu_train.sh QTRAIN CUEMU_QTRAIN SOURCE_DIR   (needs SOURCE_DIR/data/mnist; skips without)
+set -uo pipefail
+qtrain=$1
+emulated=$2
+src=$3
+mnist="$src/data/mnist"
+if [[ ! -f "$mnist/train-images-idx3-ubyte" ]]; then
+  echo "SKIPPED: $mnist is absent (tools/fetch_mnist.sh fetches it)"; exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+mpirun=(mpirun --oversubscribe --bind-to none --mca btl self,vader --mca mpi_yield_when_idle 1 -np 2)
+common=(--set data.path="$mnist" --set data.limit_train=4096 --set data.limit_test=500 --set train.threads=1
+        --set output.progress=none --set data.batch_size=64 --set train.max_steps=20
+        --set "optimizer={type: sgd, lr: 0.05, momentum: 0.9}" --debug-check-replicas 5)
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# The last line of metrics.csv: train_loss train_accuracy test_loss test_accuracy.
+final() { tail -1 "$1/metrics.csv" | awk -F, '{print $5, $6, $7, $8}'; }
+
+# One method per family: plain fp32 (NCCL all-reduce), a cast (bf16), a stochastic scale method (qsgd,
+# reduce-scatter + allgather), error feedback with column scales (onebit), sparse (topk, allgather).
+for method in fp32 bf16 qsgd onebit topk; do
+  cpu="$tmp/$method-cpu" gpu="$tmp/$method-cuda"
+  if ! "${mpirun[@]}" "$qtrain" train "$src/configs/mnist_mlp.yaml" "${common[@]}" --set device=cpu \
+         --set quantization.method="$method" --set output.dir="$cpu" </dev/null >"$cpu.log" 2>&1; then
+    fail "$method on the CPU"; tail -3 "$cpu.log" | sed "s/^/    /"; continue
+  fi
+  if ! CUEMU_DEVICES=2 "${mpirun[@]}" "$emulated" train "$src/configs/mnist_mlp.yaml" "${common[@]}" \
+         --set device=cuda --set communication.backend=nccl --set quantization.method="$method" \
+         --set output.dir="$gpu" </dev/null >"$gpu.log" 2>&1; then
+    fail "$method on emulated GPUs"; grep -v "^\[20" "$gpu.log" | tail -5 | sed "s/^/    /"; continue
+  fi
+  if ! grep -q "over nccl" "$gpu/train.log"; then fail "$method: the emulated run did not use NCCL"; continue; fi
+  read -r cl ca ctl cta <<<"$(final "$cpu")"
+  read -r gl ga gtl gta <<<"$(final "$gpu")"
+  if awk -v a="$cl" -v b="$gl" -v c="$ctl" -v d="$gtl" -v e="$cta" -v f="$gta" 'function abs(x) { return x < 0 ? -x : x }
+       BEGIN { exit !(abs(a - b) <= 1e-3 * abs(a) && abs(c - d) <= 1e-3 * abs(c) && abs(e - f) <= 0.01) }'; then
+    echo "ok: $method: train loss $cl (cpu) $gl (cuda), test loss $ctl / $gtl, test accuracy $cta / $gta"
+  else
+    fail "$method: cpu train loss $cl test loss $ctl accuracy $cta; cuda $gl $gtl $gta (beyond the tolerance)"
+  fi
+done
+[[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
+echo "all passed"
