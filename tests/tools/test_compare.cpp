@@ -198,13 +198,24 @@ TEST_CASE("compare: --methods become config overrides; unknown methods fail firs
 TEST_CASE("compare: finished, unfinished and stale run directories", "[compare]") {
   TempDir tmp;
   const fs::path run = tmp.path() / "runs" / "fp32";
-  CHECK(run_state(run.string(), "cmd", 2) == RunState::absent);
+  CHECK(run_state(run.string(), "cmd", RunLength{2}) == RunState::absent);
   write_run(run, "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);
-  CHECK(run_state(run.string(), "cmd", 2) == RunState::unfinished);  // no marker
+  CHECK(run_state(run.string(), "cmd", RunLength{2}) == RunState::unfinished);  // no marker
   write_marker(run.string(), "fp32", "cmd", 1.0);
-  CHECK(run_state(run.string(), "cmd", 2) == RunState::unfinished);  // 1 of 2 epochs
-  CHECK(run_state(run.string(), "cmd", 1) == RunState::finished);
-  CHECK(run_state(run.string(), "other cmd", 1) == RunState::stale);
+  CHECK(run_state(run.string(), "cmd", RunLength{2}) == RunState::unfinished);  // 1 of 2 epochs
+  CHECK(run_state(run.string(), "cmd", RunLength{1}) == RunState::finished);
+  CHECK(run_state(run.string(), "other cmd", RunLength{1}) == RunState::stale);
+  // A run bounded by train.max_steps ends in a partial epoch: finished once it reached its steps.
+  const fs::path short_run = tmp.path() / "runs" / "short";
+  write_run(short_run, "{method: fp32}", {row(0, 100, 5, 0.9, 100)}, 1);
+  write_marker(short_run.string(), "fp32", "cmd", 1.0);
+  CHECK(run_state(short_run.string(), "cmd", RunLength{1, 100}) == RunState::finished);
+  CHECK(run_state(short_run.string(), "cmd", RunLength{1, 200}) == RunState::unfinished);
+  CHECK(run_state(short_run.string(), "cmd", RunLength{1}) == RunState::unfinished);
+  CHECK(RunLength{1, 100}.str(469) == "100 steps (train.max_steps)");
+  CHECK(RunLength{2, 1000}.str(100) == "2 epochs");
+  CHECK(RunLength{1, 0}.str(100) == "1 epoch");
+  CHECK(RunLength{1, 100}.str(0) == "1 epoch or 100 steps (train.max_steps), whichever comes first");
   CHECK(shell_join({"a b", "c=d", "it's"}) == "'a b' c=d 'it'\\''s'");
   CHECK(shell_split("'a b' c=d  'it'\\''s' ''") == std::vector<std::string>{"a b", "c=d", "it's", ""});
 }
@@ -226,8 +237,8 @@ TEST_CASE("compare: a run's identity leaves out the qtrain binary, and a replace
   const fs::path run = tmp.path() / "runs" / "fp32";
   write_run(run, "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);
   write_marker(run.string(), "fp32", old_cmd, 1.0);
-  CHECK(run_state(run.string(), "mpirun -np 4 /elsewhere/qtrain train /c.yaml --set a=1", 1) == RunState::finished);
-  CHECK(run_state(run.string(), "mpirun -np 4 /old/build/qtrain train /c.yaml --set a=2", 1) == RunState::stale);
+  CHECK(run_state(run.string(), "mpirun -np 4 /elsewhere/qtrain train /c.yaml --set a=1", RunLength{1}) == RunState::finished);
+  CHECK(run_state(run.string(), "mpirun -np 4 /old/build/qtrain train /c.yaml --set a=2", RunLength{1}) == RunState::stale);
 
   // Moved aside, never deleted; a second replacement gets the next number.
   const std::string kept = set_aside(tmp.path().string(), run.string());
@@ -272,8 +283,8 @@ TEST_CASE("compare report: table values and files from synthetic runs", "[compar
   CHECK_FALSE(summarize(fp16, 0.99, &fp32).time_to_target_s);
 
   const std::string table = markdown_table({a, b}, 0.97);
-  CHECK_THAT(table, Catch::Contains("| fp32 | 2 | 2 | 97.50% | 97.50% (2) | 11.0 s | 667 | 1.00x | 150.0 | 32.00 | 0.000 MB | 1.000 |"));
-  CHECK_THAT(table, Catch::Contains("| fp16 | 2 | 2 | 96.80% | 97.20% (1) | 4.0 s | 2000 | 3.00x | 150.0 | 16.00 |"));
+  CHECK_THAT(table, Catch::Contains("| fp32 | 2 | 2 (20) | 97.50% | 97.50% (2) | 11.0 s | 667 | 1.00x | 150.0 | 32.00 | 0.000 MB | 1.000 |"));
+  CHECK_THAT(table, Catch::Contains("| fp16 | 2 | 2 (20) | 96.80% | 97.20% (1) | 4.0 s | 2000 | 3.00x | 150.0 | 16.00 |"));
   CHECK_THAT(markdown_table({summarize(fp16, 0.99, &fp32)}, 0.99), Catch::Contains("| not reached |"));
 
   const bool have_gnuplot = std::system("command -v gnuplot >/dev/null 2>&1") == 0;
@@ -289,7 +300,7 @@ TEST_CASE("compare report: table values and files from synthetic runs", "[compar
   std::ifstream md(report / "report.md");
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   CHECK_THAT(text, Catch::Contains(options.command));
-  CHECK_THAT(text, Catch::Contains("| fp16 | 2 | 2 | 96.80% |"));
+  CHECK_THAT(text, Catch::Contains("| fp16 | 2 | 2 (20) | 96.80% |"));
   CHECK(fs::exists(report / "plots.gp"));
   CHECK(fs::exists(report / "data" / "fp16.metrics.dat"));
   if (!have_gnuplot) {
@@ -362,9 +373,9 @@ TEST_CASE("compare and predict: damaged cells and sweep files are named", "[comp
   std::ofstream(marker) << "label: {a: 1}\ncommand: cmd\n";
   CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }),
              Catch::Contains(marker + ":1:1: expected 'label' with a string value"));
-  CHECK(run_state(run.string(), "cmd", 1) == RunState::finished);
+  CHECK(run_state(run.string(), "cmd", RunLength{1}) == RunState::finished);
   std::ofstream(marker) << "command: [\n";
-  CHECK(run_state(run.string(), "cmd", 1) == RunState::unfinished);  // unreadable: proves nothing
+  CHECK(run_state(run.string(), "cmd", RunLength{1}) == RunState::unfinished);  // unreadable: proves nothing
 }
 
 TEST_CASE("compare report: error-rate columns and plots for sequence tasks", "[compare][report]") {
@@ -390,8 +401,8 @@ TEST_CASE("compare report: error-rate columns and plots for sequence tasks", "[c
   CHECK(*b.final_wer == Approx(0.45));
   const std::string table = markdown_table({a, b}, 0.97);
   CHECK_THAT(table, Catch::Contains("| best accuracy (epoch) | final CER | final WER | best CER (epoch) | time to"));
-  CHECK_THAT(table, Catch::Contains("| fp32 | 4 | 2 | 10.00% | 10.00% (1) | 18.00% | 41.00% | 18.00% (2) | not reached |"));
-  CHECK_THAT(table, Catch::Contains("| qsgd:bits=2 | 4 | 2 | 10.00% | 10.00% (1) | 20.00% | 45.00% | 18.00% (1) |"));
+  CHECK_THAT(table, Catch::Contains("| fp32 | 4 | 2 (20) | 10.00% | 10.00% (1) | 18.00% | 41.00% | 18.00% (2) | not reached |"));
+  CHECK_THAT(table, Catch::Contains("| qsgd:bits=2 | 4 | 2 (20) | 10.00% | 10.00% (1) | 20.00% | 45.00% | 18.00% (1) |"));
 
   // Classification runs keep the table without the error-rate columns.
   write_run(tmp.path() / "mlp", "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);

@@ -253,11 +253,11 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
     Variant variant;
     fs::path run_dir;
     std::vector<std::string> train_args;  // after the launcher
-    int64_t epochs = 0;
+    RunLength length;
   };
   std::vector<Job> jobs;
   for (const Variant& v : variants) {
-    Job job{v, dir / "runs" / v.folder, {}, 0};
+    Job job{v, dir / "runs" / v.folder, {}, {}};
     std::vector<std::string> sets = a.overrides;
     if (a.epochs > 0) sets.push_back(fmt::format("train.epochs={}", a.epochs));
     // Ranks share the cores: one BLAS thread pool per rank would oversubscribe them.
@@ -268,7 +268,7 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
     sets.push_back("output.progress=lines");
     sets.push_back(fmt::format("train.log_every_steps={}", a.curve_every));
     const RunConfig rc = parse_run_config(a.config, sets);
-    job.epochs = rc.train.epochs;
+    job.length = RunLength{rc.train.epochs, rc.train.max_steps};
     job.train_args = {self, "train", fs::absolute(a.config).string()};
     for (const std::string& s : sets) {
       job.train_args.push_back("--set");
@@ -305,7 +305,7 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
     std::vector<std::string> argv = launcher();
     argv.insert(argv.end(), job.train_args.begin(), job.train_args.end());
     const std::string command = shell_join(argv);
-    const RunState state = run_state(job.run_dir.string(), command, job.epochs);
+    const RunState state = run_state(job.run_dir.string(), command, job.length);
     if (state == RunState::finished) {
       progress.message(fmt::format("{}: finished run reused ({})", job.variant.label, job.run_dir.string()));
       continue;
@@ -347,7 +347,10 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
           if (!parse_progress_line(line, p) || p.batches <= 0 || p.epochs <= 0 || p.step <= last_step) return;
           last_step = p.step;
           curve << fmt::format("{:.3f},{},{:.6f}\n", wall_offset + seconds_since(start), p.step, p.loss);
-          fraction = (static_cast<double>(p.epoch - 1) * p.batches + p.batch) / (static_cast<double>(p.epochs) * p.batches);
+          // Of the whole run: its epochs, or its train.max_steps when that ends it first.
+          const double total = static_cast<double>(p.epochs) * static_cast<double>(p.batches);
+          const double steps = job.length.max_steps > 0 ? std::min(total, static_cast<double>(job.length.max_steps)) : total;
+          fraction = std::min(1.0, static_cast<double>(p.step) / steps);
           detail = fmt::format("epoch {}/{} batch {}/{} loss {:.4f}", p.epoch, p.epochs, p.batch, p.batches, p.loss);
         },
         [&] {
@@ -365,9 +368,10 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
       input_error("compare: the {} run failed (exit status {}); its output is in {}; last line: {}", job.variant.label,
                   status, (job.run_dir / "output.log").string(), last_line);
     const std::vector<MetricsRecord> rows = read_metrics_csv((job.run_dir / "metrics.csv").string());
-    if (rows.back().epoch < job.epochs)
-      input_error("compare: the {} run exited after {} of {} epochs (see {})", job.variant.label, rows.back().epoch,
-                  job.epochs, (job.run_dir / "output.log").string());
+    if (!job.length.reached_by(rows.back()))
+      input_error("compare: the {} run exited at step {} ({} complete epochs), short of its {} (see {})",
+                  job.variant.label, rows.back().step, rows.back().epoch, job.length.str(0),
+                  (job.run_dir / "output.log").string());
     write_marker(job.run_dir.string(), job.variant.label, command, seconds_since(start));
     progress.message(fmt::format("{}: done in {}, test accuracy {:.2f}%", job.variant.label,
                                  format_duration(seconds_since(start)), 100 * rows.back().test_accuracy));

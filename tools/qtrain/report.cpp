@@ -77,6 +77,7 @@ SummaryRow summarize(const RunRecord& run, double target, const RunRecord* basel
   s.label = run.label;
   s.ranks = run.ranks;
   s.epochs = run.rows.back().epoch;
+  s.steps = run.rows.back().step;
   s.final_accuracy = run.rows.back().test_accuracy;
   double steps = 0, time = 0;
   int64_t previous_step = 0;
@@ -118,7 +119,7 @@ std::string markdown_table(const std::vector<SummaryRow>& rows, double target) {
   const bool error_rates = any_error_rates(rows);
   auto rate = [](const std::optional<double>& v) { return v ? percent(*v) : std::string("-"); };
   std::string s = fmt::format(
-      "| method | ranks | epochs | final accuracy | best accuracy (epoch) | {}time to {} | samples/s | speedup over "
+      "| method | ranks | epochs (steps) | final accuracy | best accuracy (epoch) | {}time to {} | samples/s | speedup over "
       "fp32 | ms per step | bits per value | sent per step per rank | fraction quantized |\n"
       "|---|---|---|---|---|{}---|---|---|---|---|---|---|\n",
       error_rates ? "final CER | final WER | best CER (epoch) | " : "", percent(target), error_rates ? "---|---|---|" : "");
@@ -127,8 +128,8 @@ std::string markdown_table(const std::vector<SummaryRow>& rows, double target) {
         !error_rates ? ""
         : r.best_cer ? fmt::format("{} | {} | {} ({}) | ", rate(r.final_cer), rate(r.final_wer), rate(r.best_cer), r.best_cer_epoch)
                      : "- | - | - | ";
-    s += fmt::format("| {} | {} | {} | {} | {} ({}) | {}{} | {:.0f} | {} | {:.1f} | {:.2f} | {} | {:.3f} |\n", r.label,
-                     r.ranks, r.epochs, percent(r.final_accuracy), percent(r.best_accuracy), r.best_epoch, rates,
+    s += fmt::format("| {} | {} | {} ({}) | {} | {} ({}) | {}{} | {:.0f} | {} | {:.1f} | {:.2f} | {} | {:.3f} |\n", r.label,
+                     r.ranks, r.epochs, r.steps, percent(r.final_accuracy), percent(r.best_accuracy), r.best_epoch, rates,
                      r.time_to_target_s ? fmt::format("{:.1f} s", *r.time_to_target_s) : "not reached",
                      r.samples_per_s, r.speedup ? fmt::format("{:.2f}x", *r.speedup) : "-", r.step_ms,
                      r.bits_per_value,

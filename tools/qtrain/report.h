@@ -16,7 +16,9 @@ namespace qtrain::cli {
 struct SummaryRow {
   std::string label;
   int ranks = 1;
-  int64_t epochs = 0;
+  int64_t epochs = 0;  // completed epochs
+  int64_t steps = 0;   // optimizer steps in all: more than epochs x steps per epoch when train.max_steps
+                       // ended the run in a partial epoch
   double final_accuracy = 0, best_accuracy = 0;
   int64_t best_epoch = 0;
   std::optional<double> time_to_target_s;  // wall_time_s of the first evaluation at or above the target

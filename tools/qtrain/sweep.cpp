@@ -73,7 +73,15 @@ const char* run_state_name(RunState state) {
   return "?";
 }
 
-RunState run_state(const std::string& run_dir, const std::string& command, int64_t epochs) {
+std::string RunLength::str(int64_t steps_per_epoch) const {
+  const std::string e = fmt::format("{} epoch{}", epochs, epochs == 1 ? "" : "s");
+  if (max_steps <= 0) return e;
+  const std::string s = fmt::format("{} step{} (train.max_steps)", max_steps, max_steps == 1 ? "" : "s");
+  if (steps_per_epoch <= 0) return e + " or " + s + ", whichever comes first";
+  return max_steps < epochs * steps_per_epoch ? s : e;
+}
+
+RunState run_state(const std::string& run_dir, const std::string& command, const RunLength& length) {
   if (!fs::exists(run_dir)) return RunState::absent;
   const fs::path marker = fs::path(run_dir) / "compare.done";
   if (!fs::exists(marker)) return RunState::unfinished;
@@ -86,7 +94,7 @@ RunState run_state(const std::string& run_dir, const std::string& command, int64
   if (run_identity(recorded) != run_identity(command)) return RunState::stale;
   try {
     const std::vector<MetricsRecord> rows = read_metrics_csv((fs::path(run_dir) / "metrics.csv").string());
-    if (rows.back().epoch < epochs) return RunState::unfinished;
+    if (!length.reached_by(rows.back())) return RunState::unfinished;
   } catch (const InputError&) {
     return RunState::unfinished;
   }

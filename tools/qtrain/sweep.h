@@ -3,8 +3,9 @@
 // run directory holds a finished run that can be reused.
 //
 //   DIR/runs/<folder>/            the run directory of one variant (output.dir of its training)
-//   DIR/runs/<folder>/compare.done  written atomically after the training exited successfully with all
-//                                 its epochs in metrics.csv; holds the exact training command. A run
+//   DIR/runs/<folder>/compare.done  written atomically after the training exited successfully having
+//                                 reached its length (RunLength) in metrics.csv; holds the exact
+//                                 training command. A run
 //                                 without it is unfinished (interrupted): rerun or resumed.
 //   DIR/replaced/<folder>.<N>/    a run that had to be started again (another command, or unfinished
 //                                 without --resume) is moved here, never deleted: hours of training
@@ -31,17 +32,31 @@ struct Variant {
 // is allowed; duplicates are errors too).
 std::vector<Variant> parse_variants(const std::string& methods);
 
+// How long a run is meant to train: train.epochs, or fewer steps when train.max_steps stops it first.
+struct RunLength {
+  int64_t epochs = 0;
+  int64_t max_steps = 0;  // 0: no step limit
+  // Whether a run whose last metrics row is `last` got there (a run stopped by max_steps ends with a
+  // row of its last step, in a partial epoch).
+  bool reached_by(const MetricsRecord& last) const {
+    return last.epoch >= epochs || (max_steps > 0 && last.step >= max_steps);
+  }
+  // "2 epochs", or "100 steps (train.max_steps)" when that ends the run first; without steps_per_epoch
+  // (0), both, "whichever comes first".
+  std::string str(int64_t steps_per_epoch) const;
+};
+
 enum class RunState {
   absent,      // no run directory yet
-  unfinished,  // started, never completed (no marker, or metrics.csv short of the epochs)
-  finished,    // marker present, same run identity, all epochs in metrics.csv: reuse it
+  unfinished,  // started, never completed (no marker, or metrics.csv short of its length)
+  finished,    // marker present, same run identity, its whole length in metrics.csv: reuse it
   stale,       // finished, but with another run identity (config, epochs, ranks, ...): rerun
 };
 const char* run_state_name(RunState state);
 
-// The state of `run_dir` for a training launched with `command` (argv joined) that must reach `epochs`.
+// The state of `run_dir` for a training launched with `command` (argv joined) that must reach `length`.
 // Commands are compared by run_identity, so a rebuilt or moved qtrain binary reuses finished runs.
-RunState run_state(const std::string& run_dir, const std::string& command, int64_t epochs);
+RunState run_state(const std::string& run_dir, const std::string& command, const RunLength& length);
 
 // What makes two training commands the same run: the command without the path of the qtrain binary
 // (the word before `train`), i.e. the launcher (ranks, netbed), the config and every --set except
