@@ -242,7 +242,8 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   // step k and resumed follows the same learning rates as one that never stopped.
   const int64_t total_steps = steps_per_epoch * config_.train.epochs;
   ConfigNode sched_section = config_.optimizer.child("schedule");
-  schedule_ = make_schedule(sched_section, steps_per_epoch, total_steps);
+  std::string schedule_note;  // logged below, once the log exists
+  schedule_ = make_schedule(sched_section, steps_per_epoch, total_steps, &schedule_note);
 
   ctx_ = std::make_unique<Context>(make_context(device_, config_.seed, config_.train.threads));
   net_->init_parameters(config_.seed);
@@ -290,6 +291,7 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   }
   log_->set_pattern("[%Y-%m-%d %H:%M:%S.%e] %v");
   log_->flush_on(spdlog::level::info);
+  if (!schedule_note.empty()) log_->info("note: {}", schedule_note);
 
   if (!options_.resume_dir.empty()) {
     if (!fs::exists(checkpoint_path_))

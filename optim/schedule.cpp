@@ -75,7 +75,8 @@ std::unique_ptr<Schedule> make_schedule(const ScheduleSpec& spec) {
   return std::make_unique<SpecSchedule>(spec);
 }
 
-std::unique_ptr<Schedule> make_schedule(ConfigNode& section, int64_t steps_per_epoch, int64_t total_steps) {
+std::unique_ptr<Schedule> make_schedule(ConfigNode& section, int64_t steps_per_epoch, int64_t total_steps,
+                                        std::string* note) {
   QT_CHECK(steps_per_epoch >= 1, "make_schedule: steps_per_epoch must be >= 1, got {}", steps_per_epoch);
   QT_CHECK(total_steps >= 0, "make_schedule: total_steps must be >= 0, got {}", total_steps);
   ConfigNode node = is_schedule_node(section) ? section : section.child("schedule");
@@ -97,9 +98,6 @@ std::unique_ptr<Schedule> make_schedule(ConfigNode& section, int64_t steps_per_e
   }
   node.accept("warmup_epochs");
   spec.warmup_start_factor = node.get_double("warmup_start_factor", 0.0, 0.0, 1.0);
-  if (total_steps > 0 && spec.warmup_steps > total_steps)
-    node.fail(node.has("warmup_epochs") ? "warmup_epochs" : "warmup_steps",
-              fmt::format("is {} steps, longer than the whole training ({} steps)", spec.warmup_steps, total_steps));
 
   if (spec.kind == ScheduleSpec::Kind::step) {
     spec.gamma = node.get_double("gamma", 0.1, 0.0, 1.0, /*min_exclusive=*/true);
@@ -120,10 +118,21 @@ std::unique_ptr<Schedule> make_schedule(ConfigNode& section, int64_t steps_per_e
   } else if (spec.kind == ScheduleSpec::Kind::cosine) {
     spec.min_factor = node.get_double("min_factor", 0.0, 0.0, 1.0);
     QT_CHECK(total_steps > 0, "make_schedule: a cosine schedule needs total_steps");
-    if (spec.warmup_steps >= total_steps)
-      node.fail(node.has("warmup_epochs") ? "warmup_epochs" : "warmup_steps",
-                fmt::format("is {} steps, which leaves no steps for the cosine decay (training has {})",
-                            spec.warmup_steps, total_steps));
+  }
+  // A shortened run (train.epochs=1 of a config that warms up over a few epochs) must still train: the
+  // warm-up is cut to what the run has room for, and the caller logs why. Cosine keeps half the run
+  // for its decay; the other schedules may warm up over the whole run.
+  const int64_t room = spec.kind == ScheduleSpec::Kind::cosine ? total_steps / 2 : total_steps;
+  const bool too_long = spec.kind == ScheduleSpec::Kind::cosine ? spec.warmup_steps >= total_steps
+                                                               : total_steps > 0 && spec.warmup_steps > total_steps;
+  if (too_long) {
+    if (note)
+      *note = fmt::format(
+          "{}.{} is {} steps, {} this run's {} steps: the warm-up is shortened to the first {} step{}{}",
+          node.path(), node.has("warmup_epochs") ? "warmup_epochs" : "warmup_steps", spec.warmup_steps,
+          spec.warmup_steps == total_steps ? "as long as" : "longer than", total_steps, room, room == 1 ? "" : "s",
+          spec.kind == ScheduleSpec::Kind::cosine ? ", the cosine decay takes the rest" : "");
+    spec.warmup_steps = room;
   }
   node.finish();
   return make_schedule(spec);

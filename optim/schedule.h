@@ -39,7 +39,10 @@ std::unique_ptr<Schedule> make_schedule(const ScheduleSpec& spec);
 // schedule is constant):
 //   {type: constant | step | cosine, warmup_epochs (float) or warmup_steps (int), warmup_start_factor,
 //    step: gamma + step_epochs (every k epochs) or milestones (list of epochs), cosine: min_factor}
-// Epoch values are converted with `steps_per_epoch`; `total_steps` is the length of training.
-std::unique_ptr<Schedule> make_schedule(ConfigNode& section, int64_t steps_per_epoch, int64_t total_steps);
+// Epoch values are converted with `steps_per_epoch`; `total_steps` is the length of training. A warm-up
+// longer than the training allows (all of it; with cosine, half of it) is shortened to fit, and `note`
+// (when given) receives a sentence for the log that says so; otherwise `note` is left as it is.
+std::unique_ptr<Schedule> make_schedule(ConfigNode& section, int64_t steps_per_epoch, int64_t total_steps,
+                                        std::string* note = nullptr);
 
 }  // namespace qtrain
