@@ -13,6 +13,7 @@ namespace {
 
 using optim_detail::AdamCoeffs;
 using optim_detail::data_or_null;
+using optim_detail::flush_subnormal;
 using optim_detail::with_flag;
 
 // `t` is the 1-based number of this step.
@@ -38,8 +39,8 @@ void adam_loop(const AdamCoeffs<T> c, T* __restrict p, const T* __restrict g, T*
   for (int64_t i = 0; i < n; ++i) {
     T d = g[i];
     if constexpr (kDecay) d = d + c.weight_decay * p[i];
-    const T mi = c.beta1 * m[i] + c.one_minus_beta1 * d;
-    const T vi = c.beta2 * v[i] + c.one_minus_beta2 * d * d;
+    const T mi = flush_subnormal(c.beta1 * m[i] + c.one_minus_beta1 * d);
+    const T vi = flush_subnormal(c.beta2 * v[i] + c.one_minus_beta2 * d * d);
     m[i] = mi;
     v[i] = vi;
     T denom_v = vi;

@@ -13,8 +13,8 @@ __global__ void adam_kernel(AdamCoeffs<float> c, float* __restrict__ p, const fl
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float d = g[i];
     if (c.decay) d = d + c.weight_decay * p[i];
-    const float mi = c.beta1 * m[i] + c.one_minus_beta1 * d;
-    const float vi = c.beta2 * v[i] + c.one_minus_beta2 * d * d;
+    const float mi = flush_subnormal(c.beta1 * m[i] + c.one_minus_beta1 * d);
+    const float vi = flush_subnormal(c.beta2 * v[i] + c.one_minus_beta2 * d * d);
     m[i] = mi;
     v[i] = vi;
     float denom_v = vi;

@@ -11,6 +11,7 @@ namespace {
 
 using optim_detail::RmsPropCoeffs;
 using optim_detail::data_or_null;
+using optim_detail::flush_subnormal;
 using optim_detail::with_flag;
 
 template <typename T>
@@ -34,18 +35,18 @@ void rmsprop_loop(const RmsPropCoeffs<T> c, T* __restrict p, const T* __restrict
   for (int64_t i = 0; i < n; ++i) {
     T d = g[i];
     if constexpr (kDecay) d = d + c.weight_decay * p[i];
-    const T s = c.alpha * sq[i] + c.one_minus_alpha * d * d;
+    const T s = flush_subnormal(c.alpha * sq[i] + c.one_minus_alpha * d * d);
     sq[i] = s;
     T avg;
     if constexpr (kCentered) {
-      const T a = c.alpha * ga[i] + c.one_minus_alpha * d;
+      const T a = flush_subnormal(c.alpha * ga[i] + c.one_minus_alpha * d);
       ga[i] = a;
       avg = std::sqrt(s - a * a) + c.eps;
     } else {
       avg = std::sqrt(s) + c.eps;
     }
     if constexpr (kMomentum) {
-      const T b = c.momentum * buf[i] + d / avg;
+      const T b = flush_subnormal(c.momentum * buf[i] + d / avg);
       buf[i] = b;
       p[i] = p[i] - c.lr * b;
     } else {

@@ -13,18 +13,18 @@ __global__ void rmsprop_kernel(RmsPropCoeffs<float> c, float* __restrict__ p, co
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float d = g[i];
     if (c.decay) d = d + c.weight_decay * p[i];
-    const float s = c.alpha * sq[i] + c.one_minus_alpha * d * d;
+    const float s = flush_subnormal(c.alpha * sq[i] + c.one_minus_alpha * d * d);
     sq[i] = s;
     float avg;
     if (c.centered) {
-      const float a = c.alpha * ga[i] + c.one_minus_alpha * d;
+      const float a = flush_subnormal(c.alpha * ga[i] + c.one_minus_alpha * d);
       ga[i] = a;
       avg = sqrtf(s - a * a) + c.eps;
     } else {
       avg = sqrtf(s) + c.eps;
     }
     if (c.use_momentum) {
-      const float b = c.momentum * buf[i] + d / avg;
+      const float b = flush_subnormal(c.momentum * buf[i] + d / avg);
       buf[i] = b;
       p[i] = p[i] - c.lr * b;
     } else {

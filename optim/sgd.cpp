@@ -9,6 +9,7 @@ namespace {
 
 using optim_detail::SgdCoeffs;
 using optim_detail::data_or_null;
+using optim_detail::flush_subnormal;
 using optim_detail::with_flag;
 
 template <typename T>
@@ -31,7 +32,7 @@ void sgd_loop(const SgdCoeffs<T> c, T* __restrict p, const T* __restrict g, T* _
     T d = g[i];
     if constexpr (kDecay) d = d + c.weight_decay * p[i];
     if constexpr (kMomentum) {
-      const T b = c.buf_scale * buf[i] + c.grad_scale * d;
+      const T b = flush_subnormal(c.buf_scale * buf[i] + c.grad_scale * d);
       buf[i] = b;
       if constexpr (kNesterov) d = d + c.momentum * b;
       else d = b;

@@ -14,7 +14,7 @@ __global__ void sgd_kernel(SgdCoeffs<float> c, float* __restrict__ p, const floa
     float d = g[i];
     if (c.decay) d = d + c.weight_decay * p[i];
     if (c.use_momentum) {
-      const float b = c.buf_scale * buf[i] + c.grad_scale * d;
+      const float b = flush_subnormal(c.buf_scale * buf[i] + c.grad_scale * d);
       buf[i] = b;
       d = c.nesterov ? d + c.momentum * b : b;
     }

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "optim/adagrad.h"
@@ -451,4 +452,63 @@ TEST_CASE("make_optimizer errors name the key and the value", "[optim][config]")
                       Catch::Contains("unknown key 'optimizer.beta1'"));
   REQUIRE_THROWS_WITH(optimizer_from("optimizer:\n  type: rmsprop\n  lr: 0.1\n  alpha: 2\n"),
                       Catch::Contains("test.yaml:4:10") && Catch::Contains("optimizer.alpha must be <= 1, got 2"));
+}
+
+// ------------------------------------------------------------------------------------ subnormals
+
+namespace {
+
+// Steps `opt` with gradients that are subnormal, tiny enough that their squares are, and then zero
+// (the state decays) and checks after every step that no state value is subnormal (optim/kernels.h:
+// such values are stored as zero; issue 22) and that the tiny but normal values are kept.
+template <typename T>
+void check_no_subnormal_state(Optimizer& opt, const std::string& what) {
+  Context ctx = Context::cpu(1, 1);
+  const T tiny = std::numeric_limits<T>::denorm_min() * 3, small = std::sqrt(std::numeric_limits<T>::min()) / 4;
+  const std::vector<Values> grads{{double(tiny), -double(tiny), double(small), 1.0},
+                                  {double(small), double(tiny), -double(small), 0.5},
+                                  {0.0, 0.0, 0.0, 0.0}};
+  Tensor p = arena<T>({1, -1, 0.5, 2});
+  opt.init(4, dtype_of<T>(), Device::cpu());
+  auto last_state = [&] {  // the state values of element 3, whose gradients were 1 and 0.5
+    Values out;
+    for (auto& [name, t] : opt.state())
+      if (t.dtype() == dtype_of<T>() && t.numel() == 4) out.push_back(double(t.template data<T>()[3]));
+    return out;
+  };
+  for (int k = 0; k < 60; ++k) {  // then 57 steps of zero gradients, each decaying the state by 0.1
+    opt.step(ctx, p, arena<T>(grads[static_cast<size_t>(std::min(k, 2))]), 0.05);
+    for (auto& [name, t] : opt.state())
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        if (t.dtype() != dtype_of<T>()) continue;
+        INFO(what << " " << name << "[" << i << "] after step " << k + 1 << ": " << double(t.template data<T>()[i]));
+        REQUIRE(std::fpclassify(t.template data<T>()[i]) != FP_SUBNORMAL);
+      }
+    if (k == 2) {
+      for (double v : last_state()) CHECK(v != 0);  // normal values are kept
+    }
+  }
+  // f32: 0.1^57 took every state of element 3 through the subnormal range, to zero. f64's normal range
+  // reaches 2.2e-308, so there only the subnormal gradients were flushed.
+  if (std::is_same_v<T, float>)
+    for (double v : last_state()) CHECK(v == 0);
+}
+
+}  // namespace
+
+TEST_CASE("optimizer state never holds subnormal numbers (they cost ~100x per operation on x86)", "[optim]") {
+  for (int f32 : {1, 0}) {
+    Sgd sgd({.lr = 0.1, .momentum = 0.1});
+    RmsProp rms({.lr = 0.01, .alpha = 0.1, .momentum = 0.1, .centered = true});
+    Adam adam({.lr = 0.01, .beta1 = 0.1, .beta2 = 0.1});
+    if (f32) {
+      check_no_subnormal_state<float>(sgd, "sgd f32");
+      check_no_subnormal_state<float>(rms, "rmsprop f32");
+      check_no_subnormal_state<float>(adam, "adam f32");
+    } else {
+      check_no_subnormal_state<double>(sgd, "sgd f64");
+      check_no_subnormal_state<double>(rms, "rmsprop f64");
+      check_no_subnormal_state<double>(adam, "adam f64");
+    }
+  }
 }

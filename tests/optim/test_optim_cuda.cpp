@@ -48,8 +48,10 @@ void require_parity(const Tensor& cuda, const Tensor& cpu, const std::string& wh
   REQUIRE(wrong == 0);
 }
 
+// grad_scale scales the gradients: 1e-20 makes their squares subnormal, 1e-38 the gradients themselves,
+// so both paths must flush the same state values to zero (optim/kernels.h, flush_subnormal).
 template <typename Opt, typename Options>
-void check_parity(const Options& options) {
+void check_parity(const Options& options, float grad_scale = 1.0f) {
   constexpr int64_t n = 100003;  // not a multiple of the block size
   Context cpu_ctx = Context::cpu(1, 1);
   Context cuda_ctx = Context::cuda(0, 1);
@@ -59,7 +61,8 @@ void check_parity(const Options& options) {
   cpu_opt.init(n, DType::f32, Device::cpu());
   cuda_opt.init(n, DType::f32, Device::cuda(0));
   for (int k = 0; k < 5; ++k) {
-    const Tensor g = random_arena(n, k + 1);
+    Tensor g = random_arena(n, k + 1);
+    for (int64_t i = 0; i < n; ++i) g.data<float>()[i] *= grad_scale;
     const Tensor g_cuda = g.to(Device::cuda(0));
     const double lr = options.lr * (1.0 - 0.1 * k);  // a changing lr, as under a schedule
     cpu_opt.step(cpu_ctx, p_cpu, g, lr);
@@ -95,6 +98,16 @@ TEST_CASE("rmsprop: CUDA matches the CPU", "[optim][cuda]") {
 TEST_CASE("adam: CUDA matches the CPU", "[optim][cuda]") {
   check_parity<Adam>(AdamOptions{.lr = 0.01});
   check_parity<Adam>(AdamOptions{.lr = 0.01, .weight_decay = 1e-2, .amsgrad = true});
+}
+
+TEST_CASE("subnormal gradients and states: CUDA flushes them to zero as the CPU does", "[optim][cuda]") {
+  for (float scale : {1e-20f, 1e-38f}) {
+    CAPTURE(scale);
+    check_parity<Sgd>(SgdOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true}, scale);
+    check_parity<RmsProp>(RmsPropOptions{.lr = 0.01, .alpha = 0.5, .momentum = 0.5, .centered = true}, scale);
+    check_parity<Adam>(AdamOptions{.lr = 0.01, .beta1 = 0.5, .beta2 = 0.5, .amsgrad = true}, scale);
+    check_parity<Adagrad>(AdagradOptions{.lr = 0.01}, scale);
+  }
 }
 
 TEST_CASE("clip_grad_norm: CUDA returns the CPU's norm and scales to the CPU's bits", "[optim][clip][cuda]") {
