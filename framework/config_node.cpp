@@ -247,7 +247,7 @@ std::string ConfigNode::location(const std::string& key) const {
       return fmt::format("command line (--set {})", o);
   YAML::Node v = key.empty() ? node_ : lookup(key);
   const YAML::Node& at = v.IsDefined() ? v : node_;
-  if (at.IsDefined() && at.Mark().line >= 0)
+  if (source_->positions && at.IsDefined() && at.Mark().line >= 0)
     return fmt::format("{}:{}:{}", source_->file, at.Mark().line + 1, at.Mark().column + 1);
   return source_->file;
 }
@@ -405,7 +405,7 @@ void ConfigNode::finish() {
     const std::string hint = best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best);
     // Point at the key itself (location(key) would point at its value).
     const YAML::Mark mark = it->first.Mark();
-    const std::string where = location(key).rfind("command line", 0) == 0 || mark.line < 0
+    const std::string where = location(key).rfind("command line", 0) == 0 || mark.line < 0 || !source_->positions
                                   ? location(key)
                                   : fmt::format("{}:{}:{}", source_->file, mark.line + 1, mark.column + 1);
     throw InputError(fmt::format("{}: unknown key '{}'{}; known keys here: {}", where, key_path(key), hint,

@@ -22,6 +22,9 @@ namespace qtrain {
 struct ConfigSource {
   std::string file;
   std::set<std::string> overridden;  // full key paths, e.g. "train.epochs"
+  // Whether line:column positions mean anything to the user: not for a config assembled from
+  // command-line words (--methods qsgd:bits=3), whose values were parsed one by one.
+  bool positions = true;
 };
 
 class ConfigNode {

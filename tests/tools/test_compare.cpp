@@ -183,7 +183,10 @@ TEST_CASE("compare: --methods become config overrides; unknown methods fail firs
                                                    "quantization.bucket=64"});
   CHECK_THAT(error_of([] { parse_variants("fp32,int3"); }),
              Catch::Contains("--methods int3: quantization.method must be one of fp32, fp16"));
-  CHECK_THAT(error_of([] { parse_variants("qsgd:bits=3"); }), Catch::Contains("bits"));
+  // The values are parsed one by one: no line:column position (it used to say '--methods qsgd:bits=3:1:1').
+  CHECK(error_of([] { parse_variants("qsgd:bits=3"); }) ==
+        "--methods qsgd:bits=3: quantization.bits must be one of 2, 4, 8, 16, got '3'");
+  CHECK_THAT(error_of([] { parse_variants("qsgd:bogus=3"); }), Catch::StartsWith("--methods qsgd:bogus=3: unknown key"));
   CHECK_THAT(error_of([] { parse_variants("fp32,fp32"); }), Catch::Contains("'fp32' is given twice"));
   // A parameter given twice used to keep the last value, an empty value to fall back to the default,
   // and a value that is not YAML escaped as yaml-cpp's exception ("qtrain: unexpected error").

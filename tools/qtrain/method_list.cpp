@@ -40,6 +40,7 @@ std::vector<MethodChoice> parse_method_list(const std::string& list) {
     node["min_numel"] = 0;
     auto source = std::make_shared<ConfigSource>();
     source->file = "--methods " + item;
+    source->positions = false;  // each value was parsed on its own: every one would be at 1:1
     ConfigNode section(node, "quantization", source);
     out.push_back({item, QuantizationConfig::parse(section)});
   }
