@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include "framework/tensor.h"
 #include "quant/wire.h"
@@ -151,6 +153,51 @@ TEST_CASE("CUDA encoders refuse sums beyond the float range as the CPU does", "[
       const size_t gbytes = gpu_encode();
       REQUIRE(gbytes == cp.size());
       REQUIRE(bytes_to_host(gout, gbytes) == cp);
+    }
+  }
+}
+
+TEST_CASE("CUDA encoders refuse NaN and Inf with the CPU's message, wherever in a warp they stand", "[quant][cuda]") {
+  // The CUDA paths flag non-finite input per warp (warp_or_u32 in quant/cuda_common.cuh) and per
+  // group; a flag lost on any lane but lane 0 would still be caught later, as an overflowing mean or
+  // scale, with another message. So the message must be the CPU's, for a value on lane 0 and on
+  // others. Where the CPU encodes such input (the casts), the CUDA bytes must equal its bytes.
+  Context cpu = Context::cpu(1, 1);
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 2000, column = 20;
+  const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity()};
+  for (const QuantSpec& s : all_specs()) {
+    auto q = make_quantizer(s);
+    const size_t cap = q->max_encoded_bytes(n, column);
+    for (float bad : bad_values) {
+      for (int64_t at : {int64_t{0}, int64_t{37}, int64_t{1031}, n - 1}) {  // lanes 0, 5, 7, 15
+        CAPTURE(s.str(), bad, at);
+        std::vector<float> x = normal_data(n, 3);
+        x[static_cast<size_t>(at)] = bad;
+        Tensor gx = to_cuda(x);
+        Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
+        QuantState cs(5, 1, 3), gs(5, 1, 3);
+        std::string cpu_error, gpu_error;
+        std::vector<uint8_t> cp;
+        try {
+          cp = encode(*q, cpu, x, column, cs);
+        } catch (const NonFiniteInputError& e) {
+          cpu_error = e.what();
+        }
+        size_t gbytes = 0;
+        try {
+          gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column, gs,
+                             std::span<uint8_t>(gout.data<uint8_t>(), cap));
+        } catch (const NonFiniteInputError& e) {
+          gpu_error = e.what();
+        }
+        REQUIRE(gpu_error == cpu_error);
+        if (cpu_error.empty()) {
+          REQUIRE(gbytes == cp.size());
+          REQUIRE(bytes_to_host(gout, gbytes) == cp);
+        }
+      }
     }
   }
 }
