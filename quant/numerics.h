@@ -173,7 +173,10 @@ struct QsgdLevel {
   float rest;
 };
 QT_HD QsgdLevel qsgd_level(float v, float inv) {
-  const float a = fabsf(v) * inv;
+  // The clamp keeps the conversions defined for NaN and Inf (fminf returns the number, not the NaN),
+  // which the CUDA kernel meets before its status check refuses them; a C++ cast of those is undefined
+  // (the UBSan run of the emulated tests reported it). Finite v <= max gives a <= 2^16: unchanged.
+  const float a = fminf(fabsf(v) * inv, 2147483520.0f);  // the largest float below 2^31
   const auto l = static_cast<int32_t>(a);
   const float p = (a - static_cast<float>(l)) * 65536.0f;
   const auto h = static_cast<int32_t>(p);

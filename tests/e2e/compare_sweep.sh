@@ -8,7 +8,9 @@
 #  3. the report has its table and images; --report-only regenerates it;
 #  4. predict reads the sweep; a directory without metrics.csv is a clear error;
 #  5. a copy of the binary elsewhere reuses the finished runs; a changed command retrains, and the run
-#     it replaces is moved to replaced/, not deleted.
+#     it replaces is moved to replaced/, not deleted;
+#  6. runs bounded by train.max_steps inside their first epoch finish, are reported with their steps,
+#     and are reused by a rerun.
 # Usage: compare_sweep.sh QTRAIN_BINARY SOURCE_DIR   (needs SOURCE_DIR/data/mnist; skips without it)
 set -uo pipefail
 qtrain=$1
@@ -67,8 +69,8 @@ awk -F, 'NR > 1 { if (NF != 3 || $2 + 0 <= last) bad = 1; last = $2 + 0 } END { 
 
 # 3. the report
 report="$sweep/report/report.md"
-grep -q "^| fp32 | 1 | 1 | " "$report" || fail "no fp32 row in the report: $(cat "$report")"
-grep -q "^| qsgd:bits=4 | 1 | 1 | " "$report" || fail "no qsgd row in the report"
+grep -q "^| fp32 | 1 | 1 (48) | " "$report" || fail "no fp32 row in the report: $(cat "$report")"
+grep -q "^| qsgd:bits=4 | 1 | 1 (48) | " "$report" || fail "no qsgd row in the report"
 rm -rf "$sweep/report"
 "$qtrain" compare --report-only "$sweep" 2>"$tmp/err" || fail "--report-only failed: $(cat "$tmp/err")"
 [[ -f "$report" ]] || fail "--report-only wrote no report"
@@ -100,6 +102,16 @@ grep -q "fp32: stale run in .* is started again (the old one is kept in $sweep/r
 [[ "$(md5sum <"$sweep/replaced/fp32.1/metrics.csv")" == "$(md5sum <"$tmp/fp32.metrics")" ]] ||
   fail "the replaced fp32 run was not kept intact"
 [[ -f "$sweep/runs/fp32/compare.done" ]] || fail "the changed fp32 run did not finish"
+
+# 6. runs bounded by train.max_steps (10 of an epoch's 48 steps)
+short=("$src/configs/mnist_mlp.yaml" --methods fp32,qsgd:bits=4 --epochs 1 --out "$tmp/short" --set data.path="$mnist"
+       --set data.limit_train=6144 --set data.limit_test=1000 --set train.threads=1 --set train.max_steps=10 --gnuplot "")
+"$qtrain" compare "${short[@]}" >"$tmp/short.log" 2>&1 || fail "a sweep bounded by train.max_steps failed: $(cat "$tmp/short.log")"
+grep -q "^| fp32 | 1 | 0 (10) | " "$tmp/short/report/report.md" ||
+  fail "the step-bounded fp32 run is not reported with its steps: $(cat "$tmp/short/report/report.md")"
+"$qtrain" compare "${short[@]}" >"$tmp/short2.log" 2>&1 || fail "the step-bounded rerun failed: $(cat "$tmp/short2.log")"
+[[ $(grep -c "finished run reused" "$tmp/short2.log") -eq 2 ]] ||
+  fail "the step-bounded runs were not reused: $(cat "$tmp/short2.log")"
 
 if [[ $failures -gt 0 ]]; then echo "$failures failure(s)"; exit 1; fi
 echo "compare_sweep: all checks passed"
