@@ -13,11 +13,12 @@ using qtrain::testing::config_from_text;
 namespace {
 
 // The schedule of `optimizer: {..., schedule: <yaml>}` with the given epoch length and total steps.
+// `note` receives make_schedule's note on a shortened warm-up.
 std::unique_ptr<Schedule> schedule_from(const std::string& schedule_yaml, int64_t steps_per_epoch = 10,
-                                        int64_t total_steps = 1000) {
+                                        int64_t total_steps = 1000, std::string* note = nullptr) {
   ConfigNode root = config_from_text("optimizer: {type: sgd, lr: 0.1, schedule: " + schedule_yaml + "}\n");
   ConfigNode section = root.child("optimizer");
-  return make_schedule(section, steps_per_epoch, total_steps);
+  return make_schedule(section, steps_per_epoch, total_steps, note);
 }
 
 }  // namespace
@@ -134,29 +135,23 @@ TEST_CASE("make_schedule from a spec", "[optim][schedule]") {
 
 TEST_CASE("a warm-up longer than a shortened run is cut to fit, with a note", "[optim][schedule]") {
   // train.epochs=1 on a config that warms up over more epochs must train (it used to be refused).
-  ConfigNode root = config_from_text("optimizer: {type: sgd, lr: 0.1, schedule: {type: cosine, warmup_epochs: 10}}\n");
-  ConfigNode section = root.child("optimizer");
   std::string note;
-  auto s = make_schedule(section, 10, 100, &note);
+  auto s = schedule_from("{type: cosine, warmup_epochs: 10}", 10, 100, &note);
   CHECK(note == "optimizer.schedule.warmup_epochs is 100 steps, as long as this run's 100 steps: the warm-up is "
                 "shortened to the first 50 steps, the cosine decay takes the rest");
   CHECK(s->lr(0, 1.0) == 0.0);
   CHECK(s->lr(25, 1.0) == Approx(0.5));
-  CHECK(s->lr(50, 1.0) == Approx(1.0));   // the peak, where the decay begins
-  CHECK(s->lr(99, 1.0) < 0.01);           // decayed by the end of the run
+  CHECK(s->lr(50, 1.0) == Approx(1.0));  // the peak, where the decay begins
+  CHECK(s->lr(99, 1.0) < 0.01);          // decayed by the end of the run
   // Other schedules warm up over the whole run at most.
-  ConfigNode root2 = config_from_text("optimizer: {type: sgd, lr: 0.1, schedule: {warmup_steps: 101}}\n");
-  ConfigNode section2 = root2.child("optimizer");
   std::string note2;
-  auto c = make_schedule(section2, 10, 100, &note2);
+  auto c = schedule_from("{warmup_steps: 101}", 10, 100, &note2);
   CHECK(note2 == "optimizer.schedule.warmup_steps is 101 steps, longer than this run's 100 steps: the warm-up is "
                  "shortened to the first 100 steps");
   CHECK(c->lr(50, 1.0) == Approx(0.5));
   // A warm-up that fits is left alone, without a note.
   std::string none;
-  ConfigNode root3 = config_from_text("optimizer: {type: sgd, lr: 0.1, schedule: {type: cosine, warmup_steps: 99}}\n");
-  ConfigNode section3 = root3.child("optimizer");
-  auto f = make_schedule(section3, 10, 100, &none);
+  auto f = schedule_from("{type: cosine, warmup_steps: 99}", 10, 100, &none);
   CHECK(none.empty());
   CHECK(f->lr(99, 1.0) == Approx(1.0));
 }
