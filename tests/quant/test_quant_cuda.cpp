@@ -4,12 +4,15 @@
 // malformed payload is rejected on the GPU without touching the output.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
 
 #include "framework/tensor.h"
+#include "quant/det_sum.h"
 #include "quant/wire.h"
+#include "tests/quant/cuda_common_probe.h"
 #include "tests/quant/quant_test_util.h"
 
 using namespace qtrain;
@@ -208,6 +211,30 @@ TEST_CASE("CUDA encoders refuse NaN and Inf with the CPU's message, wherever in 
           REQUIRE(bytes_to_host(gout, gbytes) == cp);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("warp_fold_partials: every lane returns det_sum's fold of the chunk sums", "[quant][cuda]") {
+  using quant_detail::chunk_sum;
+  using quant_detail::kSumChunk;
+  // One chunk sum, one group of them (the n2 == 1 branch, whose result lane 0 broadcasts), several.
+  for (int64_t chunks : {int64_t{1}, int64_t{2}, int64_t{33}, kSumChunk, kSumChunk + 1, 5 * kSumChunk + 3}) {
+    CAPTURE(chunks);
+    std::vector<float> p = normal_data(chunks, 21);
+    // The CPU's fold (quant/det_sum.h, det_sum_of after its level-1 sums).
+    std::vector<float> level2;
+    for (int64_t first = 0; first < chunks; first += kSumChunk)
+      level2.push_back(chunk_sum([&](int64_t i) { return p[static_cast<size_t>(first + i)]; },
+                                 std::min(kSumChunk, chunks - first)));
+    const float expected = chunks == 1        ? p[0]
+                           : level2.size() == 1 ? level2[0]
+                                                : chunk_sum([&](int64_t i) { return level2[static_cast<size_t>(i)]; },
+                                                            static_cast<int64_t>(level2.size()));
+    const std::vector<float> lanes = quant_test::warp_fold_partials_per_lane(p);
+    for (size_t lane = 0; lane < lanes.size(); ++lane) {
+      CAPTURE(lane);
+      REQUIRE(std::memcmp(&lanes[lane], &expected, sizeof(float)) == 0);
     }
   }
 }
