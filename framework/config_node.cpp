@@ -454,6 +454,10 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
     input_error("--set {}: expected key.path=value, e.g. --set train.epochs=2", assignment);
   const std::string path = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
+  // YAML reads nothing as null, and a null key takes its default: `--set output.dir=` (a shell variable
+  // that was empty) trained into runs/<name> without a word.
+  if (text.find_first_not_of(" \t") == std::string::npos)
+    input_error("--set {}=: the value is empty; give one (or 'null' for the key's default)", path);
   std::vector<std::string> parts;
   for (size_t start = 0;;) {
     const size_t dot = path.find('.', start);

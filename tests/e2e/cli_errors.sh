@@ -38,6 +38,9 @@ expect_error "negative learning rate" "optimizer.lr must be > 0, got -1" \
   "$qtrain" train "$cfg" --set optimizer.lr=-1
 expect_error "missing config file" "$tmp/none.yaml: config file not found" "$qtrain" train "$tmp/none.yaml"
 expect_error "bad --set syntax" "expected key.path=value" "$qtrain" train "$cfg" --set train.epochs
+expect_error "empty --set value" "--set output.dir=: the value is empty" \
+  "$qtrain" train "$cfg" --set output.dir= --set data.path=/nonexistent
+expect_error "negative --seed" "--seed: must be a number >= 0, got '-1'" "$qtrain" bench-quant --seed=-1 --sizes 1K
 expect_error "no subcommand" "qtrain: error: A subcommand is required" "$qtrain"
 expect_error "option out of range" "qtrain: error: --batch" "$qtrain" bench-model "$cfg" --batch 0
 mkdir -p "$tmp/run"

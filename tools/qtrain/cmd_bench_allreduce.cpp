@@ -191,7 +191,7 @@ void add_bench_allreduce_command(CLI::App& app, const MpiRuntime& mpi) {
   cmd->add_option("--methods", o->methods, "Comma-separated methods with parameters, e.g. qsgd:bits=4:bucket=512");
   cmd->add_option("--algorithms", o->algorithms, "auto, allreduce, allgather, reduce_scatter_allgather")->delimiter(',');
   cmd->add_option("--iterations", o->iterations, "Timed iterations per case")->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", o->warmup, "Untimed iterations per case")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--warmup", o->warmup, "Untimed iterations per case")->check(kNonNegative);
   cmd->add_option("--column", o->column, "Column length of the synthetic tensor (for per-column methods)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--link-gbit", o->link_gbit, "Link rate in Gbit/s: report the ideal time (wire bytes / rate)");
@@ -207,7 +207,7 @@ void add_bench_allreduce_command(CLI::App& app, const MpiRuntime& mpi) {
                   "reduce_scatter_allgather pipelines each stripe in pieces of this many MB of fp32 values "
                   "(communication.piece_mb; 0: whole stripes)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--json", o->json, "Also write one JSON object per line to this file (rank 0)");
   cmd->callback([o, &mpi] { run(*o, mpi.local_rank()); });
 }

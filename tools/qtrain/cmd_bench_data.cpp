@@ -26,7 +26,8 @@ void add_bench_data_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--batches", args->batches, "Timed batches (after one warm-up batch)")->check(CLI::Range(1, 1000000));
   cmd->add_option("--split", args->split, "train (augmented) or test")->check(CLI::IsMember({"train", "test"}));
-  cmd->add_option("--seed", args->seed, "Seed of the shuffle and augmentation");
+  cmd->add_option("--seed", args->seed, "Seed of the shuffle and augmentation")
+      ->check(kNonNegative);
   cmd->callback([args] {
     LoadedConfig loaded = load_config_file(args->config, args->overrides);
     ConfigNode root(loaded.root, "", loaded.source);

@@ -477,7 +477,9 @@ void add_bench_quant_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   cmd->add_option("--json", o->json, "Also write the results to this JSON file");
-  cmd->add_option("--seed", o->seed, "Seed of the data and of the random rounding")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the data and of the random rounding")
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd->callback([o] { run(*o); });
 }
 

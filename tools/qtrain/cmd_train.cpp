@@ -24,7 +24,7 @@ void add_train_command(CLI::App& app, const MpiRuntime& mpi) {
   cmd->add_option("--debug-check-replicas", args->check_replicas,
                   "Every N steps, verify that all ranks hold bit-identical parameters (a checksum allgather)")
       ->type_name("N")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->callback([args, &mpi] {
     std::string config = args->config;
     if (config.empty()) {

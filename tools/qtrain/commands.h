@@ -17,6 +17,16 @@ void add_compare_command(CLI::App& app, const MpiRuntime& mpi);
 void add_predict_command(CLI::App& app);
 void add_bench_model_command(CLI::App& app);
 
+// A number >= 0. CLI::NonNegativeNumber says 'Value -1 not in range 0.000000 to 1797693...' (the
+// whole double range written out), and an unsigned option without a check wraps -1 to 2^64 - 1.
+inline const CLI::Validator kNonNegative(
+    [](std::string& value) {
+      double v = 0;
+      if (!CLI::detail::lexical_cast(value, v) || !(v >= 0)) return "must be a number >= 0, got '" + value + "'";
+      return std::string();
+    },
+    "NONNEGATIVE", "non-negative");
+
 // The environment qtrain started with, saved before MPI_Init adds its own variables: `compare` starts
 // its trainings (and their mpirun) with it.
 void remember_startup_environment(char** envp);
