@@ -215,10 +215,9 @@ TEST_CASE("compare: finished, unfinished and stale run directories", "[compare]"
   CHECK(run_state(short_run.string(), "cmd", RunLength{1, 100}) == RunState::finished);
   CHECK(run_state(short_run.string(), "cmd", RunLength{1, 200}) == RunState::unfinished);
   CHECK(run_state(short_run.string(), "cmd", RunLength{1}) == RunState::unfinished);
-  CHECK(RunLength{1, 100}.str(469) == "100 steps (train.max_steps)");
-  CHECK(RunLength{2, 1000}.str(100) == "2 epochs");
-  CHECK(RunLength{1, 0}.str(100) == "1 epoch");
-  CHECK(RunLength{1, 100}.str(0) == "1 epoch or 100 steps (train.max_steps), whichever comes first");
+  CHECK(RunLength{2, 0}.str() == "2 epochs");
+  CHECK(RunLength{1, 0}.str() == "1 epoch");
+  CHECK(RunLength{1, 100}.str() == "1 epoch or 100 steps (train.max_steps), whichever comes first");
   CHECK(shell_join({"a b", "c=d", "it's"}) == "'a b' c=d 'it'\\''s'");
   CHECK(shell_split("'a b' c=d  'it'\\''s' ''") == std::vector<std::string>{"a b", "c=d", "it's", ""});
 }

@@ -370,7 +370,7 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
     const std::vector<MetricsRecord> rows = read_metrics_csv((job.run_dir / "metrics.csv").string());
     if (!job.length.reached_by(rows.back()))
       input_error("compare: the {} run exited at step {} ({} complete epochs), short of its {} (see {})",
-                  job.variant.label, rows.back().step, rows.back().epoch, job.length.str(0),
+                  job.variant.label, rows.back().step, rows.back().epoch, job.length.str(),
                   (job.run_dir / "output.log").string());
     write_marker(job.run_dir.string(), job.variant.label, command, seconds_since(start));
     progress.message(fmt::format("{}: done in {}, test accuracy {:.2f}%", job.variant.label,

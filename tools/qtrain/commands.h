@@ -4,6 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
+#include <string>
+
 #include "comm/mpi_runtime.h"
 
 namespace qtrain::cli {
@@ -21,8 +24,9 @@ void add_bench_model_command(CLI::App& app);
 // whole double range written out), and an unsigned option without a check wraps -1 to 2^64 - 1.
 inline const CLI::Validator kNonNegative(
     [](std::string& value) {
-      double v = 0;
-      if (!CLI::detail::lexical_cast(value, v) || !(v >= 0)) return "must be a number >= 0, got '" + value + "'";
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(v >= 0)) return "must be a number >= 0, got '" + value + "'";
       return std::string();
     },
     "NONNEGATIVE", "non-negative");

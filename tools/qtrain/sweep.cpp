@@ -73,12 +73,10 @@ const char* run_state_name(RunState state) {
   return "?";
 }
 
-std::string RunLength::str(int64_t steps_per_epoch) const {
+std::string RunLength::str() const {
   const std::string e = fmt::format("{} epoch{}", epochs, epochs == 1 ? "" : "s");
   if (max_steps <= 0) return e;
-  const std::string s = fmt::format("{} step{} (train.max_steps)", max_steps, max_steps == 1 ? "" : "s");
-  if (steps_per_epoch <= 0) return e + " or " + s + ", whichever comes first";
-  return max_steps < epochs * steps_per_epoch ? s : e;
+  return fmt::format("{} or {} step{} (train.max_steps), whichever comes first", e, max_steps, max_steps == 1 ? "" : "s");
 }
 
 RunState run_state(const std::string& run_dir, const std::string& command, const RunLength& length) {

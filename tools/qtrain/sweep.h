@@ -5,8 +5,8 @@
 //   DIR/runs/<folder>/            the run directory of one variant (output.dir of its training)
 //   DIR/runs/<folder>/compare.done  written atomically after the training exited successfully having
 //                                 reached its length (RunLength) in metrics.csv; holds the exact
-//                                 training command. A run
-//                                 without it is unfinished (interrupted): rerun or resumed.
+//                                 training command. A run without it is unfinished (interrupted):
+//                                 rerun or resumed.
 //   DIR/replaced/<folder>.<N>/    a run that had to be started again (another command, or unfinished
 //                                 without --resume) is moved here, never deleted: hours of training
 //                                 are not lost to a changed flag
@@ -41,9 +41,8 @@ struct RunLength {
   bool reached_by(const MetricsRecord& last) const {
     return last.epoch >= epochs || (max_steps > 0 && last.step >= max_steps);
   }
-  // "2 epochs", or "100 steps (train.max_steps)" when that ends the run first; without steps_per_epoch
-  // (0), both, "whichever comes first".
-  std::string str(int64_t steps_per_epoch) const;
+  // "2 epochs", or "1 epoch or 100 steps (train.max_steps), whichever comes first".
+  std::string str() const;
 };
 
 enum class RunState {

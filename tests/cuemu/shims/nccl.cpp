@@ -299,6 +299,28 @@ void complete(std::vector<std::unique_ptr<Call>>& calls) {
   }
 }
 
+// The messages of a sum: this rank sends send + peer * stride (bytes long) to each peer and receives each
+// peer's block for it; the call's finish sums every rank's block (its own: send + rank * stride) in
+// rank order into recv. stride 0: all-reduce (the same values to everyone); stride = bytes:
+// reduce-scatter (block d to rank d). Its own block is copied now, as the sum may overwrite `send`.
+void post_sum(Call& c, const char* send, size_t stride, size_t bytes, int tag, void* recv, size_t count,
+              ncclDataType_t type) {
+  const ncclComm* comm = c.comm;
+  auto parts = std::make_shared<std::vector<std::vector<char>>>(static_cast<size_t>(comm->nranks));
+  for (int peer = 0; peer < comm->nranks; ++peer) {
+    auto& part = (*parts)[static_cast<size_t>(peer)];
+    const char* block = send + static_cast<size_t>(peer) * stride;
+    if (peer == comm->rank) {
+      part.assign(block, block + bytes);
+      continue;
+    }
+    post_send(c, block, bytes, peer, tag);
+    part.resize(bytes);
+    post_recv(c, part.data(), bytes, peer, tag);
+  }
+  c.finish = [parts, recv, count, type] { sum_in_rank_order(type, *parts, count, recv); };
+}
+
 ncclResult_t run(std::unique_ptr<Call> call) {
   if (t_group_depth > 0) {
     t_group.push_back(std::move(call));
@@ -509,19 +531,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   require_device("ncclAllReduce", "receive buffer", recv, bytes);
   if (count == 0 || comm->failed) return run(std::move(c));
   // Every rank sends its values to every other one and sums all of them in rank order.
-  const char* in = static_cast<const char*>(send);
-  auto parts = std::make_shared<std::vector<std::vector<char>>>(static_cast<size_t>(comm->nranks));
-  for (int peer = 0; peer < comm->nranks; ++peer) {
-    auto& part = (*parts)[static_cast<size_t>(peer)];
-    if (peer == comm->rank) {
-      part.assign(in, in + bytes);  // now: the sum may overwrite `send` (in place)
-      continue;
-    }
-    post_send(*c, send, bytes, peer, kTagAllReduce);
-    part.resize(bytes);
-    post_recv(*c, part.data(), bytes, peer, kTagAllReduce);
-  }
-  c->finish = [parts, recv, count, type] { sum_in_rank_order(type, *parts, count, recv); };
+  post_sum(*c, static_cast<const char*>(send), /*stride=*/0, bytes, kTagAllReduce, recv, count, type);
   return run(std::move(c));
 }
 
@@ -535,20 +545,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
   require_device("ncclReduceScatter", "receive buffer", recv, bytes);
   if (count == 0 || comm->failed) return run(std::move(c));
   // Rank d's block goes to rank d, which sums the blocks it receives in rank order.
-  const char* blocks = static_cast<const char*>(send);
-  auto parts = std::make_shared<std::vector<std::vector<char>>>(static_cast<size_t>(comm->nranks));
-  for (int peer = 0; peer < comm->nranks; ++peer) {
-    auto& part = (*parts)[static_cast<size_t>(peer)];
-    if (peer == comm->rank) {
-      const char* mine = blocks + static_cast<size_t>(comm->rank) * bytes;
-      part.assign(mine, mine + bytes);
-      continue;
-    }
-    post_send(*c, blocks + static_cast<size_t>(peer) * bytes, bytes, peer, kTagReduceScatter);
-    part.resize(bytes);
-    post_recv(*c, part.data(), bytes, peer, kTagReduceScatter);
-  }
-  c->finish = [parts, recv, count, type] { sum_in_rank_order(type, *parts, count, recv); };
+  post_sum(*c, static_cast<const char*>(send), /*stride=*/bytes, bytes, kTagReduceScatter, recv, count, type);
   return run(std::move(c));
 }
 
