@@ -24,7 +24,8 @@
 // call returns ncclSuccess (it only enqueued), its stream stalls (cudaStreamQuery: not ready;
 // emu/streams.h), and ncclCommGetAsyncError reports ncclRemoteError from its third poll on, as a real
 // error surfaces some time after the enqueue. Peers waiting for the failed rank see its abort notice
-// and fail alike. ncclCommAbort releases the stalls; an aborted communicator's MPI communicators are
+// and fail alike, except in a call whose receives have all arrived (the failed rank had finished it),
+// which completes as its kernel would. ncclCommAbort releases the stalls; an aborted communicator's MPI communicators are
 // never freed, because messages of its unfinished calls may still arrive and a freed communicator's
 // context id can be reused by a later one, which would receive them.
 #include <mpi.h>
@@ -191,6 +192,10 @@ struct Call {
   std::vector<MPI_Request> requests;
   std::vector<long> expected;  // per request: a receive's byte count, or -1 for a send
   std::function<void()> finish;
+  // waiting: messages outstanding. arrived: every receive is done, so the call completes (as its
+  // kernel would on a GPU) even if its communicator fails before its own sends finish. failed: it
+  // moves nothing more and stalls its stream.
+  enum class State { waiting, arrived, failed } state = State::waiting;
 };
 
 thread_local int t_group_depth = 0;  // NCCL's group state is per host thread
@@ -248,37 +253,73 @@ void stall(ncclComm* comm, cudaStream_t s) {
   comm->stalled.push_back(s);
 }
 
+// Fails when receive `i` of `c` brought another byte count than the call expects.
+void check_received(const Call& c, size_t i, const MPI_Status& status, bool truncated) {
+  int got = 0;
+  MPI_Get_count(&status, MPI_BYTE, &got);
+  if (truncated || got != c.expected[i])
+    cuemu::fail("%s on rank %d: rank %d sent %s bytes where this rank expects %ld: the ranks' calls do not match "
+                "(NCCL would hang or corrupt memory)",
+                c.name, c.comm->rank, status.MPI_SOURCE, truncated ? "more" : std::to_string(got).c_str(),
+                c.expected[i]);
+}
+
+// Whether all of the call's messages are done (then checked and released).
+bool all_done(Call& c) {
+  if (c.requests.empty()) return true;
+  int done = 0;
+  std::vector<MPI_Status> statuses(c.requests.size());
+  const int rc = MPI_Testall(static_cast<int>(c.requests.size()), c.requests.data(), &done, statuses.data());
+  if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) check_mpi(rc, "MPI_Testall");
+  if (!done && rc == MPI_SUCCESS) return false;
+  for (size_t i = 0; i < statuses.size(); ++i)
+    if (c.expected[i] >= 0)
+      check_received(c, i, statuses[i], rc == MPI_ERR_IN_STATUS && statuses[i].MPI_ERROR == MPI_ERR_TRUNCATE);
+  check_mpi(rc, "MPI_Testall");
+  c.requests.clear();
+  return true;
+}
+
+// Whether all of the call's receives are done (each done one checked and released).
+bool receives_done(Call& c) {
+  bool all = true;
+  for (size_t i = 0; i < c.requests.size(); ++i) {
+    if (c.expected[i] < 0 || c.requests[i] == MPI_REQUEST_NULL) continue;
+    int done = 0;
+    MPI_Status status;
+    const int rc = MPI_Test(&c.requests[i], &done, &status);
+    if (rc == MPI_ERR_TRUNCATE) check_received(c, i, status, /*truncated=*/true);
+    check_mpi(rc, "MPI_Test");
+    if (done)
+      check_received(c, i, status, /*truncated=*/false);
+    else
+      all = false;
+  }
+  return all;
+}
+
 // Waits for the calls' messages and finishes them; a call of a failed communicator stalls its stream
 // and leaves its messages to the abort.
 void complete(std::vector<std::unique_ptr<Call>>& calls) {
+  using State = Call::State;
   const auto start = std::chrono::steady_clock::now();
   bool warned = false;
   for (long polls = 0;; ++polls) {
     bool waiting = false;
     for (auto& c : calls) {
-      if (c->comm->failed || c->requests.empty()) continue;
-      int done = 0;
-      std::vector<MPI_Status> statuses(c->requests.size());
-      const int rc = MPI_Testall(static_cast<int>(c->requests.size()), c->requests.data(), &done, statuses.data());
-      if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) check_mpi(rc, "MPI_Testall");
-      if (done || rc == MPI_ERR_IN_STATUS) {
-        for (size_t i = 0; i < statuses.size(); ++i) {
-          if (c->expected[i] < 0) continue;
-          int got = 0;
-          MPI_Get_count(&statuses[i], MPI_BYTE, &got);
-          const bool longer = rc == MPI_ERR_IN_STATUS && statuses[i].MPI_ERROR == MPI_ERR_TRUNCATE;
-          if (longer || got != c->expected[i])
-            cuemu::fail("%s on rank %d: rank %d sent %s bytes where this rank expects %ld: the ranks' calls do not "
-                        "match (NCCL would hang or corrupt memory)",
-                        c->name, c->comm->rank, statuses[i].MPI_SOURCE, longer ? "more" : std::to_string(got).c_str(),
-                        c->expected[i]);
-        }
-        if (rc != MPI_SUCCESS) check_mpi(rc, "MPI_Testall");
-        c->requests.clear();
+      if (c->state != State::waiting) continue;
+      if (all_done(*c)) {
+        c->state = State::arrived;
         continue;
       }
       poll_notices(c->comm);
-      waiting = waiting || !c->comm->failed;
+      if (c->comm->failed) {
+        // A peer aborted. If it did so in a later call, after finishing this one, everything this call
+        // receives is here: its messages came before the notice, over the same link.
+        c->state = receives_done(*c) ? State::arrived : State::failed;
+        continue;
+      }
+      waiting = true;
     }
     if (!waiting) break;
     if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));  // leave the core to the peer
@@ -289,13 +330,14 @@ void complete(std::vector<std::unique_ptr<Call>>& calls) {
     }
   }
   for (auto& c : calls) {
-    if (c->comm->failed) {
-      for (size_t i = 0; i < c->requests.size(); ++i)
+    // What is left: the sends of an arrived call whose peer failed, every message of a failed call.
+    for (size_t i = 0; i < c->requests.size(); ++i)
+      if (c->requests[i] != MPI_REQUEST_NULL)
         (c->expected[i] < 0 ? c->comm->orphan_sends : c->comm->orphan_recvs).push_back(c->requests[i]);
+    if (c->state == State::failed)
       stall(c->comm, c->stream);
-    } else if (c->finish) {
+    else if (c->finish)
       c->finish();
-    }
   }
 }
 
@@ -362,6 +404,7 @@ ncclResult_t begin(const char* name, ncclComm* comm, ncclDataType_t type, cudaSt
                  "stalls, and the communicator reports ncclRemoteError\n", comm->rank, name, comm->fail_after);
     comm->failed = true;
   }
+  if (comm->failed) call->state = Call::State::failed;
   ++comm->calls;
   return ncclSuccess;
 }
