@@ -1,6 +1,10 @@
 // Parsing of the `communication:` section.
 #include "comm/exchange_config.h"
 
+#include <fmt/ranges.h>
+
+#include "quant/method.h"
+
 namespace qtrain {
 
 const char* reduce_algorithm_name(ReduceAlgorithm a) {
@@ -12,22 +16,13 @@ const char* reduce_algorithm_name(ReduceAlgorithm a) {
   return "?";
 }
 
-namespace {
-bool is_cast(QuantMethod m) { return m == QuantMethod::fp32 || m == QuantMethod::fp16 || m == QuantMethod::bf16; }
-}  // namespace
-
 ReduceAlgorithm default_algorithm(QuantMethod method) {
-  switch (method) {
-    case QuantMethod::fp32:
-    case QuantMethod::fp16:
-    case QuantMethod::bf16: return ReduceAlgorithm::allreduce;
-    case QuantMethod::dettmers8:
-    case QuantMethod::topk: return ReduceAlgorithm::allgather;
-    case QuantMethod::onebit:
-    case QuantMethod::qsgd:
-    case QuantMethod::adaptive: return ReduceAlgorithm::reduce_scatter_allgather;
-  }
-  return ReduceAlgorithm::allgather;
+  const std::string& name = method_info(method).algorithm;
+  if (name == "allreduce") return ReduceAlgorithm::allreduce;
+  if (name == "allgather") return ReduceAlgorithm::allgather;
+  QT_CHECK(name == "reduce_scatter_allgather", "quantization method {}: unknown default algorithm '{}'",
+           quant_method_name(method), name);
+  return ReduceAlgorithm::reduce_scatter_allgather;
 }
 
 CommunicationConfig CommunicationConfig::parse(ConfigNode& section) {
@@ -48,14 +43,18 @@ ReduceAlgorithm CommunicationConfig::algorithm_for(const QuantSpec& spec) const 
   if (algorithm == "allreduce") {
     // Tensors below min_numel are fp32 and always reduce natively; quantized payloads cannot be
     // summed by MPI or NCCL.
-    if (!is_cast(spec.method))
-      input_error("communication.algorithm: allreduce cannot carry {} payloads (only fp32, fp16 and bf16 sum "
-                  "natively); use allgather or reduce_scatter_allgather",
-                  quant_method_name(spec.method));
+    if (method_info(spec.method).cast_bits == 0) {
+      std::vector<std::string> casts;
+      for (const QuantMethodInfo* m : quant_methods())
+        if (m->cast_bits != 0) casts.push_back(m->name);
+      input_error("communication.algorithm: allreduce cannot carry {} payloads (only {} sum natively); use allgather "
+                  "or reduce_scatter_allgather",
+                  quant_method_name(spec.method), fmt::join(casts, ", "));
+    }
     return ReduceAlgorithm::allreduce;
   }
   // Small fp32 tensors bypass quantization and take the native path under every algorithm.
-  if (spec.method == QuantMethod::fp32) return ReduceAlgorithm::allreduce;
+  if (method_info(spec.method).cast_bits == 32) return ReduceAlgorithm::allreduce;
   return algorithm == "allgather" ? ReduceAlgorithm::allgather : ReduceAlgorithm::reduce_scatter_allgather;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "comm/buffer_ops.h"
+#include "quant/method.h"
 #include "quant/wire.h"
 
 namespace qtrain {
@@ -14,11 +15,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-bool uses_columns(const QuantSpec& s) {
-  return s.method == QuantMethod::adaptive || (s.method == QuantMethod::onebit && s.mode == OnebitMode::column);
-}
+bool uses_columns(const QuantSpec& s) { return method_info(s.method).columnar(s); }
 
-bool is_16bit(QuantMethod m) { return m == QuantMethod::fp16 || m == QuantMethod::bf16; }
+bool is_16bit(QuantMethod m) { return method_info(m).cast_bits == 16; }
 
 }  // namespace
 

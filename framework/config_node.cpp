@@ -1,6 +1,8 @@
 // ConfigNode implementation: typed reads, range checks, unknown-key detection, located errors.
 #include "framework/config_node.h"
 
+#include <fmt/ranges.h>
+
 #include <unordered_map>
 
 #include <algorithm>
@@ -325,12 +327,16 @@ int64_t ConfigNode::get_int(const std::string& key, int64_t fallback, int64_t mi
 
 std::string ConfigNode::get_choice(const std::string& key, const std::string& fallback,
                                    std::initializer_list<const char*> choices) {
+  const std::vector<std::string> names(choices.begin(), choices.end());
+  return get_choice(key, fallback, names);
+}
+
+std::string ConfigNode::get_choice(const std::string& key, const std::string& fallback,
+                                   std::span<const std::string> choices) {
   const std::string v = get<std::string>(key, fallback);
-  for (const char* c : choices)
+  for (const std::string& c : choices)
     if (v == c) return v;
-  std::string list;
-  for (const char* c : choices) list += (list.empty() ? "" : ", ") + std::string(c);
-  fail(key, fmt::format("must be one of {}, got '{}'", list, v));
+  fail(key, fmt::format("must be one of {}, got '{}'", fmt::join(choices, ", "), v));
 }
 
 std::vector<int64_t> ConfigNode::get_int_list(const std::string& key, std::vector<int64_t> fallback, int64_t min,

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@ class ConfigNode {
   // One of `choices`; the error lists them.
   std::string get_choice(const std::string& key, const std::string& fallback,
                          std::initializer_list<const char*> choices);
+  std::string get_choice(const std::string& key, const std::string& fallback, std::span<const std::string> choices);
   std::vector<int64_t> get_int_list(const std::string& key, std::vector<int64_t> fallback, int64_t min, int64_t max);
   std::vector<double> get_double_list(const std::string& key, std::vector<double> fallback);
 

@@ -9,7 +9,7 @@
 #include "framework/philox_batch.h"
 #include "quant/det_sum.h"
 #include "quant/kernels.h"
-#include "quant/methods.h"
+#include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/select.h"
 #include "quant/wire.h"
@@ -212,20 +212,21 @@ void decode_columns(const wire::AdaptiveLayout& l, const uint8_t* in, float* out
 
 class AdaptiveQuantizer final : public Quantizer {
  public:
-  explicit AdaptiveQuantizer(const QuantSpec& spec) : Quantizer(spec) {}
+  explicit AdaptiveQuantizer(const QuantSpec& spec)
+      : Quantizer(spec), proportion_(spec.number("proportion")), sample_(spec.integer("sample")) {}
 
  protected:
   size_t max_body_bytes(int64_t n, int64_t column) const override {
-    return wire::adaptive_layout(n, column, entry_cap(spec().proportion, n)).body_end;
+    return wire::adaptive_layout(n, column, entry_cap(proportion_, n)).body_end;
   }
 
   size_t encode_cpu(const EncodeArgs& a) const override {
-    const int64_t cap = entry_cap(spec().proportion, a.n);
+    const int64_t cap = entry_cap(proportion_, a.n);
     Thresholds th;
     if (a.n > 0) {
-      void* ws = a.state->workspace(Device::cpu(), workspace_bytes(a.n, spec().sample));
-      th = a.residual ? thresholds(Span<true>{a.in, a.residual}, a.n, spec().proportion, spec().sample, a.key, ws)
-                      : thresholds(Span<false>{a.in, nullptr}, a.n, spec().proportion, spec().sample, a.key, ws);
+      void* ws = a.state->workspace(Device::cpu(), workspace_bytes(a.n, sample_));
+      th = a.residual ? thresholds(Span<true>{a.in, a.residual}, a.n, proportion_, sample_, a.key, ws)
+                      : thresholds(Span<false>{a.in, nullptr}, a.n, proportion_, sample_, a.key, ws);
       if (th.non_finite)
         throw NonFiniteInputError(fmt::format("adaptive encode: the input of {} values holds NaN or Inf", a.n));
     }
@@ -244,10 +245,10 @@ class AdaptiveQuantizer final : public Quantizer {
   }
 
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
-    const int64_t cap = entry_cap(spec().proportion, a.n);
+    const int64_t cap = entry_cap(proportion_, a.n);
     const wire::AdaptiveLayout bound = wire::adaptive_layout(a.n, a.column, cap);
-    const int64_t sent = adaptive_encode_cuda(ctx, a, bound, spec().proportion, spec().sample, cap,
-                                              workspace_bytes(a.n, spec().sample));
+    const int64_t sent = adaptive_encode_cuda(ctx, a, bound, proportion_, sample_, cap,
+                                              workspace_bytes(a.n, sample_));
     return wire::adaptive_layout(a.n, a.column, sent).body_end;
   }
 
@@ -334,12 +335,41 @@ class AdaptiveQuantizer final : public Quantizer {
     if (l.columns == 0 && l.entries != 0) wire::bad_payload(method(), "entries without columns");
     return l;
   }
+
+  double proportion_;
+  int64_t sample_;
 };
 
 }  // namespace
 
-std::unique_ptr<Quantizer> make_adaptive_quantizer(const QuantSpec& spec) {
-  return std::make_unique<AdaptiveQuantizer>(spec);
+bool onebit_like_within_bound(const QuantSpec&, const RoundTripValue& v);  // onebit.cpp
+
+const QuantMethodInfo& adaptive_method_info() {
+  static const QuantMethodInfo info = [] {
+    QuantMethodInfo m;
+    m.id = QuantMethod::adaptive;
+    m.name = "adaptive";
+    m.params = {
+        {.key = "proportion", .kind = QuantParamDef::Kind::real, .fallback = 1.0 / 32, .min = 0, .max = 1,
+         .min_exclusive = true},
+        {.key = "sample", .fallback = 0, .min = 0, .max = 1 << 24, .shown_at_default = false},
+    };
+    m.error_feedback = true;
+    m.algorithm = "reduce_scatter_allgather";
+    m.columnar = [](const QuantSpec&) { return true; };
+    m.check = [](const QuantSpec& s) -> std::optional<std::pair<std::string, std::string>> {
+      const int64_t sample = s.integer("sample");
+      if (sample != 0 && sample < 64)
+        return std::pair<std::string, std::string>{"sample", fmt::format("must be 0 (exact) or >= 64, got {}", sample)};
+      return std::nullopt;
+    };
+    // The sent values decode to their column's mean of their side, the others to 0.
+    m.within_bound = onebit_like_within_bound;
+    m.variants = {"adaptive", "adaptive:sample=256"};
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<AdaptiveQuantizer>(spec); };
+    return m;
+  }();
+  return info;
 }
 
 }  // namespace qtrain::quant_detail

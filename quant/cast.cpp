@@ -1,11 +1,13 @@
 // fp32 (identity), fp16 and bf16 (round to nearest even): the casts. Body: n values of 4 / 2 / 2
 // bytes. NaN and Inf pass through (the trainer's NaN guard sees them after decode). With the optional
 // error feedback the residual keeps what the rounding lost.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "quant/cpu_memory.h"
 #include "quant/kernels.h"
-#include "quant/methods.h"
+#include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
 
@@ -109,6 +111,59 @@ class CastQuantizer final : public Quantizer {
 
 }  // namespace
 
-std::unique_ptr<Quantizer> make_cast_quantizer(const QuantSpec& spec) { return std::make_unique<CastQuantizer>(spec); }
+namespace {
+std::unique_ptr<Quantizer> make_cast(const QuantSpec& spec) { return std::make_unique<CastQuantizer>(spec); }
+}  // namespace
+
+const QuantMethodInfo& fp32_method_info() {
+  static const QuantMethodInfo info = [] {
+    QuantMethodInfo m;
+    m.id = QuantMethod::fp32;
+    m.name = "fp32";
+    m.error_feedback_allowed = false;
+    m.algorithm = "allreduce";
+    m.cast_bits = 32;
+    m.within_bound = [](const QuantSpec&, const RoundTripValue& v) { return v.y == v.x; };
+    m.variants = {"fp32"};
+    m.make = make_cast;
+    return m;
+  }();
+  return info;
+}
+
+// fp16 and bf16: round to nearest even, a relative half ulp for normal results (fp16 subnormals have
+// the absolute spacing 2^-24).
+const QuantMethodInfo& fp16_method_info() {
+  static const QuantMethodInfo info = [] {
+    QuantMethodInfo m;
+    m.id = QuantMethod::fp16;
+    m.name = "fp16";
+    m.algorithm = "allreduce";
+    m.cast_bits = 16;
+    m.within_bound = [](const QuantSpec&, const RoundTripValue& v) {
+      return std::fabs(v.y - v.x) <= std::max(std::fabs(v.x) * 0x1p-11, 0x1p-25);
+    };
+    m.variants = {"fp16"};
+    m.make = make_cast;
+    return m;
+  }();
+  return info;
+}
+
+const QuantMethodInfo& bf16_method_info() {
+  static const QuantMethodInfo info = [] {
+    QuantMethodInfo m;
+    m.id = QuantMethod::bf16;
+    m.name = "bf16";
+    m.algorithm = "allreduce";
+    m.cast_bits = 16;
+    m.brain_float = true;
+    m.within_bound = [](const QuantSpec&, const RoundTripValue& v) { return std::fabs(v.y - v.x) <= std::fabs(v.x) * 0x1p-8; };
+    m.variants = {"bf16"};
+    m.make = make_cast;
+    return m;
+  }();
+  return info;
+}
 
 }  // namespace qtrain::quant_detail

@@ -13,7 +13,7 @@
 #include "quant/cpu_memory.h"
 #include "quant/dettmers_table.h"
 #include "quant/kernels.h"
-#include "quant/methods.h"
+#include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
 
@@ -179,7 +179,7 @@ class Dettmers8Quantizer final : public Quantizer {
   WireHeader header(int64_t n, uint32_t max_bits) const {
     WireHeader h;
     h.method = QuantMethod::dettmers8;
-    h.a = static_cast<uint32_t>(spec().variant);
+    h.a = static_cast<uint32_t>(variant());
     h.b = max_bits;
     h.n = static_cast<uint64_t>(n);
     h.total = wire::pad8(max_body_bytes(n, 1));
@@ -192,9 +192,9 @@ class Dettmers8Quantizer final : public Quantizer {
       throw NonFiniteInputError(fmt::format("dettmers8 encode: the input of {} values holds NaN or Inf", a.n));
     wire::write_header(a.out, header(a.n, m));
     float d[256];
-    decode_table(spec().variant, bits_float(m), d);
+    decode_table(variant(), bits_float(m), d);
     uint8_t* codes = a.out + wire::kHeaderBytes;
-    if (spec().variant == Dettmers8Variant::dynamic_tree) {
+    if (variant() == Dettmers8Variant::dynamic_tree) {
       const float r = inverse_scale(m, 1.0f);
       dettmers8_tree_codes(CpuPath::fast, a.in, a.residual, codes, a.n, r, d);
     } else {
@@ -206,7 +206,7 @@ class Dettmers8Quantizer final : public Quantizer {
   }
 
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
-    dettmers8_encode_cuda(ctx, spec().variant, a);
+    dettmers8_encode_cuda(ctx, variant(), a);
     return max_body_bytes(a.n, 1);
   }
 
@@ -228,6 +228,8 @@ class Dettmers8Quantizer final : public Quantizer {
   }
 
  private:
+  Dettmers8Variant variant() const { return static_cast<Dettmers8Variant>(spec().integer("variant")); }
+
   Dettmers8Variant check_body(const WireHeader& h) const {
     if (h.a > 1) wire::bad_payload(method(), fmt::format("variant field {} (0 dynamic_tree, 1 linear)", h.a));
     if (h.b >= kNonFinite)
@@ -242,8 +244,25 @@ class Dettmers8Quantizer final : public Quantizer {
 
 }  // namespace
 
-std::unique_ptr<Quantizer> make_dettmers8_quantizer(const QuantSpec& spec) {
-  return std::make_unique<Dettmers8Quantizer>(spec);
+const QuantMethodInfo& dettmers8_method_info() {
+  static const QuantMethodInfo info = [] {
+    QuantMethodInfo m;
+    m.id = QuantMethod::dettmers8;
+    m.name = "dettmers8";
+    // The choices' order is the wire value of the variant field.
+    m.params = {{.key = "variant", .kind = QuantParamDef::Kind::name, .choices = {"dynamic_tree", "linear"}}};
+    m.algorithm = "allgather";
+    // dynamic_tree: half the widest table gap (the last bin of [0.45, 1]: 0.55 / 32) times the scale, and
+    // the sign kept; linear: half a step of 127 levels. Both plus the float rounding.
+    m.within_bound = [](const QuantSpec& s, const RoundTripValue& v) {
+      if (s.choice("variant") == "linear") return std::fabs(v.y - v.x) <= v.max_abs / 254 * (1 + 1e-5);
+      return std::fabs(v.y - v.x) <= 0.0171875 / 2 * v.max_abs * (1 + 1e-5) && std::signbit(v.y) == std::signbit(v.x);
+    };
+    m.variants = {"dettmers8", "dettmers8:variant=linear"};
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<Dettmers8Quantizer>(spec); };
+    return m;
+  }();
+  return info;
 }
 
 }  // namespace qtrain::quant_detail

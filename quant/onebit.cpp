@@ -5,7 +5,7 @@
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"
 #include "quant/kernels.h"
-#include "quant/methods.h"
+#include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
 
@@ -172,8 +172,7 @@ class OnebitQuantizer final : public Quantizer {
 
  protected:
   int64_t group_length(int64_t n, int64_t column) const {
-    if (spec().mode == OnebitMode::bucket) return spec().bucket;
-    return column;
+    return mode() == OnebitMode::bucket ? spec().integer("bucket") : column;
   }
 
   size_t max_body_bytes(int64_t n, int64_t column) const override {
@@ -183,7 +182,7 @@ class OnebitQuantizer final : public Quantizer {
   WireHeader header(const wire::OnebitLayout& l) const {
     WireHeader h;
     h.method = QuantMethod::onebit;
-    h.a = static_cast<uint32_t>(spec().mode);
+    h.a = static_cast<uint32_t>(mode());
     h.b = static_cast<uint32_t>(l.group);
     h.n = static_cast<uint64_t>(l.n);
     h.total = wire::pad8(l.body_end);
@@ -225,6 +224,8 @@ class OnebitQuantizer final : public Quantizer {
   }
 
  private:
+  OnebitMode mode() const { return static_cast<OnebitMode>(spec().integer("mode")); }
+
   wire::OnebitLayout check_body(const WireHeader& h) const {
     if (h.a > 1) wire::bad_payload(method(), fmt::format("mode field {} (0 column, 1 bucket)", h.a));
     if (h.b == 0) wire::bad_payload(method(), "group length 0");
@@ -241,6 +242,32 @@ class OnebitQuantizer final : public Quantizer {
 
 }  // namespace
 
-std::unique_ptr<Quantizer> make_onebit_quantizer(const QuantSpec& spec) { return std::make_unique<OnebitQuantizer>(spec); }
+// A value decodes to the mean of its group's side (without error feedback): its sign, and within |x| +
+// the largest magnitude.
+bool onebit_like_within_bound(const QuantSpec&, const RoundTripValue& v) {
+  return std::fabs(v.y - v.x) <= std::fabs(v.x) + v.max_abs && (v.y == 0 || (v.y < 0) == (v.x < 0));
+}
+
+const QuantMethodInfo& onebit_method_info() {
+  static const QuantMethodInfo info = [] {
+    QuantMethodInfo m;
+    m.id = QuantMethod::onebit;
+    m.name = "onebit";
+    const auto bucket_mode = [](const QuantSpec& s) { return s.choice("mode") == "bucket"; };
+    m.params = {
+        {.key = "mode", .kind = QuantParamDef::Kind::name, .choices = {"column", "bucket"}},
+        {.key = "bucket", .fallback = 64, .min = 1, .max = static_cast<double>(wire::kMaxValues),
+         .applies = bucket_mode, .why_not = "applies to onebit mode: bucket only (mode: column uses the tensor's columns)"},
+    };
+    m.error_feedback = true;
+    m.algorithm = "reduce_scatter_allgather";
+    m.columnar = [bucket_mode](const QuantSpec& s) { return !bucket_mode(s); };
+    m.within_bound = onebit_like_within_bound;
+    m.variants = {"onebit", "onebit:mode=bucket"};
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<OnebitQuantizer>(spec); };
+    return m;
+  }();
+  return info;
+}
 
 }  // namespace qtrain::quant_detail

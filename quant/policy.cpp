@@ -5,70 +5,111 @@
 
 #include <fnmatch.h>
 
-#include "quant/methods.h"
+#include "quant/method.h"
 #include "quant/wire.h"
 
 namespace qtrain {
 namespace {
 
-const char* variant_name(Dettmers8Variant v) { return v == Dettmers8Variant::linear ? "linear" : "dynamic_tree"; }
-const char* mode_name(OnebitMode m) { return m == OnebitMode::bucket ? "bucket" : "column"; }
-const char* norm_name(QsgdNorm n) { return n == QsgdNorm::l2 ? "l2" : "max"; }
-
 bool glob_match(const std::string& pattern, const std::string& text) {
   return pattern.empty() || fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
+}
+
+std::vector<std::string> method_names() {
+  std::vector<std::string> names;
+  for (const QuantMethodInfo* m : quant_methods()) names.push_back(m->name);
+  return names;
+}
+
+// Reads one parameter of the method into s (absent: s keeps its value). Every key is read, present or
+// not, so that an unknown key's error lists the method's keys.
+void parse_param(ConfigNode& node, const QuantParamDef& p, QuantSpec& s) {
+  if (!node.has(p.key)) {
+    (void)node.get<double>(p.key, 0);  // known, with the value s has
+    return;
+  }
+  if (p.applies && !p.applies(s)) node.fail(p.key, p.why_not);
+  using Kind = QuantParamDef::Kind;
+  const double current = s.number(p.key);
+  if (p.kind == Kind::name) {
+    s.set(p.key, node.get_choice(p.key, s.choice(p.key), p.choices).c_str());
+  } else if (!p.choices.empty()) {
+    s.set(p.key, static_cast<double>(std::stoll(node.get_choice(p.key, fmt::format("{}", current), p.choices))));
+  } else if (p.kind == Kind::integer) {
+    s.set(p.key, static_cast<double>(node.get_int(p.key, static_cast<int64_t>(current), static_cast<int64_t>(p.min),
+                                                  static_cast<int64_t>(p.max))));
+  } else {
+    s.set(p.key, node.get_double(p.key, current, p.min, p.max, p.min_exclusive));
+  }
 }
 
 }  // namespace
 
 QuantSpec parse_quant_spec(ConfigNode& node, const QuantSpec& inherit) {
-  const std::string name =
-      node.get_choice("method", quant_method_name(inherit.method),
-                      {"fp32", "fp16", "bf16", "dettmers8", "onebit", "qsgd", "adaptive", "topk"});
+  const std::string name = node.get_choice("method", quant_method_name(inherit.method), method_names());
   const QuantMethod method = quant_method_from_name(name);
-  const QuantSpec start = method == inherit.method ? inherit : QuantSpec::defaults(method);
-  QuantSpec s = start;
-  s.method = method;
-  s.error_feedback = node.get<bool>("error_feedback", start.error_feedback);
-  switch (method) {
-    case QuantMethod::fp32:
-    case QuantMethod::fp16:
-    case QuantMethod::bf16: break;
-    case QuantMethod::dettmers8:
-      s.variant = node.get_choice("variant", variant_name(start.variant), {"dynamic_tree", "linear"}) == "linear"
-                      ? Dettmers8Variant::linear
-                      : Dettmers8Variant::dynamic_tree;
-      break;
-    case QuantMethod::onebit:
-      s.mode = node.get_choice("mode", mode_name(start.mode), {"column", "bucket"}) == "bucket" ? OnebitMode::bucket
-                                                                                            : OnebitMode::column;
-      if (s.mode == OnebitMode::column && node.has("bucket"))
-        node.fail("bucket", "applies to onebit mode: bucket only (mode: column uses the tensor's columns)");
-      if (s.mode == OnebitMode::bucket && node.has("bucket")) s.bucket = node.get_int("bucket", 0, 1, wire::kMaxValues);
-      break;
-    case QuantMethod::qsgd:
-      s.bits = std::stoi(node.get_choice("bits", std::to_string(start.bits), {"2", "4", "8", "16"}));
-      // bucket 0 means "the default for these bits", so an override that changes bits gets the new
-      // default unless a bucket was given explicitly.
-      if (node.has("bucket")) s.bucket = node.get_int("bucket", 0, 1, wire::kMaxValues);
-      s.norm = node.get_choice("norm", norm_name(start.norm), {"max", "l2"}) == "l2" ? QsgdNorm::l2 : QsgdNorm::max;
-      break;
-    case QuantMethod::adaptive:
-      s.proportion = node.get_double("proportion", start.proportion, 0.0, 1.0, true);
-      s.sample = node.get_int("sample", start.sample, 0, int64_t{1} << 24);
-      if (s.sample != 0 && s.sample < 64) node.fail("sample", fmt::format("must be 0 (exact) or >= 64, got {}", s.sample));
-      break;
-    case QuantMethod::topk: s.fraction = node.get_double("fraction", start.fraction, 0.0, 1.0, true); break;
-  }
+  const QuantMethodInfo& info = method_info(method);
+  QuantSpec s = method == inherit.method ? inherit : QuantSpec::defaults(method);
+  s.error_feedback = node.get<bool>("error_feedback", s.error_feedback);
+  for (const QuantParamDef& p : info.params) parse_param(node, p, s);
   // The checks validate() repeats for specs built in code, reported at the key that caused them.
-  if (method == QuantMethod::fp32 && s.error_feedback)
-    node.fail("error_feedback", "does not apply to fp32, which sends values exactly");
+  if (s.error_feedback && !info.error_feedback_allowed)
+    node.fail("error_feedback", fmt::format("does not apply to {}, which sends values exactly", name));
+  if (auto problem = info.check(s)) node.fail(problem->first, problem->second);
   try {
     s.validate();
   } catch (const InputError& e) {
     node.fail("", e.what());
   }
   return s;
+}
+
+QuantSpec parse_method_entry(const std::string& entry) {
+  YAML::Node node(YAML::NodeType::Map);
+  size_t at = 0;
+  bool first = true;
+  while (at <= entry.size()) {
+    const size_t colon = entry.find(':', at);
+    const std::string part = entry.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
+    at = colon == std::string::npos ? entry.size() + 1 : colon + 1;
+    if (first) {
+      node["method"] = part;
+      first = false;
+      continue;
+    }
+    const size_t eq = part.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == part.size())
+      input_error("--methods {}: expected key=value after the method name, got '{}'", entry, part);
+    const std::string key = part.substr(0, eq);
+    // A second value would silently replace the first (and the label would show both).
+    if (node[key]) input_error("--methods {}: '{}' is given twice", entry, key);
+    try {
+      node[key] = load_yaml(part.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      input_error("--methods {}: the value of '{}' is not valid YAML: {}", entry, key, e.msg);
+    }
+  }
+  auto source = std::make_shared<ConfigSource>();
+  source->file = "--methods " + entry;
+  source->positions = false;  // each value was parsed on its own: every one would be at 1:1
+  ConfigNode section(node, "quantization", source);
+  QuantSpec spec = parse_quant_spec(section, QuantSpec::defaults(QuantMethod::fp32));
+  section.finish();
+  return spec;
+}
+
+std::string method_variant_list() {
+  std::string list;
+  for (const QuantMethodInfo* m : quant_methods())
+    for (const std::string& v : m->variants) list += (list.empty() ? "" : ",") + v;
+  return list;
+}
+
+std::vector<QuantSpec> all_method_variants() {
+  std::vector<QuantSpec> specs;
+  for (const QuantMethodInfo* m : quant_methods())
+    for (const std::string& v : m->variants) specs.push_back(parse_method_entry(v));
+  return specs;
 }
 
 bool QuantOverride::matches(const std::string& layer_name, const std::string& layer_type) const {

@@ -26,6 +26,15 @@ namespace qtrain {
 // defaults; `method` itself defaults to inherit.method.
 QuantSpec parse_quant_spec(ConfigNode& node, const QuantSpec& inherit);
 
+// A spec from a `--methods` entry: "qsgd", "qsgd:bits=2", "onebit:mode=bucket:bucket=64" (the keys of
+// the `quantization:` section, checked the same way). Throws InputError naming the entry.
+QuantSpec parse_method_entry(const std::string& entry);
+
+// Every method's variants (QuantMethodInfo::variants), as the tests and benchmarks sweep them.
+std::vector<QuantSpec> all_method_variants();
+// The same as a `--methods` list: "fp32,fp16,...,qsgd:bits=2,...".
+std::string method_variant_list();
+
 struct QuantOverride {
   std::string name_pattern;  // glob (fnmatch) on the layer name; empty = any name
   std::string type_pattern;  // glob on the layer type; empty = any type

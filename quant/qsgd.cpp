@@ -17,7 +17,7 @@
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"
 #include "quant/kernels.h"
-#include "quant/methods.h"
+#include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
 
@@ -480,37 +480,39 @@ void decode_range(const wire::QsgdLayout& l, const uint8_t* in, int64_t begin, i
 
 class QsgdQuantizer final : public Quantizer {
  public:
-  explicit QsgdQuantizer(const QuantSpec& spec) : Quantizer(spec) {}
+  explicit QsgdQuantizer(const QuantSpec& spec)
+      : Quantizer(spec),
+        bits_(static_cast<int>(spec.integer("bits"))),
+        bucket_(spec.integer("bucket")),
+        norm_(static_cast<QsgdNorm>(spec.integer("norm"))) {}
 
  protected:
-  size_t max_body_bytes(int64_t n, int64_t) const override {
-    return wire::qsgd_layout(n, spec().bucket, spec().bits).body_end;
-  }
+  size_t max_body_bytes(int64_t n, int64_t) const override { return wire::qsgd_layout(n, bucket_, bits_).body_end; }
 
   WireHeader header(const wire::QsgdLayout& l) const {
     WireHeader h;
     h.method = QuantMethod::qsgd;
     h.a = static_cast<uint32_t>(l.bits);
     h.b = static_cast<uint32_t>(l.bucket);
-    h.c = static_cast<uint32_t>(spec().norm);
+    h.c = static_cast<uint32_t>(norm_);
     h.n = static_cast<uint64_t>(l.n);
     h.total = wire::pad8(l.body_end);
     return h;
   }
 
   size_t encode_cpu(const EncodeArgs& a) const override {
-    const wire::QsgdLayout l = wire::qsgd_layout(a.n, spec().bucket, spec().bits);
+    const wire::QsgdLayout l = wire::qsgd_layout(a.n, bucket_, bits_);
     wire::write_header(a.out, header(l));
-    with_bits(spec().bits, [&](auto bits) {
-      if (a.residual) encode_all<bits(), true>(a, l, spec().norm);
-      else encode_all<bits(), false>(a, l, spec().norm);
+    with_bits(bits_, [&](auto bits) {
+      if (a.residual) encode_all<bits(), true>(a, l, norm_);
+      else encode_all<bits(), false>(a, l, norm_);
     });
     return l.body_end;
   }
 
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
-    const wire::QsgdLayout l = wire::qsgd_layout(a.n, spec().bucket, spec().bits);
-    qsgd_encode_cuda(ctx, a, l, spec().norm, header(l));
+    const wire::QsgdLayout l = wire::qsgd_layout(a.n, bucket_, bits_);
+    qsgd_encode_cuda(ctx, a, l, norm_, header(l));
     return l.body_end;
   }
 
@@ -545,10 +547,52 @@ class QsgdQuantizer final : public Quantizer {
       wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
     return l;
   }
+
+  int bits_;
+  int64_t bucket_;
+  QsgdNorm norm_;
 };
+
+// Bucket 0 (the default) means: 128 values for 2 bits, 512 for 4 and 8, 8192 for 16.
+int64_t default_bucket(int64_t bits) { return bits == 2 ? 128 : (bits == 16 ? 8192 : 512); }
 
 }  // namespace
 
-std::unique_ptr<Quantizer> make_qsgd_quantizer(const QuantSpec& spec) { return std::make_unique<QsgdQuantizer>(spec); }
+const QuantMethodInfo& qsgd_method_info() {
+  static const QuantMethodInfo info = [] {
+    QuantMethodInfo m;
+    m.id = QuantMethod::qsgd;
+    m.name = "qsgd";
+    m.params = {
+        {.key = "bits", .fallback = 4, .choices = {"2", "4", "8", "16"}},
+        {.key = "bucket", .fallback = 0, .min = 1, .max = static_cast<double>(wire::kMaxValues)},
+        {.key = "norm", .kind = QuantParamDef::Kind::name, .choices = {"max", "l2"}},
+    };
+    m.algorithm = "reduce_scatter_allgather";
+    m.resolve = [](QuantSpec& s) {
+      if (s.integer("bucket") == 0) s.set("bucket", static_cast<double>(default_bucket(s.integer("bits"))));
+    };
+    // One level of the value's bucket, plus the float rounding of |v| * levels / scale (relative 2^-24
+    // of up to `levels`).
+    m.within_bound = [](const QuantSpec& s, const RoundTripValue& v) {
+      const int64_t bucket = s.integer("bucket") > 0 ? s.integer("bucket") : default_bucket(s.integer("bits"));
+      float scale;
+      std::memcpy(&scale, v.payload.data() + wire::kHeaderBytes + 4 * (v.index / static_cast<size_t>(bucket)), 4);
+      const double levels = static_cast<double>((1 << (s.integer("bits") - 1)) - 1);
+      return std::fabs(v.y - v.x) <= scale / levels * (1 + levels * 0x1p-22);
+    };
+    m.variants = {"qsgd",
+                  "qsgd:bits=2",
+                  "qsgd:bits=8",
+                  "qsgd:bits=16",
+                  // A bucket that is not a multiple of 8: buckets start mid-block in the random stream.
+                  "qsgd:norm=l2:bucket=100",
+                  // Buckets of 8192: the l2 sums span two chunks of the deterministic order.
+                  "qsgd:bits=16:norm=l2"};
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<QsgdQuantizer>(spec); };
+    return m;
+  }();
+  return info;
+}
 
 }  // namespace qtrain::quant_detail

@@ -6,55 +6,36 @@
 #include <cstring>
 
 #include "quant/kernels.h"
-#include "quant/methods.h"
+#include "quant/method.h"
 #include "quant/wire.h"
 
 namespace qtrain {
+
+const char* quant_method_name(QuantMethod method) { return method_info(method).name.c_str(); }
+
+QuantMethod quant_method_from_name(const std::string& name) {
+  for (const QuantMethodInfo* m : quant_methods())
+    if (name == m->name) return m->id;
+  input_error("unknown quantization method '{}' (known: {})", name, quant_method_names());
+}
+
+bool default_error_feedback(QuantMethod method) { return method_info(method).error_feedback; }
+
+// ---- QuantSpec -----------------------------------------------------------------------------------
+
 namespace {
 
-struct MethodName {
-  QuantMethod method;
-  const char* name;
-};
-constexpr MethodName kMethodNames[] = {
-    {QuantMethod::fp32, "fp32"},         {QuantMethod::fp16, "fp16"},   {QuantMethod::bf16, "bf16"},
-    {QuantMethod::dettmers8, "dettmers8"}, {QuantMethod::onebit, "onebit"}, {QuantMethod::qsgd, "qsgd"},
-    {QuantMethod::adaptive, "adaptive"}, {QuantMethod::topk, "topk"},
-};
+const QuantParamDef& param_of(QuantMethod method, std::string_view key) {
+  const QuantParamDef* p = find_param(method_info(method), key);
+  QT_CHECK(p != nullptr, "{} has no parameter '{}'", quant_method_name(method), key);
+  return *p;
+}
 
-bool uses_columns(const QuantSpec& spec) {
-  return (spec.method == QuantMethod::onebit && spec.mode == OnebitMode::column) ||
-         spec.method == QuantMethod::adaptive;
+std::string format_number(const QuantParamDef& p, double v) {
+  return p.kind == QuantParamDef::Kind::real ? fmt::format("{:g}", v) : fmt::format("{}", static_cast<int64_t>(v));
 }
 
 }  // namespace
-
-const char* quant_method_name(QuantMethod method) {
-  for (const auto& m : kMethodNames)
-    if (m.method == method) return m.name;
-  return "unknown";
-}
-
-QuantMethod quant_method_from_name(const std::string& name) {
-  std::string known;
-  for (const auto& m : kMethodNames) {
-    if (name == m.name) return m.method;
-    known += (known.empty() ? "" : ", ") + std::string(m.name);
-  }
-  input_error("unknown quantization method '{}' (known: {})", name, known);
-}
-
-bool default_error_feedback(QuantMethod method) {
-  return method == QuantMethod::onebit || method == QuantMethod::adaptive || method == QuantMethod::topk;
-}
-
-namespace quant_detail {
-int64_t default_bucket(QuantMethod method, int bits) {
-  if (method == QuantMethod::onebit) return 64;
-  if (method == QuantMethod::qsgd) return bits == 2 ? 128 : (bits == 16 ? 8192 : 512);
-  return 0;
-}
-}  // namespace quant_detail
 
 QuantSpec QuantSpec::defaults(QuantMethod method) {
   QuantSpec s;
@@ -63,46 +44,91 @@ QuantSpec QuantSpec::defaults(QuantMethod method) {
   return s;
 }
 
+double QuantSpec::number(std::string_view key) const {
+  const QuantParamDef& p = param_of(method, key);
+  for (const auto& [k, v] : params_)
+    if (k == key) return v;
+  return p.fallback;
+}
+
+const std::string& QuantSpec::choice(std::string_view key) const {
+  const QuantParamDef& p = param_of(method, key);
+  QT_CHECK(p.kind == QuantParamDef::Kind::name, "{}: parameter '{}' is a number, not a named choice",
+           quant_method_name(method), key);
+  const auto i = static_cast<size_t>(number(key));
+  QT_CHECK(i < p.choices.size(), "{}: parameter '{}' holds choice {} of {}", quant_method_name(method), key, i,
+           p.choices.size());
+  return p.choices[i];
+}
+
+QuantSpec& QuantSpec::set(std::string_view key, double value) {
+  param_of(method, key);
+  for (auto& [k, v] : params_)
+    if (k == key) {
+      v = value;
+      return *this;
+    }
+  params_.emplace_back(std::string(key), value);
+  return *this;
+}
+
+QuantSpec& QuantSpec::set(std::string_view key, const char* choice_name) {
+  const QuantParamDef& p = param_of(method, key);
+  for (size_t i = 0; i < p.choices.size(); ++i)
+    if (p.choices[i] == choice_name) return set(key, static_cast<double>(i));
+  QT_CHECK(false, "{}: '{}' is not a choice of parameter '{}'", quant_method_name(method), choice_name, key);
+  return *this;
+}
+
+bool QuantSpec::operator==(const QuantSpec& other) const {
+  if (method != other.method || error_feedback != other.error_feedback) return false;
+  for (const QuantParamDef& p : method_info(method).params)
+    if (number(p.key) != other.number(p.key)) return false;
+  return true;
+}
+
 void QuantSpec::validate() const {
-  const char* name = quant_method_name(method);
-  if (std::string(name) == "unknown") input_error("quantization method id {} is unknown", static_cast<int>(method));
-  if (method == QuantMethod::fp32 && error_feedback)
-    input_error("fp32 sends values exactly: error_feedback does not apply");
-  if (bucket < 0 || bucket > wire::kMaxValues) input_error("{}: bucket must be in [1, {}], got {}", name, wire::kMaxValues, bucket);
-  if (method == QuantMethod::qsgd && bits != 2 && bits != 4 && bits != 8 && bits != 16)
-    input_error("qsgd: bits must be one of 2, 4, 8, 16, got {}", bits);
-  if (method == QuantMethod::adaptive) {
-    if (!(proportion > 0.0 && proportion <= 1.0)) input_error("adaptive: proportion must be in (0, 1], got {}", proportion);
-    if (sample != 0 && (sample < 64 || sample > (int64_t{1} << 24)))
-      input_error("adaptive: sample must be 0 (exact) or in [64, {}], got {}", int64_t{1} << 24, sample);
+  const QuantMethodInfo* info = nullptr;
+  for (const QuantMethodInfo* m : quant_methods())
+    if (m->id == method) info = m;
+  if (!info) input_error("quantization method id {} is unknown", static_cast<int>(method));
+  const char* name = info->name.c_str();
+  if (error_feedback && !info->error_feedback_allowed)
+    input_error("{} sends values exactly: error_feedback does not apply", name);
+  for (const auto& [key, v] : params_) {
+    const QuantParamDef& p = param_of(method, key);
+    if (v == p.fallback) continue;
+    const std::string got = format_number(p, v);
+    if (!p.choices.empty()) {
+      bool known = false;
+      for (size_t i = 0; i < p.choices.size(); ++i)
+        known |= p.kind == QuantParamDef::Kind::name ? v == static_cast<double>(i) : got == p.choices[i];
+      if (!known) input_error("{}: {} must be one of {}, got {}", name, key, fmt::join(p.choices, ", "), got);
+      continue;
+    }
+    const bool whole = p.kind != QuantParamDef::Kind::integer || v == static_cast<double>(static_cast<int64_t>(v));
+    if (!whole || !(p.min_exclusive ? v > p.min : v >= p.min) || !(v <= p.max))
+      input_error("{}: {} must be in {}{}, {}], got {}", name, key, p.min_exclusive ? "(" : "[", format_number(p, p.min),
+                  format_number(p, p.max), got);
   }
-  if (method == QuantMethod::topk && !(fraction > 0.0 && fraction <= 1.0))
-    input_error("topk: fraction must be in (0, 1], got {}", fraction);
+  if (auto problem = info->check(*this)) input_error("{}: {} {}", name, problem->first, problem->second);
 }
 
 std::string QuantSpec::str() const {
-  const int64_t b = bucket > 0 ? bucket : quant_detail::default_bucket(method, bits);
-  const std::string ef = error_feedback != default_error_feedback(method)
-                             ? fmt::format(", error_feedback={}", error_feedback ? "true" : "false")
-                             : "";
-  switch (method) {
-    case QuantMethod::fp32:
-    case QuantMethod::fp16:
-    case QuantMethod::bf16:
-      return ef.empty() ? std::string(quant_method_name(method)) : fmt::format("{}({})", quant_method_name(method), ef.substr(2));
-    case QuantMethod::dettmers8:
-      return fmt::format("dettmers8(variant={}{})", variant == Dettmers8Variant::linear ? "linear" : "dynamic_tree", ef);
-    case QuantMethod::onebit:
-      return mode == OnebitMode::column ? fmt::format("onebit(mode=column{})", ef)
-                                        : fmt::format("onebit(mode=bucket, bucket={}{})", b, ef);
-    case QuantMethod::qsgd:
-      return fmt::format("qsgd(bits={}, bucket={}, norm={}{})", bits, b, norm == QsgdNorm::l2 ? "l2" : "max", ef);
-    case QuantMethod::adaptive:
-      return fmt::format("adaptive(proportion={:g}{}{})", proportion,
-                         sample > 0 ? fmt::format(", sample={}", sample) : std::string(), ef);
-    case QuantMethod::topk: return fmt::format("topk(fraction={:g}{})", fraction, ef);
+  const QuantMethodInfo& info = method_info(method);
+  QuantSpec resolved = *this;
+  info.resolve(resolved);
+  std::vector<std::string> parts;
+  for (const QuantParamDef& p : info.params) {
+    if (p.applies && !p.applies(resolved)) continue;
+    const double v = resolved.number(p.key);
+    if (!p.shown_at_default && v == p.fallback) continue;
+    parts.push_back(fmt::format("{}={}", p.key,
+                                p.kind == QuantParamDef::Kind::name ? resolved.choice(p.key) : format_number(p, v)));
   }
-  return "unknown";
+  if (error_feedback != info.error_feedback)
+    parts.push_back(fmt::format("error_feedback={}", error_feedback ? "true" : "false"));
+  return parts.empty() ? info.name : fmt::format("{}({})", info.name, fmt::join(parts, ", "));
 }
 
 // ---- QuantState ----------------------------------------------------------------------------------
@@ -147,7 +173,7 @@ size_t Quantizer::encode(Context& ctx, std::span<const float> in, int64_t column
                          std::span<uint8_t> out) const {
   const int64_t n = static_cast<int64_t>(in.size());
   const size_t need = max_encoded_bytes(n, column);
-  QT_CHECK(!uses_columns(spec_) || n % column == 0, "{}: the column length {} must divide the span's {} values",
+  QT_CHECK(!method_info(spec_.method).columnar(spec_) || n % column == 0, "{}: the column length {} must divide the span's {} values",
            spec_.str(), column, n);
   QT_CHECK(out.size() >= need, "{}: output buffer of {} bytes, max_encoded_bytes({}, {}) is {}", spec_.str(),
            out.size(), n, column, need);
@@ -212,18 +238,9 @@ void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n
 std::unique_ptr<Quantizer> make_quantizer(const QuantSpec& spec_in) {
   spec_in.validate();
   QuantSpec spec = spec_in;
-  if (spec.bucket == 0) spec.bucket = quant_detail::default_bucket(spec.method, spec.bits);
-  switch (spec.method) {
-    case QuantMethod::fp32:
-    case QuantMethod::fp16:
-    case QuantMethod::bf16: return quant_detail::make_cast_quantizer(spec);
-    case QuantMethod::dettmers8: return quant_detail::make_dettmers8_quantizer(spec);
-    case QuantMethod::onebit: return quant_detail::make_onebit_quantizer(spec);
-    case QuantMethod::qsgd: return quant_detail::make_qsgd_quantizer(spec);
-    case QuantMethod::adaptive: return quant_detail::make_adaptive_quantizer(spec);
-    case QuantMethod::topk: return quant_detail::make_topk_quantizer(spec);
-  }
-  input_error("quantization method id {} is unknown", static_cast<int>(spec.method));
+  const QuantMethodInfo& info = method_info(spec.method);
+  info.resolve(spec);
+  return info.make(spec);
 }
 
 }  // namespace qtrain

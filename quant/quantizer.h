@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,39 +19,46 @@
 
 namespace qtrain {
 
-// Method ids are part of the wire format (header byte 2): never renumber.
-enum class QuantMethod : uint8_t { fp32 = 1, fp16 = 2, bf16 = 3, dettmers8 = 4, onebit = 5, qsgd = 6, adaptive = 7, topk = 8 };
+// The methods of quant/methods.def; their values are the wire ids (header byte 2).
+enum class QuantMethod : uint8_t {
+#define QTRAIN_QUANT_METHOD(name, id) name = id,
+#include "quant/methods.def"
+#undef QTRAIN_QUANT_METHOD
+};
 
 const char* quant_method_name(QuantMethod method);
 // Throws InputError listing the known names.
 QuantMethod quant_method_from_name(const std::string& name);
 
-enum class Dettmers8Variant : uint8_t { dynamic_tree = 0, linear = 1 };
-enum class OnebitMode : uint8_t { column = 0, bucket = 1 };
-enum class QsgdNorm : uint8_t { max = 0, l2 = 1 };
-
-// One method with its parameters. Fields that do not apply to `method` are ignored. Defaults are the
+// One method with its parameters. The parameters are the method's own (its descriptor, quant/method.h,
+// lists them with their defaults and ranges); one that was never set has its default. Defaults are the
 // papers' settings (quantizers.md part A); validate() checks ranges.
 struct QuantSpec {
   QuantMethod method = QuantMethod::fp32;
   bool error_feedback = false;  // v = g + e, send Q(v), keep e = v - decode(Q(v)); see default_error_feedback()
 
-  Dettmers8Variant variant = Dettmers8Variant::dynamic_tree;  // dettmers8
-  OnebitMode mode = OnebitMode::column;                       // onebit
-  int64_t bucket = 0;   // onebit bucket mode (default 64) and qsgd (default 128 / 512 / 512 / 8192 by bits)
-  int bits = 4;         // qsgd: 2, 4, 8 or 16
-  QsgdNorm norm = QsgdNorm::max;  // qsgd
-  double proportion = 1.0 / 32;   // adaptive: the proportion pi of values sent
-  int64_t sample = 0;             // adaptive: 0 = exact threshold; else the number of sampled values
-  double fraction = 0.01;         // topk: the fraction of values kept
-
-  // The spec with method-dependent defaults filled in (bucket 0 -> the method's default).
+  // The spec with the method's defaults (error feedback and every parameter).
   static QuantSpec defaults(QuantMethod method);
+
+  // Parameter `key` of the method (a bug if the method has no such parameter): its number, or for a
+  // named choice its index (the value the wire format stores) and name.
+  double number(std::string_view key) const;
+  int64_t integer(std::string_view key) const { return static_cast<int64_t>(number(key)); }
+  const std::string& choice(std::string_view key) const;
+  // Sets parameter `key` (a number, or a named choice by its name); a bug if the method has no such
+  // parameter or the name is not one of its choices. Ranges are checked by validate().
+  QuantSpec& set(std::string_view key, double value);
+  QuantSpec& set(std::string_view key, const char* choice_name);
+
   // Throws InputError naming the bad field.
   void validate() const;
   // "qsgd(bits=4, bucket=512, norm=max)"
   std::string str() const;
-  bool operator==(const QuantSpec&) const = default;
+  // Same method, error feedback and parameter values (defaults included).
+  bool operator==(const QuantSpec& other) const;
+
+ private:
+  std::vector<std::pair<std::string, double>> params_;  // the parameters that were set
 };
 
 // Whether the method keeps a residual unless the config says otherwise: onebit, adaptive, topk.

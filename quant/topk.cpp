@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "quant/kernels.h"
-#include "quant/methods.h"
+#include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/select.h"
 #include "quant/wire.h"
@@ -36,11 +36,11 @@ int64_t compact(const float* __restrict in, float* __restrict residual, int64_t 
 
 class TopkQuantizer final : public Quantizer {
  public:
-  explicit TopkQuantizer(const QuantSpec& spec) : Quantizer(spec) {}
+  explicit TopkQuantizer(const QuantSpec& spec) : Quantizer(spec), fraction_(spec.number("fraction")) {}
 
  protected:
   size_t max_body_bytes(int64_t n, int64_t) const override {
-    return wire::topk_body_end(wire::count_for_proportion(spec().fraction, n));
+    return wire::topk_body_end(wire::count_for_proportion(fraction_, n));
   }
 
   WireHeader header(int64_t n, int64_t k) const {
@@ -53,7 +53,7 @@ class TopkQuantizer final : public Quantizer {
   }
 
   size_t encode_cpu(const EncodeArgs& a) const override {
-    const int64_t k = wire::count_for_proportion(spec().fraction, a.n);
+    const int64_t k = wire::count_for_proportion(fraction_, a.n);
     wire::write_header(a.out, header(a.n, k));
     if (k == 0) return wire::topk_body_end(0);
     auto* candidates = static_cast<uint32_t*>(a.state->workspace(Device::cpu(), 4 * static_cast<size_t>(a.n)));
@@ -72,7 +72,7 @@ class TopkQuantizer final : public Quantizer {
   }
 
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
-    const int64_t k = wire::count_for_proportion(spec().fraction, a.n);
+    const int64_t k = wire::count_for_proportion(fraction_, a.n);
     topk_encode_cuda(ctx, a, k, header(a.n, k));
     return wire::topk_body_end(k);
   }
@@ -112,10 +112,28 @@ class TopkQuantizer final : public Quantizer {
                                               wire::pad8(wire::topk_body_end(k))));
     return k;
   }
+
+  double fraction_;
 };
 
 }  // namespace
 
-std::unique_ptr<Quantizer> make_topk_quantizer(const QuantSpec& spec) { return std::make_unique<TopkQuantizer>(spec); }
+const QuantMethodInfo& topk_method_info() {
+  static const QuantMethodInfo info = [] {
+    QuantMethodInfo m;
+    m.id = QuantMethod::topk;
+    m.name = "topk";
+    m.params = {{.key = "fraction", .kind = QuantParamDef::Kind::real, .fallback = 0.01, .min = 0, .max = 1,
+                 .min_exclusive = true}};
+    m.error_feedback = true;
+    m.algorithm = "allgather";
+    // A value is dropped (0) or sent exactly.
+    m.within_bound = [](const QuantSpec&, const RoundTripValue& v) { return v.y == 0 || v.y == v.x; };
+    m.variants = {"topk"};
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<TopkQuantizer>(spec); };
+    return m;
+  }();
+  return info;
+}
 
 }  // namespace qtrain::quant_detail

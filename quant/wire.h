@@ -26,6 +26,11 @@ struct WireHeader {
   uint32_t c = 0;
 };
 
+// Parameter values as headers store them (field a or c): the index of the config's choice name.
+enum class Dettmers8Variant : uint8_t { dynamic_tree = 0, linear = 1 };
+enum class OnebitMode : uint8_t { column = 0, bucket = 1 };
+enum class QsgdNorm : uint8_t { max = 0, l2 = 1 };
+
 namespace wire {
 
 constexpr uint8_t kVersion = 1;

@@ -1,6 +1,6 @@
 // Helpers shared by the quantizer tests: gradient-like data (normal and heavy-tailed, never zero),
 // encode/decode into vectors, and the list of method specs every property test sweeps (every method
-// and variant, so that a new one is covered by adding it here).
+// and variant its descriptor lists).
 #pragma once
 
 #include <cmath>
@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "framework/context.h"
+#include "quant/method.h"
+#include "quant/policy.h"
 #include "quant/quantizer.h"
 
 namespace qtrain::quant_test {
@@ -55,46 +57,15 @@ inline std::vector<float> decode(const Quantizer& q, Context& ctx, std::span<con
 
 inline QuantSpec spec_of(QuantMethod m) { return QuantSpec::defaults(m); }
 
-// Every method and variant, as the property tests sweep them.
-inline std::vector<QuantSpec> all_specs() {
-  std::vector<QuantSpec> s;
-  s.push_back(spec_of(QuantMethod::fp32));
-  s.push_back(spec_of(QuantMethod::fp16));
-  s.push_back(spec_of(QuantMethod::bf16));
-  s.push_back(spec_of(QuantMethod::dettmers8));
-  QuantSpec lin = spec_of(QuantMethod::dettmers8);
-  lin.variant = Dettmers8Variant::linear;
-  s.push_back(lin);
-  s.push_back(spec_of(QuantMethod::onebit));
-  QuantSpec ob = spec_of(QuantMethod::onebit);
-  ob.mode = OnebitMode::bucket;
-  s.push_back(ob);
-  for (int bits : {2, 4, 8, 16}) {
-    QuantSpec q = spec_of(QuantMethod::qsgd);
-    q.bits = bits;
-    s.push_back(q);
-  }
-  QuantSpec l2 = spec_of(QuantMethod::qsgd);
-  l2.norm = QsgdNorm::l2;
-  l2.bucket = 100;  // not a multiple of 8: buckets start mid-block in the random stream
-  s.push_back(l2);
-  QuantSpec l2_long = spec_of(QuantMethod::qsgd);
-  l2_long.bits = 16;  // bucket 8192: the l2 sums span two chunks of the deterministic order
-  l2_long.norm = QsgdNorm::l2;
-  s.push_back(l2_long);
-  s.push_back(spec_of(QuantMethod::adaptive));
-  QuantSpec sampled = spec_of(QuantMethod::adaptive);
-  sampled.sample = 256;
-  s.push_back(sampled);
-  s.push_back(spec_of(QuantMethod::topk));
-  return s;
-}
+// Every method and variant, as the property tests sweep them: the variants each method's descriptor
+// lists (quant/method.h), so that a new method is covered by its registry line.
+inline std::vector<QuantSpec> all_specs() { return all_method_variants(); }
 
 // The same specs with error feedback on wherever the method allows it.
 inline std::vector<QuantSpec> all_specs_with_ef() {
   std::vector<QuantSpec> s;
   for (QuantSpec q : all_specs()) {
-    if (q.method == QuantMethod::fp32) continue;
+    if (!method_info(q.method).error_feedback_allowed) continue;
     q.error_feedback = true;
     s.push_back(q);
   }

@@ -26,21 +26,21 @@ TEST_CASE("an absent section means fp32", "[quant][config]") {
 TEST_CASE("methods and their parameters", "[quant][config]") {
   auto c = parse("quantization: {method: qsgd, bits: 8, norm: l2}\n");
   REQUIRE(c.base.method == QuantMethod::qsgd);
-  REQUIRE(c.base.bits == 8);
-  REQUIRE(c.base.norm == QsgdNorm::l2);
-  REQUIRE(make_quantizer(c.base)->spec().bucket == 512);
+  REQUIRE(c.base.integer("bits") == 8);
+  REQUIRE(c.base.choice("norm") == "l2");
+  REQUIRE(make_quantizer(c.base)->spec().integer("bucket") == 512);
   c = parse("quantization: {method: dettmers8, variant: linear, error_feedback: true}\n");
-  REQUIRE(c.base.variant == Dettmers8Variant::linear);
+  REQUIRE(c.base.choice("variant") == "linear");
   REQUIRE(c.base.error_feedback);
   c = parse("quantization: {method: onebit, mode: bucket, bucket: 128}\n");
-  REQUIRE(c.base.mode == OnebitMode::bucket);
-  REQUIRE(c.base.bucket == 128);
+  REQUIRE(c.base.choice("mode") == "bucket");
+  REQUIRE(c.base.integer("bucket") == 128);
   REQUIRE(c.base.error_feedback);
   c = parse("quantization: {method: adaptive, proportion: 0.01, sample: 1024}\n");
-  REQUIRE(c.base.proportion == 0.01);
-  REQUIRE(c.base.sample == 1024);
+  REQUIRE(c.base.number("proportion") == 0.01);
+  REQUIRE(c.base.integer("sample") == 1024);
   c = parse("quantization: {method: topk, fraction: 0.001}\n");
-  REQUIRE(c.base.fraction == 0.001);
+  REQUIRE(c.base.number("fraction") == 0.001);
   REQUIRE(c.base.str() == "topk(fraction=0.001)");
 }
 
@@ -89,11 +89,11 @@ quantization:
   REQUIRE(c.resolve("dense3", "dense", 1 << 20).method == QuantMethod::fp16);
   const QuantSpec conv = c.resolve("conv1", "conv2d", 1 << 20);
   REQUIRE(conv.method == QuantMethod::qsgd);
-  REQUIRE(conv.bits == 8);
-  REQUIRE(make_quantizer(conv)->spec().bucket == 512);
+  REQUIRE(conv.integer("bits") == 8);
+  REQUIRE(make_quantizer(conv)->spec().integer("bucket") == 512);
   const QuantSpec dense = c.resolve("dense1", "dense", 5000);
-  REQUIRE(dense.bits == 2);
-  REQUIRE(dense.bucket == 64);
+  REQUIRE(dense.integer("bits") == 2);
+  REQUIRE(dense.integer("bucket") == 64);
   REQUIRE(c.resolve("dense1", "dense", 50).method == QuantMethod::fp32);
   REQUIRE(c.resolve("lstm1", "lstm", 1 << 20).method == QuantMethod::onebit);
 }

@@ -41,9 +41,8 @@ float f32_at(const std::vector<uint8_t>& p, size_t off) {
 }
 
 int64_t default_bucket(const QuantSpec& s) {
-  if (s.bucket > 0) return s.bucket;
-  if (s.method == QuantMethod::onebit) return 64;
-  return s.bits == 2 ? 128 : (s.bits == 16 ? 8192 : 512);
+  if (s.integer("bucket") > 0) return s.integer("bucket");
+  return s.integer("bits") == 2 ? 128 : (s.integer("bits") == 16 ? 8192 : 512);
 }
 
 // The payload size from docs/quantizers.md, written out independently of quant/wire.h.
@@ -54,7 +53,7 @@ size_t documented_size(const QuantSpec& s, int64_t n, int64_t column, const std:
     case QuantMethod::bf16: return pad8(32 + 2 * n);
     case QuantMethod::dettmers8: return pad8(32 + n);
     case QuantMethod::onebit: {
-      const int64_t g = s.mode == OnebitMode::column ? column : default_bucket(s);
+      const int64_t g = s.choice("mode") == "column" ? column : default_bucket(s);
       size_t bytes = 32;
       for (int64_t start = 0; start < n; start += g) bytes += 8 + 4 * cdiv(std::min(g, n - start), 32);
       return pad8(bytes);
@@ -62,7 +61,7 @@ size_t documented_size(const QuantSpec& s, int64_t n, int64_t column, const std:
     case QuantMethod::qsgd: {
       const int64_t d = default_bucket(s);
       size_t bytes = 32 + 4 * cdiv(n, d);
-      for (int64_t start = 0; start < n; start += d) bytes += 4 * cdiv(std::min(d, n - start) * s.bits, 32);
+      for (int64_t start = 0; start < n; start += d) bytes += 4 * cdiv(std::min(d, n - start) * s.integer("bits"), 32);
       return pad8(bytes);
     }
     case QuantMethod::adaptive: {
@@ -70,7 +69,7 @@ size_t documented_size(const QuantSpec& s, int64_t n, int64_t column, const std:
       return pad8(32 + 12 * (n / column) + 4 + (column <= 32767 ? 2 : 4) * entries);
     }
     case QuantMethod::topk: {
-      const int64_t k = n == 0 ? 0 : std::max<int64_t>(1, std::llround(s.fraction * static_cast<double>(n)));
+      const int64_t k = n == 0 ? 0 : std::max<int64_t>(1, std::llround(s.number("fraction") * static_cast<double>(n)));
       return pad8(32 + 8 * k);
     }
   }
@@ -138,7 +137,7 @@ TEST_CASE("round trips stay within each method's bound", "[quant]") {
     SECTION("dettmers8: within half the widest table gap; linear within half a step") {
       auto tree = make_quantizer(spec_of(QuantMethod::dettmers8));
       QuantSpec ls = spec_of(QuantMethod::dettmers8);
-      ls.variant = Dettmers8Variant::linear;
+      ls.set("variant", "linear");
       auto lin = make_quantizer(ls);
       QuantState st;
       const auto yt = decode(*tree, ctx, encode(*tree, ctx, data, column, st), n);
@@ -155,8 +154,8 @@ TEST_CASE("round trips stay within each method's bound", "[quant]") {
       for (int bits : {2, 4, 8, 16}) {
         for (QsgdNorm norm : {QsgdNorm::max, QsgdNorm::l2}) {
           QuantSpec s = spec_of(QuantMethod::qsgd);
-          s.bits = bits;
-          s.norm = norm;
+          s.set("bits", bits);
+          s.set("norm", static_cast<double>(norm));
           auto q = make_quantizer(s);
           QuantState st(1, 0, 9);
           const auto p = encode(*q, ctx, data, column, st);
@@ -171,6 +170,32 @@ TEST_CASE("round trips stay within each method's bound", "[quant]") {
                     scale / levels * (1 + levels * 0x1p-22));
           }
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("every method variant's round trip meets its descriptor's bound", "[quant]") {
+  // The rule bench-quant checks too (QuantMethodInfo::within_bound); the cases above state the bounds
+  // independently.
+  Context ctx = Context::cpu(1, 1);
+  const int64_t n = 8192, column = 128;
+  for (const auto& data : {normal_data(n, 5), heavy_data(n, 6)}) {
+    for (const QuantSpec& s : all_specs()) {
+      CAPTURE(s.str());
+      auto q = make_quantizer(s);
+      QuantState st(1, 0, 3);
+      const auto p = encode(*q, ctx, data, column, st);
+      const auto y = decode(*q, ctx, p, n);
+      RoundTripValue v;
+      v.payload = p;
+      v.max_abs = max_abs(data);
+      for (int64_t i = 0; i < n; ++i) {
+        v.x = data[static_cast<size_t>(i)];
+        v.y = y[static_cast<size_t>(i)];
+        v.index = static_cast<size_t>(i);
+        CAPTURE(i, v.x, v.y);
+        REQUIRE(method_info(s.method).within_bound(q->spec(), v));
       }
     }
   }
@@ -295,7 +320,7 @@ TEST_CASE("qsgd is unbiased: the mean of many decodes converges to the input", "
   for (int bits : {2, 4, 8}) {
     for (const auto& x : {normal_data(n, 77), heavy_data(n, 78)}) {
       QuantSpec s = spec_of(QuantMethod::qsgd);
-      s.bits = bits;
+      s.set("bits", bits);
       auto q = make_quantizer(s);
       QuantState st(2024, 3, 17);
       std::vector<double> mean(static_cast<size_t>(n), 0.0);
@@ -379,7 +404,7 @@ TEST_CASE("qsgd bytes equal the contract's per-value model: scale, stage-1 unifo
   const auto x = normal_data(n, 515);
   for (int bits : {2, 4, 8}) {
     QuantSpec s = spec_of(QuantMethod::qsgd);
-    s.bits = bits;
+    s.set("bits", bits);
     auto q = make_quantizer(s);
     QuantState st(77, 2, 9);
     ctx.set_step(5);
@@ -546,7 +571,7 @@ TEST_CASE("onebit means are the lane rule's sums to the bit, short columns inclu
 TEST_CASE("onebit bucket mode: buckets of 64 over the flattened span, last one partial", "[quant][onebit]") {
   Context ctx = Context::cpu(1, 1);
   QuantSpec s = spec_of(QuantMethod::onebit);
-  s.mode = OnebitMode::bucket;
+  s.set("mode", "bucket");
   auto q = make_quantizer(s);
   const auto x = normal_data(1000, 4);
   QuantState st;
@@ -560,7 +585,7 @@ TEST_CASE("adaptive sends the requested proportion", "[quant][adaptive]") {
   const int64_t column = 1024, n = 64 * column;
   for (double pi : {1.0 / 32, 0.01, 0.1}) {
     QuantSpec s = spec_of(QuantMethod::adaptive);
-    s.proportion = pi;
+    s.set("proportion", pi);
     auto q = make_quantizer(s);
     QuantState st;
     const auto x = normal_data(n, 31);
@@ -631,7 +656,7 @@ TEST_CASE("adaptive honours the cap of 4k entries; the rest stays in the residua
 TEST_CASE("adaptive with sampled thresholds sends about the proportion", "[quant][adaptive]") {
   Context ctx = Context::cpu(1, 1);
   QuantSpec s = spec_of(QuantMethod::adaptive);
-  s.sample = 1024;
+  s.set("sample", 1024);
   auto q = make_quantizer(s);
   const int64_t column = 500, n = 200 * column;
   const auto x = normal_data(n, 12);
@@ -647,7 +672,7 @@ TEST_CASE("topk keeps exactly the k largest magnitudes", "[quant][topk]") {
   auto x = heavy_data(n, 17);
   x[100] = x[200] = 1e6f;  // ties at the top are fine too
   QuantSpec s = spec_of(QuantMethod::topk);
-  s.fraction = 0.01;
+  s.set("fraction", 0.01);
   auto q = make_quantizer(s);
   QuantState st;
   const auto p = encode(*q, ctx, x, 1, st);
@@ -728,7 +753,7 @@ TEST_CASE("finite values whose scale or mean overflows are a clear error, not an
         QuantState st;
         std::vector<uint8_t> out(q->max_encoded_bytes(n, column));
         const bool sums = s.method == QuantMethod::onebit || s.method == QuantMethod::adaptive ||
-                          (s.method == QuantMethod::qsgd && s.norm == QsgdNorm::l2);
+                          (s.method == QuantMethod::qsgd && s.choice("norm") == "l2");
         if (sums && magnitude > 1e37f) {
           REQUIRE_THROWS_AS(q->encode(ctx, x, column, st, out), NonFiniteInputError);
           REQUIRE_THROWS_WITH(q->encode(ctx, x, column, st, out), Catch::Contains("float range"));
@@ -759,13 +784,13 @@ TEST_CASE("spans too small to invert encode as zeros and stay in the residual", 
   x[7] = 1.5e-38f;  // the max; x[0] = 0 and the smaller ones are subnormal
   std::vector<QuantSpec> specs;
   QuantSpec lin = spec_of(QuantMethod::dettmers8);
-  lin.variant = Dettmers8Variant::linear;
+  lin.set("variant", "linear");
   specs.push_back(lin);
   for (int bits : {4, 8, 16}) {
     QuantSpec q = spec_of(QuantMethod::qsgd);
-    q.bits = bits;
+    q.set("bits", bits);
     specs.push_back(q);
-    q.norm = QsgdNorm::l2;
+    q.set("norm", "l2");
     if (bits >= 8) specs.push_back(q);  // ||v|| is about 1.4e-37: 127 / it overflows too
   }
   for (QuantSpec s : specs) {
@@ -855,13 +880,13 @@ TEST_CASE("large decodes (streaming stores, tiled) equal decode_add into zeros",
   std::vector<QuantSpec> specs = {spec_of(QuantMethod::fp16), spec_of(QuantMethod::dettmers8),
                                   spec_of(QuantMethod::onebit)};
   QuantSpec ob = spec_of(QuantMethod::onebit);
-  ob.mode = OnebitMode::bucket;
-  ob.bucket = 77;
+  ob.set("mode", "bucket");
+  ob.set("bucket", 77);
   specs.push_back(ob);
   for (int bits : {2, 4, 16}) {
     QuantSpec q = spec_of(QuantMethod::qsgd);
-    q.bits = bits;
-    q.bucket = 101;  // buckets start mid-byte relative to the decode tiles
+    q.set("bits", bits);
+    q.set("bucket", 101);  // buckets start mid-byte relative to the decode tiles
     specs.push_back(q);
   }
   for (const QuantSpec& s : specs) {

@@ -32,7 +32,7 @@ namespace {
 
 struct Options {
   std::vector<double> sizes_mb{1, 4, 16, 64, 256};
-  std::string methods = "fp32,fp16,dettmers8,onebit,qsgd:bits=2,qsgd:bits=4,qsgd:bits=8,adaptive,topk";
+  std::string methods = method_variant_list();
   std::vector<std::string> algorithms{"auto"};
   int iterations = 10;
   int warmup = 2;

@@ -28,6 +28,8 @@
 #include "framework/tensor.h"
 #include "quant/policy.h"
 #include "framework/memory_budget.h"
+#include "quant/method.h"
+#include "quant/policy.h"
 #include "quant/quantizer.h"
 #include "quant/wire.h"
 #include "tools/qtrain/commands.h"
@@ -39,9 +41,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string methods =
-      "fp32,fp16,bf16,dettmers8,dettmers8:variant=linear,onebit,onebit:mode=bucket,qsgd:bits=2,qsgd:bits=4,"
-      "qsgd:bits=8,qsgd:bits=16,adaptive,topk";
+  std::string methods = method_variant_list();
   std::string sizes = "64K,1M,16M,64M";
   std::string threads = "1,all";
   int repeat = 5;
@@ -165,40 +165,19 @@ Errors errors_of(const std::vector<float>& x, const std::vector<float>& y) {
   return {sum_rel / static_cast<double>(x.size()), std::sqrt(num / den)};
 }
 
-// decode(encode(x)) within the method's bound; throws naming the first violation.
+// decode(encode(x)) within the method's bound (its descriptor's rule); throws naming the first violation.
 void validate_round_trip(const QuantSpec& s, const std::vector<float>& x, const std::vector<uint8_t>& payload,
                          const std::vector<float>& y) {
-  double m = 0;
-  for (float v : x) m = std::max(m, static_cast<double>(std::fabs(v)));
-  auto scale_at = [&](size_t off) {
-    float v;
-    std::memcpy(&v, payload.data() + off, 4);
-    return static_cast<double>(v);
-  };
+  const QuantMethodInfo& info = method_info(s.method);
+  RoundTripValue v;
+  v.payload = payload;
+  for (float xi : x) v.max_abs = std::max(v.max_abs, static_cast<double>(std::fabs(xi)));
   for (size_t i = 0; i < x.size(); ++i) {
-    const double xi = x[i], yi = y[i];
-    double bound = 0;
-    switch (s.method) {
-      case QuantMethod::fp32: bound = 0; break;
-      case QuantMethod::fp16: bound = std::max(std::fabs(xi) * 0x1p-11, 0x1p-25); break;
-      case QuantMethod::bf16: bound = std::fabs(xi) * 0x1p-8; break;
-      case QuantMethod::dettmers8: bound = (s.variant == Dettmers8Variant::linear ? m / 254 : 0.0086 * m) * (1 + 1e-5); break;
-      case QuantMethod::qsgd: {
-        const int64_t d = s.bucket > 0 ? s.bucket : (s.bits == 2 ? 128 : (s.bits == 16 ? 8192 : 512));
-        // One level, plus the float rounding of |v| * levels / scale (relative 2^-24 of up to `levels`).
-        const double levels = (1 << (s.bits - 1)) - 1;
-        bound = scale_at(wire::kHeaderBytes + 4 * (i / static_cast<size_t>(d))) / levels * (1 + levels * 0x1p-22);
-        break;
-      }
-      case QuantMethod::onebit:  // a group mean on the value's side
-      case QuantMethod::adaptive:
-        bound = std::fabs(xi) + m;
-        if (yi != 0 && (yi < 0) != (xi < 0)) input_error("bench-quant: {} decoded value {} has the wrong sign", s.str(), i);
-        break;
-      case QuantMethod::topk: bound = yi == 0 ? std::fabs(xi) : 0; break;
-    }
-    if (!(std::fabs(yi - xi) <= bound))
-      input_error("bench-quant: {} round trip out of bound at value {}: {} -> {} (bound {})", s.str(), i, xi, yi, bound);
+    v.x = x[i];
+    v.y = y[i];
+    v.index = i;
+    if (!info.within_bound(s, v))
+      input_error("bench-quant: {} round trip out of bound at value {}: {} -> {}", s.str(), i, v.x, v.y);
   }
 }
 

@@ -1,0 +1,65 @@
+// The table of quantization methods, built from quant/methods.def: each line there names a method
+// whose .cpp file defines its descriptor function.
+#include <algorithm>
+#include <array>
+
+#include "framework/check.h"
+#include "quant/method.h"
+
+namespace qtrain {
+namespace quant_detail {
+#define QTRAIN_QUANT_METHOD(name, id) const QuantMethodInfo& name##_method_info();
+#include "quant/methods.def"
+#undef QTRAIN_QUANT_METHOD
+}  // namespace quant_detail
+
+namespace {
+
+const auto& table() {
+  static const auto methods = [] {
+    std::array methods{
+#define QTRAIN_QUANT_METHOD(name, id) &quant_detail::name##_method_info(),
+#include "quant/methods.def"
+#undef QTRAIN_QUANT_METHOD
+    };
+    // A row must describe the method its line names: the same id, and names that cannot collide.
+    constexpr std::array ids{
+#define QTRAIN_QUANT_METHOD(name, id) QuantMethod::name,
+#include "quant/methods.def"
+#undef QTRAIN_QUANT_METHOD
+    };
+    for (size_t i = 0; i < methods.size(); ++i) {
+      QT_CHECK(methods[i]->id == ids[i], "quant/methods.def: row {} ('{}') describes method id {}, its line says {}", i,
+               methods[i]->name, static_cast<int>(methods[i]->id), static_cast<int>(ids[i]));
+      QT_CHECK(static_cast<bool>(methods[i]->make) && static_cast<bool>(methods[i]->within_bound) &&
+                   !methods[i]->variants.empty(),
+               "quant/methods.def: method '{}' lacks a factory, a round-trip bound or its variants", methods[i]->name);
+    }
+    return methods;
+  }();
+  return methods;
+}
+
+}  // namespace
+
+const QuantMethodInfo& method_info(QuantMethod method) {
+  for (const QuantMethodInfo* m : table())
+    if (m->id == method) return *m;
+  throw Error(fmt::format("quantization method id {} is unknown", static_cast<int>(method)));
+}
+
+std::span<const QuantMethodInfo* const> quant_methods() { return table(); }
+
+std::string quant_method_names() {
+  std::string names;
+  for (const QuantMethodInfo* m : table()) names += (names.empty() ? "" : ", ") + m->name;
+  return names;
+}
+
+const QuantParamDef* find_param(const QuantMethodInfo& info, std::string_view key) {
+  for (const QuantParamDef& p : info.params)
+    if (p.key == key) return &p;
+  return nullptr;
+}
+
+}  // namespace qtrain
