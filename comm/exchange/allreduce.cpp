@@ -1,0 +1,90 @@
+// The native allreduce of fp32, fp16 and bf16 gradients: the tensors of one format are packed into
+// one buffer and summed with one collective (tensor fusion). 16-bit tensors are converted into a
+// 16-bit buffer, summed (fp32 accumulation where the library allows it) and converted back.
+#include <array>
+
+#include "comm/buffer_ops.h"
+#include "comm/exchange/workspace.h"
+
+namespace qtrain::exchange {
+namespace {
+
+// The format a tensor is summed in: each format is its own collective.
+QuantMethod native_format(const TensorPlan& p) { return is_16bit(p.spec.method) ? p.spec.method : QuantMethod::fp32; }
+
+ReduceType reduce_type(QuantMethod format) {
+  switch (format) {
+    case QuantMethod::fp16: return ReduceType::f16;
+    case QuantMethod::bf16: return ReduceType::bf16;
+    default: return ReduceType::f32;
+  }
+}
+
+// Copies (fp32) or converts (16-bit) the tensors of `format` back to back into `stage`.
+void pack(Workspace& w, const std::vector<int>& ids, QuantMethod format, uint8_t* stage) {
+  int64_t at = 0;
+  for (int t : ids) {
+    if (native_format(w.plan(t)) != format) continue;
+    const int64_t n = w.tensor(t).numel;
+    if (format == QuantMethod::fp32)
+      copy_buffer(*w.ctx, reinterpret_cast<float*>(stage) + at, w.grad(t), static_cast<size_t>(n) * 4);
+    else
+      pack_16bit(*w.ctx, w.grad(t), reinterpret_cast<uint16_t*>(stage) + at, n, format == QuantMethod::bf16);
+    at += n;
+  }
+}
+
+// The reverse of pack, scaling by the mean's 1/P, and the bytes a ring allreduce sends per tensor.
+void unpack(Workspace& w, const std::vector<int>& ids, QuantMethod format, const uint8_t* stage) {
+  const int P = w.comm.size();
+  const size_t elem = format == QuantMethod::fp32 ? 4 : 2;
+  int64_t at = 0;
+  for (int t : ids) {
+    if (native_format(w.plan(t)) != format) continue;
+    const int64_t n = w.tensor(t).numel;
+    if (format == QuantMethod::fp32) {
+      copy_buffer(*w.ctx, w.grad(t), reinterpret_cast<const float*>(stage) + at, static_cast<size_t>(n) * 4);
+      if (w.scale != 1.0f) scale_buffer(*w.ctx, w.grad(t), n, w.scale);
+    } else {
+      unpack_16bit(*w.ctx, reinterpret_cast<const uint16_t*>(stage) + at, w.grad(t), n, format == QuantMethod::bf16,
+                   w.scale);
+    }
+    // A bandwidth-optimal (ring) allreduce sends 2(P-1)/P of the data from every rank.
+    w.stats.bytes_sent_per_tensor[static_cast<size_t>(t)] +=
+        2.0 * (P - 1) / P * static_cast<double>(n * static_cast<int64_t>(elem));
+    at += n;
+  }
+}
+
+}  // namespace
+
+void reduce_allreduce(Workspace& w, const std::vector<int>& ids) {
+  bool any_bf16 = false, any_f16 = false;
+  for (int t : ids) {
+    any_bf16 |= w.plan(t).spec.method == QuantMethod::bf16;
+    any_f16 |= w.plan(t).spec.method == QuantMethod::fp16;
+  }
+  QT_CHECK(!(any_bf16 && any_f16), "a bucket mixes fp16 and bf16 tensors; give them separate buckets");
+  for (const QuantMethod format : std::array{QuantMethod::fp32, QuantMethod::fp16, QuantMethod::bf16}) {
+    int64_t total = 0;
+    for (int t : ids)
+      if (native_format(w.plan(t)) == format) total += w.tensor(t).numel;
+    if (total == 0) continue;
+    // In a world of one the fp32 sum is the gradient itself: nothing to move. (16-bit tensors still
+    // go through the rounding, which is the effect being studied.)
+    if (format == QuantMethod::fp32 && w.comm.size() == 1 && w.scale == 1.0f) continue;
+    const size_t elem = format == QuantMethod::fp32 ? 4 : 2;
+    uint8_t* stage = w.device_bytes(w.stage_dev, static_cast<size_t>(total) * elem);
+    auto t0 = Clock::now();
+    pack(w, ids, format, stage);
+    w.stats.phases.add(Phase::encode, since(t0));
+    t0 = Clock::now();
+    w.comm.all_reduce_sum(*w.ctx, stage, total, reduce_type(format));
+    w.stats.phases.add(Phase::communicate, since(t0));
+    t0 = Clock::now();
+    unpack(w, ids, format, stage);
+    w.stats.phases.add(Phase::decode, since(t0));
+  }
+}
+
+}  // namespace qtrain::exchange
