@@ -4,7 +4,8 @@
 // tensors are ready, on a communication thread, so communication overlaps the rest of backward.
 //
 // Per tensor, the algorithm is one of (quantizers.md part A):
-//   allreduce                 native sum of fp32 / fp16 / bf16 values (small tensors always: fp32)
+//   allreduce                 native sum of fp32 / fp16 / bf16 values (small tensors always: fp32),
+//                             one collective per format in a bucket
 //   allgather                 every rank's payload to every rank, decoded and summed in rank order
 //   reduce_scatter_allgather  rank r owns stripe r: all encode every stripe and send it to its owner,
 //                             the owner decodes and sums, re-encodes (own residual / fresh random key),

@@ -9,7 +9,8 @@
 namespace qtrain::exchange {
 namespace {
 
-// The format a tensor is summed in: each format is its own collective.
+// The format a tensor is summed in. A bucket may hold tensors of all three: each format is its own
+// collective, as a collective sums one element type.
 QuantMethod native_format(const TensorPlan& p) { return is_16bit(p.spec.method) ? p.spec.method : QuantMethod::fp32; }
 
 ReduceType reduce_type(QuantMethod format) {
@@ -59,12 +60,6 @@ void unpack(Workspace& w, const std::vector<int>& ids, QuantMethod format, const
 }  // namespace
 
 void reduce_allreduce(Workspace& w, const std::vector<int>& ids) {
-  bool any_bf16 = false, any_f16 = false;
-  for (int t : ids) {
-    any_bf16 |= w.plan(t).spec.method == QuantMethod::bf16;
-    any_f16 |= w.plan(t).spec.method == QuantMethod::fp16;
-  }
-  QT_CHECK(!(any_bf16 && any_f16), "a bucket mixes fp16 and bf16 tensors; give them separate buckets");
   for (const QuantMethod format : std::array{QuantMethod::fp32, QuantMethod::fp16, QuantMethod::bf16}) {
     int64_t total = 0;
     for (int t : ids)
