@@ -23,6 +23,12 @@
 namespace qtrain {
 namespace fs = std::filesystem;
 
+// A batch moved to the net's device and dtype; CPU f32 batches are used in place.
+struct DeviceBatch {
+  Tensor x, labels;
+  SequenceTargets sequence;  // sequence datasets: lengths and targets stay on the CPU
+};
+
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -36,11 +42,6 @@ uint64_t fnv1a64(const void* data, size_t bytes) {
   return h;
 }
 
-// A batch moved to the net's device and dtype; CPU f32 batches are used in place.
-struct DeviceBatch {
-  Tensor x, labels;
-  SequenceTargets sequence;  // sequence datasets: lengths and targets stay on the CPU
-};
 // Batches on a GPU go through device buffers kept from batch to batch: Tensor::to would allocate
 // two buffers per step, and every cudaFree waits for the whole device. Before a buffer is overwritten
 // the compute stream is synchronized, so no kernel of the previous step still reads it (the stream is
@@ -467,7 +468,60 @@ TrainSummary Trainer::run() {
     metrics = std::make_unique<MetricsWriter>((fs::path(run_dir_) / "metrics.csv").string(), start_.step);
   // Rank 0 speaks for the job: the other ranks' progress would interleave with its own.
   Progress progress(options_.rank == 0 ? config_.output.progress : "none", tc.log_every_steps);
+  log_start(steps_per_epoch);
 
+  TrainingPosition pos = start_;
+  const auto t_start = std::chrono::steady_clock::now();
+  TrainSummary summary;
+  summary.run_dir = run_dir_;
+  bool stop = pos.step >= max_steps;
+
+  for (int64_t epoch = pos.epoch; epoch < tc.epochs && !stop; ++epoch) {
+    pos.epoch = epoch;
+    train_loader_->start_epoch(epoch, pos.batch_in_epoch);
+    EpochTally tally;
+    tally.start = std::chrono::steady_clock::now();
+    BatchStaging staging;
+    for (;;) {
+      ScopedPhase data_phase(tally.timers, Phase::data);
+      std::optional<Batch> batch = train_loader_->next();
+      if (!batch) break;
+      DeviceBatch b = staging.put(*batch, *ctx_);
+      data_phase.stop();
+
+      train_step(b, pos, tally);
+      const double elapsed = seconds_since(tally.start);
+      // Global samples/s: every rank processes its own shard at the same pace.
+      progress.update(epoch, tc.epochs, pos.batch_in_epoch, steps_per_epoch, pos.step, tally.loss_sum / tally.seen,
+                      static_cast<double>(tally.correct) / tally.seen,
+                      tally.seen * comm_->size() / std::max(elapsed, 1e-9), tally.exposed_s / std::max(elapsed, 1e-9));
+      if (config_.output.checkpoint_every_steps > 0 && pos.step % config_.output.checkpoint_every_steps == 0)
+        write_checkpoint(pos);
+      if (pos.step >= max_steps) {
+        stop = true;
+        break;
+      }
+    }
+    progress.clear();
+    end_epoch(epoch, stop, tally, pos, summary, metrics.get(), t_start);
+  }
+  if (pos.step == start_.step && start_.step > 0) {
+    // A resume of a run that had already reached its last step or epoch: nothing to train, but the
+    // summary must still report the checkpoint's accuracy (it used to print 0.00%).
+    log_info(fmt::format("nothing left to train: the checkpoint is at step {} (train.epochs {}, train.max_steps {}); "
+                         "evaluating it",
+                         pos.step, tc.epochs, tc.max_steps));
+    sync_buffers();
+    summary.test = evaluate(*net_, *ctx_, *test_loader_);
+  }
+  summary.steps = pos.step;
+  summary.wall_time_s = seconds_since(t_start);
+  log_info(fmt::format("done: {} steps in {:.1f}s, test accuracy {:.2f}%, run directory {}", summary.steps,
+                       summary.wall_time_s, 100 * summary.test.accuracy, run_dir_));
+  return summary;
+}
+
+void Trainer::log_start(int64_t steps_per_epoch) {
   log_info(fmt::format("qtrain {}: run '{}' on {} (OpenBLAS {} kernels, {} threads), {} parameters, {} steps per epoch",
                        config_.file, config_.name, device_.str(), openblas_get_corename(), ctx_->cpu_threads(),
                        net_->num_parameters(), steps_per_epoch));
@@ -488,151 +542,118 @@ TrainSummary Trainer::run() {
   if (start_.step > 0)
     log_info(fmt::format("resumed from {} at step {} (epoch {}, batch {})", checkpoint_path_, start_.step,
                          start_.epoch + 1, start_.batch_in_epoch));
+}
 
-  TrainingPosition pos = start_;
-  const auto t_start = std::chrono::steady_clock::now();
-  TrainSummary summary;
-  summary.run_dir = run_dir_;
-  bool stop = pos.step >= max_steps;
-
-  for (int64_t epoch = pos.epoch; epoch < tc.epochs && !stop; ++epoch) {
-    pos.epoch = epoch;
-    train_loader_->start_epoch(epoch, pos.batch_in_epoch);
-    PhaseTimers timers;
-    double loss_sum = 0, exposed_s = 0;
-    int64_t correct = 0, seen = 0;
-    const auto t_epoch = std::chrono::steady_clock::now();
-    BatchStaging staging;
-    double lr = 0;
-    for (;;) {
-      ScopedPhase data_phase(timers, Phase::data);
-      std::optional<Batch> batch = train_loader_->next();
-      if (!batch) break;
-      DeviceBatch b = staging.put(*batch, *ctx_);
-      data_phase.stop();
-
-      ctx_->set_step(static_cast<uint64_t>(pos.step));
-      {
-        ScopedPhase p(timers, Phase::forward);
-        const LossStats s = forward_and_loss(*net_, *ctx_, b, /*training=*/true, /*with_gradient=*/true);
-        if (!std::isfinite(s.loss_sum))
-          input_error("step {}: the training loss is {} (diverged); lower optimizer.lr or check the data", pos.step,
-                      s.loss_sum);
-        loss_sum += s.loss_sum;
-        correct += s.correct;
-        seen += s.count;
-      }
-      {
-        ScopedPhase p(timers, Phase::backward);
-        exchange_->begin_step(net_->grads(), static_cast<uint64_t>(pos.step));
-        net_->backward(*ctx_, [&](int layer) {
-          for (int t : tensors_of_layer_[static_cast<size_t>(layer)]) exchange_->tensor_ready(*ctx_, t);
-        });
-      }
-      {
-        // What remains of the exchange after backward: the communication not hidden under it.
-        const auto t_wait = std::chrono::steady_clock::now();
-        exchange_->finish_step();
-        exposed_s += seconds_since(t_wait);
-      }
-      // Clipping sees the averaged gradients, identical on every rank, so replicas stay in step.
-      if (optimizer_->clip_norm() > 0) {
-        ScopedPhase p(timers, Phase::optimizer);
-        clip_grad_norm(*ctx_, net_->grads(), optimizer_->clip_norm());
-      }
-      {
-        ScopedPhase p(timers, Phase::optimizer);
-        lr = schedule_->lr(pos.step, optimizer_->base_lr());
-        optimizer_->step(*ctx_, net_->params(), net_->grads(), lr);
-      }
-      ++pos.step;
-      ++pos.batch_in_epoch;
-      if (options_.check_replicas_every > 0 && pos.step % options_.check_replicas_every == 0) check_replicas(pos.step);
-      const double elapsed = seconds_since(t_epoch);
-      // Global samples/s: every rank processes its own shard at the same pace.
-      progress.update(epoch, tc.epochs, pos.batch_in_epoch, steps_per_epoch, pos.step, loss_sum / seen,
-                      static_cast<double>(correct) / seen, seen * comm_->size() / std::max(elapsed, 1e-9),
-                      exposed_s / std::max(elapsed, 1e-9));
-      if (config_.output.checkpoint_every_steps > 0 && pos.step % config_.output.checkpoint_every_steps == 0)
-        write_checkpoint(pos);
-      if (pos.step >= max_steps) {
-        stop = true;
-        break;
-      }
-    }
-    const bool epoch_done = pos.batch_in_epoch >= steps_per_epoch;
-    const double epoch_time = seconds_since(t_epoch);
-    progress.clear();
-
-    MetricsRow row;
-    row.epoch = epoch_done ? epoch + 1 : epoch;
-    row.step = pos.step;
-    row.lr = lr;
-    row.train_loss = seen ? loss_sum / seen : 0;
-    row.train_accuracy = seen ? static_cast<double>(correct) / seen : 0;
-    row.samples_per_s = seen * comm_->size() / std::max(epoch_time, 1e-9);
-    const ExchangeStats ex = exchange_->take_stats();
-    for (Phase p : {Phase::encode, Phase::communicate, Phase::decode}) timers.add(p, ex.phases.seconds(p));
-    row.phases = timers;
-    row.bytes_sent = ex.bytes_sent;
-    row.bytes_sent_per_step = ex.steps > 0 ? ex.bytes_sent / static_cast<double>(ex.steps) : 0;
-    row.exposed_comm_s = exposed_s;
-    row.hidden_comm_s = std::max(0.0, ex.phases.seconds(Phase::encode) + ex.phases.seconds(Phase::communicate) +
-                                          ex.phases.seconds(Phase::decode) - exposed_s);
-    row.fraction_quantized = exchange_->fraction_quantized();
-    if (tc.eval_every_epoch || stop || epoch + 1 == tc.epochs) {
-      sync_buffers();
-      summary.test = evaluate(*net_, *ctx_, *test_loader_);
-      row.test_loss = summary.test.loss;
-      row.test_accuracy = summary.test.accuracy;
-      row.test_cer = summary.test.cer;
-      row.test_wer = summary.test.wer;
-    }
-    row.wall_time_s = seconds_since(t_start);
-    if (metrics) metrics->append(row);
-    log_info(fmt::format("epoch {}/{}{} step {}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | "
-                         "{:.0f} samples/s | data {:.2f}s fwd {:.2f}s bwd {:.2f}s opt {:.2f}s | exchange: encode "
-                         "{:.2f}s comm {:.2f}s decode {:.2f}s, {:.2f}s hidden, {:.2f}s exposed, {:.2f} MB sent per step",
-                         epoch + 1, tc.epochs, epoch_done ? "" : " (partial)", pos.step, row.train_loss,
-                         100 * row.train_accuracy, row.test_loss, 100 * row.test_accuracy, row.samples_per_s,
-                         timers.seconds(Phase::data), timers.seconds(Phase::forward), timers.seconds(Phase::backward),
-                         timers.seconds(Phase::optimizer), timers.seconds(Phase::encode),
-                         timers.seconds(Phase::communicate), timers.seconds(Phase::decode), row.hidden_comm_s,
-                         row.exposed_comm_s, row.bytes_sent_per_step / 1e6) +
-             (std::isnan(row.test_cer) ? std::string()
-                                       : fmt::format(" | test CER {:.2f}% WER {:.2f}%", 100 * row.test_cer,
-                                                     100 * row.test_wer)));
-    if (options_.rank == 0 && ex.steps > 0 && comm_->size() > 1) {
-      std::string per_layer = "bytes sent per step by tensor:";
-      for (size_t t = 0; t < exchange_->tensors().size(); ++t)
-        per_layer += fmt::format(" {} {:.0f}", exchange_->tensors()[t].name,
-                                 ex.bytes_sent_per_tensor[t] / static_cast<double>(ex.steps));
-      log_info(per_layer);
-    }
-    if (epoch_done) {
-      pos.epoch = epoch + 1;
-      pos.batch_in_epoch = 0;
-      summary.epochs_completed = epoch + 1;
-    }
-    const bool last = stop || pos.epoch >= tc.epochs;
-    if (last || (config_.output.checkpoint_every_epochs > 0 && epoch_done &&
-                 (epoch + 1) % config_.output.checkpoint_every_epochs == 0))
-      write_checkpoint(pos);
+// One optimizer step on batch `b`: forward and loss, backward with the gradient exchange overlapping
+// it, the optimizer's update on the averaged gradients, and the position moved on by one batch.
+void Trainer::train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally& tally) {
+  ctx_->set_step(static_cast<uint64_t>(pos.step));
+  {
+    ScopedPhase p(tally.timers, Phase::forward);
+    const LossStats s = forward_and_loss(*net_, *ctx_, b, /*training=*/true, /*with_gradient=*/true);
+    if (!std::isfinite(s.loss_sum))
+      input_error("step {}: the training loss is {} (diverged); lower optimizer.lr or check the data", pos.step,
+                  s.loss_sum);
+    tally.loss_sum += s.loss_sum;
+    tally.correct += s.correct;
+    tally.seen += s.count;
   }
-  if (pos.step == start_.step && start_.step > 0) {
-    // A resume of a run that had already reached its last step or epoch: nothing to train, but the
-    // summary must still report the checkpoint's accuracy (it used to print 0.00%).
-    log_info(fmt::format("nothing left to train: the checkpoint is at step {} (train.epochs {}, train.max_steps {}); "
-                         "evaluating it",
-                         pos.step, tc.epochs, tc.max_steps));
+  {
+    ScopedPhase p(tally.timers, Phase::backward);
+    exchange_->begin_step(net_->grads(), static_cast<uint64_t>(pos.step));
+    net_->backward(*ctx_, [&](int layer) {
+      for (int t : tensors_of_layer_[static_cast<size_t>(layer)]) exchange_->tensor_ready(*ctx_, t);
+    });
+  }
+  {
+    // What remains of the exchange after backward: the communication not hidden under it.
+    const auto t_wait = std::chrono::steady_clock::now();
+    exchange_->finish_step();
+    tally.exposed_s += seconds_since(t_wait);
+  }
+  // Clipping sees the averaged gradients, identical on every rank, so replicas stay in step.
+  if (optimizer_->clip_norm() > 0) {
+    ScopedPhase p(tally.timers, Phase::optimizer);
+    clip_grad_norm(*ctx_, net_->grads(), optimizer_->clip_norm());
+  }
+  {
+    ScopedPhase p(tally.timers, Phase::optimizer);
+    tally.lr = schedule_->lr(pos.step, optimizer_->base_lr());
+    optimizer_->step(*ctx_, net_->params(), net_->grads(), tally.lr);
+  }
+  ++pos.step;
+  ++pos.batch_in_epoch;
+  if (options_.check_replicas_every > 0 && pos.step % options_.check_replicas_every == 0) check_replicas(pos.step);
+}
+
+// The end of an epoch (or of a run stopped within one): its metrics row with the exchange's
+// statistics, the evaluation when due, the log lines, and the checkpoint when due.
+void Trainer::end_epoch(int64_t epoch, bool stop, const EpochTally& tally, TrainingPosition& pos,
+                        TrainSummary& summary, MetricsWriter* metrics, std::chrono::steady_clock::time_point t_start) {
+  const TrainConfig& tc = config_.train;
+  const bool epoch_done = pos.batch_in_epoch >= train_loader_->batches_per_epoch();
+  const double epoch_time = seconds_since(tally.start);
+
+  MetricsRow row;
+  row.epoch = epoch_done ? epoch + 1 : epoch;
+  row.step = pos.step;
+  row.lr = tally.lr;
+  row.train_loss = tally.seen ? tally.loss_sum / tally.seen : 0;
+  row.train_accuracy = tally.seen ? static_cast<double>(tally.correct) / tally.seen : 0;
+  row.samples_per_s = tally.seen * comm_->size() / std::max(epoch_time, 1e-9);
+  const ExchangeStats ex = exchange_->take_stats();
+  PhaseTimers timers = tally.timers;
+  for (Phase p : {Phase::encode, Phase::communicate, Phase::decode}) timers.add(p, ex.phases.seconds(p));
+  row.phases = timers;
+  row.bytes_sent = ex.bytes_sent;
+  row.bytes_sent_per_step = ex.steps > 0 ? ex.bytes_sent / static_cast<double>(ex.steps) : 0;
+  row.exposed_comm_s = tally.exposed_s;
+  row.hidden_comm_s = std::max(0.0, ex.phases.seconds(Phase::encode) + ex.phases.seconds(Phase::communicate) +
+                                        ex.phases.seconds(Phase::decode) - tally.exposed_s);
+  row.fraction_quantized = exchange_->fraction_quantized();
+  if (tc.eval_every_epoch || stop || epoch + 1 == tc.epochs) {
     sync_buffers();
     summary.test = evaluate(*net_, *ctx_, *test_loader_);
+    row.test_loss = summary.test.loss;
+    row.test_accuracy = summary.test.accuracy;
+    row.test_cer = summary.test.cer;
+    row.test_wer = summary.test.wer;
   }
-  summary.steps = pos.step;
-  summary.wall_time_s = seconds_since(t_start);
-  log_info(fmt::format("done: {} steps in {:.1f}s, test accuracy {:.2f}%, run directory {}", summary.steps,
-                       summary.wall_time_s, 100 * summary.test.accuracy, run_dir_));
-  return summary;
+  row.wall_time_s = seconds_since(t_start);
+  if (metrics) metrics->append(row);
+  log_epoch(epoch, epoch_done, row, ex);
+  if (epoch_done) {
+    pos.epoch = epoch + 1;
+    pos.batch_in_epoch = 0;
+    summary.epochs_completed = epoch + 1;
+  }
+  const bool last = stop || pos.epoch >= tc.epochs;
+  if (last || (config_.output.checkpoint_every_epochs > 0 && epoch_done &&
+               (epoch + 1) % config_.output.checkpoint_every_epochs == 0))
+    write_checkpoint(pos);
+}
+
+void Trainer::log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, const ExchangeStats& ex) {
+  const PhaseTimers& timers = row.phases;
+  log_info(fmt::format("epoch {}/{}{} step {}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | "
+                       "{:.0f} samples/s | data {:.2f}s fwd {:.2f}s bwd {:.2f}s opt {:.2f}s | exchange: encode "
+                       "{:.2f}s comm {:.2f}s decode {:.2f}s, {:.2f}s hidden, {:.2f}s exposed, {:.2f} MB sent per step",
+                       epoch + 1, config_.train.epochs, epoch_done ? "" : " (partial)", row.step, row.train_loss,
+                       100 * row.train_accuracy, row.test_loss, 100 * row.test_accuracy, row.samples_per_s,
+                       timers.seconds(Phase::data), timers.seconds(Phase::forward), timers.seconds(Phase::backward),
+                       timers.seconds(Phase::optimizer), timers.seconds(Phase::encode),
+                       timers.seconds(Phase::communicate), timers.seconds(Phase::decode), row.hidden_comm_s,
+                       row.exposed_comm_s, row.bytes_sent_per_step / 1e6) +
+           (std::isnan(row.test_cer) ? std::string()
+                                     : fmt::format(" | test CER {:.2f}% WER {:.2f}%", 100 * row.test_cer,
+                                                   100 * row.test_wer)));
+  if (options_.rank == 0 && ex.steps > 0 && comm_->size() > 1) {
+    std::string per_layer = "bytes sent per step by tensor:";
+    for (size_t t = 0; t < exchange_->tensors().size(); ++t)
+      per_layer += fmt::format(" {} {:.0f}", exchange_->tensors()[t].name,
+                               ex.bytes_sent_per_tensor[t] / static_cast<double>(ex.steps));
+    log_info(per_layer);
+  }
 }
 
 }  // namespace qtrain

@@ -3,6 +3,7 @@
 // timing, evaluation, metrics.csv, progress output and atomic checkpoints; resumes exactly.
 #pragma once
 
+#include <chrono>
 #include <cmath>
 
 #include <memory>
@@ -24,6 +25,8 @@ class logger;
 }
 
 namespace qtrain {
+
+struct DeviceBatch;  // a batch on the net's device (trainer.cpp)
 
 struct TrainOptions {
   std::string resume_dir;  // continue the run in this directory from its checkpoint
@@ -81,6 +84,19 @@ class Trainer {
   const std::string& checkpoint_path() const { return checkpoint_path_; }
 
  private:
+  // What an epoch accumulates for its metrics row and log line.
+  struct EpochTally {
+    PhaseTimers timers;
+    double loss_sum = 0, exposed_s = 0;
+    int64_t correct = 0, seen = 0;
+    double lr = 0;  // of the last step
+    std::chrono::steady_clock::time_point start;
+  };
+  void log_start(int64_t steps_per_epoch);
+  void train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally& tally);
+  void end_epoch(int64_t epoch, bool stop, const EpochTally& tally, TrainingPosition& pos, TrainSummary& summary,
+                 MetricsWriter* metrics, std::chrono::steady_clock::time_point t_start);
+  void log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, const ExchangeStats& ex);
   void write_checkpoint(const TrainingPosition& position);
   void load_rank_state();
   void check_resume_config();

@@ -1,6 +1,7 @@
 // GradientExchange under mpirun (and in a world of one): for every method and algorithm, every rank
 // ends each step with bit-identical gradients, equal to a single-process simulation of the same
-// algorithm built directly from the quantizers; fp32 allreduce is exact on crafted values.
+// algorithm built directly from the quantizers; fp32 allreduce is exact on crafted values; a bucket
+// mixing fp16 and bf16 tensors sums each in its own format.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -266,4 +267,52 @@ TEST_CASE("allreduce of quantized payloads is a configuration error", "[exchange
   REQUIRE_THROWS_WITH(GradientExchange(*comm, Device::cpu(), kSeed, communication("allreduce", true),
                                        quantization("{method: qsgd}"), layout()),
                       Catch::Contains("allreduce cannot carry qsgd payloads"));
+}
+
+TEST_CASE("a bucket holding fp16 and bf16 tensors sums each in its own format", "[exchange][mpi]") {
+  auto comm = make_communicator("auto", Device::cpu());
+  const int P = comm->size(), me = comm->rank();
+  // One bucket (the default 25 MB): dense1.weight in fp16, dense2.weight in bf16, the bias in fp32.
+  const QuantizationConfig qc = quantization("{method: fp16, overrides: [{match: {name: dense2}, method: bf16}]}");
+  CommunicationConfig cc = communication("auto", true);
+  cc.bucket_mb = 25;
+  GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
+  REQUIRE(ex.num_buckets() == 1);
+  Context ctx = Context::cpu(kSeed, 1);
+  for (int k = 0; k < 2; ++k) {
+    Tensor grads = Tensor::zeros({arena_size()}, DType::f32);
+    std::vector<float> mine(static_cast<size_t>(arena_size()));
+    fill(mine, me, k);
+    std::memcpy(grads.data<float>(), mine.data(), mine.size() * 4);
+    ex.exchange(ctx, grads, static_cast<uint64_t>(k));
+    uint64_t h = 1469598103934665603ull;
+    const auto* bytes = static_cast<const unsigned char*>(grads.raw());
+    for (size_t i = 0; i < grads.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
+    // Each weight holds values of its own format (times the mean's power-of-two 1/P), close to the
+    // mean: bf16 keeps 8 significant bits, fp16 11; each combine of the sum rounds once.
+    const float* got = grads.data<float>();
+    for (const ExchangeTensor& t : layout()) {
+      if (t.numel < 10000) continue;  // the fp32 bias
+      const bool bf16 = t.layer_name == "dense2";
+      int64_t wrong_format = 0, far = 0, beyond_bf16 = 0;
+      for (int64_t i = 0; i < t.numel; ++i) {
+        const int64_t at = t.offset + i;
+        uint32_t bits;
+        std::memcpy(&bits, &got[at], 4);
+        wrong_format += (bits & (bf16 ? 0xFFFFu : 0x1FFFu)) != 0;
+        beyond_bf16 += (bits & 0xFFFFu) != 0;
+        double mean = 0, mean_abs = 0;
+        for (int r = 0; r < P; ++r) {
+          mean += value(r, k, at) / P;
+          mean_abs += std::abs(value(r, k, at)) / P;
+        }
+        far += std::abs(got[at] - mean) > mean_abs * (bf16 ? 1.0 / 64 : 1.0 / 512) + 1e-7;
+      }
+      INFO(t.name << " on " << P << " ranks, step " << k);
+      CHECK(wrong_format == 0);
+      CHECK(far == 0);
+      if (!bf16) CHECK(beyond_bf16 > 0);  // fp16, not bf16, values
+    }
+  }
 }

@@ -1,0 +1,61 @@
+// Internal to the gradient exchange: how one tensor is reduced (its method, algorithm, stripes,
+// pieces and quantization states), and the small questions about a quantization method that the
+// exchange asks. The stripe and random-stream conventions themselves are GradientExchange's public
+// static functions (the tests' simulation shares them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/exchange_config.h"
+#include "comm/gradient_exchange.h"
+#include "quant/quantizer.h"
+
+namespace qtrain::exchange {
+
+// Whether the method quantizes per column (stripes and pieces then hold whole columns).
+bool uses_columns(const QuantSpec& spec);
+
+// A span of one tensor's values, in elements.
+struct Span {
+  int64_t begin = 0, length = 0;
+};
+
+struct TensorPlan {
+  QuantSpec spec;
+  ReduceAlgorithm algorithm = ReduceAlgorithm::allreduce;
+  std::unique_ptr<Quantizer> quantizer;  // null for allreduce
+  int64_t unit = 1;                      // stripe boundaries are multiples of this (the column for column methods)
+  std::vector<int64_t> stripe_begin;     // P + 1 boundaries (reduce_scatter_allgather)
+  std::vector<std::vector<int64_t>> piece_begin;  // per stripe: pieces + 1 boundaries
+  QuantState whole;                               // allgather
+  std::vector<std::vector<QuantState>> stripes;   // reduce_scatter_allgather, first quantization, [stripe][piece]
+  std::vector<QuantState> owner;                  // reduce_scatter_allgather, re-quantization of the own stripe, [piece]
+
+  int pieces() const { return static_cast<int>(owner.size()); }
+  int64_t piece_at(int s, int k) const { return piece_begin[static_cast<size_t>(s)][static_cast<size_t>(k)]; }
+  int64_t piece_len(int s, int k) const { return piece_at(s, k + 1) - piece_at(s, k); }
+  // Piece k of stripe s (empty when this tensor has fewer pieces than k + 1).
+  Span piece(int s, int k) const { return k < pieces() ? Span{piece_at(s, k), piece_len(s, k)} : Span{}; }
+  // The column argument of encode for a span of `length` values of a tensor with `column`.
+  int64_t column_for(int64_t length, int64_t column) const {
+    return GradientExchange::encode_column(spec, length, column);
+  }
+};
+
+// Where the plan's quantization states come from: the run's seed, this rank and the world.
+struct PlanContext {
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  double piece_mb = 0;  // communication.piece_mb
+  Device device;
+};
+
+// The plan of tensor `index` (`x`), quantized with `spec` and reduced with `algorithm`, its states
+// initialized on the plan context's device.
+TensorPlan make_plan(const ExchangeTensor& x, int index, const QuantSpec& spec, ReduceAlgorithm algorithm,
+                     const PlanContext& pc);
+
+}  // namespace qtrain::exchange

@@ -1,0 +1,111 @@
+// The gradient exchange's shared workspace: staging buffers, and encoding and decoding the payloads
+// of a bucket's tensors back to back.
+#include "comm/exchange/workspace.h"
+
+#include <algorithm>
+
+#include "comm/buffer_ops.h"
+#include "quant/wire.h"
+
+namespace qtrain::exchange {
+
+Workspace::Workspace(Communicator& comm_, Device device_, std::unique_ptr<Context> ctx_, float scale_,
+                     std::vector<ExchangeTensor> tensors_, std::vector<TensorPlan> plans_)
+    : comm(comm_),
+      device(device_),
+      ctx(std::move(ctx_)),
+      scale(scale_),
+      tensors(std::move(tensors_)),
+      plans(std::move(plans_)) {
+  stats.bytes_sent_per_tensor.assign(tensors.size(), 0.0);
+}
+
+uint8_t* Workspace::device_bytes(Tensor& buffer, size_t bytes) {
+  if (!buffer.defined() || buffer.nbytes() < bytes)
+    buffer = Tensor::empty({static_cast<int64_t>(std::max<size_t>(bytes, 64) * 5 / 4)}, DType::u8, device);
+  return buffer.data<uint8_t>();
+}
+
+uint8_t* Workspace::send_buffer(size_t bytes) {
+  if (send_host.size() < bytes) send_host.resize(bytes);
+  return device.is_cuda() ? device_bytes(send_dev, bytes) : send_host.data();
+}
+
+void Workspace::decode_from(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
+                            const std::function<Span(int)>& where) {
+  // Transports deliver into host memory; CUDA decoders read device memory.
+  const uint8_t* base = bytes.data();
+  if (device.is_cuda() && !bytes.empty()) {
+    uint8_t* dev = device_bytes(recv_dev, bytes.size());
+    copy_from_host(*ctx, dev, bytes.data(), bytes.size());
+    base = dev;
+  }
+  size_t cursor = 0;
+  for (int t : ids) {
+    const auto [begin, len] = where(t);
+    if (len == 0) continue;  // empty stripes are never sent
+    const size_t plen = payload_length(bytes, cursor, t, from_rank);
+    const std::span<const uint8_t> payload{base + cursor, plen};
+    const std::span<float> out{grad(t) + begin, static_cast<size_t>(len)};
+    const Quantizer& q = *plan(t).quantizer;
+    if (add)
+      q.decode_add(*ctx, payload, len, out);
+    else
+      q.decode(*ctx, payload, len, out);
+    cursor += plen;
+  }
+  if (cursor != bytes.size())
+    input_error("gradient exchange: rank {} sent {} bytes more than its payloads describe", from_rank,
+                bytes.size() - cursor);
+}
+
+size_t Workspace::payload_length(std::span<const uint8_t> bytes, size_t cursor, int t, int from_rank) const {
+  const std::string& name = tensor(t).name;
+  const size_t left = cursor <= bytes.size() ? bytes.size() - cursor : 0;
+  if (left < wire::kHeaderBytes)
+    input_error("gradient exchange: rank {} sent a truncated payload for {} ({} bytes left, a header needs {})",
+                from_rank, name, left, wire::kHeaderBytes);
+  const WireHeader h = wire::read_header(bytes.data() + cursor);
+  if (h.total < wire::kHeaderBytes || h.total > left || h.total % wire::kAlign != 0)
+    input_error("gradient exchange: rank {} sent a malformed payload for {} (length field {}, {} bytes available)",
+                from_rank, name, h.total, left);
+  return static_cast<size_t>(h.total);
+}
+
+size_t Workspace::piece_capacity(const std::vector<int>& ids, int s, int k) const {
+  size_t c = 0;
+  for (int t : ids) {
+    const auto [b, len] = piece(t, s, k);
+    const TensorPlan& p = plan(t);
+    if (len > 0) c += p.quantizer->max_encoded_bytes(len, p.column_for(len, tensor(t).column));
+  }
+  return c;
+}
+
+size_t Workspace::encode_piece(const std::vector<int>& ids, int s, int k, bool owner, uint8_t* out,
+                               std::vector<double>& sent, int copies) {
+  size_t used = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int t = ids[i];
+    TensorPlan& p = plan(t);
+    const auto [b, len] = piece(t, s, k);
+    if (len == 0) continue;
+    const int64_t col = p.column_for(len, tensor(t).column);
+    QuantState& state = owner ? p.owner[static_cast<size_t>(k)] : p.stripes[static_cast<size_t>(s)][static_cast<size_t>(k)];
+    const size_t bytes = p.quantizer->encode(*ctx, {grad(t) + b, static_cast<size_t>(len)}, col, state,
+                                             {out + used, p.quantizer->max_encoded_bytes(len, col)});
+    used += bytes;
+    sent[i] += static_cast<double>(bytes) * copies;
+  }
+  return used;
+}
+
+void Workspace::scale_piece(const std::vector<int>& ids, int k) {
+  if (scale == 1.0f) return;
+  for (int t : ids) {
+    const auto [b, len] = piece(t, comm.rank(), k);
+    if (len > 0) scale_buffer(*ctx, grad(t) + b, len, scale);
+  }
+}
+
+}  // namespace qtrain::exchange

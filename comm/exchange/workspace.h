@@ -1,0 +1,92 @@
+// Internal to the gradient exchange: what every reduction algorithm works on (the communicator, the
+// exchange's own context, the tensors with their plans, this step's gradients, buffers reused across
+// steps and the statistics), the payload helpers they share, and the algorithms' entry points
+// (allreduce.cpp, allgather.cpp, reduce_scatter_allgather.cpp, pipelined_reduce_scatter.cpp).
+// Every algorithm runs on one thread at a time: the exchange's thread, or finish_step's.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/exchange/plan.h"
+#include "comm/gradient_exchange.h"
+
+namespace qtrain::exchange {
+
+using Clock = std::chrono::steady_clock;
+inline double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Workspace {
+  Workspace(Communicator& comm, Device device, std::unique_ptr<Context> ctx, float scale,
+            std::vector<ExchangeTensor> tensors, std::vector<TensorPlan> plans);
+
+  Communicator& comm;
+  Device device;
+  std::unique_ptr<Context> ctx;  // the exchange's own context (its own CUDA stream)
+  float scale;                   // applied to every sum: 1/P for the mean, else 1
+  std::vector<ExchangeTensor> tensors;
+  std::vector<TensorPlan> plans;
+  Tensor grads;  // this step's gradient arena: the input, and the result in place
+  ExchangeStats stats;
+
+  // Buffers reused across steps (no allocation in steady state).
+  Tensor send_dev, recv_dev, stage_dev;
+  std::vector<uint8_t> send_host, recv_host;
+  std::vector<size_t> send_offsets, capacity;
+  std::vector<std::vector<uint8_t>> pipeline_buffers;  // the pipelined reduce-scatter's messages
+
+  TensorPlan& plan(int t) { return plans[static_cast<size_t>(t)]; }
+  const TensorPlan& plan(int t) const { return plans[static_cast<size_t>(t)]; }
+  const ExchangeTensor& tensor(int t) const { return tensors[static_cast<size_t>(t)]; }
+  float* grad(int t) { return grads.data<float>() + tensor(t).offset; }
+
+  // Ensures the device-side staging buffer `buffer` holds `bytes`.
+  uint8_t* device_bytes(Tensor& buffer, size_t bytes);
+  // The buffer encoders write to (device memory on CUDA, else the host send buffer), >= capacity.
+  uint8_t* send_buffer(size_t capacity);
+  // Decodes the payloads rank `from_rank` sent for `ids` (in that order, skipping tensors whose span
+  // where(t) is empty: those are never sent), from host bytes, into span where(t) of tensor t: adding
+  // (decode_add) when `add`, else overwriting. Every length is validated before a decoder reads.
+  void decode_from(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
+                   const std::function<Span(int tensor)>& where);
+
+  // Piece k of stripe s of tensor t (empty when t has fewer pieces).
+  Span piece(int t, int s, int k) const { return plan(t).piece(s, k); }
+  // The most bytes the payload of piece k of stripe s of the tensors `ids` can take (the same figure
+  // on every rank).
+  size_t piece_capacity(const std::vector<int>& ids, int s, int k) const;
+  // Encodes piece k of stripe s of every tensor of `ids` back to back into `out` (the owner's
+  // re-quantization states when `owner`, else stripe s's first-quantization states); adds each
+  // payload's bytes times `copies` to sent[i]. Returns the bytes written.
+  size_t encode_piece(const std::vector<int>& ids, int s, int k, bool owner, uint8_t* out, std::vector<double>& sent,
+                      int copies);
+  // Multiplies this owner's piece k of every tensor by `scale`.
+  void scale_piece(const std::vector<int>& ids, int k);
+
+ private:
+  // The payload for tensor `t` at `cursor` in host bytes `bytes` from rank `from_rank`: its length,
+  // validated against what is left.
+  size_t payload_length(std::span<const uint8_t> bytes, size_t cursor, int t, int from_rank) const;
+};
+
+// Seconds and bytes of one bucket's reduce-scatter + allgather, added to the statistics at its end.
+struct StripeTally {
+  double encode_s = 0, decode_s = 0;
+  std::vector<double> sent;  // per tensor of the bucket, in `ids` order
+};
+
+// The algorithms, each over the tensors `ids` of one bucket that use it.
+void reduce_allreduce(Workspace& w, const std::vector<int>& ids);
+void reduce_allgather(Workspace& w, const std::vector<int>& ids);
+void reduce_scatter_allgather(Workspace& w, const std::vector<int>& ids);
+// All pieces at once on point-to-point messages (CPU tensors, MPI): piece k+1 is encoded and on the
+// wire while the owners sum, re-encode and allgather piece k. The same bytes and sums as
+// reduce_scatter_allgather's piece-by-piece schedule. `capacity[k * P + s]` is piece_capacity(ids, s, k).
+void reduce_scatter_allgather_pipelined(Workspace& w, const std::vector<int>& ids, int pieces,
+                                        const std::vector<size_t>& capacity, StripeTally& tally);
+
+}  // namespace qtrain::exchange
