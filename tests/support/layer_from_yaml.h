@@ -7,7 +7,7 @@
 
 #include "framework/layer.h"
 #include "framework/registry.h"
-#include "layers/register_all.h"
+#include "layers/registry.h"
 #include "tests/support/config_text.h"
 
 namespace qtrain::testing {
