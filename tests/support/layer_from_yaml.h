@@ -17,6 +17,7 @@ inline std::unique_ptr<Layer> layer_from_yaml(const std::string& yaml) {
   register_layers(registry);
   ConfigNode cfg = config_from_text(yaml, "model.layers.0", "model.yaml");
   const std::string type = cfg.require<std::string>("type");
+  cfg.accept("name");  // read by Net, as type is
   return registry.create(type, cfg);
 }
 
