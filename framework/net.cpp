@@ -81,26 +81,25 @@ Net::Net(const ModelConfig& config, DType dtype, Device device, const LayerRegis
     ConfigNode& cfg = node.cfg;
     if (!layers.contains(node.type))
       cfg.fail("type", fmt::format("names an unknown layer type '{}' (known: {})", node.type, layers.names_joined()));
-    std::unique_ptr<Layer> layer;
+    // The factory's errors are located by ConfigNode already (the key they name).
+    std::unique_ptr<Layer> layer = layers.create(node.type, cfg);
+    layer->set_identity(node.name, static_cast<int>(i));
+    const int n = static_cast<int>(node.inputs.size());
+    const int expected = layer->num_inputs();
+    if (expected == Layer::kAnyNumberOfInputs ? n < 2 : n != expected)
+      cfg.fail("inputs", fmt::format("({} '{}'): this layer type takes {}, got {}", node.type, node.name,
+                                     expected == Layer::kAnyNumberOfInputs ? std::string("two or more inputs")
+                                                                           : fmt::format("{} input(s)", expected),
+                                     n));
     Shape shape;
     try {
-      layer = layers.create(node.type, cfg);
-      layer->set_identity(node.name, static_cast<int>(i));
-      const int n = static_cast<int>(node.inputs.size());
-      const int expected = layer->num_inputs();
-      if (expected == Layer::kAnyNumberOfInputs ? n < 2 : n != expected)
-        cfg.fail("inputs", fmt::format("({} '{}'): this layer type takes {}, got {}", node.type, node.name,
-                                       expected == Layer::kAnyNumberOfInputs ? std::string("two or more inputs")
-                                                                             : fmt::format("{} input(s)", expected),
-                                       n));
       std::vector<Shape> in_shapes;
       for (int k : node.inputs) in_shapes.push_back(k == kNetInput ? input_shape_ : shapes_[static_cast<size_t>(k)]);
       shape = layer->setup_inputs(in_shapes);
       check_size(shape, "its output");
       for (const ParamSpec& spec : layer->param_specs()) check_size(spec.shape, "its parameter " + spec.name);
-    } catch (const InputError&) {
-      throw;  // already located by ConfigNode
     } catch (const Error& e) {
+      // A shape the layer refuses (an input_error) or cannot hold: located at the layer's config entry.
       cfg.fail("", fmt::format("({} '{}'): {}", node.type, node.name, e.what()));
     }
     auto place = [&](const ParamSpec& spec, int64_t& at) {

@@ -1,5 +1,5 @@
 // A named registry of factories. Unknown names are errors that list the known ones. Registration is
-// explicit (layers/register_all.cpp etc.), never through static initializers.
+// explicit (layers/registry.cpp etc.), never through static initializers.
 #pragma once
 
 #include <functional>

@@ -15,6 +15,7 @@ ModelConfig parse_model_config(ConfigNode section) {
   if (section.has("loss") && section.yaml()["loss"].IsMap()) {
     m.loss_section = section.child("loss");
     m.loss = m.loss_section.require<std::string>("type");
+    m.loss_section.accept("name");  // as for layers: a label, not the factory's business
   } else {
     m.loss = section.get<std::string>("loss", m.loss);
     m.loss_section = section.empty_child("loss");

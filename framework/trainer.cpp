@@ -17,7 +17,7 @@
 #include "framework/progress.h"
 #include "framework/rank_state.h"
 #include "framework/safetensors.h"
-#include "layers/register_all.h"
+#include "layers/registry.h"
 #include "optim/clip.h"
 
 namespace qtrain {
@@ -81,24 +81,6 @@ LossStats forward_and_loss(Net& net, Context& ctx, const DeviceBatch& b, bool tr
   return net.loss_sequence(ctx, b.sequence, with_gradient);
 }
 }  // namespace
-
-const LayerRegistry& layer_registry() {
-  static const LayerRegistry registry = [] {
-    LayerRegistry r("layer type");
-    register_layers(r);
-    return r;
-  }();
-  return registry;
-}
-
-const LossRegistry& loss_registry() {
-  static const LossRegistry registry = [] {
-    LossRegistry r("loss");
-    register_losses(r);
-    return r;
-  }();
-  return registry;
-}
 
 Device select_device(const std::string& setting, int local_rank, const std::string& setting_name) {
   if (setting == "cpu") return Device::cpu();

@@ -66,9 +66,6 @@ void check_net_fits_dataset(Net& net, const Dataset& data, const std::string& da
 // of optimizer state, buffers, activations and input), for check_memory_fits: train and bench-model.
 MemoryFootprint training_footprint(const NetSizes& sizes, const Shape& input, int64_t batch,
                                    const std::string& optimizer_label, int64_t optimizer_arrays);
-// Registries of every layer and loss qtrain knows.
-const LayerRegistry& layer_registry();
-const LossRegistry& loss_registry();
 
 // Evaluates `net` over all batches of `loader` for `epoch` 0 (no shuffling needed for evaluation).
 EvalResult evaluate(Net& net, Context& ctx, Loader& loader);

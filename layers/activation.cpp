@@ -9,9 +9,6 @@
 
 namespace qtrain {
 
-using layer_detail::batch_of;
-using layer_detail::check_batch;
-using layer_detail::check_float;
 using layer_detail::dispatch_float;
 
 const char* activation_name(ActivationKind kind) {
@@ -31,7 +28,7 @@ namespace {
 constexpr int64_t kGrain = int64_t{1} << 15;
 
 template <typename T>
-void forward_cpu(ActivationKind kind, const T* __restrict x, T* __restrict y, int64_t n) {
+void forward_reference(ActivationKind kind, const T* __restrict x, T* __restrict y, int64_t n) {
   switch (kind) {
     case ActivationKind::relu:
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
@@ -47,7 +44,7 @@ void forward_cpu(ActivationKind kind, const T* __restrict x, T* __restrict y, in
 }
 
 template <typename T>
-void backward_cpu(ActivationKind kind, const T* __restrict y, const T* __restrict dy, T* __restrict dx, int64_t n) {
+void backward_reference(ActivationKind kind, const T* __restrict y, const T* __restrict dy, T* __restrict dx, int64_t n) {
   switch (kind) {
     case ActivationKind::relu:
       for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
@@ -63,53 +60,40 @@ void backward_cpu(ActivationKind kind, const T* __restrict y, const T* __restric
 
 }  // namespace
 
-Shape Activation::setup(const Shape& input) {
+Shape Activation::configure(const Shape& input) {
   for (int64_t d : input)
-    if (d <= 0) throw Error(fmt::format("{} got an input shape {} with an empty dimension", type(), shape_str(input)));
-  shape_ = input;
-  ready_ = true;
+    if (d <= 0) input_error("{} got an input shape {} with an empty dimension", type(), shape_str(input));
   return input;
 }
 
-void Activation::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
-  QT_CHECK(ready_, "{}: forward() before setup()", layer_detail::describe(*this));
-  const int64_t batch = batch_of(*this, x);
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, shape_, x.dtype());
-  check_float(*this, "y", y, ctx);
-  check_batch(*this, "y", y, batch, shape_, x.dtype());
-  if (x.device().is_cuda()) return activation_forward_cuda(ctx, kind_, x, y);
+void Activation::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool) {
   dispatch_float(x.dtype(), [&]<typename T>() {
     const T* in = x.data<T>();
     T* out = y.data<T>();
     ctx.cpu_pool().parallel_for(x.numel(), kGrain,
-                                [&](int64_t b, int64_t e) { forward_cpu<T>(kind_, in + b, out + b, e - b); });
+                                [&](int64_t b, int64_t e) { forward_reference<T>(kind_, in + b, out + b, e - b); });
   });
 }
 
-void Activation::backward(Context& ctx, const Tensor&, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  if (!dx.defined()) return;  // no parameters: nothing to do without an input gradient
-  QT_CHECK(ready_, "{}: backward() before setup()", layer_detail::describe(*this));
-  const int64_t batch = batch_of(*this, y);
-  check_float(*this, "y", y, ctx);
-  check_batch(*this, "y", y, batch, shape_, y.dtype());
-  check_float(*this, "dy", dy, ctx);
-  check_batch(*this, "dy", dy, batch, shape_, y.dtype());
-  check_float(*this, "dx", dx, ctx);
-  check_batch(*this, "dx", dx, batch, shape_, y.dtype());
-  if (y.device().is_cuda()) return activation_backward_cuda(ctx, kind_, y, dy, dx);
+void Activation::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  activation_forward_cuda(ctx, kind_, x, y);
+}
+
+void Activation::backward_cpu(Context& ctx, const Tensor&, const Tensor& y, const Tensor& dy, Tensor& dx) {
   dispatch_float(y.dtype(), [&]<typename T>() {
     const T* out = y.data<T>();
     const T* g = dy.data<T>();
     T* gx = dx.data<T>();
     ctx.cpu_pool().parallel_for(y.numel(), kGrain,
-                                [&](int64_t b, int64_t e) { backward_cpu<T>(kind_, out + b, g + b, gx + b, e - b); });
+                                [&](int64_t b, int64_t e) { backward_reference<T>(kind_, out + b, g + b, gx + b, e - b); });
   });
 }
 
+void Activation::backward_cuda(Context& ctx, const Tensor&, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  activation_backward_cuda(ctx, kind_, y, dy, dx);
+}
+
 std::unique_ptr<Layer> make_activation(ConfigNode& cfg, ActivationKind kind) {
-  cfg.accept("type");
-  cfg.accept("name");
   cfg.finish();
   return std::make_unique<Activation>(kind);
 }

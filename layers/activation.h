@@ -18,17 +18,19 @@ class Activation : public Layer {
   const char* type() const override { return activation_name(kind_); }
   ActivationKind kind() const { return kind_; }
 
-  Shape setup(const Shape& input) override;
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+ protected:
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
  private:
   ActivationKind kind_;
-  Shape shape_;
-  bool ready_ = false;
 };
 
-// Factory for the layer registry: no keys besides type and name.
+// Factory for the layer registry: no keys of its own.
 std::unique_ptr<Layer> make_activation(ConfigNode& cfg, ActivationKind kind);
 
 // CUDA entry points (activation.cu; cuda_disabled.cpp without CUDA). Same numel, f32, ctx's device.

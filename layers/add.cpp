@@ -9,10 +9,6 @@
 
 namespace qtrain {
 
-using layer_detail::batch_of;
-using layer_detail::check_batch;
-using layer_detail::check_float;
-using layer_detail::describe;
 using layer_detail::dispatch_float;
 
 namespace {
@@ -20,27 +16,15 @@ namespace {
 constexpr int64_t kGrain = int64_t{1} << 15;
 }  // namespace
 
-Shape Add::setup_inputs(const std::vector<Shape>& inputs) {
-  if (inputs.size() < 2) throw Error(fmt::format("add sums two or more inputs, got {}", inputs.size()));
+Shape Add::configure_inputs(const std::vector<Shape>& inputs) {
   for (size_t k = 1; k < inputs.size(); ++k)
     if (inputs[k] != inputs[0])
-      throw Error(fmt::format("add needs inputs of one shape, but input 1 is {} and input {} is {}",
-                              shape_str(inputs[0]), k + 1, shape_str(inputs[k])));
-  shape_ = inputs[0];
-  return shape_;
+      input_error("add needs inputs of one shape, but input 1 is {} and input {} is {}", shape_str(inputs[0]), k + 1,
+                  shape_str(inputs[k]));
+  return inputs[0];
 }
 
-void Add::forward_inputs(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool) {
-  QT_CHECK(xs.size() >= 2 && !shape_.empty(), "{}: called before setup() or with {} inputs", describe(*this),
-           xs.size());
-  const int64_t batch = batch_of(*this, xs[0]);
-  for (const Tensor& x : xs) {
-    check_float(*this, "x", x, ctx);
-    check_batch(*this, "x", x, batch, shape_, xs[0].dtype());
-  }
-  check_float(*this, "y", y, ctx);
-  check_batch(*this, "y", y, batch, shape_, xs[0].dtype());
-  if (y.device().is_cuda()) return add_forward_cuda(ctx, xs, y);
+void Add::forward_inputs_cpu(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool) {
   dispatch_float(y.dtype(), [&]<typename T>() {
     ctx.cpu_pool().parallel_for(y.numel(), kGrain, [&](int64_t begin, int64_t end) {
       T* __restrict out = y.data<T>() + begin;
@@ -56,38 +40,36 @@ void Add::forward_inputs(Context& ctx, std::span<const Tensor> xs, Tensor& y, bo
   });
 }
 
-void Add::backward_inputs(Context& ctx, std::span<const Tensor> xs, const Tensor&, const Tensor& dy,
-                          std::span<Tensor> dxs) {
-  QT_CHECK(dxs.size() == xs.size(), "{}: {} inputs but {} input gradients", describe(*this), xs.size(), dxs.size());
-  const int64_t batch = batch_of(*this, dy);
-  check_float(*this, "dy", dy, ctx);
-  check_batch(*this, "dy", dy, batch, shape_, dy.dtype());
+void Add::forward_inputs_cuda(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool) {
+  add_forward_cuda(ctx, xs, y);
+}
+
+void Add::backward_inputs_cpu(Context& ctx, std::span<const Tensor>, const Tensor&, const Tensor& dy,
+                              std::span<Tensor> dxs) {
   for (Tensor& dx : dxs) {
     if (!dx.defined()) continue;
-    check_float(*this, "dx", dx, ctx);
-    check_batch(*this, "dx", dx, batch, shape_, dy.dtype());
-    if (dx.device().is_cuda()) {
-      add_copy_cuda(ctx, dy, dx);
-    } else {
-      dispatch_float(dy.dtype(), [&]<typename T>() {
-        ctx.cpu_pool().parallel_for(dy.numel(), kGrain, [&](int64_t begin, int64_t end) {
-          std::copy(dy.data<T>() + begin, dy.data<T>() + end, dx.data<T>() + begin);
-        });
+    dispatch_float(dy.dtype(), [&]<typename T>() {
+      ctx.cpu_pool().parallel_for(dy.numel(), kGrain, [&](int64_t begin, int64_t end) {
+        std::copy(dy.data<T>() + begin, dy.data<T>() + end, dx.data<T>() + begin);
       });
-    }
+    });
   }
 }
 
+void Add::backward_inputs_cuda(Context& ctx, std::span<const Tensor>, const Tensor&, const Tensor& dy,
+                               std::span<Tensor> dxs) {
+  for (Tensor& dx : dxs)
+    if (dx.defined()) add_copy_cuda(ctx, dy, dx);
+}
+
 std::unique_ptr<Layer> make_add(ConfigNode& cfg) {
-  cfg.accept("type");
-  cfg.accept("name");
   cfg.finish();
   return std::make_unique<Add>();
 }
 
 void add_into(Context& ctx, Tensor& dst, const Tensor& src) {
-  check_float("add_into", "dst", dst, ctx);
-  check_float("add_into", "src", src, ctx);
+  layer_detail::check_float("add_into", "dst", dst, ctx);
+  layer_detail::check_float("add_into", "src", src, ctx);
   QT_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "add_into: dst {} {} and src {} {} differ",
            dtype_name(dst.dtype()), shape_str(dst.shape()), dtype_name(src.dtype()), shape_str(src.shape()));
   if (dst.device().is_cuda()) return add_into_cuda(ctx, dst, src);

@@ -15,13 +15,15 @@ namespace qtrain {
 class Add : public MultiInputLayer {
  public:
   const char* type() const override { return "add"; }
-  Shape setup_inputs(const std::vector<Shape>& inputs) override;
-  void forward_inputs(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool training) override;
-  void backward_inputs(Context& ctx, std::span<const Tensor> xs, const Tensor& y, const Tensor& dy,
-                       std::span<Tensor> dxs) override;
 
- private:
-  Shape shape_;  // per sample, set by setup
+ protected:
+  Shape configure_inputs(const std::vector<Shape>& inputs) override;
+  void forward_inputs_cpu(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool training) override;
+  void forward_inputs_cuda(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool training) override;
+  void backward_inputs_cpu(Context& ctx, std::span<const Tensor> xs, const Tensor& y, const Tensor& dy,
+                           std::span<Tensor> dxs) override;
+  void backward_inputs_cuda(Context& ctx, std::span<const Tensor> xs, const Tensor& y, const Tensor& dy,
+                            std::span<Tensor> dxs) override;
 };
 
 std::unique_ptr<Layer> make_add(ConfigNode& cfg);

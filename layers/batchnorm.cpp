@@ -12,10 +12,6 @@
 
 namespace qtrain {
 
-using layer_detail::batch_of;
-using layer_detail::check_batch;
-using layer_detail::check_float;
-using layer_detail::describe;
 using layer_detail::dispatch_float;
 
 namespace {
@@ -127,7 +123,7 @@ void forward_inference_cpu(CpuPool& pool, const Dims& d, double eps, const T* x,
 // With xhat = (x - mean) invstd: dbias = sum dy, dweight = sum dy xhat, and
 // dx = w invstd (dy - dbias / n - xhat dweight / n), written as one scale-and-shift of dy and x.
 template <typename T>
-void backward_cpu(CpuPool& pool, const Dims& d, const T* x, const T* dy, const T* w, const double* saved_mean,
+void backward_reference(CpuPool& pool, const Dims& d, const T* x, const T* dy, const T* w, const double* saved_mean,
                   const double* saved_invstd, T* dweight, T* dbias, T* dx) {
   const double n = static_cast<double>(d.n());
   pool.parallel_for(d.channels, channel_grain(d), [&](int64_t c_begin, int64_t c_end) {
@@ -162,54 +158,30 @@ BatchNorm::BatchNorm(int spatial_dims, double eps, double momentum, bool affine)
            momentum);
 }
 
-Shape BatchNorm::setup(const Shape& input) {
+Shape BatchNorm::configure(const Shape& input) {
   const bool ok = spatial_dims_ == 2 ? input.size() == 3 : input.size() == 1 || input.size() == 2;
   if (!ok)
-    throw Error(fmt::format("{} expects {} per sample, got {}", type(),
-                            spatial_dims_ == 2 ? "(channels, height, width)" : "(features) or (channels, length)",
-                            shape_str(input)));
+    input_error("{} expects {} per sample, got {}", type(),
+                spatial_dims_ == 2 ? "(channels, height, width)" : "(features) or (channels, length)",
+                shape_str(input));
   channels_ = input[0];
   spatial_ = 1;
   for (size_t d = 1; d < input.size(); ++d) spatial_ *= input[d];
-  if (channels_ <= 0 || spatial_ <= 0) throw Error(fmt::format("{} got an empty input {}", type(), shape_str(input)));
+  if (channels_ <= 0 || spatial_ <= 0) input_error("{} got an empty input {}", type(), shape_str(input));
   saved_mean_.assign(static_cast<size_t>(channels_), 0.0);
   saved_invstd_.assign(static_cast<size_t>(channels_), 0.0);
   return input;
 }
 
 std::vector<ParamSpec> BatchNorm::param_specs() const {
-  QT_CHECK(channels_ > 0, "{}: param_specs() before setup()", describe(*this));
+  QT_CHECK(channels_ > 0, "{}: param_specs() before setup()", describe());
   if (!affine_) return {};
   return {{"weight", {channels_}, Init::ones, channels_, channels_}, {"bias", {channels_}, Init::zeros, channels_, channels_}};
 }
 
 std::vector<ParamSpec> BatchNorm::buffer_specs() const {
-  QT_CHECK(channels_ > 0, "{}: buffer_specs() before setup()", describe(*this));
+  QT_CHECK(channels_ > 0, "{}: buffer_specs() before setup()", describe());
   return {{"running_mean", {channels_}, Init::zeros, 1, 1}, {"running_var", {channels_}, Init::ones, 1, 1}};
-}
-
-void BatchNorm::check_args(const Context& ctx, const Tensor& x, const Tensor& y, const char* y_name) const {
-  QT_CHECK(channels_ > 0, "{}: called before setup()", describe(*this));
-  QT_CHECK(params_.size() == (affine_ ? 2u : 0u) && grads_.size() == params_.size() && buffers_.size() == 2,
-           "{}: parameters or buffers not bound", describe(*this));
-  const int64_t batch = batch_of(*this, x);
-  check_float(*this, "x", x, ctx);
-  QT_CHECK(x.numel() == batch * channels_ * spatial_, "{}: x has shape {}, expected {} rows of {} channels x {}",
-           describe(*this), shape_str(x.shape()), batch, channels_, spatial_);
-  check_float(*this, y_name, y, ctx);
-  check_batch(*this, y_name, y, batch, Shape(x.shape().begin() + 1, x.shape().end()), x.dtype());
-  for (const Tensor* t : {&buffers_[0], &buffers_[1]}) {
-    check_float(*this, "a running statistic", *t, ctx);
-    QT_CHECK(t->numel() == channels_ && t->dtype() == x.dtype(), "{}: running statistics are {} {}, expected {} {}",
-             describe(*this), dtype_name(t->dtype()), shape_str(t->shape()), dtype_name(x.dtype()), channels_);
-  }
-  for (size_t i = 0; i < params_.size(); ++i)
-    for (const Tensor* t : {&params_[i], &grads_[i]}) {
-      check_float(*this, i == 0 ? "weight" : "bias", *t, ctx);
-      QT_CHECK(t->numel() == channels_ && t->dtype() == x.dtype(), "{}: {} is {} {}, expected {} {}", describe(*this),
-               i == 0 ? "weight" : "bias", dtype_name(t->dtype()), shape_str(t->shape()), dtype_name(x.dtype()),
-               channels_);
-    }
 }
 
 void BatchNorm::ensure_cuda_state(Context& ctx, const Tensor& like, int64_t batch) {
@@ -231,24 +203,19 @@ void BatchNorm::ensure_cuda_state(Context& ctx, const Tensor& like, int64_t batc
     cuda_dx_scratch_ = Tensor::empty({like.numel()}, DType::f32, dev);
 }
 
-void BatchNorm::forward(Context& ctx, const Tensor& x, Tensor& y, bool training) {
-  check_args(ctx, x, y, "y");
-  const Dims d{x.dim(0), channels_, spatial_};
-  if (training && d.n() < 2)
-    throw Error(fmt::format("{}: training needs more than one value per channel, got a batch of {} x {} positions",
-                            describe(*this), d.batch, d.spatial));
-  if (d.batch == 0) return;
+bool BatchNorm::begin_forward(const Tensor& x, bool training) {
+  const int64_t batch = x.dim(0);
+  if (training && batch * spatial_ < 2)
+    input_error("{}: training needs more than one value per channel, got a batch of {} x {} positions", describe(),
+                batch, spatial_);
+  if (batch == 0) return false;
   if (training) has_batch_stats_ = true;
-  if (x.device().is_cuda()) {
-    ensure_cuda_state(ctx, x, 0);
-    const Tensor& scale = affine_ ? params_[0] : cuda_ones_;
-    const Tensor& bias = affine_ ? params_[1] : cuda_zeros_;
-    if (training)
-      return batchnorm_forward_training_cuda(ctx, d.batch, channels_, spatial_, eps_, momentum_, x, scale, bias,
-                                             buffers_[0], buffers_[1], cuda_saved_mean_, cuda_saved_invstd_, y);
-    return batchnorm_forward_inference_cuda(ctx, d.batch, channels_, spatial_, eps_, x, scale, bias, buffers_[0],
-                                            buffers_[1], y);
-  }
+  return true;
+}
+
+void BatchNorm::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) {
+  if (!begin_forward(x, training)) return;
+  const Dims d{x.dim(0), channels_, spatial_};
   dispatch_float(x.dtype(), [&]<typename T>() {
     const T* w = affine_ ? params_[0].data<T>() : nullptr;
     const T* b = affine_ ? params_[1].data<T>() : nullptr;
@@ -261,29 +228,44 @@ void BatchNorm::forward(Context& ctx, const Tensor& x, Tensor& y, bool training)
   });
 }
 
-void BatchNorm::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
-  check_args(ctx, x, dy, "dy");
-  if (dx.defined()) check_args(ctx, x, dx, "dx");
-  QT_CHECK(has_batch_stats_ || x.dim(0) == 0, "{}: backward without a training-mode forward", describe(*this));
+void BatchNorm::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) {
+  if (!begin_forward(x, training)) return;
+  ensure_cuda_state(ctx, x, 0);
+  const Tensor& scale = affine_ ? params_[0] : cuda_ones_;
+  const Tensor& bias = affine_ ? params_[1] : cuda_zeros_;
+  if (training)
+    return batchnorm_forward_training_cuda(ctx, x.dim(0), channels_, spatial_, eps_, momentum_, x, scale, bias,
+                                           buffers_[0], buffers_[1], cuda_saved_mean_, cuda_saved_invstd_, y);
+  batchnorm_forward_inference_cuda(ctx, x.dim(0), channels_, spatial_, eps_, x, scale, bias, buffers_[0],
+                                   buffers_[1], y);
+}
+
+bool BatchNorm::begin_backward(const Tensor& x) {
+  QT_CHECK(has_batch_stats_ || x.dim(0) == 0, "{}: backward without a training-mode forward", describe());
+  if (x.dim(0) > 0) return true;
+  for (Tensor& g : grads_) g.zero_();  // on either device (fill_ is CPU only)
+  return false;
+}
+
+void BatchNorm::backward_cpu(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  if (!begin_backward(x)) return;
   const Dims d{x.dim(0), channels_, spatial_};
-  if (d.batch == 0) {
-    for (Tensor& g : grads_) g.zero_();  // on either device (fill_ is CPU only)
-    return;
-  }
-  if (x.device().is_cuda()) {
-    ensure_cuda_state(ctx, x, dx.defined() ? 0 : d.batch);
-    Tensor dx_target = dx.defined() ? dx : cuda_dx_scratch_.view(0, x.shape());
-    const Tensor& scale = affine_ ? params_[0] : cuda_ones_;
-    Tensor& dscale = affine_ ? grads_[0] : cuda_dscale_;
-    Tensor& dbias = affine_ ? grads_[1] : cuda_dbias_;
-    return batchnorm_backward_cuda(ctx, d.batch, channels_, spatial_, eps_, x, dy, scale, cuda_saved_mean_,
-                                   cuda_saved_invstd_, dscale, dbias, &dx_target);
-  }
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_cpu<T>(ctx.cpu_pool(), d, x.data<T>(), dy.data<T>(), affine_ ? params_[0].data<T>() : nullptr,
-                    saved_mean_.data(), saved_invstd_.data(), affine_ ? grads_[0].data<T>() : nullptr,
-                    affine_ ? grads_[1].data<T>() : nullptr, dx.defined() ? dx.data<T>() : nullptr);
+    backward_reference<T>(ctx.cpu_pool(), d, x.data<T>(), dy.data<T>(), affine_ ? params_[0].data<T>() : nullptr,
+                          saved_mean_.data(), saved_invstd_.data(), affine_ ? grads_[0].data<T>() : nullptr,
+                          affine_ ? grads_[1].data<T>() : nullptr, dx.defined() ? dx.data<T>() : nullptr);
   });
+}
+
+void BatchNorm::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  if (!begin_backward(x)) return;
+  ensure_cuda_state(ctx, x, dx.defined() ? 0 : x.dim(0));
+  Tensor dx_target = dx.defined() ? dx : cuda_dx_scratch_.view(0, x.shape());
+  const Tensor& scale = affine_ ? params_[0] : cuda_ones_;
+  Tensor& dscale = affine_ ? grads_[0] : cuda_dscale_;
+  Tensor& dbias = affine_ ? grads_[1] : cuda_dbias_;
+  batchnorm_backward_cuda(ctx, x.dim(0), channels_, spatial_, eps_, x, dy, scale, cuda_saved_mean_, cuda_saved_invstd_,
+                          dscale, dbias, &dx_target);
 }
 
 namespace {
@@ -291,8 +273,6 @@ std::unique_ptr<Layer> make_batchnorm(ConfigNode& cfg, int spatial_dims) {
   const double eps = cfg.get_double("eps", 1e-5, 0.0, 1.0, /*min_exclusive=*/true);
   const double momentum = cfg.get_double("momentum", 0.1, 0.0, 1.0);
   const bool affine = cfg.get<bool>("affine", true);
-  cfg.accept("type");
-  cfg.accept("name");
   cfg.finish();
   return std::make_unique<BatchNorm>(spatial_dims, eps, momentum, affine);
 }

@@ -24,18 +24,27 @@ class BatchNorm : public Layer {
   BatchNorm(int spatial_dims, double eps, double momentum, bool affine);
 
   const char* type() const override { return spatial_dims_ == 2 ? "batchnorm2d" : "batchnorm1d"; }
-  Shape setup(const Shape& input) override;
   std::vector<ParamSpec> param_specs() const override;
   std::vector<ParamSpec> buffer_specs() const override;
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  // Uses the batch statistics saved by the last training-mode forward.
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
   double eps() const { return eps_; }
   double momentum() const { return momentum_; }
 
+ protected:
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  // Uses the batch statistics saved by the last training-mode forward.
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
  private:
-  void check_args(const Context& ctx, const Tensor& x, const Tensor& y, const char* y_name) const;
+  // Shared by both paths: rejects a training batch with one value per channel, records that backward
+  // has statistics. Returns whether there is anything to compute (a non-empty batch).
+  bool begin_forward(const Tensor& x, bool training);
+  // Shared by both paths: backward needs a training forward's statistics; an empty batch zeroes the
+  // gradients. Returns whether there is anything left to compute.
+  bool begin_backward(const Tensor& x);
 
   int spatial_dims_;  // 2: (C, H, W); 1: (C) or (C, L)
   double eps_, momentum_;

@@ -13,10 +13,6 @@
 
 namespace qtrain {
 
-using layer_detail::batch_of;
-using layer_detail::check_batch;
-using layer_detail::check_float;
-using layer_detail::describe;
 using layer_detail::dispatch_float;
 
 namespace {
@@ -78,7 +74,7 @@ void centered_and_denominator(const ContrastNormOptions& o, const T* x, T* d, T*
 }
 
 template <typename T>
-void forward_cpu(const ContrastNormOptions& o, const T* x, T* y, int64_t planes, int64_t h, int64_t w, T* scratch) {
+void forward_reference(const ContrastNormOptions& o, const T* x, T* y, int64_t planes, int64_t h, int64_t w, T* scratch) {
   const int64_t n = h * w;
   T* d = scratch;
   T* den = scratch + n;
@@ -93,7 +89,7 @@ void forward_cpu(const ContrastNormOptions& o, const T* x, T* y, int64_t planes,
 }
 
 template <typename T>
-void backward_cpu(const ContrastNormOptions& o, const T* x, const T* dy, T* dx, int64_t planes, int64_t h, int64_t w,
+void backward_reference(const ContrastNormOptions& o, const T* x, const T* dy, T* dx, int64_t planes, int64_t h, int64_t w,
                   T* scratch) {
   const int64_t n = h * w, before = o.size / 2, after = o.size - 1 - o.size / 2;
   T* d = scratch;
@@ -127,43 +123,33 @@ ContrastNorm::ContrastNorm(ContrastNormOptions options) : opt_(options) {
   QT_CHECK(opt_.size >= 1, "contrast_norm: size must be >= 1, got {}", opt_.size);
 }
 
-Shape ContrastNorm::setup(const Shape& input) {
-  check_image_input(describe(*this), input);
-  input_ = input;
+Shape ContrastNorm::configure(const Shape& input) {
+  check_image_input(describe(), input);
   return input;
 }
 
-void ContrastNorm::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
-  QT_CHECK(!input_.empty(), "{}: called before setup()", describe(*this));
-  const int64_t batch = batch_of(*this, x);
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, input_, x.dtype());
-  check_float(*this, "y", y, ctx);
-  check_batch(*this, "y", y, batch, input_, x.dtype());
-  if (x.device().is_cuda()) return contrast_norm_forward_cuda(ctx, opt_, x, y, device_scratch_);
-  const int64_t h = input_[1], w = input_[2];
+void ContrastNorm::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
+  const int64_t h = input_shape()[1], w = input_shape()[2];
   dispatch_float(x.dtype(), [&]<typename T>() {
-    forward_cpu<T>(opt_, x.data<T>(), y.data<T>(), batch * input_[0], h, w,
-                   scratch_.get<T>(static_cast<size_t>(4 * h * w)));
+    forward_reference<T>(opt_, x.data<T>(), y.data<T>(), x.dim(0) * input_shape()[0], h, w,
+                         scratch_.get<T>(static_cast<size_t>(4 * h * w)));
   });
 }
 
-void ContrastNorm::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
-  QT_CHECK(!input_.empty(), "{}: called before setup()", describe(*this));
-  if (!dx.defined()) return;
-  const int64_t batch = batch_of(*this, x);
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, input_, x.dtype());
-  check_float(*this, "dy", dy, ctx);
-  check_batch(*this, "dy", dy, batch, input_, x.dtype());
-  check_float(*this, "dx", dx, ctx);
-  check_batch(*this, "dx", dx, batch, input_, x.dtype());
-  if (x.device().is_cuda()) return contrast_norm_backward_cuda(ctx, opt_, x, dy, dx, device_scratch_);
-  const int64_t h = input_[1], w = input_[2];
+void ContrastNorm::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  contrast_norm_forward_cuda(ctx, opt_, x, y, device_scratch_);
+}
+
+void ContrastNorm::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  const int64_t h = input_shape()[1], w = input_shape()[2];
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_cpu<T>(opt_, x.data<T>(), dy.data<T>(), dx.data<T>(), batch * input_[0], h, w,
-                    scratch_.get<T>(static_cast<size_t>(6 * h * w)));
+    backward_reference<T>(opt_, x.data<T>(), dy.data<T>(), dx.data<T>(), x.dim(0) * input_shape()[0], h, w,
+                          scratch_.get<T>(static_cast<size_t>(6 * h * w)));
   });
+}
+
+void ContrastNorm::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  contrast_norm_backward_cuda(ctx, opt_, x, dy, dx, device_scratch_);
 }
 
 std::unique_ptr<Layer> make_contrast_norm(ConfigNode& cfg) {
@@ -173,8 +159,6 @@ std::unique_ptr<Layer> make_contrast_norm(ConfigNode& cfg) {
   o.alpha = cfg.get_double("alpha", o.alpha, 0.0, 1e30);
   o.beta = cfg.get_double("beta", o.beta, 0.0, 1e30);
   o.k = cfg.get_double("k", o.k, 0.0, 1e30, /*min_exclusive=*/true);
-  cfg.accept("type");
-  cfg.accept("name");
   cfg.finish();
   return std::make_unique<ContrastNorm>(o);
 }

@@ -33,13 +33,15 @@ class ContrastNorm : public Layer {
   explicit ContrastNorm(ContrastNormOptions options);
 
   const char* type() const override { return "contrast_norm"; }
-  Shape setup(const Shape& input) override;
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+ protected:
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
  private:
   ContrastNormOptions opt_;
-  Shape input_;
   CpuScratch scratch_;
   Tensor device_scratch_;  // CUDA path: d, D and the backward temporaries, grown to the largest batch
 };

@@ -31,11 +31,6 @@
 
 namespace qtrain {
 
-using layer_detail::batch_of;
-using layer_detail::check_float;
-using layer_detail::check_image_backward;
-using layer_detail::check_operand;
-using layer_detail::describe;
 using layer_detail::dispatch_float;
 
 namespace {
@@ -77,14 +72,13 @@ Conv2d::Conv2d(int64_t out_channels, Window2d window, bool bias) : out_channels_
            win_.sw, win_.ph, win_.pw);
 }
 
-Shape Conv2d::setup(const Shape& input) {
-  geom_ = image_geometry(describe(*this), input, win_);
-  ready_ = true;
+Shape Conv2d::configure(const Shape& input) {
+  geom_ = image_geometry(describe(), input, win_);
   return {out_channels_, geom_.oh, geom_.ow};
 }
 
 std::vector<ParamSpec> Conv2d::param_specs() const {
-  QT_CHECK(ready_, "{}: param_specs() before setup()", describe(*this));
+  QT_CHECK(geom_.c > 0, "{}: param_specs() before setup()", describe());
   const int64_t fan_in = geom_.c * win_.kh * win_.kw;
   const int64_t fan_out = out_channels_ * win_.kh * win_.kw;
   std::vector<ParamSpec> specs;
@@ -93,31 +87,12 @@ std::vector<ParamSpec> Conv2d::param_specs() const {
   return specs;
 }
 
-void Conv2d::check_bound(const Context& ctx, DType dtype) const {
-  QT_CHECK(ready_, "{}: called before setup()", describe(*this));
-  QT_CHECK(params_.size() == (bias_ ? 2u : 1u) && grads_.size() == params_.size(),
-           "{}: parameters not bound (call bind() after setup())", describe(*this));
-  // Expected shapes as arrays, so that a passing check allocates nothing.
-  const int64_t wshape[4] = {out_channels_, geom_.c, win_.kh, win_.kw}, bshape[1] = {out_channels_};
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const char* what = i == 0 ? "weight" : "bias";
-    const int64_t* expected = i == 0 ? wshape : bshape;
-    const size_t n = i == 0 ? 4 : 1;
-    for (const Tensor* t : {&params_[i], &grads_[i]}) {
-      check_float(*this, what, *t, ctx);
-      const bool ok = t->shape().size() == n && std::equal(expected, expected + n, t->shape().begin());
-      QT_CHECK(ok && t->dtype() == dtype, "{}: {} (or its gradient) is {} {}, expected {} {}", describe(*this), what,
-               dtype_name(t->dtype()), shape_str(t->shape()), dtype_name(dtype), shape_str(Shape(expected, expected + n)));
-    }
-  }
-}
-
 int64_t Conv2d::block_samples(int64_t per_sample, int64_t samples) {
   return std::clamp<int64_t>(kLaneColumnBudget / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(samples, 1));
 }
 
 template <typename T>
-void Conv2d::forward_cpu(Context& ctx, const T* x, T* y, int64_t batch) {
+void Conv2d::forward_reference(Context& ctx, const T* x, T* y, int64_t batch) {
   if (use_winograd()) return forward_winograd<T>(ctx, x, y, batch);
   const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p = geom_.out_plane(), in = geom_.c * geom_.in_plane();
   const T* w = params_[0].data<T>();
@@ -161,7 +136,7 @@ void Conv2d::forward_cpu(Context& ctx, const T* x, T* y, int64_t batch) {
 }
 
 template <typename T>
-void Conv2d::backward_cpu(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch) {
+void Conv2d::backward_reference(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch) {
   const int64_t oc = out_channels_, c = geom_.c, kk = win_.kh * win_.kw, k = c * kk, p = geom_.out_plane(),
                 hw = geom_.in_plane(), in = c * hw;
   const T* w = params_[0].data<T>();
@@ -309,29 +284,23 @@ void Conv2d::backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int
   winograd_weight_grad_output(dwt, g.oc, g.c, grads_[0].data<T>());
 }
 
-void Conv2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
-  const int64_t batch = batch_of(*this, x);
-  const ImageGeometry::Dims d = geom_.dims(out_channels_);
-  check_operand(*this, "x", x, ctx, batch, d.in, 3, x.dtype());
-  check_operand(*this, "y", y, ctx, batch, d.out, 3, x.dtype());
-  check_bound(ctx, x.dtype());
-  const Tensor* b = bias_ ? &params_[1] : nullptr;
-  if (x.device().is_cuda()) return conv2d_forward_cuda(ctx, cudnn_, geom_, win_, x, params_[0], b, y);
-  dispatch_float(x.dtype(), [&]<typename T>() { forward_cpu<T>(ctx, x.data<T>(), y.data<T>(), batch); });
+void Conv2d::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  dispatch_float(x.dtype(), [&]<typename T>() { forward_reference<T>(ctx, x.data<T>(), y.data<T>(), x.dim(0)); });
 }
 
-void Conv2d::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
-  const int64_t batch = batch_of(*this, x);
-  const ImageGeometry::Dims d = geom_.dims(out_channels_);
-  check_image_backward(*this, ctx, batch, d.in, d.out, x, dy, dx);
-  check_bound(ctx, x.dtype());
-  Tensor* db = bias_ ? &grads_[1] : nullptr;
-  Tensor* dxp = dx.defined() ? &dx : nullptr;
-  if (x.device().is_cuda())
-    return conv2d_backward_cuda(ctx, cudnn_, geom_, win_, x, params_[0], dy, grads_[0], db, dxp);
+void Conv2d::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  conv2d_forward_cuda(ctx, cudnn_, geom_, win_, x, params_[0], bias_ ? &params_[1] : nullptr, y);
+}
+
+void Conv2d::backward_cpu(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_cpu<T>(ctx, x.data<T>(), dy.data<T>(), dxp ? dxp->data<T>() : nullptr, batch);
+    backward_reference<T>(ctx, x.data<T>(), dy.data<T>(), dx.defined() ? dx.data<T>() : nullptr, x.dim(0));
   });
+}
+
+void Conv2d::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  conv2d_backward_cuda(ctx, cudnn_, geom_, win_, x, params_[0], dy, grads_[0], bias_ ? &grads_[1] : nullptr,
+                       dx.defined() ? &dx : nullptr);
 }
 
 std::unique_ptr<Layer> make_conv2d(ConfigNode& cfg) {

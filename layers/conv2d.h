@@ -41,15 +41,18 @@ class Conv2d : public Layer {
   const Window2d& window() const { return win_; }
   const ImageGeometry& geometry() const { return geom_; }
 
-  Shape setup(const Shape& input) override;
   std::vector<ParamSpec> param_specs() const override;
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+ protected:
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
  private:
-  void check_bound(const Context& ctx, DType dtype) const;
-  template <typename T> void forward_cpu(Context& ctx, const T* x, T* y, int64_t batch);
-  template <typename T> void backward_cpu(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
+  template <typename T> void forward_reference(Context& ctx, const T* x, T* y, int64_t batch);
+  template <typename T> void backward_reference(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
   bool use_winograd() const { return cpu_algorithm_ == Conv2dCpuAlgorithm::automatic && winograd_fits(win_); }
   template <typename T> void forward_winograd(Context& ctx, const T* x, T* y, int64_t batch);
   template <typename T> void backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
@@ -61,7 +64,6 @@ class Conv2d : public Layer {
   Window2d win_;
   bool bias_;
   ImageGeometry geom_;
-  bool ready_ = false;
   Conv2dCpuAlgorithm cpu_algorithm_ = Conv2dCpuAlgorithm::automatic;
   CpuScratch scratch_;
   Conv2dCudnnPtr cudnn_;

@@ -15,27 +15,25 @@ int64_t window_output_size(int64_t in, int64_t k, int64_t s, int64_t p, bool cei
 
 void check_image_input(const std::string& who, const Shape& input) {
   if (input.size() != 3)
-    throw Error(fmt::format("{} expects one image (channels, height, width) per sample, got input shape {}", who,
-                            shape_str(input)));
+    input_error("{} expects one image (channels, height, width) per sample, got input shape {}", who,
+                shape_str(input));
   for (int64_t d : input)
-    if (d <= 0) throw Error(fmt::format("{} got an input of shape {} with an empty dimension", who, shape_str(input)));
+    if (d <= 0) input_error("{} got an input of shape {} with an empty dimension", who, shape_str(input));
 }
 
 ImageGeometry image_geometry(const std::string& who, const Shape& input, const Window2d& win, bool ceil_mode,
                              bool pad_at_most_half) {
   check_image_input(who, input);
   if (pad_at_most_half && (2 * win.ph > win.kh || 2 * win.pw > win.kw))
-    throw Error(fmt::format("{}: padding [{}, {}] must be at most half of the kernel [{}, {}]", who, win.ph, win.pw,
-                            win.kh, win.kw));
+    input_error("{}: padding [{}, {}] must be at most half of the kernel [{}, {}]", who, win.ph, win.pw, win.kh,
+                win.kw);
   ImageGeometry g;
   g.c = input[0];
   g.h = input[1];
   g.w = input[2];
   if (win.kh > g.h + 2 * win.ph || win.kw > g.w + 2 * win.pw)
-    throw Error(fmt::format("{}: kernel [{}, {}] is larger than the padded input [{}, {}] (input {} with padding "
-                            "[{}, {}])",
-                            who, win.kh, win.kw, g.h + 2 * win.ph, g.w + 2 * win.pw, shape_str(input), win.ph,
-                            win.pw));
+    input_error("{}: kernel [{}, {}] is larger than the padded input [{}, {}] (input {} with padding [{}, {}])", who,
+                win.kh, win.kw, g.h + 2 * win.ph, g.w + 2 * win.pw, shape_str(input), win.ph, win.pw);
   g.oh = window_output_size(g.h, win.kh, win.sh, win.ph, ceil_mode);
   g.ow = window_output_size(g.w, win.kw, win.sw, win.pw, ceil_mode);
   return g;
@@ -71,8 +69,6 @@ WeightedWindowConfig read_weighted_window(ConfigNode& cfg) {
   c.out_channels = cfg.get_int("out_channels", 0, 1, int64_t{1} << 30);
   c.win = read_window(cfg, {1, 1});
   c.bias = cfg.get<bool>("bias", true);
-  cfg.accept("type");
-  cfg.accept("name");
   cfg.finish();
   return c;
 }

@@ -253,8 +253,6 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
 }
 
 std::unique_ptr<Loss> make_ctc(ConfigNode& cfg) {
-  cfg.accept("type");
-  cfg.accept("name");
   CtcOptions o;
   o.zero_infinity = cfg.get<bool>("zero_infinity", o.zero_infinity);
   cfg.finish();

@@ -20,7 +20,7 @@
 namespace qtrain {
 namespace {
 [[noreturn]] void no_cuda(const char* layer) {
-  throw Error(fmt::format("{}: this qtrain was built without CUDA", layer));
+  detail::fail(__FILE__, __LINE__, "QTRAIN_HAS_CUDA", fmt::format("{}: this qtrain was built without CUDA", layer));
 }
 }  // namespace
 

@@ -11,16 +11,12 @@
 
 namespace qtrain {
 
-using layer_detail::batch_of;
-using layer_detail::check_batch;
-using layer_detail::check_float;
 using layer_detail::dispatch_float;
-using layer_detail::describe;
 
 namespace {
 
 template <typename T>
-void forward_cpu(const T* __restrict x, const T* __restrict w, const T* __restrict b, T* __restrict y, int64_t batch,
+void forward_reference(const T* __restrict x, const T* __restrict w, const T* __restrict b, T* __restrict y, int64_t batch,
                  int64_t in, int64_t out) {
   if (batch == 0) return;
   if (b) {
@@ -31,7 +27,7 @@ void forward_cpu(const T* __restrict x, const T* __restrict w, const T* __restri
 }
 
 template <typename T>
-void backward_cpu(const T* __restrict x, const T* __restrict w, const T* __restrict dy, T* __restrict dw,
+void backward_reference(const T* __restrict x, const T* __restrict w, const T* __restrict dy, T* __restrict dw,
                   T* __restrict db, T* __restrict dx, int64_t batch, int64_t in, int64_t out) {
   if (batch == 0) {
     // An empty batch contributes nothing; the gradients are still overwritten.
@@ -59,18 +55,18 @@ Dense::Dense(int64_t units, bool bias) : units_(units), bias_(bias) {
   QT_CHECK(units > 0, "dense: units must be > 0, got {}", units);
 }
 
-Shape Dense::setup(const Shape& input) {
+Shape Dense::configure(const Shape& input) {
   if (input.size() != 1)
-    throw Error(fmt::format("dense expects one feature dimension per sample, got input shape {}; "
-                            "add a {{type: flatten}} layer before it",
-                            shape_str(input)));
-  if (input[0] <= 0) throw Error(fmt::format("dense got an input with {} features", input[0]));
+    input_error("dense expects one feature dimension per sample, got input shape {}; add a {{type: flatten}} layer "
+                "before it",
+                shape_str(input));
+  if (input[0] <= 0) input_error("dense got an input with {} features", input[0]);
   in_ = input[0];
   return {units_};
 }
 
 std::vector<ParamSpec> Dense::param_specs() const {
-  QT_CHECK(in_ > 0, "{}: param_specs() before setup()", describe(*this));
+  QT_CHECK(in_ > 0, "{}: param_specs() before setup()", describe());
   std::vector<ParamSpec> specs;
   specs.push_back({"weight", {units_, in_}, Init::uniform_fan_in, in_, units_});
   // PyTorch bounds the bias by 1/sqrt(fan_in) of the weight, so fan_in is the layer's input size.
@@ -78,63 +74,35 @@ std::vector<ParamSpec> Dense::param_specs() const {
   return specs;
 }
 
-void Dense::check_bound(const Context& ctx, DType dtype) const {
-  QT_CHECK(in_ > 0, "{}: called before setup()", describe(*this));
-  QT_CHECK(params_.size() == (bias_ ? 2u : 1u) && grads_.size() == params_.size(),
-           "{}: parameters not bound (call bind() after setup())", describe(*this));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const char* what = i == 0 ? "weight" : "bias";
-    for (const Tensor* t : {&params_[i], &grads_[i]}) {
-      check_float(*this, what, *t, ctx);
-      const bool shape_ok = i == 0 ? t->ndim() == 2 && t->shape()[0] == units_ && t->shape()[1] == in_
-                                   : t->ndim() == 1 && t->shape()[0] == units_;
-      QT_CHECK(shape_ok && t->dtype() == dtype, "{}: {} (or its gradient) is {} {}, expected {} {}", describe(*this),
-               what, dtype_name(t->dtype()), shape_str(t->shape()), dtype_name(dtype),
-               shape_str(i == 0 ? Shape{units_, in_} : Shape{units_}));
-    }
-  }
-}
-
-void Dense::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
-  const int64_t batch = batch_of(*this, x);
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, in_, x.dtype());
-  check_float(*this, "y", y, ctx);
-  check_batch(*this, "y", y, batch, units_, x.dtype());
-  check_bound(ctx, x.dtype());
+void Dense::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
   const Tensor* b = bias_ ? &params_[1] : nullptr;
-  if (x.device().is_cuda()) return dense_forward_cuda(ctx, x, params_[0], b, y);
   dispatch_float(x.dtype(), [&]<typename T>() {
-    forward_cpu<T>(x.data<T>(), params_[0].data<T>(), b ? b->data<T>() : nullptr, y.data<T>(), batch, in_, units_);
+    forward_reference<T>(x.data<T>(), params_[0].data<T>(), b ? b->data<T>() : nullptr, y.data<T>(), x.dim(0), in_,
+                         units_);
   });
 }
 
-void Dense::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
-  const int64_t batch = batch_of(*this, x);
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, in_, x.dtype());
-  check_float(*this, "dy", dy, ctx);
-  check_batch(*this, "dy", dy, batch, units_, x.dtype());
-  if (dx.defined()) {
-    check_float(*this, "dx", dx, ctx);
-    check_batch(*this, "dx", dx, batch, in_, x.dtype());
-  }
-  check_bound(ctx, x.dtype());
+void Dense::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  dense_forward_cuda(ctx, x, params_[0], bias_ ? &params_[1] : nullptr, y);
+}
+
+void Dense::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   Tensor* db = bias_ ? &grads_[1] : nullptr;
   Tensor* dxp = dx.defined() ? &dx : nullptr;
-  if (x.device().is_cuda()) return dense_backward_cuda(ctx, x, params_[0], dy, grads_[0], db, dxp);
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_cpu<T>(x.data<T>(), params_[0].data<T>(), dy.data<T>(), grads_[0].data<T>(),
-                    db ? db->data<T>() : nullptr, dxp ? dxp->data<T>() : nullptr, batch, in_, units_);
+    backward_reference<T>(x.data<T>(), params_[0].data<T>(), dy.data<T>(), grads_[0].data<T>(),
+                          db ? db->data<T>() : nullptr, dxp ? dxp->data<T>() : nullptr, x.dim(0), in_, units_);
   });
+}
+
+void Dense::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  dense_backward_cuda(ctx, x, params_[0], dy, grads_[0], bias_ ? &grads_[1] : nullptr, dx.defined() ? &dx : nullptr);
 }
 
 std::unique_ptr<Layer> make_dense(ConfigNode& cfg) {
   const int64_t units = cfg.require<int64_t>("units");
   if (units <= 0) cfg.fail("units", fmt::format("must be > 0, got {}", units));
   const bool bias = cfg.get<bool>("bias", true);
-  cfg.accept("type");
-  cfg.accept("name");
   cfg.finish();
   return std::make_unique<Dense>(units, bias);
 }

@@ -17,15 +17,17 @@ class Dense : public Layer {
   int64_t units() const { return units_; }
   bool has_bias() const { return bias_; }
 
-  Shape setup(const Shape& input) override;
   std::vector<ParamSpec> param_specs() const override;
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+
+ protected:
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   // Exactly two GEMMs (dW, and dx only when dx is defined) plus the bias reduction.
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
  private:
-  void check_bound(const Context& ctx, DType dtype) const;
-
   int64_t units_;
   bool bias_;
   int64_t in_ = -1;  // -1 until setup()

@@ -14,9 +14,6 @@
 
 namespace qtrain {
 
-using layer_detail::batch_of;
-using layer_detail::check_batch;
-using layer_detail::check_float;
 using layer_detail::dispatch_float;
 
 namespace {
@@ -77,11 +74,9 @@ Dropout::Dropout(double p) : p_(p) {
   QT_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got {}", p);
 }
 
-Shape Dropout::setup(const Shape& input) {
+Shape Dropout::configure(const Shape& input) {
   for (int64_t d : input)
-    if (d <= 0) throw Error(fmt::format("dropout got an input shape {} with an empty dimension", shape_str(input)));
-  shape_ = input;
-  ready_ = true;
+    if (d <= 0) input_error("dropout got an input shape {} with an empty dimension", shape_str(input));
   return input;
 }
 
@@ -89,50 +84,37 @@ PhiloxKey Dropout::mask_key(const Context& ctx) const {
   return derive_philox_key(ctx.seed(), ctx.step(), static_cast<uint64_t>(index()), kDropoutSalt);
 }
 
-void Dropout::forward(Context& ctx, const Tensor& x, Tensor& y, bool training) {
-  QT_CHECK(ready_, "{}: forward() before setup()", layer_detail::describe(*this));
-  const int64_t batch = batch_of(*this, x);
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, shape_, x.dtype());
-  check_float(*this, "y", y, ctx);
-  check_batch(*this, "y", y, batch, shape_, x.dtype());
-  const float p = static_cast<float>(p_);
-  const double scale = 1.0 / (1.0 - p_);
-  if (x.device().is_cuda()) {
-    if (!training) return dropout_copy_cuda(ctx, x, y);
-    return dropout_apply_cuda(ctx, mask_key(ctx), p, static_cast<float>(scale), x, y);
-  }
+void Dropout::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) {
   if (!training) {
     if (x.nbytes() > 0) std::memcpy(y.raw(), x.raw(), x.nbytes());
     return;
   }
   dispatch_float(x.dtype(), [&]<typename T>() {
-    apply_mask_cpu<T>(mask_key(ctx), p, static_cast<T>(scale), x.data<T>(), y.data<T>(), x.numel());
+    apply_mask_cpu<T>(mask_key(ctx), static_cast<float>(p_), static_cast<T>(1.0 / (1.0 - p_)), x.data<T>(),
+                      y.data<T>(), x.numel());
   });
 }
 
-void Dropout::backward(Context& ctx, const Tensor&, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  if (!dx.defined()) return;  // no parameters: nothing to do without an input gradient
-  QT_CHECK(ready_, "{}: backward() before setup()", layer_detail::describe(*this));
-  const int64_t batch = batch_of(*this, dy);
-  check_float(*this, "dy", dy, ctx);
-  check_batch(*this, "dy", dy, batch, shape_, dy.dtype());
-  check_float(*this, "dx", dx, ctx);
-  check_batch(*this, "dx", dx, batch, shape_, dy.dtype());
-  const float p = static_cast<float>(p_);
-  const double scale = 1.0 / (1.0 - p_);
-  if (dy.device().is_cuda()) return dropout_apply_cuda(ctx, mask_key(ctx), p, static_cast<float>(scale), dy, dx);
+void Dropout::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) {
+  if (!training) return dropout_copy_cuda(ctx, x, y);
+  dropout_apply_cuda(ctx, mask_key(ctx), static_cast<float>(p_), static_cast<float>(1.0 / (1.0 - p_)), x, y);
+}
+
+void Dropout::backward_cpu(Context& ctx, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
   dispatch_float(dy.dtype(), [&]<typename T>() {
-    apply_mask_cpu<T>(mask_key(ctx), p, static_cast<T>(scale), dy.data<T>(), dx.data<T>(), dy.numel());
+    apply_mask_cpu<T>(mask_key(ctx), static_cast<float>(p_), static_cast<T>(1.0 / (1.0 - p_)), dy.data<T>(),
+                      dx.data<T>(), dy.numel());
   });
+}
+
+void Dropout::backward_cuda(Context& ctx, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
+  dropout_apply_cuda(ctx, mask_key(ctx), static_cast<float>(p_), static_cast<float>(1.0 / (1.0 - p_)), dy, dx);
 }
 
 std::unique_ptr<Layer> make_dropout(ConfigNode& cfg) {
   const double p = cfg.get<double>("p", 0.5);
   // Written as !(in range) so that NaN is rejected too.
   if (!(p >= 0.0 && p < 1.0)) cfg.fail("p", fmt::format("must be in [0, 1), got {}", p));
-  cfg.accept("type");
-  cfg.accept("name");
   cfg.finish();
   return std::make_unique<Dropout>(p);
 }

@@ -22,19 +22,20 @@ class Dropout : public Layer {
   const char* type() const override { return "dropout"; }
   double p() const { return p_; }
 
-  Shape setup(const Shape& input) override;
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  // Recomputes the mask of the forward call at the same ctx.step() (training mode only).
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
-
   // The key of this layer's mask at ctx.step(). Element i uses word (i % 4) of
   // philox_subsequence_block(key, i / 4) and is kept iff uniform_from_bits(word) > float(p).
   PhiloxKey mask_key(const Context& ctx) const;
 
+ protected:
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  // Recomputes the mask of the forward call at the same ctx.step() (training mode only).
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
  private:
   double p_;
-  Shape shape_;
-  bool ready_ = false;
 };
 
 // Factory for the layer registry: reads p, rejects other keys.

@@ -12,16 +12,16 @@ namespace qtrain {
 class Flatten : public Layer {
  public:
   const char* type() const override { return "flatten"; }
-  Shape setup(const Shape& input) override;
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
- private:
-  Shape input_;
-  int64_t features_ = -1;  // -1 until setup()
+ protected:
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 };
 
-// Factory for the layer registry: no keys besides type and name.
+// Factory for the layer registry: no keys of its own.
 std::unique_ptr<Layer> make_flatten(ConfigNode& cfg);
 
 // CUDA entry point (flatten.cu; cuda_disabled.cpp without CUDA): a device-to-device copy on ctx's stream.

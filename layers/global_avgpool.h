@@ -11,12 +11,15 @@ namespace qtrain {
 class GlobalAvgPool : public Layer {
  public:
   const char* type() const override { return "global_avgpool"; }
-  Shape setup(const Shape& input) override;
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+ protected:
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
  private:
-  Shape input_;
   int64_t plane_ = 0;  // H*W
 };
 

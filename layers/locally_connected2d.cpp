@@ -17,11 +17,6 @@
 
 namespace qtrain {
 
-using layer_detail::batch_of;
-using layer_detail::check_float;
-using layer_detail::check_image_backward;
-using layer_detail::check_operand;
-using layer_detail::describe;
 using layer_detail::dispatch_float;
 
 namespace {
@@ -83,14 +78,13 @@ LocallyConnected2d::LocallyConnected2d(int64_t out_channels, Window2d window, bo
            win_.sh, win_.sw, win_.ph, win_.pw);
 }
 
-Shape LocallyConnected2d::setup(const Shape& input) {
-  geom_ = image_geometry(describe(*this), input, win_);
-  ready_ = true;
+Shape LocallyConnected2d::configure(const Shape& input) {
+  geom_ = image_geometry(describe(), input, win_);
   return {out_channels_, geom_.oh, geom_.ow};
 }
 
 std::vector<ParamSpec> LocallyConnected2d::param_specs() const {
-  QT_CHECK(ready_, "{}: param_specs() before setup()", describe(*this));
+  QT_CHECK(geom_.c > 0, "{}: param_specs() before setup()", describe());
   const int64_t k = geom_.c * win_.kh * win_.kw;
   std::vector<ParamSpec> specs;
   specs.push_back({"weight", {geom_.out_plane(), out_channels_, k}, Init::uniform_fan_in, k, out_channels_});
@@ -98,27 +92,8 @@ std::vector<ParamSpec> LocallyConnected2d::param_specs() const {
   return specs;
 }
 
-void LocallyConnected2d::check_bound(const Context& ctx, DType dtype) const {
-  QT_CHECK(ready_, "{}: called before setup()", describe(*this));
-  QT_CHECK(params_.size() == (bias_ ? 2u : 1u) && grads_.size() == params_.size(),
-           "{}: parameters not bound (call bind() after setup())", describe(*this));
-  // Expected shapes as arrays (param_specs() order), so that a passing check allocates nothing.
-  const int64_t wshape[3] = {geom_.out_plane(), out_channels_, geom_.c * win_.kh * win_.kw};
-  const int64_t bshape[3] = {out_channels_, geom_.oh, geom_.ow};
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const char* what = i == 0 ? "weight" : "bias";
-    const int64_t* expected = i == 0 ? wshape : bshape;
-    for (const Tensor* t : {&params_[i], &grads_[i]}) {
-      check_float(*this, what, *t, ctx);
-      const bool ok = t->shape().size() == 3 && std::equal(expected, expected + 3, t->shape().begin());
-      QT_CHECK(ok && t->dtype() == dtype, "{}: {} (or its gradient) is {} {}, expected {} {}", describe(*this), what,
-               dtype_name(t->dtype()), shape_str(t->shape()), dtype_name(dtype), shape_str(Shape(expected, expected + 3)));
-    }
-  }
-}
-
 template <typename T>
-void LocallyConnected2d::forward_cpu(const T* x, T* y, int64_t batch) {
+void LocallyConnected2d::forward_reference(const T* x, T* y, int64_t batch) {
   const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p_total = geom_.out_plane();
   if (batch == 0) return;
   T* cols = scratch_.get<T>(static_cast<size_t>(p_total * k * batch + p_total * oc * batch));
@@ -139,7 +114,7 @@ void LocallyConnected2d::forward_cpu(const T* x, T* y, int64_t batch) {
 }
 
 template <typename T>
-void LocallyConnected2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t batch) {
+void LocallyConnected2d::backward_reference(const T* x, const T* dy, T* dx, int64_t batch) {
   const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p_total = geom_.out_plane();
   T* dw = grads_[0].data<T>();
   if (bias_) {
@@ -175,31 +150,24 @@ void LocallyConnected2d::backward_cpu(const T* x, const T* dy, T* dx, int64_t ba
   if (dx) scatter_windows(cols, geom_, win_, batch, dx);
 }
 
-void LocallyConnected2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
-  const int64_t batch = batch_of(*this, x);
-  const ImageGeometry::Dims d = geom_.dims(out_channels_);
-  check_operand(*this, "x", x, ctx, batch, d.in, 3, x.dtype());
-  check_operand(*this, "y", y, ctx, batch, d.out, 3, x.dtype());
-  check_bound(ctx, x.dtype());
-  const Tensor* b = bias_ ? &params_[1] : nullptr;
-  if (x.device().is_cuda())
-    return locally_connected2d_forward_cuda(ctx, geom_, win_, x, params_[0], b, y, device_scratch_);
-  dispatch_float(x.dtype(), [&]<typename T>() { forward_cpu<T>(x.data<T>(), y.data<T>(), batch); });
+void LocallyConnected2d::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
+  dispatch_float(x.dtype(), [&]<typename T>() { forward_reference<T>(x.data<T>(), y.data<T>(), x.dim(0)); });
 }
 
-void LocallyConnected2d::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
-  const int64_t batch = batch_of(*this, x);
-  const ImageGeometry::Dims d = geom_.dims(out_channels_);
-  check_image_backward(*this, ctx, batch, d.in, d.out, x, dy, dx);
-  check_bound(ctx, x.dtype());
-  Tensor* db = bias_ ? &grads_[1] : nullptr;
-  Tensor* dxp = dx.defined() ? &dx : nullptr;
-  if (x.device().is_cuda())
-    return locally_connected2d_backward_cuda(ctx, geom_, win_, x, params_[0], dy, grads_[0], db, dxp,
-                                             device_scratch_);
+void LocallyConnected2d::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  locally_connected2d_forward_cuda(ctx, geom_, win_, x, params_[0], bias_ ? &params_[1] : nullptr, y,
+                                   device_scratch_);
+}
+
+void LocallyConnected2d::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_cpu<T>(x.data<T>(), dy.data<T>(), dxp ? dxp->data<T>() : nullptr, batch);
+    backward_reference<T>(x.data<T>(), dy.data<T>(), dx.defined() ? dx.data<T>() : nullptr, x.dim(0));
   });
+}
+
+void LocallyConnected2d::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  locally_connected2d_backward_cuda(ctx, geom_, win_, x, params_[0], dy, grads_[0], bias_ ? &grads_[1] : nullptr,
+                                    dx.defined() ? &dx : nullptr, device_scratch_);
 }
 
 std::unique_ptr<Layer> make_locally_connected2d(ConfigNode& cfg) {

@@ -27,21 +27,23 @@ class LocallyConnected2d : public Layer {
   const char* type() const override { return "locally_connected2d"; }
   const ImageGeometry& geometry() const { return geom_; }
 
-  Shape setup(const Shape& input) override;
   std::vector<ParamSpec> param_specs() const override;
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
+ protected:
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
  private:
-  void check_bound(const Context& ctx, DType dtype) const;
-  template <typename T> void forward_cpu(const T* x, T* y, int64_t batch);
-  template <typename T> void backward_cpu(const T* x, const T* dy, T* dx, int64_t batch);
+  template <typename T> void forward_reference(const T* x, T* y, int64_t batch);
+  template <typename T> void backward_reference(const T* x, const T* dy, T* dx, int64_t batch);
 
   int64_t out_channels_;
   Window2d win_;
   bool bias_;
   ImageGeometry geom_;
-  bool ready_ = false;
   CpuScratch scratch_;
   Tensor device_scratch_;  // CUDA path: gathered windows and transposed outputs
 };

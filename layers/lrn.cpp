@@ -14,10 +14,6 @@
 
 namespace qtrain {
 
-using layer_detail::batch_of;
-using layer_detail::check_batch;
-using layer_detail::check_float;
-using layer_detail::describe;
 using layer_detail::dispatch_float;
 
 namespace {
@@ -48,7 +44,7 @@ void denominators(const LrnOptions& o, const T* __restrict x, T* __restrict sq, 
 }
 
 template <typename T>
-void forward_cpu(const LrnOptions& o, const T* x, T* y, int64_t batch, int64_t channels, int64_t p, T* scratch) {
+void forward_reference(const LrnOptions& o, const T* x, T* y, int64_t batch, int64_t channels, int64_t p, T* scratch) {
   T* sq = scratch;
   T* d = scratch + channels * p;
   const T beta = static_cast<T>(o.beta);
@@ -61,7 +57,7 @@ void forward_cpu(const LrnOptions& o, const T* x, T* y, int64_t batch, int64_t c
 }
 
 template <typename T>
-void backward_cpu(const LrnOptions& o, const T* x, const T* dy, T* dx, int64_t batch, int64_t channels, int64_t p,
+void backward_reference(const LrnOptions& o, const T* x, const T* dy, T* dx, int64_t batch, int64_t channels, int64_t p,
                   T* scratch) {
   T* sq = scratch;  // then g
   T* d = scratch + channels * p;
@@ -90,42 +86,31 @@ Lrn::Lrn(LrnOptions options) : opt_(options) {
   QT_CHECK(opt_.k > 0 || opt_.alpha > 0, "lrn: k and alpha cannot both be 0");
 }
 
-Shape Lrn::setup(const Shape& input) {
-  check_image_input(describe(*this), input);
-  input_ = input;
+Shape Lrn::configure(const Shape& input) {
+  check_image_input(describe(), input);
   return input;
 }
 
-void Lrn::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
-  QT_CHECK(!input_.empty(), "{}: called before setup()", describe(*this));
-  const int64_t batch = batch_of(*this, x);
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, input_, x.dtype());
-  check_float(*this, "y", y, ctx);
-  check_batch(*this, "y", y, batch, input_, x.dtype());
-  if (x.device().is_cuda()) return lrn_forward_cuda(ctx, opt_, x, y);
-  const int64_t c = input_[0], p = input_[1] * input_[2];
+void Lrn::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
+  const int64_t c = input_shape()[0], p = input_shape()[1] * input_shape()[2];
   dispatch_float(x.dtype(), [&]<typename T>() {
-    forward_cpu<T>(opt_, x.data<T>(), y.data<T>(), batch, c, p, scratch_.get<T>(static_cast<size_t>(2 * c * p)));
+    forward_reference<T>(opt_, x.data<T>(), y.data<T>(), x.dim(0), c, p,
+                         scratch_.get<T>(static_cast<size_t>(2 * c * p)));
   });
 }
 
-void Lrn::backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  QT_CHECK(!input_.empty(), "{}: called before setup()", describe(*this));
-  if (!dx.defined()) return;
-  const int64_t batch = batch_of(*this, x);
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, input_, x.dtype());
-  check_float(*this, "dy", dy, ctx);
-  check_batch(*this, "dy", dy, batch, input_, x.dtype());
-  check_float(*this, "dx", dx, ctx);
-  check_batch(*this, "dx", dx, batch, input_, x.dtype());
-  if (x.device().is_cuda()) return lrn_backward_cuda(ctx, opt_, x, y, dy, dx);
-  const int64_t c = input_[0], p = input_[1] * input_[2];
+void Lrn::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) { lrn_forward_cuda(ctx, opt_, x, y); }
+
+void Lrn::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  const int64_t c = input_shape()[0], p = input_shape()[1] * input_shape()[2];
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_cpu<T>(opt_, x.data<T>(), dy.data<T>(), dx.data<T>(), batch, c, p,
-                    scratch_.get<T>(static_cast<size_t>(3 * c * p)));
+    backward_reference<T>(opt_, x.data<T>(), dy.data<T>(), dx.data<T>(), x.dim(0), c, p,
+                          scratch_.get<T>(static_cast<size_t>(3 * c * p)));
   });
+}
+
+void Lrn::backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  lrn_backward_cuda(ctx, opt_, x, y, dy, dx);
 }
 
 std::unique_ptr<Layer> make_lrn(ConfigNode& cfg) {
@@ -136,8 +121,6 @@ std::unique_ptr<Layer> make_lrn(ConfigNode& cfg) {
   o.beta = cfg.get_double("beta", o.beta, 0.0, 1e30);
   o.k = cfg.get_double("k", o.k, 0.0, 1e30);
   if (o.k == 0 && o.alpha == 0) cfg.fail("k", "k and alpha cannot both be 0 (the denominator would be 0)");
-  cfg.accept("type");
-  cfg.accept("name");
   cfg.finish();
   return std::make_unique<Lrn>(o);
 }

@@ -10,8 +10,6 @@
 
 namespace qtrain {
 
-using layer_detail::check_float;
-using layer_detail::describe;
 using layer_detail::dispatch_float;
 
 namespace {
@@ -32,15 +30,15 @@ Lstm::Lstm(LstmOptions options) : options_(options), dirs_(options.bidirectional
   QT_CHECK(options.num_layers > 0, "lstm: num_layers must be > 0, got {}", options.num_layers);
 }
 
-Shape Lstm::setup(const Shape& input) {
+Shape Lstm::configure(const Shape& input) {
   if (input.size() != 1 || input[0] <= 0)
-    throw Error(fmt::format("lstm expects one feature dimension per frame, got {}", shape_str(input)));
+    input_error("lstm expects one feature dimension per frame, got {}", shape_str(input));
   input_ = input[0];
   return {dirs_ * options_.hidden_size};
 }
 
 std::vector<ParamSpec> Lstm::param_specs() const {
-  QT_CHECK(input_ > 0, "{}: param_specs() before setup()", describe(*this));
+  QT_CHECK(input_ > 0, "{}: param_specs() before setup()", describe());
   const int64_t h = options_.hidden_size;
   std::vector<ParamSpec> specs;
   for (int64_t l = 0; l < options_.num_layers; ++l) {
@@ -65,34 +63,22 @@ std::vector<ParamSpec> Lstm::param_specs() const {
 
 void Lstm::set_sequence_lengths(const Tensor& lengths) {
   QT_CHECK(lengths.defined() && lengths.dtype() == DType::i32 && lengths.device().is_cpu(),
-           "{}: sequence lengths must be i32 on the CPU", describe(*this));
+           "{}: sequence lengths must be i32 on the CPU", describe());
   lengths_.assign(lengths.data<int32_t>(), lengths.data<int32_t>() + lengths.numel());
 }
 
 int64_t Lstm::frames_of(const Tensor& x) const {
   const int64_t batch = static_cast<int64_t>(lengths_.size());
   QT_CHECK(batch > 0, "{}: no sequence lengths; an lstm runs on sequence batches (a speech dataset)",
-           describe(*this));
+           describe());
   QT_CHECK(x.ndim() == 2 && x.dim(0) % batch == 0, "{}: {} rows are not {} sequences of equal padded length",
-           describe(*this), x.ndim() > 0 ? x.dim(0) : 0, batch);
+           describe(), x.ndim() > 0 ? x.dim(0) : 0, batch);
   const int64_t frames = x.dim(0) / batch;
   for (int64_t b = 0; b < batch; ++b)
     QT_CHECK(lengths_[static_cast<size_t>(b)] >= 0 && lengths_[static_cast<size_t>(b)] <= frames,
-             "{}: sample {} has length {}, outside [0, {}]", describe(*this), b, lengths_[static_cast<size_t>(b)],
+             "{}: sample {} has length {}, outside [0, {}]", describe(), b, lengths_[static_cast<size_t>(b)],
              frames);
   return frames;
-}
-
-void Lstm::check_bound(const Context& ctx) const {
-  const size_t count = static_cast<size_t>(4 * options_.num_layers * dirs_);
-  QT_CHECK(params_.size() == count && grads_.size() == count, "{}: parameters not bound (call bind() after setup())",
-           describe(*this));
-  // The CPU path reads the parameters as host arrays, the CUDA path as device pointers: both must live
-  // where the context computes.
-  for (size_t i = 0; i < count; ++i) {
-    check_float(*this, "parameter", params_[i], ctx);
-    check_float(*this, "parameter gradient", grads_[i], ctx);
-  }
 }
 
 LstmCudaShape Lstm::cuda_shape(int64_t batch, int64_t frames) const {
@@ -100,7 +86,7 @@ LstmCudaShape Lstm::cuda_shape(int64_t batch, int64_t frames) const {
 }
 
 template <typename T>
-void Lstm::forward_cpu(const T* x, T* y, int64_t batch, int64_t frames, Workspace<T>& ws) {
+void Lstm::forward_reference(const T* x, T* y, int64_t batch, int64_t frames, Workspace<T>& ws) {
   const int64_t H = options_.hidden_size, G = 4 * H, rows = batch * frames, out = dirs_ * H;
   const size_t L = static_cast<size_t>(options_.num_layers);
   ws.outputs.resize(L);
@@ -171,7 +157,7 @@ void Lstm::forward_cpu(const T* x, T* y, int64_t batch, int64_t frames, Workspac
 }
 
 template <typename T>
-void Lstm::backward_cpu(const T* x, const T* y, const T* dy, T* dx, int64_t batch, int64_t frames, Workspace<T>& ws) {
+void Lstm::backward_reference(const T* x, const T* y, const T* dy, T* dx, int64_t batch, int64_t frames, Workspace<T>& ws) {
   const int64_t H = options_.hidden_size, G = 4 * H, rows = batch * frames, out = dirs_ * H;
   const int64_t L = options_.num_layers;
   grow(ws.dh, static_cast<size_t>(batch * H));
@@ -261,46 +247,40 @@ void Lstm::backward_cpu(const T* x, const T* y, const T* dy, T* dx, int64_t batc
   }
 }
 
-void Lstm::forward(Context& ctx, const Tensor& x, Tensor& y, bool training) {
-  check_float(*this, "x", x, ctx);
-  check_float(*this, "y", y, ctx);
+void Lstm::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
   const int64_t frames = frames_of(x);
   const int64_t batch = static_cast<int64_t>(lengths_.size());
-  layer_detail::check_batch(*this, "x", x, batch * frames, input_, x.dtype());
-  layer_detail::check_batch(*this, "y", y, batch * frames, dirs_ * options_.hidden_size, x.dtype());
-  check_bound(ctx);
-  if (x.device().is_cuda())
-    return lstm_forward_cuda(ctx, cudnn_, cuda_shape(batch, frames), lengths_, params_, x, y, training);
   dispatch_float(x.dtype(), [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float>) forward_cpu<T>(x.data<T>(), y.data<T>(), batch, frames, ws_f_);
-    else forward_cpu<T>(x.data<T>(), y.data<T>(), batch, frames, ws_d_);
+    if constexpr (std::is_same_v<T, float>) forward_reference<T>(x.data<T>(), y.data<T>(), batch, frames, ws_f_);
+    else forward_reference<T>(x.data<T>(), y.data<T>(), batch, frames, ws_d_);
   });
 }
 
-void Lstm::backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  check_float(*this, "x", x, ctx);
-  check_float(*this, "dy", dy, ctx);
+void Lstm::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) {
   const int64_t frames = frames_of(x);
   const int64_t batch = static_cast<int64_t>(lengths_.size());
-  layer_detail::check_batch(*this, "dy", dy, batch * frames, dirs_ * options_.hidden_size, x.dtype());
-  if (dx.defined()) layer_detail::check_batch(*this, "dx", dx, batch * frames, input_, x.dtype());
-  if (dx.defined()) check_float(*this, "dx", dx, ctx);
-  check_bound(ctx);
-  if (x.device().is_cuda())
-    return lstm_backward_cuda(ctx, cudnn_, cuda_shape(batch, frames), params_, grads_, x, y, dy,
-                              dx.defined() ? &dx : nullptr);
+  lstm_forward_cuda(ctx, cudnn_, cuda_shape(batch, frames), lengths_, params_, x, y, training);
+}
+
+void Lstm::backward_cpu(Context&, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const int64_t frames = frames_of(x);
+  const int64_t batch = static_cast<int64_t>(lengths_.size());
   dispatch_float(x.dtype(), [&]<typename T>() {
     T* dxp = dx.defined() ? dx.data<T>() : nullptr;
     if constexpr (std::is_same_v<T, float>)
-      backward_cpu<T>(x.data<T>(), y.data<T>(), dy.data<T>(), dxp, batch, frames, ws_f_);
+      backward_reference<T>(x.data<T>(), y.data<T>(), dy.data<T>(), dxp, batch, frames, ws_f_);
     else
-      backward_cpu<T>(x.data<T>(), y.data<T>(), dy.data<T>(), dxp, batch, frames, ws_d_);
+      backward_reference<T>(x.data<T>(), y.data<T>(), dy.data<T>(), dxp, batch, frames, ws_d_);
   });
 }
 
+void Lstm::backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const int64_t frames = frames_of(x);
+  const int64_t batch = static_cast<int64_t>(lengths_.size());
+  lstm_backward_cuda(ctx, cudnn_, cuda_shape(batch, frames), params_, grads_, x, y, dy, dx.defined() ? &dx : nullptr);
+}
+
 std::unique_ptr<Layer> make_lstm(ConfigNode& cfg) {
-  cfg.accept("type");
-  cfg.accept("name");
   LstmOptions o;
   if (!cfg.has("hidden_size")) cfg.fail("hidden_size", "is required (the LSTM's state size)");
   o.hidden_size = cfg.get_int("hidden_size", 1, 1, 1 << 16);

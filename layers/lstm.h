@@ -58,12 +58,9 @@ class Lstm : public Layer {
   const char* type() const override { return "lstm"; }
   const LstmOptions& options() const { return options_; }
 
-  Shape setup(const Shape& input) override;
   std::vector<ParamSpec> param_specs() const override;
   void set_sequence_lengths(const Tensor& lengths) override;
   bool needs_sequence_batches() const override { return true; }
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
   // Work space of the CPU path for one dtype, grown on demand (no allocation per call once grown).
   template <typename T>
@@ -74,17 +71,25 @@ class Lstm : public Layer {
     std::vector<T> h, c, step, hprev, dh, dc, dgates, dlayer_out, dlayer_in;
   };
 
+ protected:
+  // x and y are (B*T, features) rows (see Layer::set_sequence_lengths); the entry points check them
+  // as a batch of B*T rows, frames_of() checks that the rows split into the lengths' B sequences.
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+
  private:
-  template <typename T> void forward_cpu(const T* x, T* y, int64_t batch, int64_t frames, Workspace<T>& ws);
+  template <typename T> void forward_reference(const T* x, T* y, int64_t batch, int64_t frames, Workspace<T>& ws);
   template <typename T>
-  void backward_cpu(const T* x, const T* y, const T* dy, T* dx, int64_t batch, int64_t frames, Workspace<T>& ws);
+  void backward_reference(const T* x, const T* y, const T* dy, T* dx, int64_t batch, int64_t frames, Workspace<T>& ws);
   int64_t layer_input(int64_t layer) const { return layer == 0 ? input_ : dirs_ * options_.hidden_size; }
   const Tensor& param(int64_t layer, int dir, int which) const {
     return params_[static_cast<size_t>((layer * dirs_ + dir) * 4 + which)];
   }
   Tensor& grad(int64_t layer, int dir, int which) { return grads_[static_cast<size_t>((layer * dirs_ + dir) * 4 + which)]; }
   int64_t frames_of(const Tensor& x) const;
-  void check_bound(const Context& ctx) const;
   LstmCudaShape cuda_shape(int64_t batch, int64_t frames) const;
 
   LstmOptions options_;

@@ -8,16 +8,12 @@
 
 namespace qtrain {
 
-using layer_detail::batch_of;
-using layer_detail::check_batch;
-using layer_detail::check_float;
-using layer_detail::describe;
 using layer_detail::dispatch_float;
 
 namespace {
 
 template <typename T>
-void forward_cpu(const PadChannels::Geometry& g, int64_t batch, const T* __restrict x, T* __restrict y) {
+void forward_reference(const PadChannels::Geometry& g, int64_t batch, const T* __restrict x, T* __restrict y) {
   const int64_t in_plane = g.h_in * g.w_in, out_plane = g.h_out * g.w_out;
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t c = 0; c < g.c_out; ++c) {
@@ -35,7 +31,7 @@ void forward_cpu(const PadChannels::Geometry& g, int64_t batch, const T* __restr
 }
 
 template <typename T>
-void backward_cpu(const PadChannels::Geometry& g, int64_t batch, const T* __restrict dy, T* __restrict dx) {
+void backward_reference(const PadChannels::Geometry& g, int64_t batch, const T* __restrict dy, T* __restrict dx) {
   const int64_t in_plane = g.h_in * g.w_in, out_plane = g.h_out * g.w_out;
   std::fill_n(dx, batch * g.c_in * in_plane, T(0));
   for (int64_t b = 0; b < batch; ++b)
@@ -56,11 +52,10 @@ PadChannels::PadChannels(int64_t channels, int64_t stride) {
   g_.stride = stride;
 }
 
-Shape PadChannels::setup(const Shape& input) {
-  if (input.size() != 3)
-    throw Error(fmt::format("pad_channels expects (channels, height, width) per sample, got {}", shape_str(input)));
+Shape PadChannels::configure(const Shape& input) {
+  if (input.size() != 3) input_error("pad_channels expects (channels, height, width) per sample, got {}", shape_str(input));
   if (input[0] > g_.c_out)
-    throw Error(fmt::format("pad_channels: the input has {} channels, more than channels: {}", input[0], g_.c_out));
+    input_error("pad_channels: the input has {} channels, more than channels: {}", input[0], g_.c_out);
   g_.c_in = input[0];
   g_.h_in = input[1];
   g_.w_in = input[2];
@@ -70,35 +65,26 @@ Shape PadChannels::setup(const Shape& input) {
   return {g_.c_out, g_.h_out, g_.w_out};
 }
 
-void PadChannels::check_args(const Context& ctx, const Tensor& x, const Tensor& y, const char* y_name) const {
-  QT_CHECK(g_.c_in > 0, "{}: called before setup()", describe(*this));
-  const int64_t batch = batch_of(*this, x);
-  check_float(*this, "x", x, ctx);
-  check_batch(*this, "x", x, batch, Shape{g_.c_in, g_.h_in, g_.w_in}, x.dtype());
-  check_float(*this, y_name, y, ctx);
-  check_batch(*this, y_name, y, batch, Shape{g_.c_out, g_.h_out, g_.w_out}, x.dtype());
+void PadChannels::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
+  dispatch_float(x.dtype(), [&]<typename T>() { forward_reference<T>(g_, x.dim(0), x.data<T>(), y.data<T>()); });
 }
 
-void PadChannels::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
-  check_args(ctx, x, y, "y");
-  if (x.device().is_cuda()) return pad_channels_forward_cuda(ctx, g_, x, y);
-  dispatch_float(x.dtype(), [&]<typename T>() { forward_cpu<T>(g_, x.dim(0), x.data<T>(), y.data<T>()); });
+void PadChannels::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  pad_channels_forward_cuda(ctx, g_, x, y);
 }
 
-void PadChannels::backward(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
-  check_args(ctx, x, dy, "dy");
-  if (!dx.defined()) return;
-  check_args(ctx, dx, dy, "dy");
-  if (x.device().is_cuda()) return pad_channels_backward_cuda(ctx, g_, dy, dx);
-  dispatch_float(x.dtype(), [&]<typename T>() { backward_cpu<T>(g_, x.dim(0), dy.data<T>(), dx.data<T>()); });
+void PadChannels::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  dispatch_float(x.dtype(), [&]<typename T>() { backward_reference<T>(g_, x.dim(0), dy.data<T>(), dx.data<T>()); });
+}
+
+void PadChannels::backward_cuda(Context& ctx, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
+  pad_channels_backward_cuda(ctx, g_, dy, dx);
 }
 
 std::unique_ptr<Layer> make_pad_channels(ConfigNode& cfg) {
   if (!cfg.has("channels")) cfg.fail("channels", "is required: the output's number of channels");
   const int64_t channels = cfg.get_int("channels", 1, 1, 1 << 20);
   const int64_t stride = cfg.get_int("stride", 1, 1, 1 << 10);
-  cfg.accept("type");
-  cfg.accept("name");
   cfg.finish();
   return std::make_unique<PadChannels>(channels, stride);
 }

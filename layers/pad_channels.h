@@ -18,10 +18,6 @@ class PadChannels : public Layer {
   PadChannels(int64_t channels, int64_t stride);
 
   const char* type() const override { return "pad_channels"; }
-  Shape setup(const Shape& input) override;
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
-
   // The geometry both paths share.
   struct Geometry {
     int64_t c_in = 0, h_in = 0, w_in = 0;
@@ -29,9 +25,14 @@ class PadChannels : public Layer {
     int64_t stride = 1, before = 0;  // zero channels in front of the input's
   };
 
- private:
-  void check_args(const Context& ctx, const Tensor& x, const Tensor& y, const char* y_name) const;
+ protected:
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
+ private:
   Geometry g_;
 };
 

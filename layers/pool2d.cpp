@@ -14,10 +14,6 @@
 
 namespace qtrain {
 
-using layer_detail::batch_of;
-using layer_detail::check_image_backward;
-using layer_detail::check_operand;
-using layer_detail::describe;
 using layer_detail::dispatch_float;
 
 namespace {
@@ -87,7 +83,7 @@ int64_t first_index_inside(const T* plane, const ImageGeometry& g, const Window2
 bool windows_inside(const PoolOptions& o) { return o.window.ph == 0 && o.window.pw == 0 && !o.ceil_mode; }
 
 template <typename T>
-void forward_cpu(PoolKind kind, const PoolOptions& o, const ImageGeometry& g, const T* x, T* y, int64_t planes) {
+void forward_reference(PoolKind kind, const PoolOptions& o, const ImageGeometry& g, const T* x, T* y, int64_t planes) {
   const Window2d& win = o.window;
   if (kind == PoolKind::max && windows_inside(o)) {
     for (int64_t pl = 0; pl < planes; ++pl) {
@@ -131,7 +127,7 @@ void forward_cpu(PoolKind kind, const PoolOptions& o, const ImageGeometry& g, co
 
 // y is the forward output for x: for max, it names each window's maximum.
 template <typename T>
-void backward_cpu(PoolKind kind, const PoolOptions& o, const ImageGeometry& g, const T* x, const T* y, const T* dy,
+void backward_reference(PoolKind kind, const PoolOptions& o, const ImageGeometry& g, const T* x, const T* y, const T* dy,
                   T* dx, int64_t planes) {
   std::fill_n(dx, planes * g.in_plane(), T(0));
   const bool max_inside = kind == PoolKind::max && windows_inside(o);
@@ -166,36 +162,30 @@ Pool2d::Pool2d(PoolKind kind, PoolOptions options) : kind_(kind), opt_(options) 
            w.pw);
 }
 
-Shape Pool2d::setup(const Shape& input) {
-  geom_ = image_geometry(describe(*this), input, opt_.window, opt_.ceil_mode, /*pad_at_most_half=*/true);
-  ready_ = true;
+Shape Pool2d::configure(const Shape& input) {
+  geom_ = image_geometry(describe(), input, opt_.window, opt_.ceil_mode, /*pad_at_most_half=*/true);
   return {geom_.c, geom_.oh, geom_.ow};
 }
 
-void Pool2d::forward(Context& ctx, const Tensor& x, Tensor& y, bool) {
-  QT_CHECK(ready_, "{}: called before setup()", describe(*this));
-  const int64_t batch = batch_of(*this, x);
-  const ImageGeometry::Dims d = geom_.dims(geom_.c);
-  check_operand(*this, "x", x, ctx, batch, d.in, 3, x.dtype());
-  check_operand(*this, "y", y, ctx, batch, d.out, 3, x.dtype());
-  if (x.device().is_cuda()) return pool2d_forward_cuda(ctx, kind_, opt_, geom_, x, y);
+void Pool2d::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
   dispatch_float(x.dtype(), [&]<typename T>() {
-    forward_cpu<T>(kind_, opt_, geom_, x.data<T>(), y.data<T>(), batch * geom_.c);
+    forward_reference<T>(kind_, opt_, geom_, x.data<T>(), y.data<T>(), x.dim(0) * geom_.c);
   });
 }
 
-void Pool2d::backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  QT_CHECK(ready_, "{}: called before setup()", describe(*this));
-  if (!dx.defined()) return;  // no parameters: nothing to do for a first layer
-  const int64_t batch = batch_of(*this, x);
-  const ImageGeometry::Dims d = geom_.dims(geom_.c);
-  check_image_backward(*this, ctx, batch, d.in, d.out, x, dy, dx);
-  if (kind_ == PoolKind::max) check_operand(*this, "y", y, ctx, batch, d.out, 3, x.dtype());
-  if (x.device().is_cuda()) return pool2d_backward_cuda(ctx, kind_, opt_, geom_, x, dy, dx);
+void Pool2d::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  pool2d_forward_cuda(ctx, kind_, opt_, geom_, x, y);
+}
+
+void Pool2d::backward_cpu(Context&, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_cpu<T>(kind_, opt_, geom_, x.data<T>(), kind_ == PoolKind::max ? y.data<T>() : nullptr, dy.data<T>(),
-                    dx.data<T>(), batch * geom_.c);
+    backward_reference<T>(kind_, opt_, geom_, x.data<T>(), kind_ == PoolKind::max ? y.data<T>() : nullptr,
+                          dy.data<T>(), dx.data<T>(), x.dim(0) * geom_.c);
   });
+}
+
+void Pool2d::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  pool2d_backward_cuda(ctx, kind_, opt_, geom_, x, dy, dx);
 }
 
 namespace {
@@ -205,8 +195,6 @@ PoolOptions read_pool_options(ConfigNode& cfg, bool avg) {
   o.window = read_window(cfg, {-1, -1});  // stride defaults to the kernel
   o.ceil_mode = cfg.get<bool>("ceil_mode", false);
   if (avg) o.count_include_pad = cfg.get<bool>("count_include_pad", true);
-  cfg.accept("type");
-  cfg.accept("name");
   cfg.finish();
   return o;
 }

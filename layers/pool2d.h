@@ -38,17 +38,19 @@ class Pool2d : public Layer {
   const char* type() const override { return kind_ == PoolKind::max ? "maxpool2d" : "avgpool2d"; }
   const ImageGeometry& geometry() const { return geom_; }
 
-  Shape setup(const Shape& input) override;
-  void forward(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+ protected:
+  Shape configure(const Shape& input) override;
+  void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   // Max: the gradient goes to the first element of each window equal to y (the matching forward's
   // output), i.e. the window's first maximum; nothing is stored between the calls.
-  void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
  private:
   PoolKind kind_;
   PoolOptions opt_;
   ImageGeometry geom_;
-  bool ready_ = false;
 };
 
 std::unique_ptr<Layer> make_maxpool2d(ConfigNode& cfg);

@@ -11,16 +11,16 @@ void LstmCudnnDeleter::operator()(LstmCudnn*) const noexcept {}
 
 void lstm_forward_cuda(Context&, LstmCudnnPtr&, const LstmCudaShape&, const std::vector<int32_t>&,
                        const std::vector<Tensor>&, const Tensor&, Tensor&, bool) {
-  throw Error("lstm: this qtrain was built without CUDA");
+  detail::fail(__FILE__, __LINE__, "QTRAIN_HAS_CUDA", "lstm: this qtrain was built without CUDA");
 }
 void lstm_backward_cuda(Context&, LstmCudnnPtr&, const LstmCudaShape&, const std::vector<Tensor>&,
                         std::vector<Tensor>&, const Tensor&, const Tensor&, const Tensor&, Tensor*) {
-  throw Error("lstm: this qtrain was built without CUDA");
+  detail::fail(__FILE__, __LINE__, "QTRAIN_HAS_CUDA", "lstm: this qtrain was built without CUDA");
 }
 
 void ctc_loss_cuda(Context&, const Tensor&, const int32_t*, const int32_t*, const int32_t*, Tensor*,
                    CtcCudaScratch&) {
-  throw Error("ctc: this qtrain was built without CUDA");
+  detail::fail(__FILE__, __LINE__, "QTRAIN_HAS_CUDA", "ctc: this qtrain was built without CUDA");
 }
 
 }  // namespace qtrain

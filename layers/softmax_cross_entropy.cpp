@@ -87,8 +87,6 @@ LossStats SoftmaxCrossEntropy::compute(Context& ctx, const Tensor& logits, const
 }
 
 std::unique_ptr<Loss> make_softmax_cross_entropy(ConfigNode& cfg) {
-  cfg.accept("type");
-  cfg.accept("name");
   cfg.finish();
   return std::make_unique<SoftmaxCrossEntropy>();
 }

@@ -10,6 +10,7 @@
 #include "framework/metrics.h"
 #include "framework/safetensors.h"
 #include "framework/trainer.h"
+#include "layers/registry.h"
 #include "tests/support/idx_files.h"
 #include "tests/support/image_files.h"
 #include "tests/support/temp_dir.h"

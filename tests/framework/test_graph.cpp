@@ -7,8 +7,9 @@
 #include <cmath>
 #include <map>
 
+#include "framework/net.h"
 #include "framework/run_config.h"
-#include "framework/trainer.h"
+#include "layers/registry.h"
 #include "tests/support/gradcheck.h"
 #include "tests/support/temp_dir.h"
 

@@ -8,6 +8,7 @@
 #include "framework/net.h"
 #include "framework/run_config.h"
 #include "framework/trainer.h"
+#include "layers/registry.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 

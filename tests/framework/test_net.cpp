@@ -2,9 +2,10 @@
 #include <catch2/catch.hpp>
 
 #include "framework/checkpoint.h"
+#include "framework/net.h"
 #include "framework/run_config.h"
 #include "framework/safetensors.h"
-#include "framework/trainer.h"
+#include "layers/registry.h"
 #include "tests/support/temp_dir.h"
 
 using namespace qtrain;

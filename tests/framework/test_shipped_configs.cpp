@@ -7,7 +7,7 @@
 
 #include "framework/net.h"
 #include "framework/run_config.h"
-#include "framework/trainer.h"
+#include "layers/registry.h"
 
 using namespace qtrain;
 

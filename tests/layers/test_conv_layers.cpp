@@ -29,7 +29,7 @@
 #include "layers/locally_connected2d.h"
 #include "layers/lrn.h"
 #include "layers/pool2d.h"
-#include "layers/register_all.h"
+#include "layers/registry.h"
 #include "tests/support/gradcheck.h"
 #include "tests/support/layer_from_yaml.h"
 

@@ -104,8 +104,8 @@ TEST_CASE("a wrong gradient is caught", "[layers][gradcheck]") {
   // The checker itself: a layer whose backward is off by a factor must fail.
   struct Wrong : Activation {
     Wrong() : Activation(ActivationKind::tanh) {}
-    void backward(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
-      Activation::backward(ctx, x, y, dy, dx);
+    void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override {
+      Activation::backward_cpu(ctx, x, y, dy, dx);
       dx.data<double>()[1] *= 1.001;
     }
   } layer;

@@ -8,7 +8,7 @@
 #include "layers/activation.h"
 #include "layers/dense.h"
 #include "layers/flatten.h"
-#include "layers/register_all.h"
+#include "layers/registry.h"
 #include "tests/support/gradcheck.h"
 #include "tests/support/layer_from_yaml.h"
 

@@ -131,16 +131,16 @@ TEST_CASE("lstm: forget-gate bias initialization and configuration", "[lstm][con
   CHECK(specs[3].fill_value == 0.0);
   CHECK(specs[0].fan_in == 4);  // U(+-1/sqrt(hidden)) as PyTorch
 
-  ConfigNode good = config_from_text("type: lstm\nhidden_size: 8\nnum_layers: 3\nbidirectional: true\nforget_bias: 0.5\n");
+  ConfigNode good = config_from_text("hidden_size: 8\nnum_layers: 3\nbidirectional: true\nforget_bias: 0.5\n");
   auto layer = make_lstm(good);
   const auto& o = static_cast<Lstm&>(*layer).options();
   CHECK(o.hidden_size == 8);
   CHECK(o.num_layers == 3);
   CHECK(o.bidirectional);
   CHECK(o.forget_bias == 0.5);
-  ConfigNode missing = config_from_text("type: lstm\n");
+  ConfigNode missing = config_from_text("{}");
   CHECK_THROWS_WITH(make_lstm(missing), Catch::Contains("hidden_size"));
-  ConfigNode typo = config_from_text("type: lstm\nhidden_size: 4\nnum_layer: 2\n");
+  ConfigNode typo = config_from_text("hidden_size: 4\nnum_layer: 2\n");
   CHECK_THROWS_WITH(make_lstm(typo), Catch::Contains("num_layer"));
 
   // Without sequence lengths the layer refuses to guess the time axis.

@@ -211,19 +211,19 @@ TEST_CASE("batchnorm2d evaluation uses the running statistics", "[layers][batchn
 }
 
 TEST_CASE("batch norm configuration keys", "[layers][batchnorm]") {
-  ConfigNode ok = config_from_text("{type: batchnorm2d, eps: 0.001, momentum: 0.01, affine: false}", "model.layers.0", "layer.yaml");
+  ConfigNode ok = config_from_text("{eps: 0.001, momentum: 0.01, affine: false}", "model.layers.0", "layer.yaml");
   auto layer = make_batchnorm2d(ok);
   auto& bn = dynamic_cast<BatchNorm&>(*layer);
   REQUIRE(bn.eps() == 0.001);
   REQUIRE(bn.momentum() == 0.01);
   REQUIRE(std::string(bn.type()) == "batchnorm2d");
-  ConfigNode bad_eps = config_from_text("{type: batchnorm2d, eps: 0}", "model.layers.0", "layer.yaml");
+  ConfigNode bad_eps = config_from_text("{eps: 0}", "model.layers.0", "layer.yaml");
   REQUIRE_THROWS_WITH(make_batchnorm2d(bad_eps), Catch::Contains("eps must be > 0"));
-  ConfigNode bad_key = config_from_text("{type: batchnorm1d, momentun: 0.1}", "model.layers.0", "layer.yaml");
+  ConfigNode bad_key = config_from_text("{momentun: 0.1}", "model.layers.0", "layer.yaml");
   REQUIRE_THROWS_WITH(make_batchnorm1d(bad_key), Catch::Contains("momentun"));
   BatchNorm bn2(2, 1e-5, 0.1, true);
   REQUIRE_THROWS_WITH(bn2.setup({4}), Catch::Contains("(channels, height, width)"));
-  ConfigNode pad = config_from_text("{type: pad_channels, stride: 2}", "model.layers.0", "layer.yaml");
+  ConfigNode pad = config_from_text("{stride: 2}", "model.layers.0", "layer.yaml");
   REQUIRE_THROWS_WITH(make_pad_channels(pad), Catch::Contains("channels is required"));
 }
 

@@ -7,7 +7,7 @@
 
 #include "framework/layer.h"
 #include "framework/registry.h"
-#include "layers/register_all.h"
+#include "layers/registry.h"
 #include "tests/support/config_text.h"
 
 namespace qtrain::testing {
@@ -17,6 +17,7 @@ inline std::unique_ptr<Layer> layer_from_yaml(const std::string& yaml) {
   register_layers(registry);
   ConfigNode cfg = config_from_text(yaml, "model.layers.0", "model.yaml");
   const std::string type = cfg.require<std::string>("type");
+  cfg.accept("name");  // read by Net, as type is
   return registry.create(type, cfg);
 }
 

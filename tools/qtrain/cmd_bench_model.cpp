@@ -12,6 +12,7 @@
 #include "framework/net.h"
 #include "framework/philox.h"
 #include "framework/trainer.h"
+#include "layers/registry.h"
 #include "optim/optimizer.h"
 #include "tools/qtrain/commands.h"
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "framework/trainer.h"
+#include "layers/registry.h"
 #include "tools/qtrain/commands.h"
 
 namespace qtrain::cli {

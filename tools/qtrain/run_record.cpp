@@ -13,7 +13,7 @@
 #include "framework/metrics.h"
 #include "framework/net.h"
 #include "framework/run_config.h"
-#include "framework/trainer.h"
+#include "layers/registry.h"
 #include "quant/policy.h"
 
 namespace qtrain::cli {

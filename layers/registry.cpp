@@ -1,7 +1,7 @@
 // The table of layer and loss type names: the only place a new layer has to be added besides its own
 // files and layers/CMakeLists.txt. The three activations share one class and differ only by the
 // kind captured in their factory.
-#include "layers/register_all.h"
+#include "layers/registry.h"
 
 #include "layers/activation.h"
 #include "layers/add.h"
@@ -45,6 +45,24 @@ void register_layers(LayerRegistry& registry) {
 void register_losses(LossRegistry& registry) {
   registry.add("softmax_cross_entropy", make_softmax_cross_entropy);
   registry.add("ctc", make_ctc);
+}
+
+const LayerRegistry& layer_registry() {
+  static const LayerRegistry registry = [] {
+    LayerRegistry r("layer type");
+    register_layers(r);
+    return r;
+  }();
+  return registry;
+}
+
+const LossRegistry& loss_registry() {
+  static const LossRegistry registry = [] {
+    LossRegistry r("loss");
+    register_losses(r);
+    return r;
+  }();
+  return registry;
 }
 
 }  // namespace qtrain
