@@ -1,7 +1,7 @@
 // data/: audio reading (raw PCM in both byte orders, NIST SPHERE, WAV, and their errors), the log-mel
 // filterbank against a direct DFT computed here in double, the AN4 reader on a corpus the test writes
 // (vocabulary, error cases, the feature cache), sequence batches from the Loader, and the real corpus
-// in ../shared/data/an4 when present.
+// in the shared data (the CTest entry test_an4_an4, "Skipped" without it).
 #include <catch2/catch.hpp>
 #include <sys/resource.h>
 
@@ -15,6 +15,7 @@
 #include "data/audio_features.h"
 #include "data/loader.h"
 #include "framework/check.h"
+#include "tests/support/real_data.h"
 #include "tests/support/temp_dir.h"
 
 using namespace qtrain;
@@ -405,15 +406,8 @@ TEST_CASE("loader: sequence batches are zero-padded with lengths and concatenate
   CHECK_FALSE(loader.next());
 }
 
-TEST_CASE("an4: the real corpus (skipped when ../shared/data/an4 is absent)", "[an4][real]") {
-  // ../shared/data/an4 beside the checkout (or beside the folder of worktrees).
-  const fs::path root = fs::path(QTRAIN_SOURCE_DIR) / ".." / "shared" / "data" / "an4";
-  const fs::path alt = fs::path(QTRAIN_SOURCE_DIR) / ".." / ".." / "shared" / "data" / "an4";
-  const fs::path folder = fs::is_directory(root) ? root : alt;
-  if (!fs::is_directory(folder)) {
-    WARN("skipped: the AN4 corpus is not at " << root.string());
-    return;
-  }
+TEST_CASE("an4: the real corpus in the shared data", "[an4][real][real:an4]") {
+  const fs::path folder = qtrain::testing::require_real_data("an4");
   const std::vector<std::string> vocab = an4_vocabulary(folder.string());
   // blank, space, apostrophe-free A-Z: AN4's words are spelled letters, digits as words, commands.
   REQUIRE(vocab.size() >= 27);

@@ -18,6 +18,7 @@
 #include "data/loader.h"
 #include "data/mnist.h"
 #include "tests/support/idx_files.h"
+#include "tests/support/real_data.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/config_text.h"
 
@@ -476,12 +477,8 @@ TEST_CASE("loader: restarting mid-epoch and destroying mid-epoch are clean", "[d
 
 // ------------------------------------------------------------------------------------ real datasets
 
-TEST_CASE("the real MNIST in data/mnist", "[data][mnist][real]") {
-  const std::string folder = std::string(QTRAIN_SOURCE_DIR) + "/data/mnist";
-  if (!fs::is_directory(folder)) {
-    WARN("SKIPPED: " << folder << " not found; run tools/fetch_mnist.sh to fetch MNIST and check it");
-    return;
-  }
+TEST_CASE("the real MNIST in data/mnist", "[data][mnist][real][real:mnist]") {
+  const std::string folder = qtrain::testing::require_real_data("mnist");
   auto train = open_mnist(folder, Split::train, {});
   auto test = open_mnist(folder, Split::test, {});
   REQUIRE(train->size() == 60000);
@@ -491,12 +488,9 @@ TEST_CASE("the real MNIST in data/mnist", "[data][mnist][real]") {
   REQUIRE(test_labels == std::vector<int32_t>{7, 2, 1, 0, 4});
 }
 
-TEST_CASE("the real Fashion-MNIST of Debian's dataset-fashion-mnist (gzipped)", "[data][mnist][real]") {
-  const std::string folder = "/usr/share/datasets/fashion-mnist";
-  if (!fs::is_directory(folder)) {
-    WARN("SKIPPED: " << folder << " not found; apt-get install dataset-fashion-mnist to check it");
-    return;
-  }
+TEST_CASE("the real Fashion-MNIST of Debian's dataset-fashion-mnist (gzipped)",
+          "[data][mnist][real][real:fashion_mnist]") {
+  const std::string folder = qtrain::testing::require_real_data("fashion_mnist");
   DataConfig config = data_config_from("data: {dataset: fashion_mnist, path: " + folder + "}\n");
   auto train = open_dataset(config, Split::train);
   auto test = open_dataset(config, Split::test);

@@ -3,7 +3,7 @@
 // per key, padding, flips, the loader's independence of threads and resume), the worker pool, the
 // antialiased resize against PIL, JPEG decoding (RGB, grayscale, CMYK, malformed files), the
 // imagefolder index and transforms on a JPEG tree written here, and the new data config keys. The real
-// CIFAR-10 subset in /work/shared/data is checked when present.
+// CIFAR-10 subset in the shared data: the CTest entry test_images_cifar10_subset, "Skipped" without it.
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
 
@@ -22,6 +22,7 @@
 #include "data/resample.h"
 #include "data/worker_pool.h"
 #include "tests/support/image_files.h"
+#include "tests/support/real_data.h"
 #include "tests/support/temp_dir.h"
 
 using namespace qtrain;
@@ -816,13 +817,8 @@ TEST_CASE("data config: image dataset errors name the key", "[data][config]") {
 
 // ------------------------------------------------------------------------------------- real dataset
 
-TEST_CASE("the real CIFAR-10 subset in /work/shared/data/cifar10-subset", "[data][cifar][real]") {
-  const std::string folder = "/work/shared/data/cifar10-subset";
-  if (!fs::is_directory(folder)) {
-    WARN("SKIPPED: " << folder << " not found (5 training batches and the test batch of 1000 CIFAR-10 records "
-                                  "each, the binary format); nothing to check");
-    return;
-  }
+TEST_CASE("the real CIFAR-10 subset in the shared data", "[data][cifar][real][real:cifar10_subset]") {
+  const std::string folder = qtrain::testing::require_real_data("cifar10_subset");
   DataConfig config = data_config_from("data: {dataset: cifar10, path: " + folder + "}\n");
   auto train = open_dataset(config, Split::train);
   auto test = open_dataset(config, Split::test);

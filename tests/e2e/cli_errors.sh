@@ -8,6 +8,7 @@ qtrain=$1
 src=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+source "$src/tests/support/real_data.sh"
 failures=0
 
 expect_error() {  # expect_error "what" "expected text" command...
@@ -80,7 +81,7 @@ YAML
   expect_error "lstm on a dataset of fixed-size samples" "runs on sequences, but dataset mnist holds fixed-size samples" \
     "$qtrain" train "$tmp/lstm_mnist.yaml" --set data.path="$src/data/mnist" --set output.dir="$tmp/w2"
 else
-  echo "note: $src/data/mnist absent; skipped the world-of-size-1 runs and the lstm-on-mnist case"
+  data_absent mnist "$src/data/mnist" "$mnist_hint" "the world-of-size-1 runs and the lstm-on-mnist case"
 fi
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }

@@ -4,7 +4,8 @@
 # Warm-ups longer than such a run are shortened with a note in the log, never refused.
 #   MNIST: data/mnist (tools/fetch_mnist.sh). CIFAR-10: a few records in the official binary format,
 #   written here (random pixels: this checks that the configs run, not what they learn). AN4: the
-#   real corpus in ../shared/data/an4 when present, else skipped with a message. ImageNet configs:
+#   real corpus in the shared data when present, else skipped with a message (a failure where
+#   QTRAIN_REQUIRE_DATA requires it: tests/support/real_data.sh). ImageNet configs:
 #   test_imagenet_smoke, on a JPEG tree it writes.
 # Usage: configs_shortened.sh QTRAIN SOURCE_DIR
 set -uo pipefail
@@ -14,6 +15,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0 ran=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$src/tests/support/real_data.sh"
+an4="$(shared_data_dir "$src")/an4"
 
 # CIFAR-10 binary records: 1 label byte (0-9) then 3072 pixel bytes; 64 training and 32 test records.
 cifar="$tmp/cifar10"
@@ -33,12 +36,12 @@ for cfg in "$src"/configs/*.yaml; do
   data=()
   case "$name" in
     mnist_*)
-      [[ -f "$src/data/mnist/train-images-idx3-ubyte" ]] || { echo "skipped $name: data/mnist is absent"; continue; }
+      [[ -f "$src/data/mnist/train-images-idx3-ubyte" ]] || { data_absent mnist "$src/data/mnist" "$mnist_hint" "$name"; continue; }
       data=(--set data.path="$src/data/mnist" --set data.limit_train=256 --set data.limit_test=64) ;;
     cifar_*) data=(--set data.path="$cifar" --set data.limit_train=64 --set data.limit_test=32) ;;
     an4_*)
-      [[ -d "$src/../shared/data/an4" ]] || { echo "skipped $name: ../shared/data/an4 is absent"; continue; }
-      data=(--set data.path="$src/../shared/data/an4" --set data.limit_train=32 --set data.limit_test=16) ;;
+      [[ -f "$an4/etc/an4_train.fileids" ]] || { data_absent an4 "$an4" "the shared real data" "$name"; continue; }
+      data=(--set data.path="$an4" --set data.limit_train=32 --set data.limit_test=16) ;;
     imagenet_*) continue ;;  # test_imagenet_smoke
     *) fail "$name: no tiny data for this config: add it to configs_shortened.sh"; continue ;;
   esac

@@ -20,9 +20,8 @@ qtrain=$1
 emulated=$2
 src=$3
 mnist="$src/data/mnist"
-if [[ ! -f "$mnist/train-images-idx3-ubyte" ]]; then
-  echo "SKIPPED: $mnist is absent (tools/fetch_mnist.sh fetches it)"; exit 77
-fi
+source "$src/tests/support/real_data.sh"
+[[ -f "$mnist/train-images-idx3-ubyte" ]] || skip_without_data mnist "$mnist" "$mnist_hint"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive

@@ -1,6 +1,6 @@
 // End-to-end training: exact resume (bit for bit on the CPU, also with CIFAR augmentation on worker
-// threads), checkpoint contents, and an MNIST subset that must reach a stated accuracy (skipped with a
-// message when data/mnist is absent).
+// threads), checkpoint contents, and an MNIST subset that must reach a stated accuracy (the CTest entry
+// test_e2e_train_mnist, "Skipped" when data/mnist is absent).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "layers/registry.h"
 #include "tests/support/idx_files.h"
 #include "tests/support/image_files.h"
+#include "tests/support/real_data.h"
 #include "tests/support/temp_dir.h"
 
 using namespace qtrain;
@@ -398,12 +399,8 @@ TEST_CASE("an unusable output.dir is an error naming it, before training", "[e2e
   }
 }
 
-TEST_CASE("MNIST subset reaches 95% test accuracy in 2 epochs", "[e2e][mnist]") {
-  const std::string mnist = std::string(QTRAIN_SOURCE_DIR) + "/data/mnist";
-  if (!std::filesystem::exists(mnist + "/train-images-idx3-ubyte")) {
-    WARN("SKIPPED: " << mnist << " is absent (tools/fetch_mnist.sh fetches it; tools/test.sh does so)");
-    return;
-  }
+TEST_CASE("MNIST subset reaches 95% test accuracy in 2 epochs", "[e2e][mnist][real][real:mnist]") {
+  const std::string mnist = qtrain::testing::require_real_data("mnist");
   TempDir dir;
   const TrainSummary s = train(std::string(QTRAIN_SOURCE_DIR) + "/configs/mnist_mlp.yaml",
                                {"data.path=" + mnist, "data.limit_train=25600", "data.limit_test=2000",

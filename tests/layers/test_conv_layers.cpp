@@ -1,23 +1,12 @@
 // Forward values, the backward contract and configuration of the image layers on the CPU path:
-// forward outputs against PyTorch 1.13 reference values (generated once by the snippet below and
+// forward outputs against PyTorch 1.13 reference values (printed by tools/reference/conv_layers.py and
 // pasted here), conv2d against a direct 7-loop convolution across several im2col blocks, the
 // locally connected layer against conv2d with shared weights, max pooling's tie rule, and the
 // configuration and shape errors a user sees.
 //
-// Reference values: /usr/bin/python3 with torch 1.13, float64, on the inputs built by seq() below:
-//   import math, torch; import torch.nn.functional as F; torch.set_default_dtype(torch.float64)
-//   seq = lambda n, f: torch.tensor([f(i) for i in range(n)])
-//   xs = lambda s: seq(math.prod(s), lambda i: 1.5*math.sin(0.37*i+0.1)).reshape(s)
-//   x = xs((2,2,4,3)); w = seq(24, lambda i: 0.5*math.cos(0.23*i)).reshape(2,2,3,2); b = seq(2, lambda i: 0.1*i-0.1)
-//   F.conv2d(x, w, b, stride=(2,1), padding=(1,1))
-//   x = xs((1,2,6,5)); F.max_pool2d(x, 3, 2, 1, ceil_mode=True)
-//   F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=True)   # and count_include_pad=False
-//   x = xs((1,4,2,2)); F.local_response_norm(x, 3, alpha=0.2, beta=0.75, k=1.0)   # and size 4
-//   def cnorm(x, size, alpha, beta, k):   # contrast_norm.h's definition in PyTorch ops
-//       a = size//2; pads = (a, size-1-a, a, size-1-a)
-//       box = lambda v: F.avg_pool2d(F.pad(v, pads), size, 1)
-//       d = x - box(x); return x * (k + alpha*box(d*d))**(-beta)
-//   x = xs((1,2,4,5)); cnorm(x, 3, 0.8, 0.75, 1.0)   # and size 2
+// Reference values: `/usr/bin/python3 tools/reference/conv_layers.py` (Debian's python3-torch, PyTorch
+// 1.13, float64, on the inputs built by seq() below) prints every block below, in order, as pasted:
+// conv2d, max pooling, the two average poolings, lrn sizes 3 and 4, contrast_norm sizes 3 and 2.
 #include <catch2/catch.hpp>
 
 #include <cmath>

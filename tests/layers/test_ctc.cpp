@@ -112,14 +112,9 @@ TEST_CASE("ctc: float64 gradient against central differences, unequal lengths an
     for (int64_t c = 0; c < classes; ++c) CHECK(dz.data<double>()[(1 * frames + t) * classes + c] == 0.0);
 }
 
-// Reference from PyTorch 1.13 (/usr/bin/python3), float64:
-//   B,T,C=2,6,4
-//   z=torch.tensor([[[2*math.sin(1.3*b+0.7*t+0.9*c) for c in range(C)] for t in range(T)] for b in range(B)],
-//                  requires_grad=True)
-//   lp=z.log_softmax(2).transpose(0,1)
-//   l=F.ctc_loss(lp,torch.tensor([1,2,2,3,1]),torch.tensor([6,5]),torch.tensor([3,2]),blank=0,reduction='none')
-//   (l.sum()/B).backward()   # our normalization: mean over the batch of the per-utterance loss
-//   print(l, z.grad[0,2], z.grad[1,4], z.grad[1,5])
+// Reference: F.ctc_loss of PyTorch 1.13 in float64 on the logits built below, and the gradient of the
+// batch mean of the per-utterance losses (our normalization). `/usr/bin/python3 tools/reference/ctc.py`
+// prints the two losses (loss_sum is their sum), g02 and g14.
 TEST_CASE("ctc: matches PyTorch's ctc_loss", "[ctc][pytorch]") {
   Context ctx = Context::cpu(1, 1);
   const int64_t B = 2, T = 6, C = 4;

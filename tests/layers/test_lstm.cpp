@@ -70,12 +70,9 @@ TEST_CASE("lstm: padding gives zero outputs and receives no gradient", "[lstm]")
   for (int64_t i = 7 * 2; i < 10 * 2; ++i) CHECK(dx.data<double>()[i] == 0.0);
 }
 
-// Reference: PyTorch 1.13 (/usr/bin/python3), float64:
-//   m = nn.LSTM(3, 2, num_layers=2, bidirectional=True, batch_first=True)
-//   every parameter, in named_parameters() order and flattened, = 0.5*sin(0.37*k + 0.11), k = 0, 1, ...
-//   x[b,t,f] = cos(0.5*b + 0.3*t + 0.7*f), B=2, T=4, lengths [4, 3]
-//   y = pad_packed_sequence(m(pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False))[0],
-//                           batch_first=True, total_length=4)
+// Reference: PyTorch 1.13's nn.LSTM(3, 2, num_layers=2, bidirectional=True) in float64 on a packed batch
+// of lengths [4, 3], with the parameters and inputs set below (every parameter, in named_parameters()
+// order, 0.5 sin(0.37 k + 0.11)). `/usr/bin/python3 tools/reference/lstm.py` prints `expected`.
 TEST_CASE("lstm: matches PyTorch nn.LSTM (2 layers, bidirectional, packed)", "[lstm][pytorch]") {
   const double expected[] = {
       -0.031296695871, 0.027399520845,  -0.089522450729, -0.036076476415, -0.025010010239, 0.053292765224,

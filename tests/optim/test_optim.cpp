@@ -272,7 +272,8 @@ TEMPLATE_TEST_CASE("adagrad with lr_decay, initial accumulator and weight decay"
   // t=1: d = g + 0.1 p = [4.1, -1.9, 1.1]; sum = 1 + d^2 = [17.81, 4.61, 2.21]
   //      p = 1 - 0.1 d / sqrt(sum) = [0.9028480, 1.0884918, 0.9260060]
   // t=2, t=3 likewise (clr 0.0666667, then 0.05). Expected values from torch.optim.Adagrad (PyTorch
-  // 1.13, float64) with the same arguments; the t=1 row matches the hand computation above.
+  // 1.13, float64) with the same arguments, printed by `/usr/bin/python3 tools/reference/adagrad.py`
+  // (the rows and adagrad.sum below); the t=1 row matches the hand computation above.
   Adagrad opt({.lr = 0.1, .lr_decay = 0.5, .weight_decay = 0.1, .initial_accumulator_value = 1.0, .eps = 1e-10});
   run_steps<TestType>(opt, {1, 1, 1}, {{4, -2, 1}, {0, -1, 3}, {1, -2, 0}},
                       {{0.9028479661239891, 1.0884918222340767, 0.926005992665383},
