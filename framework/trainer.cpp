@@ -489,7 +489,7 @@ TrainSummary Trainer::run() {
   }
   if (pos.step == start_.step && start_.step > 0) {
     // A resume of a run that had already reached its last step or epoch: nothing to train, but the
-    // summary must still report the checkpoint's accuracy (it used to print 0.00%).
+    // summary must still report the checkpoint's accuracy, which only an evaluation gives.
     log_info(fmt::format("nothing left to train: the checkpoint is at step {} (train.epochs {}, train.max_steps {}); "
                          "evaluating it",
                          pos.step, tc.epochs, tc.max_steps));

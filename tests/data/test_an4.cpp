@@ -308,7 +308,7 @@ TEST_CASE("an4: clear errors for broken corpora", "[an4]") {
     CHECK_THROWS_WITH(open_an4(root, Split::test, {}), Catch::Contains("an4_test.transcription:2") && Catch::Contains("'Z'"));
   }
   SECTION("a folder where a list is expected") {
-    // It used to read as an empty list: "lists 0 utterances but ... has 3 lines".
+    // Not an empty list: the error says it is a folder (not "lists 0 utterances but ... has 3 lines").
     fs::remove(dir.path() / "etc/an4_train.fileids");
     fs::create_directories(dir.path() / "etc/an4_train.fileids");
     CHECK_THROWS_WITH(open_an4(root, Split::train, {}),

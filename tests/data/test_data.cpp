@@ -196,8 +196,8 @@ TEST_CASE("idx: truncated files say how many bytes were expected and found", "[d
 }
 
 TEST_CASE("idx: a gzip file expanding far beyond its header is refused without reading it all", "[data][idx]") {
-  // One 28x28 image announced, then 256 MB of zeros (about 250 KB of gzip): all of it used to be
-  // decompressed into memory before the size was compared with the header.
+  // One 28x28 image announced, then 256 MB of zeros (about 250 KB of gzip): the size is compared with
+  // the header while reading, not after decompressing all of it into memory.
   TempDir dir;
   gzFile f = gzopen(dir.file("bomb.gz").c_str(), "wb9");
   REQUIRE(f != nullptr);
@@ -361,7 +361,7 @@ TEST_CASE("data config: errors", "[data][config]") {
                       Catch::Contains("data.limit_train must be >= 0, got -1"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, prefetch: 0}\n"),
                       Catch::Contains("data.prefetch must be >= 1, got 0"));
-  // Used to be accepted and ignored: an4 never read data.mean, and the filterbank's own error named no key.
+  // an4 never reads data.mean: the key is refused, not accepted and ignored.
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, dataset: an4, mean: [0.5, 0.5, 0.5]}\n"),
                       Catch::Contains("data.mean applies to the image datasets only"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, dataset: an4, features: {window_ms: 100}}\n"),

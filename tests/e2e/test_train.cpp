@@ -269,9 +269,9 @@ TEST_CASE("resuming with another number of ranks is an error naming both", "[e2e
 
 TEST_CASE("rank files are committed with the checkpoint: uncommitted ones are ignored, mismatched ones refused",
           "[e2e][resume]") {
-  // Error-feedback residuals (onebit) live in per-rank files. They used to be written after rank 0's
-  // checkpoint, under one name per rank, and read without looking at their step: a crash between the
-  // two writes resumed with residuals of another step without a word.
+  // Error-feedback residuals (onebit) live in per-rank files named by their step, and a resume reads
+  // the files of the checkpoint's step: a crash between the writes must never resume with residuals
+  // of another step.
   namespace fs = std::filesystem;
   TempDir dir;
   write_small_mnist(dir);

@@ -122,8 +122,8 @@ TEST_CASE("missing file and YAML syntax errors", "[config]") {
 
 TEST_CASE("duplicate keys and non-scalar keys and alias cycles are errors naming their line", "[config]") {
   testing::TempDir dir;
-  // yaml-cpp keeps both entries of a duplicate key and every lookup finds the first: the second
-  // (here epochs: 2) used to be ignored without a word.
+  // yaml-cpp keeps both entries of a duplicate key and every lookup finds the first: without this
+  // check the second (here epochs: 2) would be ignored without a word.
   const std::string dup = dir.write("dup.yaml", "train: {epochs: 1}\nseed: 3\ntrain: {epochs: 2}\n");
   REQUIRE_THROWS_WITH(load_config_file(dup, {}), Catch::Contains(dup + ":3:1: duplicate key 'train'") &&
                                                      Catch::Contains("first given at " + dup + ":1:1"));

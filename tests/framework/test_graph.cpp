@@ -101,8 +101,8 @@ TEST_CASE("inputs resolve in the enclosing scopes, and blocks nest", "[net][grap
 }
 
 TEST_CASE("nested repeat counts that multiply beyond 65536 layers are an error", "[net][graph]") {
-  // 100 x 1000 relus: the whole expansion and net used to be built (a million layers took 24 s and
-  // ran out of memory in training).
+  // 100 x 1000 relus: refused before the expansion is built (a million layers take 24 s to build and
+  // run out of memory in training).
   const std::string e = build_error("[4]", R"(    - {type: dense, units: 4}
     - name: outer
       repeat: 100

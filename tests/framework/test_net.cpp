@@ -102,7 +102,7 @@ TEST_CASE("a checkpoint of another model is rejected even when the shared names 
   with_state.push_back({"optimizer/velocity", Tensor::zeros({4}, DType::f32)});
   save_safetensors(dir.file("own.safetensors"), with_state, meta);
   REQUIRE(load_checkpoint(dir.file("own.safetensors"), net, nullptr).step == 1);
-  // A bigger model with one more layer: every tensor of this one fits, the extra layer used to be ignored.
+  // A bigger model with one more layer: every tensor of this one fits, and the extra layer must not be ignored.
   tensors.push_back({"head2.weight", Tensor::zeros({3, 3}, DType::f32)});
   save_safetensors(dir.file("other.safetensors"), tensors, meta);
   REQUIRE_THROWS_WITH(load_checkpoint(dir.file("other.safetensors"), net, nullptr),

@@ -178,12 +178,12 @@ TEST_CASE("crafted headers: overlapping spans, fractional and overflowing shapes
                                    16);
   REQUIRE_THROWS_WITH(SafetensorsFile(overlap), Catch::Contains(overlap) &&
                                                     Catch::Contains("tensors 'a' [0, 8) and 'b' [4, 12) overlap"));
-  // A fractional dimension used to be truncated (10.7 read as 10).
+  // A fractional dimension is refused, not truncated (10.7 read as 10).
   const std::string fraction =
       craft("fraction.safetensors", R"({"a": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}})", 8);
   REQUIRE_THROWS_WITH(SafetensorsFile(fraction),
                       Catch::Contains("tensor 'a' has shape [2.5], expected a list of non-negative integers"));
-  // 2^62 x 4 floats wrap around to 0 bytes: the empty span used to be accepted for that shape.
+  // 2^62 x 4 floats wrap around to 0 bytes: the size check must not accept the empty span for that shape.
   const std::string wrap = craft(
       "wrap.safetensors", R"({"a": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", 0);
   REQUIRE_THROWS_WITH(SafetensorsFile(wrap), Catch::Contains("more bytes than any file holds"));

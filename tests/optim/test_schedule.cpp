@@ -134,7 +134,7 @@ TEST_CASE("make_schedule from a spec", "[optim][schedule]") {
 }
 
 TEST_CASE("a warm-up longer than a shortened run is cut to fit, with a note", "[optim][schedule]") {
-  // train.epochs=1 on a config that warms up over more epochs must train (it used to be refused).
+  // train.epochs=1 on a config that warms up over more epochs must train, not be refused.
   std::string note;
   auto s = schedule_from("{type: cosine, warmup_epochs: 10}", 10, 100, &note);
   CHECK(note == "optimizer.schedule.warmup_epochs is 100 steps, as long as this run's 100 steps: the warm-up is "

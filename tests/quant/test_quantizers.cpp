@@ -737,8 +737,8 @@ TEST_CASE("NaN or Inf input is a clear error for the methods with scales", "[qua
 
 TEST_CASE("finite values whose scale or mean overflows are a clear error, not an undecodable payload", "[quant]") {
   // Values of +-3e38 are finite, but a sum of two (onebit's and adaptive's means) or an l2 norm (qsgd
-  // with norm l2) is beyond FLT_MAX. Such encodes used to write an Inf scale or mean, which decode
-  // then rejected as a malformed payload, and to leave NaN residuals.
+  // with norm l2) is beyond FLT_MAX. An encode must refuse them rather than write an Inf scale or mean
+  // (which decode rejects as a malformed payload) and leave NaN residuals.
   Context ctx = Context::cpu(1, 1);
   const int64_t n = 2000, column = 20;
   for (float magnitude : {3e38f, 1e36f}) {

@@ -412,7 +412,7 @@ void run(const Options& o) {
   std::vector<int64_t> sizes;
   for (const auto& s : split(o.sizes, ',')) sizes.push_back(parse_size(s));
   if (sizes.empty()) input_error("--sizes: no size given (e.g. --sizes 64K,16M)");
-  // A size that is not a whole number of columns used to be measured silently as one long column.
+  // A size that is not a whole number of columns must not be measured silently as one long column.
   if (o.column < 1) input_error("--column must be >= 1, got {}", o.column);
   for (int64_t n : sizes)
     if (n % o.column != 0)

@@ -106,7 +106,7 @@ double parse_bandwidth(const std::string& text, const std::string& what) {
   else
     input_error("{}: unknown bandwidth unit in '{}'; use e.g. 100mbit, 1gbit, 10gbit (bits per second) or 12GB/s (bytes)",
                 what, text);
-  // Also for the byte units, which used to return before this check (0GB/s divided by zero).
+  // Also for the byte units (0GB/s would divide by zero).
   if (v <= 0 || !std::isfinite(v * bytes)) input_error("{}: the bandwidth must be > 0 and finite, got '{}'", what, text);
   return v * bytes;
 }
