@@ -726,7 +726,7 @@ TEST_CASE("NaN or Inf input is a clear error for the methods with scales", "[qua
       x[1234] = bad;
       QuantState st;
       std::vector<uint8_t> out(q->max_encoded_bytes(2000, 20));
-      if (s.method == QuantMethod::fp32 || s.method == QuantMethod::fp16 || s.method == QuantMethod::bf16) {
+      if (method_info(s.method).cast_bits != 0) {
         q->encode(ctx, x, 20, st, out);  // passed through for the trainer's NaN guard
       } else {
         REQUIRE_THROWS_AS(q->encode(ctx, x, 20, st, out), NonFiniteInputError);
@@ -746,7 +746,7 @@ TEST_CASE("finite values whose scale or mean overflows are a clear error, not an
     for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = i % 2 ? -magnitude : magnitude;
     for (QuantSpec s : all_specs()) {
       for (bool ef : {false, true}) {
-        if (ef && s.method == QuantMethod::fp32) continue;
+        if (ef && !method_info(s.method).error_feedback_allowed) continue;
         s.error_feedback = ef;
         CAPTURE(magnitude, s.str());
         auto q = make_quantizer(s);
