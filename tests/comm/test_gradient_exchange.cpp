@@ -26,6 +26,14 @@ std::vector<ExchangeTensor> layout() {
 }
 int64_t arena_size() { return 19264 + 11 * 2048; }
 
+// FNV-1a of the tensor's bytes: equal on every rank when the exchange gave every rank the same bits.
+uint64_t bits_hash(const Tensor& t) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* bytes = static_cast<const unsigned char*>(t.raw());
+  for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  return h;
+}
+
 // Gradient-like values of rank r at step k: never zero, heavy-ish tails, distinct per rank.
 float value(int r, int k, int64_t i) {
   const double x = std::sin(0.37 * static_cast<double>(i) + 1.3 * r + 0.71 * k) + 0.25 * std::cos(0.011 * i * (r + 2));
@@ -210,9 +218,7 @@ TEST_CASE("every method and algorithm: identical on all ranks and equal to the s
         std::memcpy(grads.data<float>(), mine.data(), mine.size() * 4);
         ex.exchange(ctx, grads, static_cast<uint64_t>(k));
         // Bit-identical on every rank.
-        uint64_t h = 1469598103934665603ull;
-        const auto* bytes = static_cast<const unsigned char*>(grads.raw());
-        for (size_t i = 0; i < grads.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+        const uint64_t h = bits_hash(grads);
         const auto all = comm->all_gather_u64(h);
         // CHECK, not REQUIRE: a rank leaving the test early would leave the others in a collective.
         for (uint64_t other : all) CHECK(other == all[0]);
@@ -285,9 +291,7 @@ TEST_CASE("a bucket holding fp16 and bf16 tensors sums each in its own format", 
     fill(mine, me, k);
     std::memcpy(grads.data<float>(), mine.data(), mine.size() * 4);
     ex.exchange(ctx, grads, static_cast<uint64_t>(k));
-    uint64_t h = 1469598103934665603ull;
-    const auto* bytes = static_cast<const unsigned char*>(grads.raw());
-    for (size_t i = 0; i < grads.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    const uint64_t h = bits_hash(grads);
     for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
     // Each weight holds values of its own format (times the mean's power-of-two 1/P), close to the
     // mean: bf16 keeps 8 significant bits, fp16 11; each combine of the sum rounds once.
