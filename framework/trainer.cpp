@@ -182,6 +182,32 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
 
   optimizer_->init(net_->params().numel(), DType::f32, device_);
 
+  open_data();
+  const int64_t steps_per_epoch = train_loader_->batches_per_epoch();
+  if (steps_per_epoch == 0)
+    input_error("{}: data.batch_size {} leaves no batch in an epoch of {} samples", config_.file,
+                config_.data.batch_size, train_loader_->samples_per_epoch());
+  // The schedule spans the configured epochs; train.max_steps only stops early, so a run stopped at
+  // step k and resumed follows the same learning rates as one that never stopped.
+  ConfigNode sched_section = config_.optimizer.child("schedule");
+  std::string schedule_note;  // logged below, once the log exists
+  schedule_ = make_schedule(sched_section, steps_per_epoch, steps_per_epoch * config_.train.epochs, &schedule_note);
+
+  ctx_ = std::make_unique<Context>(make_context(device_, config_.seed, config_.train.threads));
+  net_->init_parameters(config_.seed);
+
+  build_exchange();
+  prepare_run_dir();
+  open_log();
+  if (!schedule_note.empty()) log_->info("note: {}", schedule_note);
+  if (!options_.resume_dir.empty()) resume(steps_per_epoch);
+  // Only now, with a resume's checkpoint accepted: the next --resume reads this file, so a refused
+  // resume must not leave its settings here.
+  if (options_.rank == 0) write_file_atomically((fs::path(run_dir_) / "config.resolved.yaml").string(), resolved_yaml_);
+}
+
+// The datasets, checked against the model, and their loaders.
+void Trainer::open_data() {
   train_set_ = open_dataset(config_.data, Split::train);
   test_set_ = open_dataset(config_.data, Split::test);
   check_net_fits_dataset(*net_, *train_set_, config_.data.dataset, config_.file);
@@ -216,23 +242,11 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   eo.rank = 0;
   eo.world_size = 1;
   test_loader_ = std::make_unique<Loader>(*test_set_, eo);
+}
 
-  const int64_t steps_per_epoch = train_loader_->batches_per_epoch();
-  if (steps_per_epoch == 0)
-    input_error("{}: data.batch_size {} leaves no batch in an epoch of {} samples", config_.file,
-                config_.data.batch_size, train_loader_->samples_per_epoch());
-  // The schedule spans the configured epochs; train.max_steps only stops early, so a run stopped at
-  // step k and resumed follows the same learning rates as one that never stopped.
-  const int64_t total_steps = steps_per_epoch * config_.train.epochs;
-  ConfigNode sched_section = config_.optimizer.child("schedule");
-  std::string schedule_note;  // logged below, once the log exists
-  schedule_ = make_schedule(sched_section, steps_per_epoch, total_steps, &schedule_note);
-
-  ctx_ = std::make_unique<Context>(make_context(device_, config_.seed, config_.train.threads));
-  net_->init_parameters(config_.seed);
-
-  // Every gradient tensor goes through the exchange, also in a world of one: quantization then
-  // still applies (its effect on accuracy can be studied on one process).
+// The exchange of every gradient tensor, also in a world of one: quantization then still applies (its
+// effect on accuracy can be studied on one process).
+void Trainer::build_exchange() {
   std::vector<ExchangeTensor> tensors;
   tensors_of_layer_.assign(static_cast<size_t>(net_->num_layers()), {});
   for (const ParamEntry& e : net_->param_entries()) {
@@ -252,7 +266,9 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   }
   exchange_ = std::make_unique<GradientExchange>(*comm_, device_, config_.seed, config_.communication,
                                                  config_.quantization, std::move(tensors));
+}
 
+void Trainer::prepare_run_dir() {
   std::error_code ec;
   fs::create_directories(run_dir_, ec);
   if (ec) input_error("{}: cannot create the run directory (output.dir): {}", run_dir_, ec.message());
@@ -263,7 +279,9 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
     if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
       input_error("{}: is not a file; the run directory (output.dir) must hold its own files here", p.string());
   }
+}
 
+void Trainer::open_log() {
   // Rank 0 speaks for the job; the other ranks only report errors (through main()).
   if (options_.rank == 0) {
     auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
@@ -274,26 +292,23 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   }
   log_->set_pattern("[%Y-%m-%d %H:%M:%S.%e] %v");
   log_->flush_on(spdlog::level::info);
-  if (!schedule_note.empty()) log_->info("note: {}", schedule_note);
+}
 
-  if (!options_.resume_dir.empty()) {
-    if (!fs::exists(checkpoint_path_))
-      input_error("--resume {}: no checkpoint.safetensors in that run directory", options_.resume_dir);
-    start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get());
-    if (start_.world_size > 0 && start_.world_size != comm_->size())
-      input_error("{}: the checkpoint was written by {} rank(s) but this run has {}; resume with {} (its position in "
-                  "the epoch and the per-rank error-feedback state belong to that many)",
-                  checkpoint_path_, start_.world_size, comm_->size(), start_.world_size);
-    check_resume_config();
-    if (start_.batch_in_epoch > steps_per_epoch)
-      input_error("{}: the checkpoint stopped after batch {} of epoch {}, but an epoch now has {} batches; resume "
-                  "with the data.batch_size, dataset and number of ranks it was written with",
-                  checkpoint_path_, start_.batch_in_epoch, start_.epoch + 1, steps_per_epoch);
-    load_rank_state();
-  }
-  // Only now, with a resume's checkpoint accepted: a refused resume used to leave its config here, and
-  // the next --resume (which reads this file) then started from the refused settings.
-  if (options_.rank == 0) write_file_atomically((fs::path(run_dir_) / "config.resolved.yaml").string(), resolved_yaml_);
+// Restores the checkpoint of --resume after checking that this run can continue it.
+void Trainer::resume(int64_t steps_per_epoch) {
+  if (!fs::exists(checkpoint_path_))
+    input_error("--resume {}: no checkpoint.safetensors in that run directory", options_.resume_dir);
+  start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get());
+  if (start_.world_size > 0 && start_.world_size != comm_->size())
+    input_error("{}: the checkpoint was written by {} rank(s) but this run has {}; resume with {} (its position in "
+                "the epoch and the per-rank error-feedback state belong to that many)",
+                checkpoint_path_, start_.world_size, comm_->size(), start_.world_size);
+  check_resume_config();
+  if (start_.batch_in_epoch > steps_per_epoch)
+    input_error("{}: the checkpoint stopped after batch {} of epoch {}, but an epoch now has {} batches; resume "
+                "with the data.batch_size, dataset and number of ranks it was written with",
+                checkpoint_path_, start_.batch_in_epoch, start_.epoch + 1, steps_per_epoch);
+  load_rank_state();
 }
 
 void Trainer::check_resume_config() {

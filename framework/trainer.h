@@ -89,6 +89,13 @@ class Trainer {
     double lr = 0;  // of the last step
     std::chrono::steady_clock::time_point start;
   };
+  // The constructor's steps, in order.
+  void open_data();
+  void build_exchange();
+  void prepare_run_dir();
+  void open_log();
+  void resume(int64_t steps_per_epoch);
+
   void log_start(int64_t steps_per_epoch);
   void train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally& tally);
   void end_epoch(int64_t epoch, bool stop, const EpochTally& tally, TrainingPosition& pos, TrainSummary& summary,
