@@ -160,7 +160,7 @@ TEST_CASE("predict: bandwidth and latency parsing", "[predict]") {
   CHECK(predict::parse_latency("0", "x") == 0);
   CHECK_THAT(error_of([] { predict::parse_bandwidth("fast", "--bandwidth"); }),
              Catch::Contains("--bandwidth: 'fast' does not start with a finite non-negative number"));
-  // Zero in a byte unit used to pass (a division by zero), and an overflowing number was infinite.
+  // Zero in a byte unit would divide by zero; an overflowing number would be infinite.
   CHECK_THAT(error_of([] { predict::parse_bandwidth("0GB/s", "--bandwidth"); }),
              Catch::Contains("--bandwidth: the bandwidth must be > 0 and finite, got '0GB/s'"));
   CHECK_THAT(error_of([] { predict::parse_bandwidth("1e400gbit", "--bandwidth"); }),
@@ -169,6 +169,10 @@ TEST_CASE("predict: bandwidth and latency parsing", "[predict]") {
              Catch::Contains("'infus' does not start with a finite non-negative number"));
   CHECK_THAT(error_of([] { predict::parse_bandwidth("1gbyte", "--bandwidth"); }), Catch::Contains("unknown bandwidth unit"));
   CHECK_THAT(error_of([] { predict::parse_latency("5 parsecs", "--latency"); }), Catch::Contains("unknown latency unit"));
+  // Finite but beyond any network: the step times would overflow to inf.
+  CHECK_THAT(error_of([] { predict::parse_latency("1e308s", "--latency"); }),
+             Catch::Contains("--latency: a per-message latency must be between 0 and 10s, got '1e308s'"));
+  CHECK(predict::parse_latency("10s", "x") == 10);
 }
 
 TEST_CASE("compare: --methods become config overrides; unknown methods fail first", "[compare]") {

@@ -186,7 +186,7 @@ void add_predict_command(CLI::App& app) {
   cmd->add_option("--gpus", args->gpus, "Replica counts, comma-separated (default 2,4,8,16,32,96)")->type_name("LIST");
   cmd->add_option("--bandwidth", args->bandwidth, "Link bandwidths, comma-separated (default 1gbit,10gbit,100gbit)")
       ->type_name("LIST");
-  cmd->add_option("--latency", args->latency, "Per-message latency (default 5us)")->type_name("TIME");
+  cmd->add_option("--latency", args->latency, "Per-message latency, 0 to 10s (default 5us)")->type_name("TIME");
   cmd->add_flag("--own-compute", args->own_compute,
                 "Use each run's own compute time (default: the median over the runs of a sweep)");
   cmd->add_option("--check", args->check,

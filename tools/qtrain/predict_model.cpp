@@ -114,12 +114,17 @@ double parse_bandwidth(const std::string& text, const std::string& what) {
 double parse_latency(const std::string& text, const std::string& what) {
   std::string unit;
   const double v = parse_number_with_unit(text, what, unit);
-  if (unit == "s") return v;
-  if (unit == "ms") return v * 1e-3;
-  if (unit == "us") return v * 1e-6;
-  if (unit == "ns") return v * 1e-9;
-  if (unit.empty() && v == 0) return 0;
-  input_error("{}: unknown latency unit in '{}'; use e.g. 5us, 0.5ms, 0", what, text);
+  double seconds = 0;
+  if (unit == "s") seconds = v;
+  else if (unit == "ms") seconds = v * 1e-3;
+  else if (unit == "us") seconds = v * 1e-6;
+  else if (unit == "ns") seconds = v * 1e-9;
+  else if (!(unit.empty() && v == 0)) input_error("{}: unknown latency unit in '{}'; use e.g. 5us, 0.5ms, 0", what, text);
+  // A message latency is microseconds to milliseconds; beyond seconds every prediction is meaningless
+  // (and 1e308s overflows the step time to inf).
+  if (!(seconds >= 0 && seconds <= kMaxLatencySeconds))
+    input_error("{}: a per-message latency must be between 0 and {:g}s, got '{}'", what, kMaxLatencySeconds, text);
+  return seconds;
 }
 
 std::string format_bandwidth(double bytes_per_s) {

@@ -97,6 +97,8 @@ StepPrediction predict_step(const StepProfile& profile, int ranks, const Network
 // Parses "1gbit", "10Gbit", "100mbit", "25gbps" (bits) or "1GB/s" (bytes) to bytes per second, and
 // "5us", "1ms", "0", "2e-6s" to seconds. Throw InputError naming `what`.
 double parse_bandwidth(const std::string& text, const std::string& what);
+// The largest per-message latency accepted (seconds).
+constexpr double kMaxLatencySeconds = 10;
 double parse_latency(const std::string& text, const std::string& what);
 std::string format_bandwidth(double bytes_per_s);
 
