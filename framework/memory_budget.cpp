@@ -90,7 +90,7 @@ AvailableMemory available_memory(Device device) {
 }
 
 void check_memory_fits(const MemoryFootprint& footprint, const AvailableMemory& available, int processes,
-                       Device device, const std::string& config_file) {
+                       Device device, const std::string& config_file, const std::string& batch_knob) {
   if (available.bytes < 0) return;
   const int64_t each = footprint.total();
   // Compared in double: a footprint near INT64_MAX times the processes must not wrap around.
@@ -101,8 +101,8 @@ void check_memory_fits(const MemoryFootprint& footprint, const AvailableMemory& 
                                         : fmt::format("this run needs {}", format_bytes(each));
   input_error(
       "{}: not enough memory on {}: {} at least ({}), but {} is available ({}). Reduce the model or "
-      "data.batch_size{}",
-      config_file, device.str(), who, footprint.describe(), format_bytes(available.bytes), available.source,
+      "{}{}",
+      config_file, device.str(), who, footprint.describe(), format_bytes(available.bytes), available.source, batch_knob,
       processes > 1 ? ", or run fewer ranks per host" : "");
 }
 

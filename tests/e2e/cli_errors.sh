@@ -51,6 +51,8 @@ expect_error "corrupt checkpoint" "$tmp/run/checkpoint.safetensors: corrupt chec
 expect_error "resume without checkpoint" "no checkpoint.safetensors" \
   "$qtrain" train "$cfg" --resume "$tmp/empty" --set data.path="$src/data/mnist"
 
+expect_error "bench-model batch beyond memory names its own option" "Reduce the model or --batch" \
+  "$qtrain" bench-model "$src/configs/imagenet_alexnet.yaml" --device cpu --batch 100000
 expect_error "bench-model on a sequence model" "runs on sequence batches" \
   "$qtrain" bench-model "$src/configs/an4_lstm.yaml" --device cpu --steps 1 --warmup 0
 expect_error "bench-quant size not a whole number of columns" "not a whole number of columns of --column 3" \

@@ -138,11 +138,12 @@ void run(const Options& o) {
               o.config.c_str(), static_cast<long long>(o.batch), device.str().c_str(), ctx.cpu_threads(), o.steps,
               o.warmup);
 
-  // As train does: the large allocations checked before any is made (a batch that cannot fit used
-  // to be killed by the OOM killer after filling the machine's memory).
+  // As train does: the large allocations checked before any is made (a batch that cannot fit would be
+  // killed by the OOM killer after filling the machine's memory).
   auto check_memory = [&](const NetSizes& sizes) {
     check_memory_fits(training_footprint(sizes, model.input, o.batch, "optimizer state (at most)", 3),
-                      available_memory(device), 1, device, o.config + " (--batch " + std::to_string(o.batch) + ")");
+                      available_memory(device), 1, device, o.config + " (--batch " + std::to_string(o.batch) + ")",
+                      "--batch");
   };
   Net net(model, DType::f32, device, layer_registry(), loss_registry(), check_memory);
   for (int i = 0; i < net.num_layers(); ++i)
