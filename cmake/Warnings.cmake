@@ -1,8 +1,17 @@
 # Compiler flags shared by every qtrain target, applied through one interface target.
 add_library(qtrain_flags INTERFACE)
+if(NOT QTRAIN_ARCH STREQUAL "none")
+  include(CheckCXXCompilerFlag)
+  string(MAKE_C_IDENTIFIER "QTRAIN_MARCH_${QTRAIN_ARCH}" march_ok)
+  check_cxx_compiler_flag("-march=${QTRAIN_ARCH}" ${march_ok})
+  if(NOT ${march_ok})
+    message(FATAL_ERROR "QTRAIN_ARCH=${QTRAIN_ARCH}: ${CMAKE_CXX_COMPILER} does not accept -march=${QTRAIN_ARCH}; "
+                        "use native, an -march value it knows (e.g. x86-64-v3, x86-64-v4, znver3) or none")
+  endif()
+  target_compile_options(qtrain_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=${QTRAIN_ARCH}>)
+endif()
 target_compile_options(qtrain_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
-  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${QTRAIN_NATIVE}>>:-march=native>
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
 # fmt 9 switches its constexpr support off when it sees __NVCC__, which leaves its consteval
 # format-string check calling non-constexpr helpers; nvcc 12+ handles them, so turn it back on (format
