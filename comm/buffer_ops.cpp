@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "quant/numerics.h"
+#include "framework/core/float16.h"
 
 namespace qtrain {
 
@@ -30,18 +30,18 @@ void scale_buffer(Context& ctx, float* x, int64_t n, float factor) {
 void pack_16bit(Context& ctx, const float* x, uint16_t* out16, int64_t n, bool bf16) {
   if (ctx.device().is_cuda()) return cuda_ops::pack_16bit(ctx, x, out16, n, bf16);
   if (bf16) {
-    for (int64_t i = 0; i < n; ++i) out16[i] = quant_detail::float_to_bf16(x[i]);
+    for (int64_t i = 0; i < n; ++i) out16[i] = float_to_bf16(x[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) out16[i] = quant_detail::float_to_half(x[i]);
+    for (int64_t i = 0; i < n; ++i) out16[i] = float_to_half(x[i]);
   }
 }
 
 void unpack_16bit(Context& ctx, const uint16_t* in16, float* x, int64_t n, bool bf16, float factor) {
   if (ctx.device().is_cuda()) return cuda_ops::unpack_16bit(ctx, in16, x, n, bf16, factor);
   if (bf16) {
-    for (int64_t i = 0; i < n; ++i) x[i] = quant_detail::bf16_to_float(in16[i]) * factor;
+    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_float(in16[i]) * factor;
   } else {
-    for (int64_t i = 0; i < n; ++i) x[i] = quant_detail::half_to_float(in16[i]) * factor;
+    for (int64_t i = 0; i < n; ++i) x[i] = half_to_float(in16[i]) * factor;
   }
 }
 

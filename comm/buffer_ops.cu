@@ -1,8 +1,8 @@
 // CUDA paths of the exchange's elementwise helpers: grid-stride kernels on the context's stream.
 #include "comm/buffer_ops.h"
-#include "framework/check.h"
-#include "framework/cuda_context.h"
-#include "quant/numerics.h"
+#include "framework/core/check.h"
+#include "framework/core/cuda_context.h"
+#include "framework/core/float16.h"
 
 namespace qtrain::cuda_ops {
 namespace {
@@ -14,12 +14,12 @@ __global__ void scale_kernel(float* x, long long n, float factor) {
 
 __global__ void pack_kernel(const float* x, uint16_t* out, long long n, bool bf16) {
   for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n; i += 1LL * gridDim.x * blockDim.x)
-    out[i] = bf16 ? quant_detail::float_to_bf16(x[i]) : quant_detail::float_to_half(x[i]);
+    out[i] = bf16 ? float_to_bf16(x[i]) : float_to_half(x[i]);
 }
 
 __global__ void unpack_kernel(const uint16_t* in, float* x, long long n, bool bf16, float factor) {
   for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n; i += 1LL * gridDim.x * blockDim.x)
-    x[i] = (bf16 ? quant_detail::bf16_to_float(in[i]) : quant_detail::half_to_float(in[i])) * factor;
+    x[i] = (bf16 ? bf16_to_float(in[i]) : half_to_float(in[i])) * factor;
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "framework/context.h"
+#include "framework/core/context.h"
 
 namespace qtrain {
 

@@ -1,7 +1,7 @@
 // Builds without CUDA: the CUDA helpers are never reachable (no CUDA context can exist), but a clear
 // error beats a link failure.
 #include "comm/buffer_ops.h"
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain::cuda_ops {
 [[noreturn]] static void unavailable() { throw Error("gradient exchange on CUDA: this qtrain was built without CUDA"); }

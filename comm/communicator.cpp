@@ -13,7 +13,7 @@
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
 #include "comm/nccl_comm.h"
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain {
 namespace {

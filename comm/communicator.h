@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/context.h"
-#include "framework/tensor.h"
+#include "framework/core/context.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain {
 

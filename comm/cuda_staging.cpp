@@ -4,8 +4,8 @@
 
 #include <cuda_runtime.h>
 
-#include "framework/check.h"
-#include "framework/cuda_context.h"
+#include "framework/core/check.h"
+#include "framework/core/cuda_context.h"
 
 namespace qtrain::comm_detail {
 

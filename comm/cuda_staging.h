@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "framework/context.h"
-#include "framework/device.h"
+#include "framework/core/context.h"
+#include "framework/core/device.h"
 
 namespace qtrain::comm_detail {
 

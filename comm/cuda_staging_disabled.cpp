@@ -2,7 +2,7 @@
 // and these bodies only reject requests that cannot be served.
 #include "comm/cuda_staging.h"
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain::comm_detail {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "framework/config_node.h"
+#include "framework/core/config_node.h"
 #include "quant/quantizer.h"
 
 namespace qtrain {

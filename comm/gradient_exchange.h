@@ -29,7 +29,7 @@
 
 #include "comm/communicator.h"
 #include "comm/exchange_config.h"
-#include "framework/phase_timers.h"
+#include "framework/core/phase_timers.h"
 #include "quant/policy.h"
 #include "quant/quantizer.h"
 

@@ -14,8 +14,8 @@
 #include <cstring>
 
 #include "comm/transport_common.h"
-#include "framework/check.h"
-#include "quant/numerics.h"
+#include "framework/core/check.h"
+#include "framework/core/float16.h"
 
 namespace qtrain {
 
@@ -41,11 +41,11 @@ void sum_16bit(void* in, void* inout, int* len, MPI_Datatype*) {
 }
 
 void sum_f16(void* in, void* inout, int* len, MPI_Datatype* type) {
-  sum_16bit<quant_detail::half_to_float, quant_detail::float_to_half>(in, inout, len, type);
+  sum_16bit<half_to_float, float_to_half>(in, inout, len, type);
 }
 
 void sum_bf16(void* in, void* inout, int* len, MPI_Datatype* type) {
-  sum_16bit<quant_detail::bf16_to_float, quant_detail::float_to_bf16>(in, inout, len, type);
+  sum_16bit<bf16_to_float, float_to_bf16>(in, inout, len, type);
 }
 
 bool mpi_is_cuda_aware() {

@@ -4,7 +4,7 @@
 #include <mpi.h>
 
 #include "comm/mpi_transport_defaults.h"
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain {
 

@@ -15,8 +15,8 @@
 
 #include "comm/cuda_staging.h"
 #include "comm/transport_common.h"
-#include "framework/check.h"
-#include "framework/cuda_context.h"
+#include "framework/core/check.h"
+#include "framework/core/cuda_context.h"
 
 namespace qtrain {
 

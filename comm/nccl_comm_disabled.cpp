@@ -2,7 +2,7 @@
 // reached by a direct call and answers with the same user-facing error.
 #include "comm/nccl_comm.h"
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain {
 

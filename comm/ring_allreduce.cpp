@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "framework/check.h"
-#include "quant/numerics.h"
+#include "framework/core/check.h"
+#include "framework/core/float16.h"
 
 namespace qtrain {
 namespace {
@@ -36,8 +36,8 @@ void add_into(uint8_t* out, const uint8_t* in, size_t n, ReduceType type) {
         uint16_t x, y;
         std::memcpy(&x, in + 2 * i, 2);
         std::memcpy(&y, out + 2 * i, 2);
-        const uint16_t sum = bf16 ? quant_detail::float_to_bf16(quant_detail::bf16_to_float(x) + quant_detail::bf16_to_float(y))
-                                  : quant_detail::float_to_half(quant_detail::half_to_float(x) + quant_detail::half_to_float(y));
+        const uint16_t sum = bf16 ? float_to_bf16(bf16_to_float(x) + bf16_to_float(y))
+                                  : float_to_half(half_to_float(x) + half_to_float(y));
         std::memcpy(out + 2 * i, &sum, 2);
       }
       return;

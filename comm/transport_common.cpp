@@ -4,7 +4,7 @@
 
 #include <functional>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain {
 

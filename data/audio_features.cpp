@@ -11,7 +11,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain {
 namespace {

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "data/random_stream.h"
-#include "framework/config_node.h"
+#include "framework/core/config_node.h"
 
 namespace qtrain {
 

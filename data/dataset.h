@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "data/augment.h"
-#include "framework/check.h"
-#include "framework/config_node.h"
-#include "framework/philox.h"
-#include "framework/tensor.h"
+#include "framework/core/check.h"
+#include "framework/core/config_node.h"
+#include "framework/core/philox.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain {
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "data/jpeg.h"
 #include "data/resample.h"
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <fstream>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "data/dataset.h"
 #include "data/worker_pool.h"
-#include "framework/tensor.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain {
 

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "data/idx.h"
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "framework/philox.h"
+#include "framework/core/philox.h"
 
 namespace qtrain {
 

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <vector>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain {
 namespace {

@@ -1,7 +1,7 @@
 // Activations on CUDA: one grid-stride kernel per direction, templated on the kind so each
 // instantiation is branch-free. expf/tanhf (not the __expf intrinsics) keep the results within a few
 // ulps of the CPU reference (the parity test's tolerance relies on it).
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/activation.h"
 
 namespace qtrain {

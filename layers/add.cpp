@@ -27,8 +27,9 @@ Shape Add::configure_inputs(const std::vector<Shape>& inputs) {
 void Add::forward_inputs_cpu(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool) {
   dispatch_float(y.dtype(), [&]<typename T>() {
     ctx.cpu_pool().parallel_for(y.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      T* __restrict out = y.data<T>() + begin;
-      const T* __restrict a = xs[0].data<T>() + begin;
+      // out may be a (in place, see add.h): no __restrict on either.
+      T* out = y.data<T>() + begin;
+      const T* a = xs[0].data<T>() + begin;
       const T* __restrict b = xs[1].data<T>() + begin;
       const int64_t n = end - begin;
       for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];

@@ -1,12 +1,12 @@
 // add's CUDA path: grid-stride elementwise kernels on the context's stream.
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/add.h"
 
 namespace qtrain {
 namespace {
 
-__global__ void sum2_kernel(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ y,
-                            long long n) {
+// y may be a (in place, see add.h): no __restrict__ on either.
+__global__ void sum2_kernel(const float* a, const float* __restrict__ b, float* y, long long n) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x)
     y[i] = a[i] + b[i];

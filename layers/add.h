@@ -2,13 +2,13 @@
 // Config keys: none besides `inputs:` (read by Net), e.g. {type: add, inputs: [conv2, input]}.
 // Backward copies dy into the gradient of every input that needs one.
 //
-// add_into (dst += src) is also what Net uses to sum the gradients of an activation that feeds
-// several layers.
+// Forward may run in place over its first input (y the same tensor as xs[0]): Net sums the gradients
+// of an activation that feeds several layers that way, through the registry's `add`.
 #pragma once
 
 #include <memory>
 
-#include "framework/layer.h"
+#include "framework/core/layer.h"
 
 namespace qtrain {
 

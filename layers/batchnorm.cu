@@ -2,7 +2,7 @@
 // exponentialAverageFactor is PyTorch's momentum (running = (1 - f) running + f batch), and its
 // running variance, like PyTorch's, is the unbiased one; the saved mean / inverse std of the training
 // forward feed the backward. Descriptors are host objects created per call (cheap, no GPU memory).
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/batchnorm.h"
 
 namespace qtrain {

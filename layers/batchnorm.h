@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "framework/layer.h"
+#include "framework/core/layer.h"
 
 namespace qtrain {
 

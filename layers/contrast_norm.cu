@@ -4,7 +4,7 @@
 //   forward   d = x - box(x)/size^2;  y = x (k + s box(d^2))^-beta
 //   backward  d;  D and g = -beta dy x D^(-beta-1);  h = 2 s d box'(g);  dx = dy D^-beta + h - box'(h)/size^2
 // box' is the mirrored (adjoint) window. No atomics: every output element is written by one thread.
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/contrast_norm.h"
 
 namespace qtrain {

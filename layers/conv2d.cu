@@ -7,7 +7,7 @@
 // f32 CPU reference to f32 rounding (TF32 would keep only 10 mantissa bits of every operand).
 #include <algorithm>
 
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/conv2d.h"
 
 namespace qtrain {

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "framework/config_node.h"
-#include "framework/tensor.h"
+#include "framework/core/config_node.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain {
 

@@ -15,7 +15,7 @@
 #include <cmath>
 #include <limits>
 
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/ctc_loss.h"
 #include "layers/ctc_loss_kernel.cuh"
 

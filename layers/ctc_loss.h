@@ -23,7 +23,7 @@
 #include <memory>
 #include <vector>
 
-#include "framework/loss.h"
+#include "framework/core/loss.h"
 
 namespace qtrain {
 

@@ -1,7 +1,7 @@
 // Builds without the CUDA toolkit link this file instead of the layers' .cu files: every CUDA entry
 // point is a clear error naming the layer. (A CUDA tensor cannot be allocated in such a build either;
 // this keeps the link complete and the message honest if one ever arrives.)
-#include "framework/check.h"
+#include "framework/core/check.h"
 #include "layers/activation.h"
 #include "layers/add.h"
 #include "layers/batchnorm.h"

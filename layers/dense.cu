@@ -2,7 +2,7 @@
 // bias-gradient column sums). cuBLAS is column-major; a row-major (r, c) matrix is the column-major
 // (c, r) matrix with the same pointer and leading dimension, so each row-major product below is the
 // transposed column-major product (the "row-major trick"), written out at each call.
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/dense.h"
 
 namespace qtrain {

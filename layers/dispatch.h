@@ -1,14 +1,14 @@
 // The dispatch from a tensor's runtime dtype to the templated CPU reference, and the operand checks
 // of the functions of this folder outside the layer contract (the losses, add_into); layers get
-// theirs from Layer's entry points (framework/layer.h). The CUDA paths take f32 only; an f64 tensor
+// theirs from Layer's entry points (framework/core/layer.h). The CUDA paths take f32 only; an f64 tensor
 // there is an error, never a conversion. The checks allocate nothing unless they fail.
 #pragma once
 
 #include <string>
 
-#include "framework/check.h"
-#include "framework/context.h"
-#include "framework/tensor.h"
+#include "framework/core/check.h"
+#include "framework/core/context.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain::layer_detail {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "framework/philox_batch.h"
+#include "framework/core/philox_batch.h"
 #include "layers/dispatch.h"
 
 namespace qtrain {
@@ -31,7 +31,7 @@ uint64_t keep_threshold(float p) {
   return lo;
 }
 
-// Random words come from framework/philox_batch.h, which computes many blocks per call (AVX2 lanes
+// Random words come from framework/core/philox_batch.h, which computes many blocks per call (AVX2 lanes
 // where available) with the same arithmetic as philox_subsequence_block: one block at a time is a
 // chain of dependent multiplies and cost ~15% of an MLP training step.
 constexpr int kBlocks = 32;

@@ -1,9 +1,9 @@
 // dropout on CUDA. Thread g handles the four elements 4g..4g+3 with cuRAND's device API:
-// curand_init(philox_key_as_seed(key), g, 0) then curand_uniform4, which framework/philox.h shows is
+// curand_init(philox_key_as_seed(key), g, 0) then curand_uniform4, which framework/core/philox.h shows is
 // philox_subsequence_block(key, g) mapped by uniform_from_bits: the CPU mask, bit for bit.
 #include <curand_kernel.h>
 
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/dropout.h"
 
 namespace qtrain {

@@ -1,14 +1,14 @@
 // dropout: inverted dropout. In training each element is zeroed with probability p and the survivors
 // are scaled by 1/(1-p), so evaluation is the identity. The mask is a pure function of
-// (seed, step, layer index) through Philox (framework/philox.h): nothing is stored between forward and
+// (seed, step, layer index) through Philox (framework/core/philox.h): nothing is stored between forward and
 // backward, checkpoints need only the step, and the CPU and CUDA paths draw the same mask bit for bit.
 // Config key: p in [0, 1) (default 0.5, as in PyTorch).
 #pragma once
 
 #include <memory>
 
-#include "framework/layer.h"
-#include "framework/philox.h"
+#include "framework/core/layer.h"
+#include "framework/core/philox.h"
 
 namespace qtrain {
 

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain {
 

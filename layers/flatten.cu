@@ -1,7 +1,7 @@
 // flatten's CUDA path: the reshape is free, so only the copy into the caller's buffer remains, queued
 // on the context's stream like every other layer call (Tensor::copy_from would use the legacy
 // default stream, which the context's non-blocking stream does not wait for).
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/flatten.h"
 
 namespace qtrain {

@@ -2,7 +2,7 @@
 // reduction in a fixed order, so results are deterministic), a grid-stride broadcast for backward.
 #include <algorithm>
 
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/global_avgpool.h"
 
 namespace qtrain {

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "framework/layer.h"
+#include "framework/core/layer.h"
 
 namespace qtrain {
 

@@ -7,7 +7,7 @@
 // cuBLAS is column-major: a row-major (r, c) matrix is the column-major (c, r) matrix at the same
 // address, so each row-major product below is issued as its transpose (written out at each call).
 // The col2im step gathers (each dx element sums its windows), so no atomics and deterministic sums.
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/locally_connected2d.h"
 
 namespace qtrain {

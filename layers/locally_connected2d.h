@@ -14,7 +14,7 @@
 
 #include <memory>
 
-#include "framework/layer.h"
+#include "framework/core/layer.h"
 #include "layers/conv_geometry.h"
 #include "layers/cpu_scratch.h"
 

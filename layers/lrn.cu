@@ -3,7 +3,7 @@
 // it is passed unchanged; for odd sizes its window is centered as PyTorch's. Even sizes (whose window
 // PyTorch shifts by one channel, a detail cuDNN does not document) and parameters outside cuDNN's
 // limits are refused with a message rather than computed differently from the CPU reference.
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/lrn.h"
 
 namespace qtrain {

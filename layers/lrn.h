@@ -13,7 +13,7 @@
 
 #include <memory>
 
-#include "framework/layer.h"
+#include "framework/core/layer.h"
 #include "layers/cpu_scratch.h"
 
 namespace qtrain {

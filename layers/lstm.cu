@@ -37,7 +37,7 @@
 #include <algorithm>
 #include <tuple>
 
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/lstm.h"
 
 namespace qtrain {

@@ -26,7 +26,7 @@
 #include <memory>
 #include <vector>
 
-#include "framework/layer.h"
+#include "framework/core/layer.h"
 
 namespace qtrain {
 

@@ -1,6 +1,6 @@
 // pad_channels' CUDA path: one thread per output element (forward) or input element (backward),
 // so every element is written exactly once and no zero-fill pass is needed.
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/pad_channels.h"
 
 namespace qtrain {

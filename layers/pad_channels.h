@@ -9,7 +9,7 @@
 
 #include <memory>
 
-#include "framework/layer.h"
+#include "framework/core/layer.h"
 
 namespace qtrain {
 

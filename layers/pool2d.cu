@@ -5,7 +5,7 @@
 // CPU finds as the first one equal to the forward output, so ties route to the same element.
 #include <cfloat>
 
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/pool2d.h"
 
 namespace qtrain {

@@ -18,7 +18,7 @@
 
 #include <memory>
 
-#include "framework/layer.h"
+#include "framework/core/layer.h"
 #include "layers/conv_geometry.h"
 
 namespace qtrain {

@@ -3,8 +3,8 @@
 // here, beside what they register; Net and the tools take them as arguments.
 #pragma once
 
-#include "framework/layer.h"
-#include "framework/loss.h"
+#include "framework/core/layer.h"
+#include "framework/core/loss.h"
 
 namespace qtrain {
 

@@ -1,6 +1,6 @@
 // Builds without the CUDA toolkit link this file instead of lstm.cu and ctc_loss.cu (cuda_disabled.cpp
 // does the same for the other layers): every CUDA entry point of the sequence layers is a clear error.
-#include "framework/check.h"
+#include "framework/core/check.h"
 #include "layers/ctc_loss.h"
 #include "layers/lstm.h"
 

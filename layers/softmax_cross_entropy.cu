@@ -4,7 +4,7 @@
 // status go back to the host, where they are summed in double in row order (deterministic).
 #include <cmath>
 
-#include "framework/cuda_context.h"
+#include "framework/core/cuda_context.h"
 #include "layers/softmax_cross_entropy.h"
 
 namespace qtrain {

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "framework/loss.h"
+#include "framework/core/loss.h"
 
 namespace qtrain {
 

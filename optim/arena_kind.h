@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "framework/check.h"
-#include "framework/tensor.h"
+#include "framework/core/check.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain::optim_detail {
 

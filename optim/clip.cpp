@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 #include "optim/clip_order.h"
 
 namespace qtrain {

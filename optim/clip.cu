@@ -2,8 +2,8 @@
 // kLanes threads per chunk, then the chunk sums level by level), the norm read back to the host (a
 // stream synchronization), and, when it exceeds max_norm, one float multiply per value in place: the
 // CPU path's arithmetic, so both clip alike and return the same norm.
-#include "framework/check.h"
-#include "framework/cuda_context.h"
+#include "framework/core/check.h"
+#include "framework/core/cuda_context.h"
 #include "optim/clip.h"
 #include "optim/clip_order.h"
 

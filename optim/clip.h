@@ -4,8 +4,8 @@
 // all replicas scale identically. Config key: optimizer.clip_norm (0 = off).
 #pragma once
 
-#include "framework/context.h"
-#include "framework/tensor.h"
+#include "framework/core/context.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain {
 

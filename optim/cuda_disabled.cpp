@@ -1,6 +1,6 @@
 // Builds without the CUDA toolkit: the optimizers' CUDA launchers exist but throw, naming the
 // optimizer, so a CUDA arena reaching them is a clear error (never a silent CPU fallback).
-#include "framework/check.h"
+#include "framework/core/check.h"
 #include "optim/clip.h"
 #include "optim/kernels.h"
 

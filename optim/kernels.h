@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "framework/context.h"
-#include "framework/tensor.h"
+#include "framework/core/context.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain::optim_detail {
 

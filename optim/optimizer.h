@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "framework/config_node.h"
-#include "framework/context.h"
-#include "framework/tensor.h"
+#include "framework/core/config_node.h"
+#include "framework/core/context.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain {
 

@@ -1,7 +1,7 @@
 // RMSprop's CUDA kernel (f32): the arithmetic of rmsprop.cpp's CPU loop, one grid-stride pass over
 // the arena on the context's stream. Coefficients arrive precomputed (optim/kernels.h).
-#include "framework/check.h"
-#include "framework/cuda_context.h"
+#include "framework/core/check.h"
+#include "framework/core/cuda_context.h"
 #include "optim/kernels.h"
 
 namespace qtrain::optim_detail {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/config_node.h"
+#include "framework/core/config_node.h"
 
 namespace qtrain {
 

@@ -6,7 +6,7 @@
 // 4k entries in all (later candidates stay in the residual). Sent: e = v - mu, unsent: e = v.
 #include <cstring>
 
-#include "framework/philox_batch.h"
+#include "framework/core/philox_batch.h"
 #include "quant/det_sum.h"
 #include "quant/kernels.h"
 #include "quant/method.h"

@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "framework/check.h"
-#include "framework/context.h"
-#include "framework/cuda_context.h"
+#include "framework/core/check.h"
+#include "framework/core/context.h"
+#include "framework/core/cuda_context.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
 

@@ -1,7 +1,7 @@
 // Builds without the CUDA toolkit (and the AddressSanitizer test build): the quantizers' CUDA
 // launchers exist but throw, naming the method, so a CUDA span reaching them is a clear error (never a
 // silent CPU fallback).
-#include "framework/check.h"
+#include "framework/core/check.h"
 #include "quant/kernels.h"
 
 namespace qtrain::quant_detail {

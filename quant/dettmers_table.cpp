@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 #include "quant/numerics.h"
 
 namespace qtrain::quant_detail {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "framework/context.h"
+#include "framework/core/context.h"
 #include "quant/quantizer.h"
 #include "quant/wire.h"
 

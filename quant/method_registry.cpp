@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <array>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 #include "quant/method.h"
 
 namespace qtrain {

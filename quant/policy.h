@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/config_node.h"
+#include "framework/core/config_node.h"
 #include "quant/quantizer.h"
 
 namespace qtrain {

@@ -12,7 +12,7 @@
 #include <immintrin.h>
 #endif
 
-#include "framework/philox_batch.h"
+#include "framework/core/philox_batch.h"
 #include "quant/cpu_loops.h"
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"

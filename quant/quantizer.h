@@ -12,10 +12,10 @@
 #include <utility>
 #include <vector>
 
-#include "framework/check.h"
-#include "framework/context.h"
-#include "framework/philox.h"
-#include "framework/tensor.h"
+#include "framework/core/check.h"
+#include "framework/core/context.h"
+#include "framework/core/philox.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain {
 

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <memory>
 
-#include "framework/check.h"
-#include "framework/device.h"
+#include "framework/core/check.h"
+#include "framework/core/device.h"
 #include "tests/comm/mpi_test_main.h"
 
 namespace {

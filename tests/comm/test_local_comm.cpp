@@ -11,7 +11,7 @@
 #include "comm/communicator.h"
 #include "comm/local_comm.h"
 #include "comm/mpi_transport_defaults.h"
-#include "framework/device.h"
+#include "framework/core/device.h"
 
 using namespace qtrain;
 using Catch::Contains;

@@ -14,7 +14,7 @@
 #include "data/an4.h"
 #include "data/audio_features.h"
 #include "data/loader.h"
-#include "framework/check.h"
+#include "framework/core/check.h"
 #include "tests/support/real_data.h"
 #include "tests/support/temp_dir.h"
 

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "framework/file_io.h"
-#include "framework/metrics.h"
-#include "framework/safetensors.h"
-#include "framework/trainer.h"
+#include "framework/core/file_io.h"
+#include "framework/train/metrics.h"
+#include "framework/core/safetensors.h"
+#include "framework/train/trainer.h"
 #include "layers/registry.h"
 #include "tests/support/idx_files.h"
 #include "tests/support/image_files.h"

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <functional>
 
-#include "framework/config_node.h"
+#include "framework/core/config_node.h"
 #include "tests/support/temp_dir.h"
 
 using namespace qtrain;

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "framework/cpu_pool.h"
+#include "framework/core/cpu_pool.h"
 
 using namespace qtrain;
 

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <map>
 
-#include "framework/net.h"
-#include "framework/run_config.h"
+#include "framework/model/net.h"
+#include "framework/train/run_config.h"
 #include "layers/registry.h"
 #include "tests/support/gradcheck.h"
 #include "tests/support/temp_dir.h"

@@ -1,13 +1,13 @@
-// The start-up memory check (framework/memory_budget.h): reading MemAvailable, the sizes a Net reports
+// The start-up memory check (framework/core/memory_budget.h): reading MemAvailable, the sizes a Net reports
 // before it allocates, the message of a run that cannot fit, and a Trainer refusing a model far larger
 // than any machine's memory before it allocates anything.
 #include <catch2/catch.hpp>
 
-#include "framework/check.h"
-#include "framework/memory_budget.h"
-#include "framework/net.h"
-#include "framework/run_config.h"
-#include "framework/trainer.h"
+#include "framework/core/check.h"
+#include "framework/core/memory_budget.h"
+#include "framework/model/net.h"
+#include "framework/train/run_config.h"
+#include "framework/train/trainer.h"
 #include "layers/registry.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"

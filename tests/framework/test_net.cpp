@@ -1,10 +1,10 @@
 // Net: arena layout (aligned, non-overlapping named views), deterministic initialization, shapes.
 #include <catch2/catch.hpp>
 
-#include "framework/checkpoint.h"
-#include "framework/net.h"
-#include "framework/run_config.h"
-#include "framework/safetensors.h"
+#include "framework/train/checkpoint.h"
+#include "framework/model/net.h"
+#include "framework/train/run_config.h"
+#include "framework/core/safetensors.h"
 #include "layers/registry.h"
 #include "tests/support/temp_dir.h"
 

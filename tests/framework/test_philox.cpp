@@ -1,7 +1,7 @@
 // Philox4x32-10 against the Random123 known-answer vectors, and the cuRAND float mapping.
 #include <catch2/catch.hpp>
 
-#include "framework/philox.h"
+#include "framework/core/philox.h"
 
 using namespace qtrain;
 

@@ -1,8 +1,8 @@
 // Config validation at start-up: every bad input gives one clear message naming the file, line and key.
 #include <catch2/catch.hpp>
 
-#include "framework/net.h"
-#include "framework/run_config.h"
+#include "framework/model/net.h"
+#include "framework/train/run_config.h"
 #include "layers/registry.h"
 #include "optim/optimizer.h"
 #include "tests/support/temp_dir.h"

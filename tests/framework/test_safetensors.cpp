@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "framework/file_io.h"
-#include "framework/safetensors.h"
+#include "framework/core/file_io.h"
+#include "framework/core/safetensors.h"
 
 using namespace qtrain;
 namespace fs = std::filesystem;

@@ -5,8 +5,8 @@
 
 #include <filesystem>
 
-#include "framework/net.h"
-#include "framework/run_config.h"
+#include "framework/model/net.h"
+#include "framework/train/run_config.h"
 #include "layers/registry.h"
 
 using namespace qtrain;

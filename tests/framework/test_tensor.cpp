@@ -1,7 +1,7 @@
 // Tensor: shapes, views sharing storage, copies, dtype checks.
 #include <catch2/catch.hpp>
 
-#include "framework/tensor.h"
+#include "framework/core/tensor.h"
 
 using namespace qtrain;
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <functional>
 
-#include "framework/context.h"
+#include "framework/core/context.h"
 #include "layers/ctc_loss.h"
 #include "tests/support/gradcheck.h"
 

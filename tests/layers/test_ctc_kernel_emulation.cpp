@@ -14,7 +14,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "framework/context.h"
+#include "framework/core/context.h"
 #include "layers/ctc_loss.h"
 #include "tests/support/gradcheck.h"
 

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "framework/context.h"
+#include "framework/core/context.h"
 #include "layers/lstm.h"
 #include "tests/support/gradcheck.h"
 #include "tests/support/config_text.h"

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "framework/config_node.h"
+#include "framework/core/config_node.h"
 #include "layers/activation.h"
 #include "layers/add.h"
 #include "layers/batchnorm.h"

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "framework/context.h"
+#include "framework/core/context.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "tests/support/config_text.h"

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "framework/philox.h"
+#include "framework/core/philox.h"
 #include "optim/adagrad.h"
 #include "optim/adam.h"
 #include "optim/clip.h"

@@ -3,7 +3,7 @@
 // only matters to other lanes would otherwise go unchecked; found by mutation testing).
 #include "tests/quant/cuda_common_probe.h"
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 #include "quant/cuda_common.cuh"
 
 namespace qtrain::quant_test {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/context.h"
+#include "framework/core/context.h"
 #include "quant/method.h"
 #include "quant/policy.h"
 #include "quant/quantizer.h"

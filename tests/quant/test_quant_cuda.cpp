@@ -9,7 +9,7 @@
 #include <limits>
 #include <string>
 
-#include "framework/tensor.h"
+#include "framework/core/tensor.h"
 #include "quant/det_sum.h"
 #include "quant/wire.h"
 #include "tests/quant/cuda_common_probe.h"

@@ -17,7 +17,7 @@
 #include "quant/det_sum.h"
 #include "quant/dettmers_table.h"
 #include "quant/numerics.h"
-#include "framework/philox_batch.h"
+#include "framework/core/philox_batch.h"
 #include "quant/wire.h"
 #include "tests/quant/quant_test_util.h"
 

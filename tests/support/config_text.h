@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "framework/config_node.h"
+#include "framework/core/config_node.h"
 
 namespace qtrain::testing {
 

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <string>
 
-#include "framework/context.h"
-#include "framework/tensor.h"
+#include "framework/core/context.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain::testing {
 

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "framework/device.h"
+#include "framework/core/device.h"
 
 int main(int argc, char** argv) {
   if (!qtrain::cuda_available()) {

@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain::testing {
 

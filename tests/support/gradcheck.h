@@ -13,11 +13,11 @@
 
 #include <fmt/format.h>
 
-#include "framework/context.h"
-#include "framework/layer.h"
-#include "framework/loss.h"
-#include "framework/philox.h"
-#include "framework/tensor.h"
+#include "framework/core/context.h"
+#include "framework/core/layer.h"
+#include "framework/core/loss.h"
+#include "framework/core/philox.h"
+#include "framework/core/tensor.h"
 
 namespace qtrain::testing {
 

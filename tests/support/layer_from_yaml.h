@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "framework/layer.h"
-#include "framework/registry.h"
+#include "framework/core/layer.h"
+#include "framework/core/registry.h"
 #include "layers/registry.h"
 #include "tests/support/config_text.h"
 

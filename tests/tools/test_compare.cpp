@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "framework/check.h"
-#include "framework/metrics.h"
+#include "framework/core/check.h"
+#include "framework/train/metrics.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 #include "tools/qtrain/predict_model.h"

@@ -22,8 +22,8 @@
 #include "comm/communicator.h"
 #include "comm/gradient_exchange.h"
 #include "comm/mpi_comm.h"
-#include "framework/philox.h"
-#include "framework/trainer.h"
+#include "framework/core/context.h"
+#include "framework/core/philox.h"
 #include "tools/qtrain/commands.h"
 #include "tools/qtrain/method_list.h"
 

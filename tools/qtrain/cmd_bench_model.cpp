@@ -9,9 +9,9 @@
 #include <chrono>
 #include <cstdio>
 
-#include "framework/net.h"
-#include "framework/philox.h"
-#include "framework/trainer.h"
+#include "framework/model/net.h"
+#include "framework/core/philox.h"
+#include "framework/train/trainer.h"
 #include "layers/registry.h"
 #include "optim/optimizer.h"
 #include "tools/qtrain/commands.h"

@@ -20,14 +20,14 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "framework/check.h"
-#include "framework/config_node.h"
-#include "framework/context.h"
-#include "framework/device.h"
-#include "framework/philox.h"
-#include "framework/tensor.h"
+#include "framework/core/check.h"
+#include "framework/core/config_node.h"
+#include "framework/core/context.h"
+#include "framework/core/device.h"
+#include "framework/core/philox.h"
+#include "framework/core/tensor.h"
 #include "quant/policy.h"
-#include "framework/memory_budget.h"
+#include "framework/core/memory_budget.h"
 #include "quant/method.h"
 #include "quant/policy.h"
 #include "quant/quantizer.h"

@@ -23,9 +23,9 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "framework/check.h"
-#include "framework/run_config.h"
-#include "framework/file_io.h"
+#include "framework/core/check.h"
+#include "framework/train/run_config.h"
+#include "framework/core/file_io.h"
 #include "tools/qtrain/commands.h"
 #include "tools/qtrain/report.h"
 #include "tools/qtrain/run_record.h"

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <map>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 #include "tools/qtrain/commands.h"
 #include "tools/qtrain/predict_model.h"
 #include "tools/qtrain/run_record.h"

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "comm/mpi_runtime.h"
-#include "framework/check.h"
+#include "framework/core/check.h"
 #include "tools/qtrain/commands.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "framework/check.h"
+#include "framework/core/check.h"
 
 namespace qtrain::predict {
 namespace {

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "framework/check.h"
-#include "framework/file_io.h"
+#include "framework/core/check.h"
+#include "framework/core/file_io.h"
 
 namespace qtrain::cli {
 namespace fs = std::filesystem;

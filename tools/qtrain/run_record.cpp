@@ -9,10 +9,10 @@
 #include <sstream>
 
 #include "comm/exchange_config.h"
-#include "framework/check.h"
-#include "framework/metrics.h"
-#include "framework/net.h"
-#include "framework/run_config.h"
+#include "framework/core/check.h"
+#include "framework/train/metrics.h"
+#include "framework/model/net.h"
+#include "framework/train/run_config.h"
 #include "layers/registry.h"
 #include "quant/policy.h"
 

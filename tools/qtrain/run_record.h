@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/phase_timers.h"
+#include "framework/core/phase_timers.h"
 #include "tools/qtrain/predict_model.h"
 
 namespace qtrain::cli {

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <set>
 
-#include "framework/check.h"
-#include "framework/config_node.h"
-#include "framework/file_io.h"
+#include "framework/core/check.h"
+#include "framework/core/config_node.h"
+#include "framework/core/file_io.h"
 #include "tools/qtrain/method_list.h"
 #include "tools/qtrain/report.h"
 #include "tools/qtrain/run_record.h"

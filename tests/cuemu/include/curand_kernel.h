@@ -13,7 +13,7 @@
 // - curand_uniform: x * 2^-32 + 2^-33 in float (CURAND_2POW32_INV is 2^-32 exactly, so the product is
 //   exact and an FMA, which nvcc may contract this to, rounds the same): in (0, 1], never 0.
 //
-// framework/philox.h computes the same function on the CPU; tests/cuemu/test/test_curand_kernel.cu
+// framework/core/philox.h computes the same function on the CPU; tests/cuemu/test/test_curand_kernel.cu
 // checks this header against values of the toolkit's own header and against philox.h.
 #pragma once
 

@@ -1,7 +1,7 @@
 // The stand-in curand_kernel.h against cuRAND's own sequence: values printed by the CUDA 13.0
 // toolkit's curand_kernel.h (compiled with nvcc, QUALIFIERS redefined as __host__ __device__, and run
 // on the host: the header's code is the specification of the device API), and against
-// framework/philox.h, the CPU side of dropout's mask.
+// framework/core/philox.h, the CPU side of dropout's mask.
 #include <catch2/catch.hpp>
 
 #include <curand_kernel.h>
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "framework/philox.h"
+#include "framework/core/philox.h"
 
 namespace {
 
@@ -98,7 +98,7 @@ TEST_CASE("curand_kernel.h: the uniform map is x * 2^-32 + 2^-33, in (0, 1]") {
   CHECK(curand_uniform(&s) == 1.0f);  // 2^32 - 1 rounds to 2^32 in float
 }
 
-TEST_CASE("curand_kernel.h: curand_init(seed, g, 0) + curand_uniform4 in a kernel is framework/philox.h's block g") {
+TEST_CASE("curand_kernel.h: curand_init(seed, g, 0) + curand_uniform4 in a kernel is framework/core/philox.h's block g") {
   // What dropout.cu relies on: thread g's four draws are philox_subsequence_block(key, g) mapped by
   // uniform_from_bits.
   const qtrain::PhiloxKey key{0x89abcdefu, 0x01234567u};

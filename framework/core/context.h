@@ -1,0 +1,66 @@
+// Context: everything a layer, optimizer or quantizer call needs besides its tensors: the device,
+// the CUDA stream and library handles, the CPU thread budget and its worker threads, and the
+// randomness key material.
+// Passed explicitly to every call; there is no global mode and no singleton.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "framework/core/cpu_pool.h"
+#include "framework/core/device.h"
+
+namespace qtrain {
+
+struct CudaHandles;  // framework/core/cuda_context.h; only CUDA sources need its definition
+struct CudaHandlesDeleter {
+  void operator()(CudaHandles* handles) const noexcept;  // context_cuda.cpp / context_nocuda.cpp
+};
+
+class Context {
+ public:
+  // A CPU context using `cpu_threads` threads for BLAS (0 = all cores).
+  static Context cpu(uint64_t seed, int cpu_threads = 0);
+  // A CUDA context on device `index`: creates a stream and cuBLAS/cuDNN/cuRAND handles.
+  static Context cuda(int index, uint64_t seed);
+
+  Context(Context&&) noexcept;
+  Context& operator=(Context&&) noexcept;
+  ~Context();
+
+  Device device() const { return device_; }
+  uint64_t seed() const { return seed_; }
+  int cpu_threads() const { return cpu_threads_; }
+  // The CPU layers' worker threads: cpu_threads() lanes on a CPU context, one (no threads) on CUDA.
+  CpuPool& cpu_pool() { return *pool_; }
+
+  // The optimizer step being computed; layers derive their random streams from (seed, step, layer id).
+  uint64_t step() const { return step_; }
+  void set_step(uint64_t step) { step_ = step; }
+
+  // Only for CUDA contexts (checked).
+  CudaHandles& cuda();
+  // Waits for all work queued on this context's stream (no-op on the CPU).
+  void synchronize();
+
+ private:
+  Context() = default;
+  Device device_;
+  uint64_t seed_ = 0;
+  uint64_t step_ = 0;
+  int cpu_threads_ = 1;
+  std::unique_ptr<CpuPool> pool_;
+  std::unique_ptr<CudaHandles, CudaHandlesDeleter> cuda_;
+};
+
+// The device a config's `device:` key (or a command's --device) selects on this rank (auto: CUDA when
+// a GPU is present); `setting_name` names the setting in the error for cuda without a GPU.
+Device select_device(const std::string& setting, int local_rank, const std::string& setting_name = "device");
+// Builds a Context for `device`.
+Context make_context(Device device, uint64_t seed, int threads);
+
+// Sets OpenBLAS's thread count (0 = all cores) and returns the count in effect.
+int set_blas_threads(int threads);
+
+}  // namespace qtrain
