@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "comm/watchdog.h"
 #include "framework/core/file_io.h"
 #include "framework/core/memory_budget.h"
 #include "framework/train/progress.h"
@@ -349,6 +350,7 @@ void Trainer::load_rank_state() {
 void Trainer::check_same_config() {
   // Ranks that parsed different configs (a different file or --set on one host) would train
   // different models and hang or diverge later: compare a hash of the resolved config at start-up.
+  const WatchActivity activity("start-up: comparing the ranks' configs");
   const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(resolved_yaml_.data(), resolved_yaml_.size()));
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r] != all[0])
@@ -365,6 +367,7 @@ void Trainer::check_same_config() {
 // bit-identical on all ranks (an MPI_Allreduce does not promise that). A world of one skips this.
 void Trainer::sync_buffers() {
   if (comm_->size() == 1 || net_->buffer_entries().empty()) return;
+  const WatchActivity activity("averaging the buffers (batch-norm statistics) over the ranks");
   ctx_->synchronize();
   Tensor& buffers = net_->buffers();
   QT_CHECK(buffers.dtype() == DType::f32, "buffer synchronization expects f32 buffers, not {}",
@@ -403,6 +406,7 @@ void Trainer::sync_buffers() {
 // Compares parameters only: buffers legitimately differ between the synchronizations of sync_buffers(),
 // which checks them itself under --debug-check-replicas.
 void Trainer::check_replicas(int64_t step) {
+  const WatchActivity activity(fmt::format("replica check at step {}", step));
   ctx_->synchronize();
   const Tensor host = net_->params().device().is_cpu() ? net_->params() : net_->params().to(Device::cpu());
   const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(host.raw(), host.nbytes()));
@@ -420,6 +424,7 @@ void Trainer::log_info(const std::string& line) {
 }
 
 void Trainer::write_checkpoint(const TrainingPosition& position) {
+  const WatchActivity activity(fmt::format("checkpoint at step {} (rank 0 writes while the others wait)", position.step));
   sync_buffers();  // in place, so a resumed run continues from the same buffers as one that never stopped
   ctx_->synchronize();
   // Parameters and optimizer state are identical on every rank: rank 0 writes them. Error-feedback
