@@ -2,6 +2,7 @@
 #include "comm/watchdog.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -150,6 +151,9 @@ void abort_mpi_job(const std::string& message) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
+  // MPI_Abort reaches the other ranks through mpirun, which may itself wait on a host behind the
+  // broken link: SIGALRM ends this process if the abort has not done so within 15 s.
+  ::alarm(15);
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, kWatchdogExitCode);
   std::_Exit(kWatchdogExitCode);  // MPI_Abort does not return; this process ends either way
 }

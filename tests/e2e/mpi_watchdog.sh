@@ -51,7 +51,7 @@ for _ in $(seq 1 $(((timeout_s + margin_s) * 10))); do
   if ! kill -0 "$job" 2>/dev/null; then ended=1; break; fi
   sleep 0.1
 done
-elapsed=$(echo "$(date +%s.%N) - $stopped_at" | bc)
+elapsed=$(awk -v a="$(date +%s.%N)" -v b="$stopped_at" 'BEGIN { printf "%.1f", a - b }')
 if [[ $ended -ne 1 ]]; then
   echo "FAIL: the job still waits $elapsed s after a rank was stopped (communication.timeout_s=$timeout_s)"
   tail -5 "$tmp/log"; exit 1
