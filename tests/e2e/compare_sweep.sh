@@ -123,7 +123,7 @@ grep -q "One seed per method: no confidence interval or test can be given" "$tmp
   fail "the step-bounded runs were not reused: $(cat "$tmp/short2.log")"
 
 # 7. seeds
-for bad in "--seeds 0" "--seeds a,b" "--baseline int3"; do
+for bad in "--seeds 0" "--seeds a,b" "--seeds 2 --set seed=3" "--baseline int3"; do
   # shellcheck disable=SC2086 # the flag and its value are two words
   if "$qtrain" compare "$src/configs/mnist_mlp.yaml" --methods fp32 --out "$tmp/bad" "${short_common[@]}" $bad 2>"$tmp/err"; then
     fail "$bad accepted"
@@ -144,6 +144,9 @@ grep -q "^## 95% confidence intervals over the seeds" "$seeds_report" || fail "n
 grep -q "^- \*\*fp32\*\*: final accuracy: .*(p=" "$seeds_report" || fail "no test of fp32 against bf16: $(cat "$seeds_report")"
 "$qtrain" compare "${seeded[@]}" >"$tmp/seeds2.log" 2>&1 || fail "the seeded rerun failed"
 [[ $(grep -c "finished run reused" "$tmp/seeds2.log") -eq 4 ]] || fail "the seeded runs were not reused: $(cat "$tmp/seeds2.log")"
+"$qtrain" predict --from "$tmp/seeds" --gpus 2 --bandwidth 1gbit >"$tmp/predict_seeds.md" 2>"$tmp/err" ||
+  fail "predict of a seeded sweep failed: $(cat "$tmp/err")"
+grep -q "^| fp32 seed 2 | " "$tmp/predict_seeds.md" || fail "predict does not name the seeds: $(cat "$tmp/predict_seeds.md")"
 "$qtrain" compare --report-only "$tmp/seeds" --baseline fp32 2>"$tmp/err" || fail "--report-only --baseline fp32 failed: $(cat "$tmp/err")"
 grep -q "^## Against the baseline: fp32" "$seeds_report" || fail "--report-only --baseline fp32 did not change the baseline"
 if "$qtrain" compare --report-only "$tmp/seeds" --baseline onebit 2>"$tmp/err"; then fail "a baseline outside the sweep was accepted"; fi
