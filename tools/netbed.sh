@@ -22,7 +22,7 @@ usage() {
   cat <<EOF
 Usage:
   tools/netbed.sh up     [--hosts K] [--rate R] [--latency D] [--prefix P] [FAULTS]
-  tools/netbed.sh run    [--hosts K] [--rate R] [--latency D] [--prefix P] [FAULTS]
+  tools/netbed.sh run    [--hosts K] [--ranks-per-host R] [--rate R] [--latency D] [--prefix P] [FAULTS]
                          [--link-down T:D]
                          [--btl-tcp-links N] [--mca KEY VALUE]... [-x NAME]... -- COMMAND [ARGS...]
   tools/netbed.sh down   [--prefix P]
@@ -38,6 +38,9 @@ Usage:
 
 Options:
   --hosts K           number of hosts, 1..253 (default 2)
+  --ranks-per-host R  run: R ranks on each host (a node of several GPUs: ranks 0..R-1 on host 0, and
+                      so on; shared memory between the ranks of a host, the shaped links between
+                      hosts); default 1
   --rate R            per-port rate in tc syntax (100mbit, 1gbit, 10gbit) or 'none' (default 1gbit)
   --latency D         extra one-way host-to-host delay, e.g. 1ms (netem on host egress; needs the
                       kernel's sch_netem; default none)
@@ -65,16 +68,17 @@ log() { echo "netbed: $*" >&2; }
 
 # Options shared by every subcommand; run-only ones are rejected elsewhere.
 hosts=2 rate=1gbit latency=none prefix=qtnb btl_tcp_links="" extra_mca=() extra_env=() command=()
-loss=none jitter=none link_down=none fault_host=""
+loss=none jitter=none link_down=none fault_host="" ranks_per_host=1
 
 parse_args() {  # parse_args SUBCOMMAND ARGS...
   local sub=$1
   shift
   while [[ $# -gt 0 ]]; do
     case $1 in
-      --hosts|--rate|--latency|--prefix|--btl-tcp-links|-x|--loss|--jitter|--link-down|--fault-host)
+      --hosts|--rate|--latency|--prefix|--btl-tcp-links|-x|--loss|--jitter|--link-down|--fault-host|--ranks-per-host)
         [[ $# -ge 2 ]] || die "$1 needs a value"
         case $1 in
+          --ranks-per-host) ranks_per_host=$2 ;;
           --loss) loss=$2 ;;
           --jitter) jitter=$2 ;;
           --link-down) link_down=$2 ;;
@@ -113,6 +117,9 @@ parse_args() {  # parse_args SUBCOMMAND ARGS...
   elif ! [[ $fault_host =~ ^[0-9]+$ ]] || ((fault_host >= hosts)); then
     die "--fault-host must be a host number 0..$((hosts - 1)), got '$fault_host'"
   fi
+  if ! [[ $ranks_per_host =~ ^[0-9]+$ ]] || ((ranks_per_host < 1 || ranks_per_host > 64)); then
+    die "--ranks-per-host must be 1..64, got '$ranks_per_host'"
+  fi
   [[ $prefix =~ ^[a-z][a-z0-9]{0,11}$ ]] || die "--prefix must match [a-z][a-z0-9]{0,11}, got '$prefix'"
   [[ -z $btl_tcp_links || $btl_tcp_links =~ ^[1-9][0-9]?$ ]] ||
     die "--btl-tcp-links must be 1..99, got '$btl_tcp_links'"
@@ -123,8 +130,8 @@ parse_args() {  # parse_args SUBCOMMAND ARGS...
   if [[ $sub == run ]]; then
     [[ ${#command[@]} -gt 0 ]] || die "run needs a command after '--' (see tools/netbed.sh --help)"
   elif [[ ${#command[@]} -gt 0 || -n $btl_tcp_links || ${#extra_mca[@]} -gt 0 ||
-          ${#extra_env[@]} -gt 0 || $link_down != none ]]; then
-    die "'--', --link-down, --btl-tcp-links, --mca and -x are for 'run' only"
+          ${#extra_env[@]} -gt 0 || $link_down != none || $ranks_per_host != 1 ]]; then
+    die "'--', --ranks-per-host, --link-down, --btl-tcp-links, --mca and -x are for 'run' only"
   fi
 }
 
@@ -300,9 +307,10 @@ cmd_run() {
   on_exit "cmd_down; rm -rf '$tmp'"
   bring_up
   local h
-  for ((h = 0; h < hosts; h++)); do echo "$(host "$h") slots=1"; done >"$tmp/hostfile"
+  for ((h = 0; h < hosts; h++)); do echo "$(host "$h") slots=$ranks_per_host"; done >"$tmp/hostfile"
 
-  local args=(-np "$hosts" --hostfile "$tmp/hostfile" --map-by node
+  # By slot: a host's ranks are consecutive (ranks 0..R-1 on host 0), as on a cluster's nodes.
+  local args=(-np "$((hosts * ranks_per_host))" --hostfile "$tmp/hostfile" --map-by slot
     --bind-to none    # every daemon believes it owns the whole machine: binding would stack ranks on core 0
     --wdir "$PWD")
   # MCA defaults; a --mca KEY VALUE of the caller replaces the default for KEY (mpirun rejects a key
@@ -310,7 +318,7 @@ cmd_run() {
   # shellcheck disable=SC2054  # 'tcp,self' is one value
   local -A mca=(
     [plm_rsh_agent]=$rsh_agent [plm_rsh_no_tree_spawn]=1
-    [pml]=ob1 [btl]=tcp,self [btl_tcp_if_include]=$subnet [oob_tcp_if_include]=$subnet
+    [pml]=ob1 [btl]=tcp,vader,self [btl_tcp_if_include]=$subnet [oob_tcp_if_include]=$subnet
     [mpi_yield_when_idle]=1   # busy-polling ranks starve the kernel's packet processing (4 ms/message)
     [orte_leave_session_attached]=1)  # daemons stay children of mpirun: their errors are shown, not lost
   [[ -z $btl_tcp_links ]] || mca[btl_tcp_links]=$btl_tcp_links
