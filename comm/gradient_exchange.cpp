@@ -71,7 +71,11 @@ double GradientExchange::fraction_quantized() const {
   for (size_t t = 0; t < tensors().size(); ++t) {
     const auto numel = static_cast<double>(tensors()[t].numel);
     total += numel;
-    if (method_info(work_->plans[t].spec.method).cast_bits != 32) quantized += numel;
+    const exchange::TensorPlan& p = work_->plans[t];
+    // powersgd sends its uncompressed tensors (vectors, matrices where compression does not pay) in fp32.
+    const bool fp32 = method_info(p.spec.method).cast_bits == 32 ||
+                      (p.algorithm == ReduceAlgorithm::powersgd && !p.low_rank.shape.compressed);
+    if (!fp32) quantized += numel;
   }
   return total > 0 ? quantized / total : 0.0;
 }
@@ -166,6 +170,8 @@ std::vector<std::pair<std::string, Tensor>> GradientExchange::state() {
     for (size_t s = 0; s < p.stripes.size(); ++s)
       for (size_t k = 0; k < p.stripes[s].size(); ++k) add(p.stripes[s][k], "/stripe" + std::to_string(s) + piece(k));
     for (size_t k = 0; k < p.owner.size(); ++k) add(p.owner[k], "/owner" + piece(k));
+    if (p.low_rank.q_t.defined()) out.emplace_back(tensors()[t].name + "/powersgd/q", p.low_rank.q_t);
+    if (p.low_rank.residual.defined()) out.emplace_back(tensors()[t].name + "/powersgd/residual", p.low_rank.residual);
   }
   return out;
 }
@@ -204,17 +210,19 @@ void GradientExchange::run_thread() {
 }
 
 void GradientExchange::process_bucket(int b) {
-  std::vector<int> native, gathered, striped;
+  std::vector<int> native, gathered, striped, low_rank;
   for (int t : buckets_[static_cast<size_t>(b)].tensors) {
     switch (work_->plan(t).algorithm) {
       case ReduceAlgorithm::allreduce: native.push_back(t); break;
       case ReduceAlgorithm::allgather: gathered.push_back(t); break;
       case ReduceAlgorithm::reduce_scatter_allgather: striped.push_back(t); break;
+      case ReduceAlgorithm::powersgd: low_rank.push_back(t); break;
     }
   }
   if (!native.empty()) exchange::reduce_allreduce(*work_, native);
   if (!gathered.empty()) exchange::reduce_allgather(*work_, gathered);
   if (!striped.empty()) exchange::reduce_scatter_allgather(*work_, striped);
+  if (!low_rank.empty()) exchange::reduce_powersgd(*work_, low_rank);
 }
 
 }  // namespace qtrain

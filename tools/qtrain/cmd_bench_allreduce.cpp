@@ -162,7 +162,8 @@ void run(const Options& o, int local_rank) {
         cc.overlap = false;
         cc.bucket_mb = 1e6;
         cc.piece_mb = o.piece_mb;
-        std::vector<ExchangeTensor> tensors{{"gradient", "bench", "dense", 0, n, o.column}};
+        // A matrix of n / column rows of `column` values (PowerSGD's view of it).
+        std::vector<ExchangeTensor> tensors{{"gradient", "bench", "dense", 0, n, o.column, n / o.column}};
         std::unique_ptr<GradientExchange> ex;
         try {
           ex = std::make_unique<GradientExchange>(*comm, device, 1, cc, m.config, tensors);
