@@ -75,7 +75,8 @@ struct QuantMethodInfo {
   // bound, a sign rule, topk's "dropped or exact"); tests and bench-quant check every method with it.
   std::function<bool(const QuantSpec&, const RoundTripValue&)> within_bound;
   // The variants that tests, bench-quant and bench-allreduce sweep, as `--methods` entries
-  // ("qsgd:bits=2"); the first is the method with its defaults.
+  // ("qsgd:bits=2"); the first is the method with its defaults, or with what a benchmark needs to
+  // measure it (powersgd starts compressing at step 0).
   std::vector<std::string> variants;
   // Makes the quantizer for a validated, resolved spec (payload methods only).
   std::function<std::unique_ptr<Quantizer>(const QuantSpec&)> make;
