@@ -210,7 +210,8 @@ void GradientExchange::run_thread() {
 }
 
 void GradientExchange::process_bucket(int b) {
-  std::vector<int> native, gathered, striped, low_rank;
+  std::vector<int> native, gathered, striped;
+  std::vector<int> low_rank;  // powersgd
   for (int t : buckets_[static_cast<size_t>(b)].tensors) {
     switch (work_->plan(t).algorithm) {
       case ReduceAlgorithm::allreduce: native.push_back(t); break;
