@@ -46,6 +46,27 @@ bool holds_q(Workspace& w, const LowRankState& l) {
   return false;
 }
 
+// A NaN or Inf in any rank's M reaches every rank's summed P, so every rank stops here with the same
+// error (naming the tensor) before it could enter Q (the next step's warm start) or the parameters.
+void check_finite(Workspace& w, const std::vector<int>& compressed, const float* p_all, int64_t p_values) {
+  std::vector<float> host;
+  if (w.device.is_cuda()) {
+    host.resize(static_cast<size_t>(p_values));
+    copy_to_host(*w.ctx, host.data(), p_all, host.size() * 4);
+    p_all = host.data();
+  }
+  int64_t at = 0;
+  for (int t : compressed) {
+    const LowRankShape& s = w.plan(t).low_rank.shape;
+    for (int64_t i = 0; i < s.rows * s.rank; ++i)
+      if (!std::isfinite(p_all[at + i]))
+        throw NonFiniteInputError(fmt::format(
+            "powersgd: the gradient of {} (plus its error-feedback residual) holds NaN or Inf on some rank: its "
+            "summed P = M Q is not finite", w.tensor(t).name));
+    at += s.rows * s.rank;
+  }
+}
+
 }  // namespace
 
 void reduce_powersgd(Workspace& w, const std::vector<int>& ids) {
@@ -100,6 +121,7 @@ void reduce_powersgd(Workspace& w, const std::vector<int>& ids) {
   w.stats.phases.add(Phase::communicate, since(t0));
 
   t0 = Clock::now();
+  check_finite(w, compressed, p_all, p_values);
   p_at = 0;
   int64_t q_at = 0;
   for (int t : compressed) {

@@ -228,3 +228,20 @@ TEST_CASE("powersgd: Q and the residual restored into a fresh exchange continue 
   std::map<std::string, Tensor> sa = state_of(a), sb = state_of(b);
   for (auto& [name, t] : sa) CHECK(std::memcmp(t.raw(), sb.at(name).raw(), t.nbytes()) == 0);
 }
+
+TEST_CASE("powersgd: a NaN in one rank's gradient stops every rank with the same error, naming the tensor",
+          "[powersgd][mpi]") {
+  auto comm = make_communicator("auto", Device::cpu());
+  const int me = comm->rank();
+  const QuantizationConfig qc = quantization("{method: powersgd, rank: 2, start_iter: 0, min_numel: 0}");
+  Context ctx = Context::cpu(kSeed, 1);
+  // Without overlap the buckets run in order on the calling thread, so every rank stops at the same
+  // bucket (a later bucket's collective is never started by one rank alone).
+  GradientExchange ex(*comm, Device::cpu(), kSeed, communication(false), qc, layout());
+  Tensor g = gradients(me, 0);
+  if (me == 0) g.data<float>()[448 + 777] = std::nanf("");  // dense.weight on rank 0 only
+  REQUIRE_THROWS_AS(ex.exchange(ctx, g, 0), NonFiniteInputError);
+  Tensor again = gradients(me, 0);
+  if (me == 0) again.data<float>()[448 + 777] = std::nanf("");
+  REQUIRE_THROWS_WITH(ex.exchange(ctx, again, 1), Catch::Contains("powersgd: the gradient of dense.weight"));
+}
