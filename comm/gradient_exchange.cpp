@@ -82,9 +82,17 @@ double GradientExchange::fraction_quantized() const {
 
 std::string GradientExchange::describe() const {
   std::string s;
-  for (size_t t = 0; t < tensors().size(); ++t)
+  for (size_t t = 0; t < tensors().size(); ++t) {
+    const exchange::TensorPlan& p = work_->plans[t];
+    std::string algorithm = reduce_algorithm_name(p.algorithm);
+    // powersgd: the matrix it compresses, or that the tensor travels in fp32.
+    if (p.algorithm == ReduceAlgorithm::powersgd) {
+      const LowRankShape& l = p.low_rank.shape;
+      algorithm += l.compressed ? fmt::format(" {}x{} rank {}", l.rows, l.cols, l.rank) : " (fp32: not compressed)";
+    }
     s += fmt::format("{:<20} {:>10} values  {:<40} {:<25} bucket {}\n", tensors()[t].name, tensors()[t].numel,
-                     work_->plans[t].spec.str(), reduce_algorithm_name(work_->plans[t].algorithm), bucket_of_[t]);
+                     p.spec.str(), algorithm, bucket_of_[t]);
+  }
   return s;
 }
 
