@@ -13,6 +13,7 @@
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
 #include "comm/nccl_comm.h"
+#include "comm/watchdog.h"
 #include "framework/core/check.h"
 
 namespace qtrain {
@@ -182,6 +183,15 @@ std::unique_ptr<Communicator> make_communicator(const CommunicationConfig& confi
   std::unique_ptr<Communicator> comm = make_communicator(config.backend, device);
   if (auto* mpi = dynamic_cast<MpiComm*>(comm.get()); mpi && config.mpi_allreduce == "library")
     mpi->set_ring(0, mpi->ring_segment_bytes());
+  // A world of one never waits for anyone; every MPI or NCCL job is watched.
+  if (comm->size() > 1) {
+    char host[MPI_MAX_PROCESSOR_NAME];
+    int length = 0;
+    MPI_CHECK(MPI_Get_processor_name(host, &length));
+    start_watchdog(config.timeout_s,
+                   fmt::format("rank {} of {} on {}", comm->rank(), comm->size(), std::string(host, static_cast<size_t>(length))),
+                   abort_mpi_job);
+  }
   return comm;
 }
 

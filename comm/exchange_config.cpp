@@ -36,6 +36,7 @@ CommunicationConfig CommunicationConfig::parse(ConfigNode& section) {
   c.mean = section.get_choice("reduce", "mean", {"mean", "sum"}) == "mean";
   c.mpi_allreduce = section.get_choice("mpi_allreduce", c.mpi_allreduce, {"ring", "library"});
   c.piece_mb = section.get_double("piece_mb", c.piece_mb, 0.0, 1 << 20);
+  c.timeout_s = section.get_double("timeout_s", c.timeout_s, 0.0, 7 * 86400.0);
   section.finish();
   return c;
 }

@@ -2,7 +2,7 @@
 // are grouped into buckets, and whether communication overlaps backward.
 //
 //   communication: {backend: auto, algorithm: auto, bucket_mb: 25, overlap: true, reduce: mean,
-//                   mpi_allreduce: ring, piece_mb: 4}
+//                   mpi_allreduce: ring, piece_mb: 4, timeout_s: 600}
 #pragma once
 
 #include <string>
@@ -34,6 +34,10 @@ struct CommunicationConfig {
   // (whole stripe units), each its own quantized span, and pipelines them: piece k+1 is encoded and
   // sent while the owners already sum, re-encode and allgather piece k. 0: one piece per stripe.
   double piece_mb = 4;
+  // The watchdog (comm/watchdog.h): a rank that waits this long in one collective without progress
+  // ends the job with a message naming the operation and the peer. 0: wait for ever. The default is
+  // PyTorch's NCCL timeout: long enough for rank 0 to write a large checkpoint while the others wait.
+  double timeout_s = 600;
 
   static CommunicationConfig parse(ConfigNode& section);
   // The algorithm for a tensor quantized with `spec` (errors when the configured algorithm cannot

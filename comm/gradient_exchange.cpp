@@ -4,6 +4,7 @@
 
 #include "comm/exchange/plan.h"
 #include "comm/exchange/workspace.h"
+#include "comm/watchdog.h"
 #include "quant/method.h"
 
 namespace qtrain {
@@ -218,6 +219,8 @@ void GradientExchange::run_thread() {
 }
 
 void GradientExchange::process_bucket(int b) {
+  const WatchActivity activity(
+      fmt::format("step {}, exchange of bucket {} of {}", work_->ctx->step(), b + 1, num_buckets()));
   std::vector<int> native, gathered, striped;
   std::vector<int> low_rank;  // powersgd
   for (int t : buckets_[static_cast<size_t>(b)].tensors) {

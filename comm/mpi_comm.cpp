@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "comm/transport_common.h"
+#include "comm/watchdog.h"
 #include "framework/core/check.h"
 #include "framework/core/float16.h"
 
@@ -119,6 +120,7 @@ const uint8_t* MpiComm::send_view(Context& ctx, Device where, const uint8_t* dat
 
 void MpiComm::all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceType type) {
   const char* op = "all_reduce_sum";
+  CommWatch watch(op);
   check_reduce_args(op, data, count, type);
   const size_t element = reduce_type_size(type);
   const size_t bytes = static_cast<size_t>(count) * element;
@@ -178,6 +180,7 @@ void MpiComm::reduce_host(void* data, size_t count, ReduceType type) {
 void MpiComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
                                std::vector<size_t>& sizes, std::vector<size_t>& offsets) {
   const char* op = "all_gather_bytes";
+  CommWatch watch(op);
   const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
   check_send_outside(op, send, recv);
 
@@ -216,6 +219,7 @@ void MpiComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, cons
                                const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
                                std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) {
   const char* op = "all_to_all_bytes";
+  CommWatch watch(op);
   check_all_to_all_args(op, send.size(), send_sizes, send_offsets, size_);
   const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
   check_send_outside(op, send, recv);
@@ -313,8 +317,11 @@ size_t MpiComm::received_bytes(int rc, const MPI_Status& status, int peer) {
 }
 
 size_t MpiComm::wait_stream(int s) {
+  CommWatch watch("a streamed message");
+  watch.waiting_for(s);
   MPI_Status status;
   const int rc = MPI_Wait(&requests_[static_cast<size_t>(s)], &status);
+  watch.progress();
   return received_bytes(rc, status, s);
 }
 
@@ -358,6 +365,12 @@ int MpiComm::wait_any(const std::vector<int>& among, size_t* received) {
     QT_CHECK(r >= 0 && static_cast<size_t>(r) < p2p_requests_.size(), "wait_any: no request {}", r);
     pending.push_back(p2p_requests_[static_cast<size_t>(r)]);
   }
+  // The watchdog names the peer when every awaited message comes from the same one.
+  CommWatch watch("wait_any");
+  int peer = p2p_peers_[static_cast<size_t>(among[0])];
+  for (int r : among)
+    if (p2p_peers_[static_cast<size_t>(r)] != peer) peer = -1;
+  watch.waiting_for(peer);
   int index = MPI_UNDEFINED;
   MPI_Status status;
   const int rc = MPI_Waitany(static_cast<int>(pending.size()), pending.data(), &index, &status);
@@ -373,6 +386,7 @@ int MpiComm::wait_any(const std::vector<int>& among, size_t* received) {
 }
 
 void MpiComm::complete_all() {
+  CommWatch watch("complete_all");
   MPI_CHECK(MPI_Waitall(static_cast<int>(p2p_requests_.size()), p2p_requests_.data(), MPI_STATUSES_IGNORE));
   p2p_requests_.clear();
   p2p_peers_.clear();
@@ -380,6 +394,7 @@ void MpiComm::complete_all() {
 
 void MpiComm::all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
                                   std::vector<uint8_t>& recv, const Consume& consume) {
+  CommWatch watch("all_to_all_streamed");
   if (!streamable(recv_capacity)) return Communicator::all_to_all_streamed(ctx, produce, recv_capacity, recv, consume);
   const auto P = static_cast<size_t>(size_);
   const auto me = static_cast<size_t>(rank_);
@@ -415,6 +430,7 @@ void MpiComm::all_to_all_streamed(Context& ctx, const Produce& produce, const st
 
 void MpiComm::all_gather_streamed(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& recv_capacity,
                                   std::vector<uint8_t>& recv, const Consume& consume) {
+  CommWatch watch("all_gather_streamed");
   if (!streamable(recv_capacity)) return Communicator::all_gather_streamed(ctx, send, recv_capacity, recv, consume);
   const auto P = static_cast<size_t>(size_);
   const auto me = static_cast<size_t>(rank_);
@@ -446,6 +462,8 @@ void MpiComm::all_gather_streamed(Context& ctx, std::span<const uint8_t> send, c
 
 void MpiComm::broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) {
   const char* op = "broadcast_bytes";
+  CommWatch watch(op);
+  watch.waiting_for(root);
   check_root(op, root, size_);
   const Device where = buffer_location(op, "data", data.data(), data.size(), ctx);
   if (data.empty()) return;
@@ -475,12 +493,14 @@ void MpiComm::broadcast_host(uint8_t* data, size_t bytes, int root) {
 // ---- host helpers ------------------------------------------------------------------------------------
 
 std::vector<uint64_t> MpiComm::all_gather_u64(uint64_t value) {
+  CommWatch watch("all_gather_u64");
   std::vector<uint64_t> values(static_cast<size_t>(size_));
   MPI_CHECK(MPI_Allgather(&value, 1, MPI_UINT64_T, values.data(), 1, MPI_UINT64_T, comm_));
   return values;
 }
 
 std::vector<uint64_t> MpiComm::all_to_all_u64(const std::vector<uint64_t>& values) {
+  CommWatch watch("all_to_all_u64");
   QT_CHECK(values.size() == static_cast<size_t>(size_), "all_to_all_u64: {} values, expected one per rank ({})",
            values.size(), size_);
   std::vector<uint64_t> received(values.size());
@@ -489,9 +509,13 @@ std::vector<uint64_t> MpiComm::all_to_all_u64(const std::vector<uint64_t>& value
 }
 
 void MpiComm::all_reduce_sum_f64(std::span<double> values) {
+  CommWatch watch("all_reduce_sum_f64");
   if (!values.empty()) reduce_host(values.data(), values.size(), ReduceType::f64);
 }
 
-void MpiComm::barrier() { MPI_CHECK(MPI_Barrier(comm_)); }
+void MpiComm::barrier() {
+  CommWatch watch("barrier");
+  MPI_CHECK(MPI_Barrier(comm_));
+}
 
 }  // namespace qtrain

@@ -15,6 +15,7 @@
 
 #include "comm/cuda_staging.h"
 #include "comm/transport_common.h"
+#include "comm/watchdog.h"
 #include "framework/core/check.h"
 #include "framework/core/cuda_context.h"
 
@@ -106,6 +107,7 @@ uint8_t* NcclComm::scratch(Tensor& buffer, size_t bytes) {
 
 void NcclComm::wait(void* stream, const char* op) {
   const auto s = static_cast<cudaStream_t>(stream);
+  CommWatch watch(op);  // a silent peer leaves the stream busy without an asynchronous error
   for (int polls = 0;; ++polls) {
     const cudaError_t state = cudaStreamQuery(s);
     if (state == cudaSuccess) return;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/watchdog.h"
 #include "framework/core/check.h"
 #include "framework/core/float16.h"
 
@@ -64,6 +65,8 @@ void ring_allreduce(MPI_Comm comm, void* data, size_t count, ReduceType type, si
   auto chunk_of = [&](size_t shift) { return (me + P - shift % P) % P; };  // (me - shift) mod P
 
   scratch.incoming.resize((count / P + 1) * element);
+  CommWatch watch("ring allreduce");
+  watch.waiting_for(left);
   for (int phase = 0; phase < 2; ++phase) {
     const bool reduce = phase == 0;
     const int tag = reduce ? kReduceScatterTag : kAllgatherTag;
@@ -90,6 +93,7 @@ void ring_allreduce(MPI_Comm comm, void* data, size_t count, ReduceType type, si
       // the next ones are still on the wire.
       for (size_t k = 0; k < receives; ++k) {
         MPI_CHECK(MPI_Wait(&scratch.requests[k], MPI_STATUS_IGNORE));
+        watch.progress();
         if (!reduce) continue;
         const size_t at = k * seg;
         add_into(bytes + (begin(recv_chunk) + at) * element, recv_base + at * element, std::min(seg, recv_n - at), type);

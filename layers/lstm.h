@@ -68,6 +68,7 @@ class Lstm : public Layer {
     std::vector<std::vector<T>> outputs;  // per layer but the last: (B*T, dirs*H)
     std::vector<std::vector<T>> gates;    // per layer and direction: activated i, f, g, o (B*T, 4H)
     std::vector<std::vector<T>> cells;    // per layer and direction: c (B*T, H)
+    // Per direction (the directions run side by side): h, c, step, hprev, dh, dc, dgates.
     std::vector<T> h, c, step, hprev, dh, dc, dgates, dlayer_out, dlayer_in;
   };
 
@@ -81,9 +82,12 @@ class Lstm : public Layer {
   void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
 
  private:
-  template <typename T> void forward_reference(const T* x, T* y, int64_t batch, int64_t frames, Workspace<T>& ws);
   template <typename T>
-  void backward_reference(const T* x, const T* y, const T* dy, T* dx, int64_t batch, int64_t frames, Workspace<T>& ws);
+  void forward_reference(Context& ctx, const T* x, T* y, int64_t batch, int64_t frames, Workspace<T>& ws);
+  template <typename T>
+  void backward_reference(Context& ctx, const T* x, const T* y, const T* dy, T* dx, int64_t batch, int64_t frames,
+                          Workspace<T>& ws);
+  template <typename F> void for_each_direction(Context& ctx, F&& fn);
   int64_t layer_input(int64_t layer) const { return layer == 0 ? input_ : dirs_ * options_.hidden_size; }
   const Tensor& param(int64_t layer, int dir, int which) const {
     return params_[static_cast<size_t>((layer * dirs_ + dir) * 4 + which)];

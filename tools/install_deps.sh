@@ -9,7 +9,9 @@ packages=(build-essential cmake ninja-build pkg-config git
           openmpi-bin libopenmpi-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2
           libopenblas-dev libcli11-dev nlohmann-json3-dev zlib1g-dev npm
           libfftw3-dev libjpeg62-turbo-dev ccache
-          gnuplot-nox)  # gnuplot: the plots of `qtrain compare` reports (training never needs it)
+          gnuplot-nox   # gnuplot: the plots of `qtrain compare` reports (training never needs it)
+          nftables      # nft: the testbed's packet-loss faults (tools/netbed.sh --loss)
+          dataset-fashion-mnist)  # the second dataset of docs/results.md (real-data tests use it too)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy python3-psutil)
 fi

@@ -21,8 +21,9 @@ readonly forward_env=(PATH LD_LIBRARY_PATH PYTHONPATH OPENBLAS_CORETYPE OPENBLAS
 usage() {
   cat <<EOF
 Usage:
-  tools/netbed.sh up     [--hosts K] [--rate R] [--latency D] [--prefix P]
-  tools/netbed.sh run    [--hosts K] [--rate R] [--latency D] [--prefix P]
+  tools/netbed.sh up     [--hosts K] [--rate R] [--latency D] [--prefix P] [FAULTS]
+  tools/netbed.sh run    [--hosts K] [--ranks-per-host R] [--rate R] [--latency D] [--prefix P] [FAULTS]
+                         [--link-down T:D]
                          [--btl-tcp-links N] [--mca KEY VALUE]... [-x NAME]... -- COMMAND [ARGS...]
   tools/netbed.sh down   [--prefix P]
   tools/netbed.sh status [--prefix P]
@@ -37,10 +38,21 @@ Usage:
 
 Options:
   --hosts K           number of hosts, 1..253 (default 2)
+  --ranks-per-host R  run: R ranks on each host (a node of several GPUs: ranks 0..R-1 on host 0, and
+                      so on; shared memory between the ranks of a host, the shaped links between
+                      hosts); default 1
   --rate R            per-port rate in tc syntax (100mbit, 1gbit, 10gbit) or 'none' (default 1gbit)
   --latency D         extra one-way host-to-host delay, e.g. 1ms (netem on host egress; needs the
                       kernel's sch_netem; default none)
   --prefix P          namespace name prefix, [a-z][a-z0-9]{0,11} (default qtnb)
+Faults, on one host's link (--fault-host, default the last host):
+  --loss P            drop P percent of the packets the host sends, at random (0 < P < 100; nftables
+                      in the host's namespace, needs the nft command and the kernel's nf_tables)
+  --jitter D          vary the host's egress delay by up to D (netem delay/jitter; needs sch_netem)
+  --link-down T:D     run only: T seconds after the command starts, take the host's link down for D
+                      seconds (ip link set down on both ends), then up again
+  --fault-host N      the host of the faults, 0..K-1 (default K-1)
+
   --btl-tcp-links N   Open MPI TCP connections per peer pair (btl_tcp_links; default Open MPI's 1)
   --mca KEY VALUE     extra mpirun MCA parameter, or a replacement for a default (repeatable)
   -x NAME             forward environment variable NAME to the ranks (repeatable); these are always
@@ -56,15 +68,21 @@ log() { echo "netbed: $*" >&2; }
 
 # Options shared by every subcommand; run-only ones are rejected elsewhere.
 hosts=2 rate=1gbit latency=none prefix=qtnb btl_tcp_links="" extra_mca=() extra_env=() command=()
+loss=none jitter=none link_down=none fault_host="" ranks_per_host=1
 
 parse_args() {  # parse_args SUBCOMMAND ARGS...
   local sub=$1
   shift
   while [[ $# -gt 0 ]]; do
     case $1 in
-      --hosts|--rate|--latency|--prefix|--btl-tcp-links|-x)
+      --hosts|--rate|--latency|--prefix|--btl-tcp-links|-x|--loss|--jitter|--link-down|--fault-host|--ranks-per-host)
         [[ $# -ge 2 ]] || die "$1 needs a value"
         case $1 in
+          --ranks-per-host) ranks_per_host=$2 ;;
+          --loss) loss=$2 ;;
+          --jitter) jitter=$2 ;;
+          --link-down) link_down=$2 ;;
+          --fault-host) fault_host=$2 ;;
           --hosts) hosts=$2 ;;
           --rate) rate=$2 ;;
           --latency) latency=$2 ;;
@@ -89,6 +107,19 @@ parse_args() {  # parse_args SUBCOMMAND ARGS...
     die "--rate must be a tc rate such as 100mbit, 1gbit, 10gbit, or 'none'; got '$rate'"
   [[ $latency == none || $latency =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] ||
     die "--latency must be a tc time such as 500us or 2ms, or 'none'; got '$latency'"
+  [[ $loss == none || ($loss =~ ^[0-9]+(\.[0-9]{1,2})?$ && $loss != 0 && $loss != 0.0 && $loss != 0.00 &&
+     ${loss%%.*} -lt 100) ]] || die "--loss must be a percentage above 0 and below 100 (at most 2 decimals), got '$loss'"
+  [[ $jitter == none || $jitter =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] ||
+    die "--jitter must be a tc time such as 20ms, got '$jitter'"
+  [[ $link_down == none || $link_down =~ ^[0-9]+(\.[0-9]+)?:[0-9]+(\.[0-9]+)?$ ]] ||
+    die "--link-down must be T:D in seconds (down T s after the start, for D s), e.g. 5:60; got '$link_down'"
+  if [[ -z $fault_host ]]; then fault_host=$((hosts - 1))
+  elif ! [[ $fault_host =~ ^[0-9]+$ ]] || ((fault_host >= hosts)); then
+    die "--fault-host must be a host number 0..$((hosts - 1)), got '$fault_host'"
+  fi
+  if ! [[ $ranks_per_host =~ ^[0-9]+$ ]] || ((ranks_per_host < 1 || ranks_per_host > 64)); then
+    die "--ranks-per-host must be 1..64, got '$ranks_per_host'"
+  fi
   [[ $prefix =~ ^[a-z][a-z0-9]{0,11}$ ]] || die "--prefix must match [a-z][a-z0-9]{0,11}, got '$prefix'"
   [[ -z $btl_tcp_links || $btl_tcp_links =~ ^[1-9][0-9]?$ ]] ||
     die "--btl-tcp-links must be 1..99, got '$btl_tcp_links'"
@@ -99,8 +130,8 @@ parse_args() {  # parse_args SUBCOMMAND ARGS...
   if [[ $sub == run ]]; then
     [[ ${#command[@]} -gt 0 ]] || die "run needs a command after '--' (see tools/netbed.sh --help)"
   elif [[ ${#command[@]} -gt 0 || -n $btl_tcp_links || ${#extra_mca[@]} -gt 0 ||
-          ${#extra_env[@]} -gt 0 ]]; then
-    die "'--', --btl-tcp-links, --mca and -x are for 'run' only"
+          ${#extra_env[@]} -gt 0 || $link_down != none || $ranks_per_host != 1 ]]; then
+    die "'--', --ranks-per-host, --link-down, --btl-tcp-links, --mca and -x are for 'run' only"
   fi
 }
 
@@ -117,12 +148,13 @@ existing() {  # the namespaces of testbed $prefix, one per line
   ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$prefix-(sw|h[0-9]+)\$" | sort -V || true
 }
 
-shape() {  # shape NAMESPACE DEV DELAY: tbf at $rate on DEV's egress, netem DELAY before it unless 'none'
-  local ns=$1 dev=$2 delay=$3 parent=root
-  if [[ $delay != none ]]; then
-    local err
-    err=$(tc -n "$ns" qdisc add dev "$dev" root handle 1: netem delay "$delay" limit 100000 2>&1) ||
-      die "--latency: tc could not add netem in $ns: ${err:-?} (--latency needs the kernel's sch_netem)"
+shape() {  # shape NAMESPACE DEV DELAY [JITTER]: tbf at $rate on DEV's egress, netem DELAY (JITTER) before it
+  local ns=$1 dev=$2 delay=$3 vary=${4:-none} parent=root
+  if [[ $delay != none || $vary != none ]]; then
+    local err netem=(delay "${delay/none/0ms}")
+    [[ $vary == none ]] || netem+=("$vary")
+    err=$(tc -n "$ns" qdisc add dev "$dev" root handle 1: netem "${netem[@]}" limit 100000 2>&1) ||
+      die "--latency/--jitter: tc could not add netem in $ns: ${err:-?} (they need the kernel's sch_netem)"
     parent="parent 1:1"
   fi
   if [[ $rate != none ]]; then
@@ -171,11 +203,42 @@ bring_up() {  # the caller's EXIT trap must run cmd_down
     ip -n "$s" link set "p$i" up
     ip -n "$h" addr add "$net.$((i + 1))/24" dev eth0
     ip -n "$h" link set eth0 up
-    shape "$h" eth0 "$latency"   # host -> switch
+    if ((i == fault_host)); then shape "$h" eth0 "$latency" "$jitter"; else shape "$h" eth0 "$latency"; fi
+    ((i == fault_host)) && [[ $loss != none ]] && drop_packets "$h" "$loss"
     shape "$s" "p$i" none        # switch -> host
   done
+  [[ $loss == none && $jitter == none ]] ||
+    log "faults on $(host "$fault_host"): loss ${loss/none/0}%, jitter $jitter"
   log "up: $hosts host(s) $(host 0)..$(host $((hosts - 1))) = $net.1..$net.$hosts, switch $s = $switch_ip," \
       "rate $rate per direction per port, extra latency $latency"
+}
+
+drop_packets() {  # drop_packets NAMESPACE PERCENT: drop that share of the packets it sends, at random
+  local ns=$1 per10k err
+  per10k=$(awk -v p="$2" 'BEGIN { printf "%d", p * 100 + 0.5 }')
+  command -v nft >/dev/null || die "--loss needs the nft command: install nftables"
+  err=$(ip netns exec "$ns" nft -f - 2>&1 <<EOF_NFT
+table inet netbed_faults {
+  chain out {
+    type filter hook output priority 0; policy accept;
+    numgen random mod 10000 < $per10k drop
+  }
+}
+EOF_NFT
+) || die "--loss: nft could not add the drop rule in $ns: ${err:-?} (needs the kernel's nf_tables)"
+}
+
+link_down_later() {  # link_down_later T D: in the background, host $fault_host's link down at T for D s
+  local at=${link_down%%:*} for=${link_down##*:} h
+  h=$(host "$fault_host")
+  (
+    sleep "$at"
+    ip -n "$h" link set eth0 down 2>/dev/null && ip -n "$(sw)" link set "p$fault_host" down 2>/dev/null &&
+      log "fault: $h's link is down for ${for}s"
+    sleep "$for"
+    ip -n "$h" link set eth0 up 2>/dev/null && ip -n "$(sw)" link set "p$fault_host" up 2>/dev/null &&
+      log "fault: $h's link is up again"
+  ) &
 }
 
 pids_in() {  # the pids of processes running in the given namespaces
@@ -221,6 +284,9 @@ cmd_status() {
     echo "$ns:"
     ip -n "$ns" -br addr show | grep -v '^lo ' | sed 's/^/  /'
     tc -n "$ns" qdisc show | grep -E 'tbf|netem' | sed 's/^/  /' || true
+    if command -v nft >/dev/null && ip netns exec "$ns" nft list table inet netbed_faults >/dev/null 2>&1; then
+      ip netns exec "$ns" nft list table inet netbed_faults | grep -o 'numgen.*drop' | sed 's/^/  fault: /'
+    fi
   done
 }
 
@@ -241,9 +307,10 @@ cmd_run() {
   on_exit "cmd_down; rm -rf '$tmp'"
   bring_up
   local h
-  for ((h = 0; h < hosts; h++)); do echo "$(host "$h") slots=1"; done >"$tmp/hostfile"
+  for ((h = 0; h < hosts; h++)); do echo "$(host "$h") slots=$ranks_per_host"; done >"$tmp/hostfile"
 
-  local args=(-np "$hosts" --hostfile "$tmp/hostfile" --map-by node
+  # By slot: a host's ranks are consecutive (ranks 0..R-1 on host 0), as on a cluster's nodes.
+  local args=(-np "$((hosts * ranks_per_host))" --hostfile "$tmp/hostfile" --map-by slot
     --bind-to none    # every daemon believes it owns the whole machine: binding would stack ranks on core 0
     --wdir "$PWD")
   # MCA defaults; a --mca KEY VALUE of the caller replaces the default for KEY (mpirun rejects a key
@@ -251,7 +318,7 @@ cmd_run() {
   # shellcheck disable=SC2054  # 'tcp,self' is one value
   local -A mca=(
     [plm_rsh_agent]=$rsh_agent [plm_rsh_no_tree_spawn]=1
-    [pml]=ob1 [btl]=tcp,self [btl_tcp_if_include]=$subnet [oob_tcp_if_include]=$subnet
+    [pml]=ob1 [btl]=tcp,vader,self [btl_tcp_if_include]=$subnet [oob_tcp_if_include]=$subnet
     [mpi_yield_when_idle]=1   # busy-polling ranks starve the kernel's packet processing (4 ms/message)
     [orte_leave_session_attached]=1)  # daemons stay children of mpirun: their errors are shown, not lost
   [[ -z $btl_tcp_links ]] || mca[btl_tcp_links]=$btl_tcp_links
@@ -270,7 +337,9 @@ cmd_run() {
   # a TERM would wait for the whole job. stdin is redirected explicitly, or it would be /dev/null.
   local rc=0
   ip netns exec "$(sw)" mpirun "${args[@]}" "${command[@]}" <&0 &
-  wait $! || rc=$?
+  local job=$!
+  [[ $link_down == none ]] || link_down_later
+  wait $job || rc=$?
   [[ $rc -eq 0 ]] || log "run: the command exited with status $rc"
   exit "$rc"
 }

@@ -112,6 +112,21 @@ bool valid_utf8(const std::string& text) {
 void check_text(const YAML::Node& scalar, const std::string& origin) {
   if (!valid_utf8(scalar.Scalar()))
     input_error("{}: the text is not valid UTF-8 (save the config as UTF-8)", mark_location(origin, scalar.Mark()));
+  // A NUL ("\0" in a quoted YAML string) would end a path or a name early wherever it reaches the
+  // system (open() reads up to it), so "data\0x" would open "data".
+  if (scalar.Scalar().find('\0') != std::string::npos)
+    input_error("{}: the text holds a NUL character (\\0), which no path, name or value may contain",
+                mark_location(origin, scalar.Mark()));
+}
+
+// `text` with control characters written as \xNN, for messages that quote a path given by the user.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    else out += c;
+  }
+  return out;
 }
 
 // Rejects what yaml-cpp accepts but no config can mean: a key given twice in one mapping (yaml-cpp
@@ -411,9 +426,13 @@ void ConfigNode::finish() {
     const std::string hint = best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best);
     // Point at the key itself (location(key) would point at its value).
     const YAML::Mark mark = it->first.Mark();
-    const std::string where = location(key).rfind("command line", 0) == 0 || mark.line < 0 || !source_->positions
-                                  ? location(key)
-                                  : fmt::format("{}:{}:{}", source_->file, mark.line + 1, mark.column + 1);
+    std::string where = location(key).rfind("command line", 0) == 0 || mark.line < 0 || !source_->positions
+                            ? location(key)
+                            : fmt::format("{}:{}:{}", source_->file, mark.line + 1, mark.column + 1);
+    // A key without a position in the file was made by a --set (`--set a.b=1` creates section a).
+    if (mark.line < 0)
+      for (const auto& o : source_->overridden)
+        if (o.rfind(key_path(key) + ".", 0) == 0) where = fmt::format("command line (--set {})", o);
     throw InputError(fmt::format("{}: unknown key '{}'{}; known keys here: {}", where, key_path(key), hint,
                                  join(known_)));
   }
@@ -423,8 +442,8 @@ LoadedConfig load_config_file(const std::string& file, const std::vector<std::st
   LoadedConfig out;
   out.source = std::make_shared<ConfigSource>();
   out.source->file = file;
-  if (std::filesystem::is_directory(file)) input_error("{}: is a folder, not a config file", file);
-  if (!std::filesystem::is_regular_file(file)) input_error("{}: config file not found", file);
+  if (std::filesystem::is_directory(file)) input_error("{}: is a folder, not a config file", printable(file));
+  if (!std::filesystem::is_regular_file(file)) input_error("{}: config file not found", printable(file));
   const std::optional<std::string> text = read_whole_file(file);
   if (!text) input_error("{}: cannot read config: cannot open the file", file);
   try {

@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -42,7 +41,6 @@ class MetricsWriter {
 
  private:
   std::string path_;
-  std::ofstream out_;
 };
 
 }  // namespace qtrain

@@ -6,12 +6,15 @@
 #include <spdlog/spdlog.h>
 
 #include <cblas.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "comm/watchdog.h"
 #include "framework/core/file_io.h"
 #include "framework/core/memory_budget.h"
 #include "framework/train/progress.h"
@@ -350,6 +353,7 @@ void Trainer::load_rank_state() {
 void Trainer::check_same_config() {
   // Ranks that parsed different configs (a different file or --set on one host) would train
   // different models and hang or diverge later: compare a hash of the resolved config at start-up.
+  const WatchActivity activity("start-up: comparing the ranks' configs");
   const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(resolved_yaml_.data(), resolved_yaml_.size()));
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r] != all[0])
@@ -366,6 +370,7 @@ void Trainer::check_same_config() {
 // bit-identical on all ranks (an MPI_Allreduce does not promise that). A world of one skips this.
 void Trainer::sync_buffers() {
   if (comm_->size() == 1 || net_->buffer_entries().empty()) return;
+  const WatchActivity activity("averaging the buffers (batch-norm statistics) over the ranks");
   ctx_->synchronize();
   Tensor& buffers = net_->buffers();
   QT_CHECK(buffers.dtype() == DType::f32, "buffer synchronization expects f32 buffers, not {}",
@@ -404,6 +409,7 @@ void Trainer::sync_buffers() {
 // Compares parameters only: buffers legitimately differ between the synchronizations of sync_buffers(),
 // which checks them itself under --debug-check-replicas.
 void Trainer::check_replicas(int64_t step) {
+  const WatchActivity activity(fmt::format("replica check at step {}", step));
   ctx_->synchronize();
   const Tensor host = net_->params().device().is_cpu() ? net_->params() : net_->params().to(Device::cpu());
   const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(host.raw(), host.nbytes()));
@@ -421,6 +427,7 @@ void Trainer::log_info(const std::string& line) {
 }
 
 void Trainer::write_checkpoint(const TrainingPosition& position) {
+  const WatchActivity activity(fmt::format("checkpoint at step {} (rank 0 writes while the others wait)", position.step));
   sync_buffers();  // in place, so a resumed run continues from the same buffers as one that never stopped
   ctx_->synchronize();
   // Parameters and optimizer state are identical on every rank: rank 0 writes them. Error-feedback
@@ -503,6 +510,38 @@ TrainSummary Trainer::run() {
   return summary;
 }
 
+// Where the ranks run, from every rank's host, local rank and device: one line per node, so that a
+// user sees how a job was placed ("topology: 2 nodes x 2 ranks; node7: rank 0 (local 0, cuda:0), ...").
+void Trainer::log_topology() {
+  if (comm_->size() == 1) return;
+  const std::string mine = fmt::format("{}\t{}\t{}", options_.host.empty() ? "?" : options_.host,
+                                       options_.local_rank, device_.str());
+  std::vector<uint8_t> all;
+  std::vector<size_t> sizes, offsets;
+  comm_->all_gather_bytes(*ctx_, {reinterpret_cast<const uint8_t*>(mine.data()), mine.size()}, all, sizes, offsets);
+  if (options_.rank != 0) return;
+  std::vector<std::string> hosts;                     // in order of first appearance
+  std::vector<std::vector<std::string>> ranks_of;     // per host: "rank 0 (local 0, cpu)"
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    const std::string entry(reinterpret_cast<const char*>(all.data() + offsets[r]), sizes[r]);
+    const size_t a = entry.find('\t'), b = entry.find('\t', a + 1);
+    const std::string host = entry.substr(0, a);
+    const auto it = std::find(hosts.begin(), hosts.end(), host);
+    const size_t h = static_cast<size_t>(it - hosts.begin());
+    if (it == hosts.end()) {
+      hosts.push_back(host);
+      ranks_of.emplace_back();
+    }
+    ranks_of[h].push_back(fmt::format("rank {} (local {}, {})", r, entry.substr(a + 1, b - a - 1), entry.substr(b + 1)));
+  }
+  size_t most = 0, fewest = SIZE_MAX;
+  for (const auto& r : ranks_of) most = std::max(most, r.size()), fewest = std::min(fewest, r.size());
+  std::string line = fmt::format("topology: {} node(s) x {} rank(s){}, communicator {}", hosts.size(), most,
+                                 most == fewest ? "" : fmt::format(" (from {})", fewest), comm_->name());
+  for (size_t h = 0; h < hosts.size(); ++h) line += fmt::format("\n  {}: {}", hosts[h], fmt::join(ranks_of[h], ", "));
+  log_info(line);
+}
+
 void Trainer::log_start(int64_t steps_per_epoch) {
   log_info(fmt::format("qtrain {}: run '{}' on {} (OpenBLAS {} kernels, {} threads), {} parameters, {} steps per epoch",
                        config_.file, config_.name, device_.str(), openblas_get_corename(), ctx_->cpu_threads(),
@@ -512,6 +551,7 @@ void Trainer::log_start(int64_t steps_per_epoch) {
     if (!summary.empty() && summary.back() == '\n') summary.pop_back();
     log_info("model:\n" + summary);
   }
+  log_topology();
   log_info(fmt::format("data parallel: {} rank(s) over {}, {:.2f}% of gradient values quantized, {} bucket(s), "
                        "overlap {}",
                        comm_->size(), comm_->name(), 100 * exchange_->fraction_quantized(), exchange_->num_buckets(),

@@ -34,6 +34,7 @@ struct TrainOptions {
   int world_size = 1;
   int local_rank = 0;      // GPU index on this host
   int local_size = 1;      // ranks on this host (they share its memory)
+  std::string host;        // this rank's host (node) name, for the topology line of the log
   int64_t check_replicas_every = 0;  // verify bit-identical parameters on every rank every N steps
 };
 
@@ -92,6 +93,7 @@ class Trainer {
   void resume(int64_t steps_per_epoch);
 
   void log_start(int64_t steps_per_epoch);
+  void log_topology();
   void train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally& tally);
   void end_epoch(int64_t epoch, bool stop, const EpochTally& tally, TrainingPosition& pos, TrainSummary& summary,
                  MetricsWriter* metrics, std::chrono::steady_clock::time_point t_start);

@@ -10,7 +10,11 @@
 #  5. a copy of the binary elsewhere reuses the finished runs; a changed command retrains, and the run
 #     it replaces is moved to replaced/, not deleted;
 #  6. runs bounded by train.max_steps inside their first epoch finish, are reported with their steps,
-#     and are reused by a rerun.
+#     and are reused by a rerun; the default baseline (bf16) joins the runs and the speedups are over it;
+#  7. --seeds 2 trains each method (and the baseline) once per seed in runs/<method>/seed<N>/, and the
+#     report has the intervals and the tests against the baseline; bad --seeds and --baseline values
+#     fail before anything runs.
+# Parts 1-5 measure against fp32 (--baseline fp32), so that they train two methods, not three.
 # Usage: compare_sweep.sh QTRAIN_BINARY SOURCE_DIR   (needs SOURCE_DIR/data/mnist; skips without it)
 set -uo pipefail
 qtrain=$1
@@ -25,7 +29,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 sweep="$tmp/sweep"
 common=(--epochs 1 --out "$sweep" --set data.path="$mnist" --set data.limit_train=6144 --set data.limit_test=1000 --set train.threads=1
-      --set output.checkpoint_every_steps=4 --gnuplot "")
+      --set output.checkpoint_every_steps=4 --gnuplot "" --baseline fp32)
 args=("$src/configs/mnist_mlp.yaml" --methods fp32,qsgd:bits=4 "${common[@]}")
 
 # 1. unknown method: one line naming the known methods, nothing created
@@ -103,14 +107,50 @@ grep -q "fp32: stale run in .* is started again (the old one is kept in $sweep/r
 [[ -f "$sweep/runs/fp32/compare.done" ]] || fail "the changed fp32 run did not finish"
 
 # 6. runs bounded by train.max_steps (10 of an epoch's 48 steps)
-short=("$src/configs/mnist_mlp.yaml" --methods fp32,qsgd:bits=4 --epochs 1 --out "$tmp/short" --set data.path="$mnist"
-       --set data.limit_train=6144 --set data.limit_test=1000 --set train.threads=1 --set train.max_steps=10 --gnuplot "")
+short_common=(--epochs 1 --set data.path="$mnist" --set data.limit_train=6144 --set data.limit_test=1000
+              --set train.threads=1 --set train.max_steps=10 --gnuplot "")
+short=("$src/configs/mnist_mlp.yaml" --methods fp32,qsgd:bits=4 --out "$tmp/short" "${short_common[@]}")
 "$qtrain" compare "${short[@]}" >"$tmp/short.log" 2>&1 || fail "a sweep bounded by train.max_steps failed: $(cat "$tmp/short.log")"
 grep -q "^| fp32 | 1 | 0 (10) | " "$tmp/short/report/report.md" ||
   fail "the step-bounded fp32 run is not reported with its steps: $(cat "$tmp/short/report/report.md")"
+grep -q "^| bf16 | 1 | 0 (10) | .* | 1.00x | " "$tmp/short/report/report.md" ||
+  fail "the default baseline bf16 did not join the runs: $(cat "$tmp/short/report/report.md")"
+grep -q "| speedup over bf16 |" "$tmp/short/report/report.md" || fail "the speedups are not over bf16"
+grep -q "One seed per method: no confidence interval or test can be given" "$tmp/short/report/report.md" ||
+  fail "the one-seed report does not say that no interval can be given"
 "$qtrain" compare "${short[@]}" >"$tmp/short2.log" 2>&1 || fail "the step-bounded rerun failed: $(cat "$tmp/short2.log")"
-[[ $(grep -c "finished run reused" "$tmp/short2.log") -eq 2 ]] ||
+[[ $(grep -c "finished run reused" "$tmp/short2.log") -eq 3 ]] ||
   fail "the step-bounded runs were not reused: $(cat "$tmp/short2.log")"
+
+# 7. seeds
+for bad in "--seeds 0" "--seeds a,b" "--seeds 2 --set seed=3" "--baseline int3"; do
+  # shellcheck disable=SC2086 # the flag and its value are two words
+  if "$qtrain" compare "$src/configs/mnist_mlp.yaml" --methods fp32 --out "$tmp/bad" "${short_common[@]}" $bad 2>"$tmp/err"; then
+    fail "$bad accepted"
+  fi
+  [[ ! -e "$tmp/bad" ]] || fail "$bad created the sweep folder"
+done
+grep -q "error: --baseline int3: quantization.method must be one of fp32, fp16, bf16" "$tmp/err" ||
+  fail "--baseline int3 message: $(cat "$tmp/err")"
+seeded=("$src/configs/mnist_mlp.yaml" --methods fp32 --seeds 2 --out "$tmp/seeds" "${short_common[@]}")
+"$qtrain" compare "${seeded[@]}" >"$tmp/seeds.log" 2>&1 || fail "the seeded sweep failed: $(cat "$tmp/seeds.log")"
+for run in bf16/seed1 bf16/seed2 fp32/seed1 fp32/seed2; do
+  [[ -f "$tmp/seeds/runs/$run/compare.done" ]] || fail "no finished run in runs/$run"
+done
+grep -q "^seed: 2$" "$tmp/seeds/runs/fp32/seed2/config.resolved.yaml" || fail "the seed-2 run did not train with seed 2"
+seeds_report="$tmp/seeds/report/report.md"
+grep -q "^| fp32 | 2 (1, 2) | 1 | 0 (10) | .* ± .*% | " "$seeds_report" || fail "no mean ± sd row for fp32: $(cat "$seeds_report")"
+grep -q "^## 95% confidence intervals over the seeds" "$seeds_report" || fail "no interval table"
+grep -q "^- \*\*fp32\*\*: final accuracy: .*(p=" "$seeds_report" || fail "no test of fp32 against bf16: $(cat "$seeds_report")"
+"$qtrain" compare "${seeded[@]}" >"$tmp/seeds2.log" 2>&1 || fail "the seeded rerun failed"
+[[ $(grep -c "finished run reused" "$tmp/seeds2.log") -eq 4 ]] || fail "the seeded runs were not reused: $(cat "$tmp/seeds2.log")"
+"$qtrain" predict --from "$tmp/seeds" --gpus 2 --bandwidth 1gbit >"$tmp/predict_seeds.md" 2>"$tmp/err" ||
+  fail "predict of a seeded sweep failed: $(cat "$tmp/err")"
+grep -q "^| fp32 seed 2 | " "$tmp/predict_seeds.md" || fail "predict does not name the seeds: $(cat "$tmp/predict_seeds.md")"
+"$qtrain" compare --report-only "$tmp/seeds" --baseline fp32 2>"$tmp/err" || fail "--report-only --baseline fp32 failed: $(cat "$tmp/err")"
+grep -q "^## Against the baseline: fp32" "$seeds_report" || fail "--report-only --baseline fp32 did not change the baseline"
+if "$qtrain" compare --report-only "$tmp/seeds" --baseline onebit 2>"$tmp/err"; then fail "a baseline outside the sweep was accepted"; fi
+grep -q "not a method of the sweep in .* (its methods: bf16, fp32)" "$tmp/err" || fail "--report-only --baseline message: $(cat "$tmp/err")"
 
 if [[ $failures -gt 0 ]]; then echo "$failures failure(s)"; exit 1; fi
 echo "compare_sweep: all checks passed"

@@ -77,6 +77,12 @@ names=$("$netbed" run --hosts 2 --prefix "$prefix" -- cat /proc/sys/kernel/hostn
 [[ -z $(mine) ]] || fail "namespaces left after run: $(mine | tr '\n' ' ')"
 echo "ok: run starts one rank in each host ($names) and tears down"
 
+placed=$("$netbed" run --hosts 2 --ranks-per-host 2 --prefix "$prefix" -- \
+  sh -c 'echo "$OMPI_COMM_WORLD_RANK:$(cat /proc/sys/kernel/hostname):$OMPI_COMM_WORLD_LOCAL_RANK"' | sort | tr '\n' ' ')
+[[ $placed == "0:$prefix-h0:0 1:$prefix-h0:1 2:$prefix-h1:0 3:$prefix-h1:1 " ]] ||
+  fail "run --ranks-per-host 2: expected ranks 0,1 on h0 and 2,3 on h1, got '$placed'"
+echo "ok: run --ranks-per-host 2 places ranks 0,1 on h0 and 2,3 on h1 (local ranks 0, 1)"
+
 rc=0
 "$netbed" run --hosts 2 --prefix "$prefix" -- sh -c 'exit 3' 2>/dev/null || rc=$?
 [[ $rc -eq 3 ]] || fail "run of a command that exits 3 returned $rc"

@@ -56,6 +56,18 @@ TEST_CASE("unknown keys are rejected with a suggestion", "[config]") {
                                       Catch::Contains("did you mean 'optimizer'"));
 }
 
+TEST_CASE("an unknown section made by --set is blamed on the --set, not on the file", "[config]") {
+  auto source = std::make_shared<ConfigSource>();
+  source->file = "x.yaml";
+  source->positions = true;
+  YAML::Node root = YAML::Load("train: {epochs: 2}\n");
+  apply_override(root, *source, "trian.epochs=3");
+  ConfigNode n(root, "", source);
+  n.child("train");
+  REQUIRE_THROWS_WITH(n.finish(), Catch::Contains("command line (--set trian.epochs): unknown key 'trian' (did you "
+                                                  "mean 'train'?)"));
+}
+
 TEST_CASE("choices list the allowed values", "[config]") {
   ConfigNode n = parse("type: rmsprp\n");
   REQUIRE_THROWS_WITH(n.get_choice("type", "sgd", {"sgd", "rmsprop", "adam"}),
@@ -169,6 +181,19 @@ TEST_CASE("text that is not UTF-8 is an error naming its line, in the file and i
   REQUIRE(load_config_file(good, {}).root["name"].as<std::string>() == "caf\xc3\xa9");
   REQUIRE_THROWS_WITH(load_config_file(good, {"name=\xed\xa0\x80"}),  // a UTF-16 surrogate, not UTF-8
                       Catch::Contains("--set name: the text is not valid UTF-8"));
+}
+
+TEST_CASE("a NUL in a value is an error naming its line; control characters in a path are shown escaped",
+          "[config]") {
+  // A NUL reached open() as the end of the path: data.path "data\0x" opened "data", and messages were
+  // cut at it.
+  testing::TempDir dir;
+  const std::string file = dir.write("nul.yaml", "seed: 1\ndata: {path: \"a\\0b\"}\n");
+  REQUIRE_THROWS_WITH(load_config_file(file, {}), Catch::Contains(file + ":2:14: the text holds a NUL character"));
+  const std::string good = dir.write("good.yaml", "seed: 1\n");
+  REQUIRE_THROWS_WITH(load_config_file(good, {"data.path=\"x\\0y\""}),
+                      Catch::Contains("--set data.path: the text holds a NUL character"));
+  REQUIRE_THROWS_WITH(load_config_file("a\x01" "b.yaml", {}), Catch::Equals("a\\x01b.yaml: config file not found"));
 }
 
 TEST_CASE("a file of several YAML documents is an error (only the first used to be read)", "[config]") {

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 
 #include "framework/core/context.h"
 #include "layers/lstm.h"
@@ -13,6 +14,7 @@
 using namespace qtrain;
 using qtrain::testing::config_from_text;
 using qtrain::testing::bind_random_params;
+using qtrain::testing::BoundParams;
 using qtrain::testing::check_layer_gradients;
 using qtrain::testing::random_tensor;
 
@@ -46,6 +48,48 @@ TEST_CASE("lstm: float64 gradient check", "[lstm][gradcheck]") {
     CHECK(r.ok());
     CHECK(r.max_error < 1e-7);
   }
+}
+
+TEST_CASE("lstm: the directions side by side on two lanes give one lane's bits", "[lstm][threads]") {
+  // A bidirectional LSTM on a context with 2 lanes runs its two directions' recurrences at once;
+  // outputs, input gradients and every parameter gradient must equal the sequential run's, in both
+  // element types (and the float64 gradient check holds on 2 lanes too).
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    // Long enough (a few ms per direction) that the two lanes really overlap.
+    const std::vector<int32_t> lengths{300, 120, 0, 299};
+    const int64_t batch = 4, frames = 300, features = 5;
+    struct Run {
+      Tensor y, dx;
+      BoundParams bound;
+    };
+    auto run = [&](int threads) {
+      Context ctx = Context::cpu(1, threads);
+      Lstm lstm({6, 2, true, 1.0});
+      lstm.setup({features});
+      Run r{Tensor(), Tensor(), bind_random_params(lstm, 11, dtype, Device::cpu(), 0.5)};
+      lstm.set_sequence_lengths(lengths_tensor(lengths));
+      const Tensor x = random_tensor({batch * frames, features}, 12, -1.0, 1.0, dtype);
+      r.y = Tensor::empty({batch * frames, 12}, dtype);
+      lstm.forward(ctx, x, r.y, true);
+      const Tensor dy = random_tensor({batch * frames, 12}, 13, -1.0, 1.0, dtype);
+      r.dx = Tensor::empty({batch * frames, features}, dtype);
+      lstm.backward(ctx, x, r.y, dy, r.dx);
+      return r;
+    };
+    const Run one = run(1), two = run(2);
+    INFO(dtype_name(dtype));
+    CHECK(std::memcmp(one.y.raw(), two.y.raw(), one.y.nbytes()) == 0);
+    CHECK(std::memcmp(one.dx.raw(), two.dx.raw(), one.dx.nbytes()) == 0);
+    CHECK(std::memcmp(one.bound.grads.raw(), two.bound.grads.raw(), one.bound.grads.nbytes()) == 0);
+  }
+  Context ctx = Context::cpu(1, 2);
+  Lstm lstm({3, 2, true, 1.0});
+  const Shape out = lstm.setup({2});
+  bind_random_params(lstm, 7, DType::f64, Device::cpu(), 0.6);
+  lstm.set_sequence_lengths(lengths_tensor({4, 2, 3}));
+  const auto r = check_layer_gradients(lstm, ctx, random_tensor({12, 2}, 9), out);
+  INFO(r.failures);
+  CHECK(r.ok());
 }
 
 TEST_CASE("lstm: padding gives zero outputs and receives no gradient", "[lstm]") {

@@ -11,6 +11,7 @@
 #include "framework/train/metrics.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
+#include "tools/qtrain/loss_curve.h"
 #include "tools/qtrain/predict_model.h"
 #include "tools/qtrain/report.h"
 #include "tools/qtrain/run_record.h"
@@ -41,10 +42,11 @@ predict::Bucket fp32_bucket(double values) {
 
 // A run directory as the trainer leaves it: a 16-8-3 MLP config, train.log with the world size and
 // metrics.csv from MetricsWriter with the given rows.
-void write_run(const fs::path& dir, const std::string& quantization, const std::vector<MetricsRow>& rows, int ranks) {
+void write_run(const fs::path& dir, const std::string& quantization, const std::vector<MetricsRow>& rows, int ranks,
+               int seed = 1) {
   fs::create_directories(dir);
   std::ofstream(dir / "config.resolved.yaml")
-      << "name: synthetic\nseed: 1\ndevice: cpu\ndata: {dataset: mnist, path: /nonexistent, batch_size: 10}\n"
+      << "name: synthetic\nseed: " << seed << "\ndevice: cpu\ndata: {dataset: mnist, path: /nonexistent, batch_size: 10}\n"
          "model:\n  input: [1, 4, 4]\n  layers:\n    - {type: flatten}\n    - {type: dense, units: 8}\n"
          "    - {type: relu}\n    - {type: dense, units: 3}\n  loss: softmax_cross_entropy\n"
          "optimizer: {type: sgd, lr: 0.1}\ntrain: {epochs: 2}\n"
@@ -273,29 +275,33 @@ TEST_CASE("compare report: table values and files from synthetic runs", "[compar
   CHECK(fp32.measured_step_s() == Approx(0.15));
   CHECK(fp32.profile.buckets.size() == 1);
 
-  const SummaryRow a = summarize(fp32, 0.97, &fp32);
+  const SummaryRow a = summarize(fp32, 0.97);
   CHECK(a.final_accuracy == Approx(0.975));
   CHECK(a.best_epoch == 2);
   REQUIRE(a.time_to_target_s);
   CHECK(*a.time_to_target_s == Approx(11));
   CHECK(a.samples_per_s == Approx(20.0 / 0.03));
   CHECK(a.bits_per_value == Approx(32));
-  const SummaryRow b = summarize(fp16, 0.97, &fp32);
+  const SummaryRow b = summarize(fp16, 0.97);
   CHECK(b.best_accuracy == Approx(0.972));
   CHECK(b.best_epoch == 1);
   CHECK(*b.time_to_target_s == Approx(4));
-  CHECK(*b.speedup == Approx(3.0));
   CHECK(b.bits_per_value == Approx(16));
-  CHECK_FALSE(summarize(fp16, 0.99, &fp32).time_to_target_s);
+  CHECK_FALSE(summarize(fp16, 0.99).time_to_target_s);
 
-  const std::string table = markdown_table({a, b}, 0.97);
+  const std::string table = markdown_table(summarize_methods({fp32, fp16}, 0.97, {}, {}), 0.97, "fp32");
+  CHECK_THAT(table, Catch::Contains("| samples/s | speedup over fp32 |"));
   CHECK_THAT(table, Catch::Contains("| fp32 | 2 | 2 (20) | 97.50% | 97.50% (2) | 11.0 s | 667 | 1.00x | 150.0 | 32.00 | 0.000 MB | 1.000 |"));
   CHECK_THAT(table, Catch::Contains("| fp16 | 2 | 2 (20) | 96.80% | 97.20% (1) | 4.0 s | 2000 | 3.00x | 150.0 | 16.00 |"));
-  CHECK_THAT(markdown_table({summarize(fp16, 0.99, &fp32)}, 0.99), Catch::Contains("| not reached |"));
+  CHECK_THAT(markdown_table(summarize_methods({fp16}, 0.99, {}, {}), 0.99, "fp32"), Catch::Contains("| not reached |"));
+  // Against the default baseline (bf16), absent here: no speedups.
+  CHECK_THAT(markdown_table(summarize_methods({fp32, fp16}, 0.97, {}, {}), 0.97, "bf16"),
+             Catch::Contains("| 2000 | - | 150.0 |"));
 
   const bool have_gnuplot = std::system("command -v gnuplot >/dev/null 2>&1") == 0;
   ReportOptions options;
   options.command = "build/qtrain compare x.yaml --methods fp32,fp16";
+  options.baseline = "fp32";
   options.gnuplot = have_gnuplot ? "gnuplot" : "";
   const fs::path report = tmp.path() / "report";
   CHECK(write_report({fp32, fp16}, report.string(), options).empty());
@@ -308,12 +314,17 @@ TEST_CASE("compare report: table values and files from synthetic runs", "[compar
   CHECK_THAT(text, Catch::Contains(options.command));
   CHECK_THAT(text, Catch::Contains("| fp16 | 2 | 2 (20) | 96.80% |"));
   CHECK(fs::exists(report / "plots.gp"));
-  CHECK(fs::exists(report / "data" / "fp16.metrics.dat"));
+  CHECK(fs::exists(report / "data" / "fp16.epochs.dat"));
+  CHECK(fs::exists(report / "data" / "fp16.loss.dat"));
+  // One seed per method: the report says that no interval or test can be given.
+  CHECK_THAT(text, Catch::Contains("One seed per method: no confidence interval or test can be given"));
+  CHECK_THAT(text, Catch::Contains("- **fp16**: final accuracy -0.70 points against fp32 (no test: it needs two seeds on each side); 3.00x fp32's samples/s."));
+  CHECK_THAT(text, !Catch::Contains("95% confidence intervals over the seeds"));
   if (!have_gnuplot) {
     WARN("gnuplot is not installed: the images were not checked");
     return;
   }
-  for (const char* name : {"accuracy", "loss_time", "phases", "exchange", "bytes"})
+  for (const char* name : {"accuracy", "loss_time", "tradeoff", "phases", "exchange", "bytes"})
     for (const char* ext : {".png", ".svg"}) {
       INFO(name << ext);
       CHECK(fs::file_size(report / (std::string(name) + ext)) > 1000);
@@ -399,13 +410,13 @@ TEST_CASE("compare report: error-rate columns and plots for sequence tasks", "[c
   const RunRecord q2 = load_run((tmp.path() / "q2").string(), "qsgd:bits=2");
   REQUIRE(fp32.rows.back().has_error_rates());
   CHECK(fp32.rows.back().test_wer == Approx(0.41));
-  const SummaryRow a = summarize(fp32, 0.97, &fp32), b = summarize(q2, 0.97, &fp32);
+  const SummaryRow b = summarize(q2, 0.97);
   REQUIRE(b.best_cer);
   CHECK(*b.best_cer == Approx(0.18));
   CHECK(b.best_cer_epoch == 1);
   CHECK(*b.final_cer == Approx(0.20));
   CHECK(*b.final_wer == Approx(0.45));
-  const std::string table = markdown_table({a, b}, 0.97);
+  const std::string table = markdown_table(summarize_methods({fp32, q2}, 0.97, {}, {}), 0.97, "fp32");
   CHECK_THAT(table, Catch::Contains("| best accuracy (epoch) | final CER | final WER | best CER (epoch) | time to"));
   CHECK_THAT(table, Catch::Contains("| fp32 | 4 | 2 (20) | 10.00% | 10.00% (1) | 18.00% | 41.00% | 18.00% (2) | not reached |"));
   CHECK_THAT(table, Catch::Contains("| qsgd:bits=2 | 4 | 2 (20) | 10.00% | 10.00% (1) | 20.00% | 45.00% | 18.00% (1) |"));
@@ -414,18 +425,23 @@ TEST_CASE("compare report: error-rate columns and plots for sequence tasks", "[c
   write_run(tmp.path() / "mlp", "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);
   const RunRecord mlp = load_run((tmp.path() / "mlp").string(), "fp32");
   CHECK_FALSE(mlp.rows.back().has_error_rates());
-  CHECK_THAT(markdown_table({summarize(mlp, 0.97, nullptr)}, 0.97), !Catch::Contains("CER"));
+  CHECK_THAT(markdown_table(summarize_methods({mlp}, 0.97, {}, {}), 0.97, "fp32"), !Catch::Contains("CER"));
   // Mixed: a run without error rates shows "-" in those columns.
-  CHECK_THAT(markdown_table({a, summarize(mlp, 0.97, nullptr)}, 0.97), Catch::Contains("| 90.00% (1) | - | - | - |"));
+  RunRecord mlp2 = mlp;
+  mlp2.label = "mlp";
+  CHECK_THAT(markdown_table(summarize_methods({fp32, mlp2}, 0.97, {}, {}), 0.97, "fp32"),
+             Catch::Contains("| 90.00% (1) | - | - | - |"));
 
   const bool have_gnuplot = std::system("command -v gnuplot >/dev/null 2>&1") == 0;
   ReportOptions options;
   options.gnuplot = have_gnuplot ? "gnuplot" : "";
+  options.baseline = "fp32";
   const fs::path report = tmp.path() / "report";
   CHECK(write_report({fp32, q2}, report.string(), options).empty());
-  std::ifstream data(report / "data" / "qsgd_bits2.metrics.dat");
+  std::ifstream data(report / "data" / "qsgd_bits2.epochs.dat");
   const std::string text((std::istreambuf_iterator<char>(data)), std::istreambuf_iterator<char>());
-  CHECK_THAT(text, Catch::Contains("2 10.0000 10.000 0.333333 20.0000 45.0000"));
+  // epoch, accuracy mean/min/max, CER mean/min/max, WER mean/min/max, wall time (one seed: min = max = mean)
+  CHECK_THAT(text, Catch::Contains("2 10.0000 10.0000 10.0000 20.0000 20.0000 20.0000 45.0000 45.0000 45.0000 10.000"));
   if (!have_gnuplot) {
     WARN("gnuplot is not installed: the images were not checked");
     return;
@@ -435,4 +451,199 @@ TEST_CASE("compare report: error-rate columns and plots for sequence tasks", "[c
       INFO(name << ext);
       CHECK(fs::file_size(report / (std::string(name) + ext)) > 1000);
     }
+}
+
+TEST_CASE("compare: --seeds is a count or a list; anything else is named", "[compare][seeds]") {
+  CHECK(parse_seeds("3") == std::vector<int64_t>{1, 2, 3});
+  CHECK(parse_seeds("1") == std::vector<int64_t>{1});
+  CHECK(parse_seeds("7,0,42") == std::vector<int64_t>{7, 0, 42});
+  CHECK(error_of([] { parse_seeds("0"); }) ==
+        "--seeds 0: a count of seeds must be in [1, 1000]; expected a count N >= 1 (seeds 1..N) or a comma-separated "
+        "list of seeds (whole numbers >= 0), e.g. --seeds 3 or --seeds 1,2,3");
+  CHECK_THAT(error_of([] { parse_seeds("a,b"); }), Catch::StartsWith("--seeds a,b: 'a' is not a whole number >= 0; expected"));
+  CHECK_THAT(error_of([] { parse_seeds("1,,2"); }), Catch::StartsWith("--seeds 1,,2: '' is not a whole number"));
+  CHECK_THAT(error_of([] { parse_seeds("-1"); }), Catch::StartsWith("--seeds -1: '-1' is not a whole number"));
+  CHECK_THAT(error_of([] { parse_seeds("1.5"); }), Catch::StartsWith("--seeds 1.5: '1.5' is not a whole number"));
+  CHECK_THAT(error_of([] { parse_seeds(""); }), Catch::StartsWith("--seeds : '' is not a whole number"));
+  CHECK_THAT(error_of([] { parse_seeds("1001"); }), Catch::Contains("a count of seeds must be in [1, 1000]"));
+  CHECK_THAT(error_of([] { parse_seeds("99999999999999999999"); }), Catch::Contains("is not a whole number"));
+  CHECK(error_of([] { parse_seeds("1,2,1"); }) == "--seeds 1,2,1: seed 1 is given twice");
+  CHECK(run_folder("qsgd_bits4", std::nullopt) == "qsgd_bits4");
+  CHECK(run_folder("qsgd_bits4", 2) == "qsgd_bits4/seed2");
+}
+
+TEST_CASE("compare: --baseline joins the runs unless --methods names it", "[compare][baseline]") {
+  std::vector<Variant> v = parse_variants("fp32,qsgd:bits=4");
+  CHECK(add_baseline(v, "bf16") == "bf16");
+  REQUIRE(v.size() == 3);
+  CHECK(v[0].label == "bf16");  // first: the baseline runs before the methods measured against it
+  CHECK(v[0].overrides == std::vector<std::string>{"quantization.method=bf16"});
+  CHECK(add_baseline(v, "fp32") == "fp32");
+  CHECK(add_baseline(v, "qsgd:bits=4") == "qsgd:bits=4");
+  CHECK(v.size() == 3);
+  std::vector<Variant> w = parse_variants("fp32");
+  CHECK(add_baseline(w, "qsgd:bits=8") == "qsgd:bits=8");
+  CHECK(w[0].overrides == std::vector<std::string>{"quantization.method=qsgd", "quantization.bits=8"});
+  CHECK_THAT(error_of([&] { add_baseline(w, "int3"); }),
+             Catch::StartsWith("--baseline int3: quantization.method must be one of fp32, fp16, bf16, dettmers8"));
+  CHECK_THAT(error_of([&] { add_baseline(w, "qsgd:bits=3"); }),
+             Catch::StartsWith("--baseline qsgd:bits=3: quantization.bits must be one of 2, 4, 8, 16"));
+  CHECK(error_of([&] { add_baseline(w, "fp32,fp16"); }) ==
+        "--baseline fp32,fp16: give one method (with its parameters, e.g. qsgd:bits=8), not a list");
+  CHECK_THAT(error_of([&] { add_baseline(w, ""); }), Catch::Contains("--baseline: the list is empty"));
+  CHECK(w.size() == 2);  // errors add nothing
+}
+
+namespace {
+
+// A sweep folder as `compare --seeds` leaves it: sweep.yaml, and per method and seed a finished run
+// whose final accuracy is given (two epochs; epoch 1 at 90%).
+void write_seeded_run(const fs::path& sweep, const std::string& folder, const std::string& label,
+                      const std::string& quantization, int seed, double final_accuracy, double samples_per_s) {
+  const fs::path run = sweep / "runs" / run_folder(folder, seed);
+  write_run(run, quantization, {row(1, 10, 5, 0.90, samples_per_s), row(2, 20, 10 + seed, final_accuracy, samples_per_s)},
+            4, seed);
+  write_marker(run.string(), label, "cmd", 1.0);
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("compare report: seeds give means, intervals and Welch's test; a missing seed is marked", "[compare][report][seeds]") {
+  TempDir tmp;
+  const fs::path sweep = tmp.path() / "sweep";
+  fs::create_directories(sweep);
+  std::ofstream(sweep / "sweep.yaml") << "command: build/qtrain compare x.yaml --seeds 3\nbaseline: fp32\nseeds: [1, 2, 3]\n"
+                                         "variants:\n  - {label: fp32, folder: fp32}\n  - {label: fp16, folder: fp16}\n"
+                                         "  - {label: qsgd:bits=2, folder: qsgd_bits2}\n  - {label: onebit, folder: onebit}\n";
+  // fp32: 97.0 / 97.2 / 97.4 (mean 97.2, sd 0.2 points); 1000 samples/s.
+  for (int seed : {1, 2, 3})
+    write_seeded_run(sweep, "fp32", "fp32", "{method: fp32}", seed, 0.970 + 0.002 * (seed - 1), 1000);
+  // fp16: 97.1 / 96.9 / 97.5 (mean 97.1667, sd 0.3055): within the spread.
+  const double fp16[] = {0.971, 0.969, 0.975};
+  for (int seed : {1, 2, 3}) write_seeded_run(sweep, "fp16", "fp16", "{method: fp16}", seed, fp16[seed - 1], 2000);
+  // qsgd 2-bit: 95.8 / 96.0 / 96.2: 1.2 points below fp32 with the same spread.
+  for (int seed : {1, 2, 3})
+    write_seeded_run(sweep, "qsgd_bits2", "qsgd:bits=2", "{method: qsgd, bits: 2}", seed, 0.958 + 0.002 * (seed - 1), 3000);
+  // onebit: seeds 1 and 2 finished, seed 3 unfinished (no marker): reported on two seeds, marked.
+  for (int seed : {1, 2}) write_seeded_run(sweep, "onebit", "onebit", "{method: onebit}", seed, 0.965 + 0.001 * seed, 4000);
+  write_run(sweep / "runs" / "onebit" / "seed3", "{method: onebit}", {row(1, 10, 5, 0.5, 4000)}, 4, 3);
+
+  const SweepRecord record = load_sweep(sweep.string());
+  CHECK(record.seeds == std::vector<int64_t>{1, 2, 3});
+  CHECK(record.baseline == "fp32");
+  CHECK(record.labels == std::vector<std::string>{"fp32", "fp16", "qsgd:bits=2", "onebit"});
+  REQUIRE(record.runs.size() == 11);
+  CHECK(record.runs[3].label == "fp16");
+  CHECK(record.runs[3].seed == 1);
+
+  const std::vector<MethodSummary> methods = summarize_methods(record.runs, 0.97, record.seeds, record.labels);
+  REQUIRE(methods.size() == 4);
+  CHECK(methods[3].runs.size() == 2);
+  CHECK(methods[3].missing_seeds == std::vector<uint64_t>{3});
+  CHECK_FALSE(methods[3].complete());
+  CHECK(methods[0].complete());
+
+  const std::string table = markdown_table(methods, 0.97, "fp32");
+  CHECK_THAT(table, Catch::Contains("| method | seeds | ranks | epochs (steps) | final accuracy | best accuracy | time to 97.00% |"));
+  // Means ± sample standard deviations; time to 97%: fp32's seeds reach it at 11, 12 and 13 s.
+  CHECK_THAT(table, Catch::Contains("| fp32 | 3 (1, 2, 3) | 4 | 2 (20) | 97.20 ± 0.20% | 97.20 ± 0.20% | 12.0 ± 1.0 s | "
+                                    "1000 ± 0 | 1.00x |"));
+  // fp16's seed 2 (96.9%) never reaches 97%: the time is over seeds 1 and 3 (11 and 13 s), and says so.
+  CHECK_THAT(table, Catch::Contains("| fp16 | 3 (1, 2, 3) | 4 | 2 (20) | 97.17 ± 0.31% | 97.17 ± 0.31% | 12.0 ± 1.4 s "
+                                    "(2 of 3 seeds reached it) | 2000 ± 0 | 2.00x |"));
+  CHECK_THAT(table, Catch::Contains("| qsgd:bits=2 | 3 (1, 2, 3) | 4 | 2 (20) | 96.00 ± 0.20% | 96.00 ± 0.20% | not reached |"));
+  CHECK_THAT(table, Catch::Contains("| onebit | 2 of 3 (1, 2; 3 missing) | 4 | 2 (20) | 96.65 ± 0.07% |"));
+
+  // 95% intervals: fp32 97.2 -+ t(0.975, 2) 0.2 / sqrt(3) = 97.2 -+ 0.4968.
+  const std::string intervals = interval_table(methods, 0.97);
+  CHECK_THAT(intervals, Catch::Contains("| fp32 | 3 (1, 2, 3) | 96.70 to 97.70% | 96.70 to 97.70% | 9.5 to 14.5 s | 1000 to 1000 |"));
+  CHECK_THAT(intervals, Catch::Contains("| onebit | 2 of 3 (1, 2; 3 missing) | "));
+
+  const std::string findings = baseline_findings(methods, "fp32");
+  CHECK_THAT(findings, !Catch::Contains("One seed per method"));
+  // fp16 - fp32 = -0.033 points; standard error sqrt(0.2^2/3 + 0.3055^2/3) = 0.2108, Welch t = -0.158 on
+  // df = 3.45, p = 0.88: within the spread; half-width t(0.975, 3.45) 0.2108 = 2.95 x 0.2108 = 0.62.
+  CHECK_THAT(findings, Catch::Contains("- **fp16**: final accuracy: no detectable difference from fp32 (p=0.88; the "
+                                       "difference, -0.03 ± 0.62 points at 95%, is within the seed-to-seed spread); 2.00x fp32's samples/s."));
+  // qsgd 2-bit - fp32 = -1.2 points, se = sqrt(2 x 0.2^2 / 3) = 0.1633, t = -7.35 on 4 degrees of freedom:
+  // p = 0.0018; half-width t(0.975, 4) x 0.1633 = 2.776 x 0.1633 = 0.45.
+  CHECK_THAT(findings, Catch::Contains("- **qsgd:bits=2**: final accuracy: loses 1.20 ± 0.45 points against fp32 (p=0.0018); "
+                                       "3.00x fp32's samples/s."));
+  CHECK_THAT(findings, Catch::Contains("- **onebit** (on 2 of its 3 seeds): final accuracy:"));
+
+  // The whole report, through --report-only's path.
+  ReportOptions options;
+  options.baseline = record.baseline;
+  options.seeds = record.seeds;
+  options.labels = record.labels;
+  options.gnuplot = "";
+  CHECK(write_report(record.runs, (sweep / "report").string(), options).empty());
+  const std::string md = read_text(sweep / "report" / "report.md");
+  CHECK_THAT(md, Catch::Contains("## 95% confidence intervals over the seeds"));
+  CHECK_THAT(md, Catch::Contains("## Against the baseline: fp32"));
+  CHECK_THAT(md, Catch::Contains(table));
+  // Curves: mean, min and max over the seeds per epoch (fp32's epoch 2: 97.2, 97.0, 97.4).
+  CHECK_THAT(read_text(sweep / "report" / "data" / "fp32.epochs.dat"),
+             Catch::Contains("\n2 97.2000 97.0000 97.4000 NaN NaN NaN NaN NaN NaN 12.000\n"));
+  CHECK_THAT(read_text(sweep / "report" / "data" / "tradeoff.dat"), Catch::Contains("\"fp32\" 32.0000 97.2000 0.2000\n"));
+
+  // A baseline without finished runs: no speedups, said so.
+  CHECK_THAT(baseline_findings(methods, "bf16"), Catch::Contains("The baseline, bf16, has no finished run"));
+  CHECK_THAT(markdown_table(methods, 0.97, "bf16"), Catch::Contains("| 1000 ± 0 | - |"));
+  // A method whose every seed is missing is named below the table, never left out silently.
+  fs::remove(sweep / "runs" / "onebit" / "seed1" / "compare.done");
+  fs::remove(sweep / "runs" / "onebit" / "seed2" / "compare.done");
+  const SweepRecord fewer = load_sweep(sweep.string());
+  CHECK_THAT(markdown_table(summarize_methods(fewer.runs, 0.97, fewer.seeds, fewer.labels), 0.97, "fp32"),
+             Catch::Contains("No finished run (not in the table): onebit."));
+  // Damaged seeds in sweep.yaml are named.
+  std::ofstream(sweep / "sweep.yaml") << "seeds: [1, x]\nvariants:\n  - {label: fp32, folder: fp32}\n";
+  CHECK_THAT(error_of([&] { load_sweep(sweep.string()); }),
+             Catch::Contains("sweep.yaml:1:12: expected a seed (a whole number >= 0) in 'seeds'"));
+}
+
+TEST_CASE("compare report: the loss curve is a moving average that runs on across epochs", "[compare][report]") {
+  // Per-step losses 4, 2 (epoch 1) and 1, 1 (epoch 2), recorded as the trainer does: the running mean
+  // since the epoch's start after every step.
+  RunRecord run;
+  run.rows.resize(2);
+  run.rows[0].epoch = 1;
+  run.rows[0].step = 2;
+  run.rows[0].train_loss = 3;
+  run.rows[1].epoch = 2;
+  run.rows[1].step = 4;
+  run.rows[1].train_loss = 1;
+  run.curve = {{1, 1, 4}, {2, 2, 3}, {3, 3, 1}, {4, 4, 1}};
+  // Half-life of one step: each step moves the average half way to its loss.
+  const std::vector<LossPoint> ema = smoothed_loss(run, 1);
+  REQUIRE(ema.size() == 4);
+  CHECK(ema[0].loss == Approx(4));
+  CHECK(ema[1].loss == Approx(3));    // (4 + 2) / 2
+  CHECK(ema[2].loss == Approx(2));    // (3 + 1) / 2: epoch 2 starts from the average, not afresh
+  CHECK(ema[3].loss == Approx(1.5));
+  CHECK(ema[3].wall_s == 4);
+  // Records every 2 steps: the interval means (4+2)/2 = 3, then 1 (epoch 2); factor 1 - 0.25.
+  run.curve = {{2, 2, 3}, {4, 4, 1}};
+  const std::vector<LossPoint> coarse = smoothed_loss(run, 1);
+  REQUIRE(coarse.size() == 2);
+  CHECK(coarse[1].loss == Approx(0.25 * 3 + 0.75 * 1));
+  // Within an epoch the interval mean comes from two running means: steps 3-4 of a 4-step epoch with
+  // running means 3 (after step 2) and 2 (after step 4) averaged 1.
+  RunRecord one;
+  one.rows.resize(1);
+  one.rows[0].epoch = 1;
+  one.rows[0].step = 4;
+  one.curve = {{1, 2, 3}, {2, 4, 2}};
+  CHECK(smoothed_loss(one, 1e9)[1].loss == Approx(3).epsilon(1e-6));  // barely moves from 3
+  CHECK(smoothed_loss(one, 1e-3)[1].loss == Approx(1).epsilon(1e-6));  // jumps to the interval's 1
+  // Without curve.csv: the per-epoch rows (each the mean of its epoch).
+  run.curve.clear();
+  CHECK(smoothed_loss(run, 1)[1].loss == Approx(0.25 * 3 + 0.75 * 1));
+  CHECK(default_half_life(4000) == 100);
+  CHECK(default_half_life(10) == 1);
 }

@@ -4,6 +4,12 @@ the same model, data, batch and threads, measured in the same run, alternating t
 Reports the median samples/s over the repetitions and each program's peak resident memory.
 
   tools/bench/bench_mlp_cpu.py [--threads 2] [--steps 400] [--repeat 3]
+  tools/bench/bench_mlp_cpu.py --epochs 20 [--threads 2]     # whole runs: the config's full schedule
+
+--epochs E trains both programs for E whole epochs on configs/mnist_mlp.yaml's schedule (one run
+each) and reports samples/s per epoch, the training time of the whole run (evaluation excluded), the
+last epoch's speed against the first's, and the test accuracy: the figures a short run cannot show
+(a slowdown in the last epochs).
 
 Both programs run with OPENBLAS_CORETYPE=SkylakeX when the CPU has AVX-512 (Debian's OpenBLAS
 misdetects such CPUs as Prescott; qtrain sets it by itself, PyTorch needs it in the environment) and
@@ -40,12 +46,15 @@ def main():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--data", default=os.path.join(ROOT, "data/mnist"))
     p.add_argument("--qtrain", default=os.path.join(ROOT, "build/qtrain"))
+    p.add_argument("--epochs", type=int, default=0, help="whole runs of this many epochs (0: --steps)")
     args = p.parse_args()
 
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
     with open("/proc/cpuinfo") as f:
         if "avx512f" in f.read():
             env["OPENBLAS_CORETYPE"] = "SkylakeX"
+    if args.epochs > 0:
+        return whole_runs(args, env)
     results = {"qtrain": [], "pytorch": []}
     peak = {"qtrain": 0.0, "pytorch": 0.0}
     # Both programs are timed from their first training step to their last (qtrain's metrics.csv
@@ -79,6 +88,40 @@ def main():
     print(f"| PyTorch {torch.__version__} | {t:.0f} | {peak['pytorch']:.0f} | "
           f"{', '.join(f'{v:.0f}' for v in results['pytorch'])} |")
     print(f"qtrain / PyTorch: {q / t:.2f}x samples/s, {peak['qtrain'] / peak['pytorch']:.2f}x peak memory")
+
+
+def whole_runs(args, env):
+    import torch
+    with tempfile.TemporaryDirectory() as tmp:
+        out_dir = os.path.join(tmp, "run")
+        _, q_rss = run([args.qtrain, "train", os.path.join(ROOT, "configs/mnist_mlp.yaml"),
+                        "--set", f"data.path={args.data}", "--set", "device=cpu",
+                        "--set", f"train.threads={args.threads}", "--set", f"train.epochs={args.epochs}",
+                        "--set", "train.eval_every_epoch=false", "--set", f"output.dir={out_dir}",
+                        "--set", "output.progress=none"], env)
+        with open(os.path.join(out_dir, "metrics.csv")) as f:
+            rows = [r for r in csv.DictReader(f) if float(r["samples_per_s"]) > 0]
+        with open(os.path.join(out_dir, "train.log")) as f:
+            per_epoch = int(f.read().split(" steps per epoch")[0].rsplit(" ", 1)[-1])
+    q_rates = [float(r["samples_per_s"]) for r in rows]
+    q_train_s = sum(60000 / v for v in q_rates)  # samples/s of an epoch of MNIST's 60000 training images
+    q_acc = float(rows[-1]["test_accuracy"])
+    out, t_rss = run(["/usr/bin/python3", os.path.join(ROOT, "tools/bench/torch_mlp_peer.py"), "--data", args.data,
+                      "--epochs", str(args.epochs), "--steps-per-epoch", str(per_epoch),
+                      "--threads", str(args.threads)], env)
+    peer = json.loads(out)
+    t_rates = peer["epoch_samples_per_s"]
+    print(f"MNIST MLP 784-1024-1024-10, batch 128, RMSProp on a cosine schedule, {args.threads} threads, "
+          f"{args.epochs} whole epochs of {per_epoch} steps, one run each")
+    print(f"| epoch | qtrain samples/s | PyTorch {torch.__version__} samples/s |")
+    print("|---|---|---|")
+    for e, (q, t) in enumerate(zip(q_rates, t_rates), start=1):
+        print(f"| {e} | {q:.0f} | {t:.0f} |")
+    print(f"| whole run (training s) | {q_train_s:.1f} | {peer['train_s']:.1f} |")
+    print(f"| last / first epoch | {q_rates[-1] / q_rates[0]:.2f} | {t_rates[-1] / t_rates[0]:.2f} |")
+    print(f"| test accuracy | {100 * q_acc:.2f}% | {100 * peer['test_accuracy']:.2f}% |")
+    print(f"| peak RSS (MiB) | {q_rss:.0f} | {t_rss:.0f} |")
+    print(f"qtrain / PyTorch over the whole run: {peer['train_s'] / q_train_s:.2f}x")
 
 
 if __name__ == "__main__":

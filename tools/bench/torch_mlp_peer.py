@@ -2,9 +2,13 @@
 """The PyTorch peer of qtrain's CPU training benchmark: the same MNIST MLP (784-1024-1024-10, ReLU,
 dropout 0.2/0.3/0.3), the same data (the IDX files qtrain reads, normalized the same way), batch,
 optimizer (RMSProp lr 0.003, alpha 0.99, eps 1e-8) and thread count. Prints one JSON line:
-{"samples_per_s": ..., "steps": ..., "final_loss": ...}. Run by tools/bench/bench_mlp_cpu.py."""
+{"samples_per_s": ..., "steps": ..., "final_loss": ...}. With --epochs E it trains E whole epochs
+instead, on configs/mnist_mlp.yaml's schedule (linear warm-up over half an epoch, then cosine decay
+to zero), and prints {"epoch_samples_per_s": [...], "train_s": ..., "test_accuracy": ...} (evaluation
+not timed). Run by tools/bench/bench_mlp_cpu.py."""
 import argparse
 import json
+import math
 import time
 
 import torch
@@ -20,6 +24,8 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=0, help="train whole epochs (0: --steps steps)")
+    p.add_argument("--steps-per-epoch", type=int, default=0, help="with --epochs: qtrain's (default N // batch)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -31,6 +37,8 @@ def main():
     loss_fn = torch.nn.CrossEntropyLoss()
     model.train()
     n = x_all.shape[0]
+    if args.epochs > 0:
+        return whole_run(args, model, opt, loss_fn, x_all, y_all)
     perm = torch.randperm(n)
     start = None
     loss = None
@@ -47,6 +55,40 @@ def main():
     elapsed = time.perf_counter() - start
     print(json.dumps({"samples_per_s": args.steps * args.batch / elapsed, "steps": args.steps,
                       "final_loss": float(loss)}))
+
+
+def whole_run(args, model, opt, loss_fn, x_all, y_all):
+    n = x_all.shape[0]
+    per_epoch = args.steps_per_epoch or n // args.batch
+    total = per_epoch * args.epochs
+    warmup = round(0.5 * per_epoch)
+
+    def lr_at(step):  # qtrain's schedule: optim/schedule.cpp, warmup_start_factor 0, min_factor 0
+        warm = step / warmup if step < warmup else 1.0
+        t = min(max((step - warmup) / (total - warmup), 0.0), 1.0)
+        return 0.003 * warm * 0.5 * (1.0 + math.cos(math.pi * t))
+
+    rates, train_s = [], 0.0
+    for epoch in range(args.epochs):
+        perm = torch.randperm(n)
+        start = time.perf_counter()
+        for s in range(per_epoch):
+            for group in opt.param_groups:
+                group["lr"] = lr_at(epoch * per_epoch + s)
+            idx = perm[s * args.batch:(s + 1) * args.batch]
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(x_all[idx]), y_all[idx]).backward()
+            opt.step()
+        elapsed = time.perf_counter() - start
+        train_s += elapsed
+        rates.append(min(per_epoch * args.batch, n) / elapsed)  # the last batch may be partial, as in qtrain
+    x_test, y_test = load_mnist_train(args.data, "t10k")
+    model.eval()
+    with torch.no_grad():
+        correct = sum(int((model(x_test[i:i + 1000]).argmax(1) == y_test[i:i + 1000]).sum())
+                      for i in range(0, x_test.shape[0], 1000))
+    print(json.dumps({"epoch_samples_per_s": rates, "train_s": train_s,
+                      "test_accuracy": correct / x_test.shape[0]}))
 
 
 if __name__ == "__main__":

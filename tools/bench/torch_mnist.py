@@ -14,10 +14,11 @@ def read_idx(path, magic):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def load_mnist_train(folder):
-    """(images (N, 1, 28, 28) float32 normalized, labels (N) int64) of the training split."""
-    images = read_idx(f"{folder}/train-images-idx3-ubyte", 0x803)
-    labels = read_idx(f"{folder}/train-labels-idx1-ubyte", 0x801)
+def load_mnist_train(folder, split="train"):
+    """(images (N, 1, 28, 28) float32 normalized, labels (N) int64) of the training split (or "t10k",
+    the test split)."""
+    images = read_idx(f"{folder}/{split}-images-idx3-ubyte", 0x803)
+    labels = read_idx(f"{folder}/{split}-labels-idx1-ubyte", 0x801)
     x = torch.from_numpy(((images.astype(np.float32) / 255.0) - 0.1307) / 0.3081).reshape(-1, 1, 28, 28)
     return x, torch.from_numpy(labels.astype(np.int64))
 

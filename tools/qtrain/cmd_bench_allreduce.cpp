@@ -1,10 +1,12 @@
 // `qtrain bench-allreduce`: nccl-tests-style timing of the gradient exchange for every method and
-// algorithm over a sweep of sizes, next to fp32 MPI_Allreduce measured in the same run. Run it under
+// algorithm over a sweep of sizes, next to the baseline (--baseline: the bf16 all-reduce by default,
+// any method entry, or `library`: the communicator's own fp32 all-reduce) and fp32 MPI_Allreduce,
+// measured in the same run. Run it under
 // mpirun (e.g. tools/netbed.sh run --hosts 4 --rate 1gbit -- build/qtrain bench-allreduce).
 //
 // Per size and variant: time per exchange (median over iterations, every rank synchronized by a
 // barrier before each; the copy that restores the input is not timed), algbw = size / time, busbw = algbw * 2(P-1)/P (the allreduce convention),
-// the bytes this rank put on the wire, the speedup over fp32 MPI_Allreduce and, when --link-gbit is
+// the bytes this rank put on the wire, the speedup over the baseline of the same size and, when --link-gbit is
 // given, the ideal time (bytes on the wire over the link rate) and the ratio to it. Where the time
 // goes on rank 0: its encode and decode time per exchange (wall clock on the exchange thread) and
 // the CPU time of its whole process per exchange (user + system, so MPI's copies and the kernel's
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "comm/communicator.h"
 #include "comm/gradient_exchange.h"
@@ -33,6 +36,7 @@ namespace {
 struct Options {
   std::vector<double> sizes_mb{1, 4, 16, 64, 256};
   std::string methods = method_variant_list();
+  std::string baseline = "bf16";  // a method entry (its exchange with algorithm auto), or "library"
   std::vector<std::string> algorithms{"auto"};
   int iterations = 10;
   int warmup = 2;
@@ -44,6 +48,20 @@ struct Options {
   double piece_mb = CommunicationConfig{}.piece_mb;
   std::string json;
 };
+
+// --baseline: "library" (nothing: the communicator's own fp32 all-reduce) or one method entry.
+std::optional<MethodChoice> parse_baseline(const std::string& text) {
+  if (text == "library") return std::nullopt;
+  if (text.find(',') != std::string::npos)
+    input_error("bench-allreduce --baseline {}: give one method (e.g. bf16, fp32, qsgd:bits=8) or 'library'", text);
+  try {
+    return parse_method_list(text).front();
+  } catch (const InputError& e) {
+    std::string message = e.what();  // the method parser speaks of --methods
+    if (message.rfind("--methods", 0) == 0) message.replace(0, 9, "bench-allreduce --baseline");
+    input_error("{}", message);
+  }
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -59,12 +77,15 @@ void run(const Options& o, int local_rank) {
   const int P = comm->size();
   const bool root = comm->rank() == 0;
   const std::vector<MethodChoice> methods = parse_method_list(o.methods);
+  const std::optional<MethodChoice> baseline = parse_baseline(o.baseline);
   Context ctx = make_context(device, 1, 0);
   std::ofstream json;
   if (root && !o.json.empty()) json.open(o.json);
   if (root) {
     std::printf("# qtrain bench-allreduce: %d ranks over %s on %s, median of %d iterations after %d warm-up\n", P,
                 comm->name(), device.str().c_str(), o.iterations, o.warmup);
+    std::printf("# speedup: time of the baseline, %s, at the same size / time of the row\n",
+                baseline ? (baseline->label + " (algorithm auto)").c_str() : "the library's fp32 all-reduce (native)");
     std::printf("%10s %-24s %-25s %10s %9s %9s %12s %8s %8s %8s %8s%s\n", "size(MB)", "method", "algorithm",
                 "time(ms)", "algbw", "busbw", "wire(MB)", "speedup", "enc(ms)", "dec(ms)", "cpu(ms)",
                 o.link_gbit > 0 ? "   ideal(ms) /ideal" : "");
@@ -122,16 +143,54 @@ void run(const Options& o, int local_rank) {
     if (device.is_cuda()) data = data.to(device);
     Tensor work = Tensor::empty({n}, DType::f32, device);
 
-    // The baseline: fp32 MPI_Allreduce (the communicator's native sum with qtrain's ring switched
-    // off, so the library picks its own algorithm); the exchange rows then use --mpi-allreduce.
+    // fp32 MPI_Allreduce (the communicator's native sum with qtrain's ring switched off, so the
+    // library picks its own algorithm); the exchange rows then use --mpi-allreduce.
     auto* mpi = dynamic_cast<MpiComm*>(comm.get());
     const size_t ring_min = mpi ? mpi->ring_min_bytes() : 0;
     if (mpi) mpi->set_ring(0, mpi->ring_segment_bytes());
     auto reset = [&] { work.copy_from(data); };
-    const double t_base = median(barrier_time(reset, [&] { comm->all_reduce_sum(ctx, work.raw(), n, ReduceType::f32); }));
+    const double t_base_library =
+        median(barrier_time(reset, [&] { comm->all_reduce_sum(ctx, work.raw(), n, ReduceType::f32); }));
     if (mpi && o.mpi_allreduce == "ring") mpi->set_ring(ring_min, mpi->ring_segment_bytes());
-    const double cpu_base = cpu_per_iteration;
-    // enc and dec: rank 0's encode and decode seconds per exchange (0 for the library baseline).
+    const double t_library = t_base_library;
+    const double cpu_library = cpu_per_iteration;
+    // One method's exchange under one algorithm: its median time, rank 0's statistics and CPU time,
+    // or nothing (and a "skipped" row) when the method does not run under that algorithm.
+    struct Timed {
+      double time = 0, wire = 0, encode = 0, decode = 0, cpu = 0;
+      std::string algorithm;
+    };
+    auto time_exchange = [&](const MethodChoice& m, const std::string& alg) -> std::optional<Timed> {
+      CommunicationConfig cc;
+      cc.algorithm = alg;
+      cc.overlap = false;
+      cc.bucket_mb = 1e6;
+      cc.piece_mb = o.piece_mb;
+      // A matrix of n / column rows of `column` values (PowerSGD's view of it).
+      std::vector<ExchangeTensor> tensors{{"gradient", "bench", "dense", 0, n, o.column, n / o.column}};
+      std::unique_ptr<GradientExchange> ex;
+      try {
+        ex = std::make_unique<GradientExchange>(*comm, device, 1, cc, m.config, tensors);
+      } catch (const InputError& e) {
+        if (root) std::printf("%10.1f %-24s %-25s skipped: %s\n", mb, m.label.c_str(), alg.c_str(), e.what());
+        return std::nullopt;
+      }
+      uint64_t step = 0;
+      const std::vector<double> times = barrier_time(reset, [&] { ex->exchange(ctx, work, step++); });
+      const ExchangeStats st = ex->take_stats();
+      const double steps = static_cast<double>(std::max<int64_t>(st.steps, 1));
+      return Timed{median(times), st.bytes_sent / steps, st.phases.seconds(Phase::encode) / steps,
+                   st.phases.seconds(Phase::decode) / steps, cpu_per_iteration,
+                   reduce_algorithm_name(ex->algorithm(0))};
+    };
+    // The baseline first: every row's speedup is over it.
+    std::optional<Timed> base;
+    if (baseline) {
+      base = time_exchange(*baseline, "auto");
+      if (!base) input_error("bench-allreduce --baseline {}: the baseline cannot run here (see the line above)", o.baseline);
+    }
+    const double t_base = base ? base->time : t_library;
+    // enc and dec: rank 0's encode and decode seconds per exchange (0 for the library's all-reduce).
     auto print = [&](const std::string& method, const std::string& algorithm, double t, double wire, double enc,
                      double dec, double cpu) {
       if (!root) return;
@@ -148,35 +207,21 @@ void run(const Options& o, int local_rank) {
       if (json.is_open())
         json << fmt::format(
             "{{\"size_mb\": {}, \"method\": \"{}\", \"algorithm\": \"{}\", \"ranks\": {}, \"time_s\": {:.6g}, "
-            "\"algbw_gbs\": {:.6g}, \"busbw_gbs\": {:.6g}, \"wire_bytes\": {:.0f}, \"speedup_vs_mpi_allreduce\": {:.4g}, "
-            "\"ideal_s\": {:.6g}, \"encode_s\": {:.6g}, \"decode_s\": {:.6g}, \"cpu_s\": {:.6g}}}\n",
-            mb, method, algorithm, P, t, algbw, busbw, wire, t_base / t, ideal, enc, dec, cpu);
+            "\"algbw_gbs\": {:.6g}, \"busbw_gbs\": {:.6g}, \"wire_bytes\": {:.0f}, \"baseline\": \"{}\", "
+            "\"speedup_vs_baseline\": {:.4g}, \"speedup_vs_mpi_allreduce\": {:.4g}, \"ideal_s\": {:.6g}, "
+            "\"encode_s\": {:.6g}, \"decode_s\": {:.6g}, \"cpu_s\": {:.6g}}}\n",
+            mb, method, algorithm, P, t, algbw, busbw, wire, baseline ? baseline->label : "library", t_base / t,
+            t_library / t, ideal, enc, dec, cpu);
     };
-    print(mpi ? "MPI_Allreduce fp32" : fmt::format("{} all-reduce fp32", comm->name()), "native", t_base,
-          2.0 * (P - 1) / P * bytes, 0, 0, cpu_base);
+    print(mpi ? "MPI_Allreduce fp32" : fmt::format("{} all-reduce fp32", comm->name()), "native", t_library,
+          2.0 * (P - 1) / P * bytes, 0, 0, cpu_library);
+    if (base) print(baseline->label + " (baseline)", base->algorithm, base->time, base->wire, base->encode, base->decode, base->cpu);
 
     for (const MethodChoice& m : methods) {
       for (const std::string& alg : o.algorithms) {
-        CommunicationConfig cc;
-        cc.algorithm = alg;
-        cc.overlap = false;
-        cc.bucket_mb = 1e6;
-        cc.piece_mb = o.piece_mb;
-        // A matrix of n / column rows of `column` values (PowerSGD's view of it).
-        std::vector<ExchangeTensor> tensors{{"gradient", "bench", "dense", 0, n, o.column, n / o.column}};
-        std::unique_ptr<GradientExchange> ex;
-        try {
-          ex = std::make_unique<GradientExchange>(*comm, device, 1, cc, m.config, tensors);
-        } catch (const InputError& e) {
-          if (root) std::printf("%10.1f %-24s %-25s skipped: %s\n", mb, m.label.c_str(), alg.c_str(), e.what());
-          continue;
-        }
-        uint64_t step = 0;
-        const std::vector<double> times = barrier_time(reset, [&] { ex->exchange(ctx, work, step++); });
-        const ExchangeStats st = ex->take_stats();
-        const double steps = static_cast<double>(std::max<int64_t>(st.steps, 1));
-        print(m.label, reduce_algorithm_name(ex->algorithm(0)), median(times), st.bytes_sent / steps,
-              st.phases.seconds(Phase::encode) / steps, st.phases.seconds(Phase::decode) / steps, cpu_per_iteration);
+        if (base && m.label == baseline->label && alg == "auto") continue;  // the baseline row above
+        const std::optional<Timed> t = time_exchange(m, alg);
+        if (t) print(m.label, t->algorithm, t->time, t->wire, t->encode, t->decode, t->cpu);
       }
     }
   }
@@ -187,9 +232,13 @@ void run(const Options& o, int local_rank) {
 void add_bench_allreduce_command(CLI::App& app, const MpiRuntime& mpi) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("bench-allreduce",
-                                     "Time the gradient exchange of every method against fp32 MPI_Allreduce (run under mpirun)");
+                                     "Time the gradient exchange of every method against a baseline (default the bf16 all-reduce; run under mpirun)");
   cmd->add_option("--sizes", o->sizes_mb, "Gradient sizes in MB of fp32 values")->delimiter(',');
   cmd->add_option("--methods", o->methods, "Comma-separated methods with parameters, e.g. qsgd:bits=4:bucket=512");
+  cmd->add_option("--baseline", o->baseline,
+                  "What the speedup column is over, at each size: a method (its exchange, algorithm auto; default "
+                  "bf16, the bf16 all-reduce; e.g. fp32) or 'library' (the communicator's own fp32 all-reduce)")
+      ->type_name("METHOD");
   cmd->add_option("--algorithms", o->algorithms, "auto, allreduce, allgather, reduce_scatter_allgather")->delimiter(',');
   cmd->add_option("--iterations", o->iterations, "Timed iterations per case")->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", o->warmup, "Untimed iterations per case")->check(kNonNegative);

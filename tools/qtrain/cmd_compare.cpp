@@ -1,6 +1,7 @@
-// `qtrain compare CONFIG --methods fp32,fp16,dettmers8,... [--ranks 4] [--netbed 1gbit] [--out DIR]`:
-// trains one config under several quantization methods, one run directory per method (DIR/runs/),
-// then writes DIR/report/ (report.md and plots). Each training is a child process: `qtrain train`,
+// `qtrain compare CONFIG --methods fp32,fp16,dettmers8,... [--seeds 3] [--baseline bf16] [--ranks 4]
+// [--netbed 1gbit] [--out DIR]`: trains one config under several quantization methods (and the
+// baseline's), one run directory per method and seed (DIR/runs/), then writes DIR/report/ (report.md
+// and plots). Each training is a child process: `qtrain train`,
 // under `mpirun` for --ranks > 1, inside tools/netbed.sh's bandwidth-limited testbed with --netbed.
 // Finished runs are reused, so an interrupted sweep continues where it stopped (sweep.h).
 #include <fcntl.h>
@@ -199,6 +200,9 @@ int run_child(const std::vector<std::string>& argv, const std::function<void(con
 struct CompareArgs {
   std::string config;
   std::string methods;
+  std::string seeds;              // --seeds as given; empty: one run per method with the config's seed
+  std::string baseline = "bf16";
+  bool baseline_given = false;    // --report-only: the sweep's own baseline unless --baseline is given
   int ranks = 1;
   std::string netbed;
   int64_t epochs = 0;
@@ -224,10 +228,28 @@ void make_report(const fs::path& dir, const CompareArgs& a) {
   options.target = a.target;
   options.command = read_command(dir);
   options.gnuplot = a.gnuplot;
-  const std::vector<RunRecord> runs = load_finished_runs(dir.string());
-  const std::string warning = write_report(runs, (dir / "report").string(), options);
+  const SweepRecord sweep = load_sweep(dir.string());
+  options.seeds = sweep.seeds;
+  options.labels = sweep.labels;
+  // The sweep's own baseline; a sweep written before --baseline existed was measured against fp32.
+  options.baseline = sweep.baseline.empty() ? "fp32" : sweep.baseline;
+  if (a.baseline_given) {
+    // --report-only --baseline: any method of the sweep.
+    std::vector<Variant> variants;
+    for (const std::string& label : sweep.labels) variants.push_back(parse_variants(label).front());
+    const size_t before = variants.size();
+    options.baseline = add_baseline(variants, a.baseline);
+    if (variants.size() != before) {
+      std::string known;
+      for (const std::string& label : sweep.labels) known += (known.empty() ? "" : ", ") + label;
+      input_error("compare --report-only --baseline {}: not a method of the sweep in {} (its methods: {})", a.baseline,
+                  dir.string(), known);
+    }
+  }
+  const std::string warning = write_report(sweep.runs, (dir / "report").string(), options);
   if (!warning.empty()) std::fprintf(stderr, "compare: warning: %s\n", warning.c_str());
-  std::fprintf(stderr, "compare: report of %zu run(s) in %s\n", runs.size(), (dir / "report" / "report.md").c_str());
+  std::fprintf(stderr, "compare: report of %zu run(s) in %s\n", sweep.runs.size(),
+               (dir / "report" / "report.md").c_str());
 }
 
 void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
@@ -238,7 +260,17 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
     input_error("compare: --ranks must be in [1, {}] (every rank runs on this machine), got {}", kMaxRanks, a.ranks);
   if (!a.netbed.empty() && a.ranks < 2) input_error("compare: --netbed needs --ranks of at least 2");
   if (!fs::exists(a.config)) input_error("{}: config file not found", a.config);
-  const std::vector<Variant> variants = parse_variants(a.methods);
+  std::vector<Variant> variants = parse_variants(a.methods);
+  const std::string baseline = add_baseline(variants, a.baseline);
+  std::vector<std::optional<int64_t>> seeds;  // one run per entry; nullopt: the config's own seed
+  if (!a.seeds.empty()) {
+    for (const std::string& o : a.overrides)
+      if (o.rfind("seed=", 0) == 0)
+        input_error("compare: --set {} and --seeds both set the seed; give one of them", o);
+    for (int64_t seed : parse_seeds(a.seeds)) seeds.emplace_back(seed);
+  } else {
+    seeds.emplace_back(std::nullopt);
+  }
   const fs::path dir = fs::absolute(a.out.empty() ? fs::path("runs") / ("compare-" + fs::path(a.config).stem().string())
                                                   : fs::path(a.out));
   const std::string self = fs::read_symlink("/proc/self/exe").string();
@@ -251,30 +283,34 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
   for (const std::string& o : a.overrides) threads_given |= o.rfind("train.threads=", 0) == 0;
   struct Job {
     Variant variant;
+    std::string label;  // the variant's, with its seed: "qsgd:bits=4 seed 2"
     fs::path run_dir;
     std::vector<std::string> train_args;  // after the launcher
     RunLength length;
   };
   std::vector<Job> jobs;
   for (const Variant& v : variants) {
-    Job job{v, dir / "runs" / v.folder, {}, {}};
-    std::vector<std::string> sets = a.overrides;
-    if (a.epochs > 0) sets.push_back(fmt::format("train.epochs={}", a.epochs));
-    // Ranks share the cores: one BLAS thread pool per rank would oversubscribe them.
-    if (a.ranks > 1 && !threads_given)
-      sets.push_back(fmt::format("train.threads={}", std::max(1u, std::thread::hardware_concurrency() / a.ranks)));
-    sets.insert(sets.end(), v.overrides.begin(), v.overrides.end());
-    sets.push_back("output.dir=" + job.run_dir.string());
-    sets.push_back("output.progress=lines");
-    sets.push_back(fmt::format("train.log_every_steps={}", a.curve_every));
-    const RunConfig rc = parse_run_config(a.config, sets);
-    job.length = RunLength{rc.train.epochs, rc.train.max_steps};
-    job.train_args = {self, "train", fs::absolute(a.config).string()};
-    for (const std::string& s : sets) {
-      job.train_args.push_back("--set");
-      job.train_args.push_back(s);
+    for (const std::optional<int64_t>& seed : seeds) {
+      Job job{v, seed ? fmt::format("{} seed {}", v.label, *seed) : v.label, dir / "runs" / run_folder(v.folder, seed), {}, {}};
+      std::vector<std::string> sets = a.overrides;
+      if (seed) sets.push_back(fmt::format("seed={}", *seed));
+      if (a.epochs > 0) sets.push_back(fmt::format("train.epochs={}", a.epochs));
+      // Ranks share the cores: one BLAS thread pool per rank would oversubscribe them.
+      if (a.ranks > 1 && !threads_given)
+        sets.push_back(fmt::format("train.threads={}", std::max(1u, std::thread::hardware_concurrency() / a.ranks)));
+      sets.insert(sets.end(), v.overrides.begin(), v.overrides.end());
+      sets.push_back("output.dir=" + job.run_dir.string());
+      sets.push_back("output.progress=lines");
+      sets.push_back(fmt::format("train.log_every_steps={}", a.curve_every));
+      const RunConfig rc = parse_run_config(a.config, sets);
+      job.length = RunLength{rc.train.epochs, rc.train.max_steps};
+      job.train_args = {self, "train", fs::absolute(a.config).string()};
+      for (const std::string& s : sets) {
+        job.train_args.push_back("--set");
+        job.train_args.push_back(s);
+      }
+      jobs.push_back(std::move(job));
     }
-    jobs.push_back(std::move(job));
   }
   auto launcher = [&]() -> std::vector<std::string> {
     if (a.ranks == 1) return {};
@@ -289,11 +325,17 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
   if (ec) input_error("{}: cannot create the sweep folder (--out): {}", (dir / "runs").string(), ec.message());
   {
     YAML::Emitter e;
-    e << YAML::BeginMap << YAML::Key << "command" << YAML::Value << shell_join(own_argv) << YAML::Key << "variants"
-      << YAML::Value << YAML::BeginSeq;
-    for (const Job& j : jobs)
-      e << YAML::BeginMap << YAML::Key << "label" << YAML::Value << j.variant.label << YAML::Key << "folder"
-        << YAML::Value << j.variant.folder << YAML::EndMap;
+    e << YAML::BeginMap << YAML::Key << "command" << YAML::Value << shell_join(own_argv) << YAML::Key << "baseline"
+      << YAML::Value << baseline;
+    if (!a.seeds.empty()) {
+      e << YAML::Key << "seeds" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+      for (const std::optional<int64_t>& seed : seeds) e << *seed;
+      e << YAML::EndSeq;
+    }
+    e << YAML::Key << "variants" << YAML::Value << YAML::BeginSeq;
+    for (const Variant& v : variants)
+      e << YAML::BeginMap << YAML::Key << "label" << YAML::Value << v.label << YAML::Key << "folder" << YAML::Value
+        << v.folder << YAML::EndMap;
     e << YAML::EndSeq << YAML::EndMap;
     write_file_atomically((dir / "sweep.yaml").string(), std::string(e.c_str()) + "\n");
   }
@@ -307,7 +349,7 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
     const std::string command = shell_join(argv);
     const RunState state = run_state(job.run_dir.string(), command, job.length);
     if (state == RunState::finished) {
-      progress.message(fmt::format("{}: finished run reused ({})", job.variant.label, job.run_dir.string()));
+      progress.message(fmt::format("{}: finished run reused ({})", job.label, job.run_dir.string()));
       continue;
     }
     double wall_offset = 0;
@@ -319,12 +361,12 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
       for (const std::string& s : {self, std::string("train"), std::string("--resume"), job.run_dir.string()})
         argv.push_back(s);
       std::tie(wall_offset, last_step) = continue_curve(curve_path);
-      progress.message(fmt::format("{}: resuming the unfinished run from its checkpoint", job.variant.label));
+      progress.message(fmt::format("{}: resuming the unfinished run from its checkpoint", job.label));
     } else {
       if (state != RunState::absent) {
         const std::string kept = set_aside(dir.string(), job.run_dir.string());
         progress.message(fmt::format("{}: {} run in {} is started again (the old one is kept in {})",
-                                     job.variant.label, run_state_name(state), job.run_dir.string(), kept));
+                                     job.label, run_state_name(state), job.run_dir.string(), kept));
       }
       fs::create_directories(job.run_dir, ec);
       if (ec) input_error("{}: cannot create the run directory: {}", job.run_dir.string(), ec.message());
@@ -356,24 +398,24 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
         [&] {
           log.flush();
           curve.flush();
-          progress.update(i, job.variant.label, fraction, detail);
+          progress.update(i, job.label, fraction, detail);
         });
     log.close();
     curve.close();
     if (g_signal != 0)
       throw Error(fmt::format("compare: interrupted (signal {}) during the {} run; run the same command again to "
                               "continue (finished runs are kept{})",
-                              static_cast<int>(g_signal), job.variant.label, a.resume ? "" : "; add --resume to continue this one from its checkpoint"));
+                              static_cast<int>(g_signal), job.label, a.resume ? "" : "; add --resume to continue this one from its checkpoint"));
     if (status != 0)
-      input_error("compare: the {} run failed (exit status {}); its output is in {}; last line: {}", job.variant.label,
+      input_error("compare: the {} run failed (exit status {}); its output is in {}; last line: {}", job.label,
                   status, (job.run_dir / "output.log").string(), last_line);
     const std::vector<MetricsRecord> rows = read_metrics_csv((job.run_dir / "metrics.csv").string());
     if (!job.length.reached_by(rows.back()))
       input_error("compare: the {} run exited at step {} ({} complete epochs), short of its {} (see {})",
-                  job.variant.label, rows.back().step, rows.back().epoch, job.length.str(),
+                  job.label, rows.back().step, rows.back().epoch, job.length.str(),
                   (job.run_dir / "output.log").string());
     write_marker(job.run_dir.string(), job.variant.label, command, seconds_since(start));
-    progress.message(fmt::format("{}: done in {}, test accuracy {:.2f}%", job.variant.label,
+    progress.message(fmt::format("{}: done in {}, test accuracy {:.2f}%", job.label,
                                  format_duration(seconds_since(start)), 100 * rows.back().test_accuracy));
   }
   make_report(dir, a);
@@ -395,6 +437,14 @@ void add_compare_command(CLI::App& app, const MpiRuntime& mpi) {
                   "Comma-separated methods with ':'-separated parameters, e.g. "
                   "fp32,fp16,dettmers8,onebit,qsgd:bits=2,qsgd:bits=4,adaptive")
       ->type_name("LIST");
+  cmd->add_option("--seeds", args->seeds,
+                  "Train each method once per seed: N for seeds 1..N, or a list such as 1,2,3; the report gives "
+                  "means, 95% confidence intervals and Welch's t-test against the baseline")
+      ->type_name("N|LIST");
+  cmd->add_option("--baseline", args->baseline,
+                  "The method every speedup and accuracy difference is measured against, trained too when "
+                  "--methods does not name it (default bf16, the bf16 all-reduce; e.g. fp32)")
+      ->type_name("METHOD");
   cmd->add_option("--ranks", args->ranks, "Data-parallel ranks per run (mpirun -np; default 1)")->type_name("N");
   cmd->add_option("--netbed", args->netbed,
                   "Run each training on the bandwidth-limited testbed of tools/netbed.sh at this rate (e.g. 1gbit)")
@@ -414,7 +464,8 @@ void add_compare_command(CLI::App& app, const MpiRuntime& mpi) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--netbed-script", args->netbed_script, "Path of tools/netbed.sh")->type_name("PATH");
   cmd->add_option("--gnuplot", args->gnuplot, "gnuplot executable for the plots ('' = write the script only)");
-  cmd->callback([args, &mpi] {
+  cmd->callback([args, &mpi, cmd] {
+    args->baseline_given = cmd->count("--baseline") > 0;
     if (mpi.size() > 1)
       input_error("compare: run it without mpirun; it starts mpirun itself for each run (--ranks N)");
     if (!args->report_only.empty()) {
@@ -425,6 +476,8 @@ void add_compare_command(CLI::App& app, const MpiRuntime& mpi) {
     if (args->methods.empty()) input_error("compare: give --methods, e.g. --methods fp32,dettmers8,qsgd:bits=4");
     // The command as a reader would type it, recorded in sweep.yaml and shown above the report's table.
     std::vector<std::string> argv = {"build/qtrain", "compare", args->config, "--methods", args->methods};
+    if (!args->seeds.empty()) argv.insert(argv.end(), {"--seeds", args->seeds});
+    if (args->baseline_given) argv.insert(argv.end(), {"--baseline", args->baseline});
     if (args->ranks != 1) argv.insert(argv.end(), {"--ranks", std::to_string(args->ranks)});
     if (!args->netbed.empty()) argv.insert(argv.end(), {"--netbed", args->netbed});
     if (args->epochs > 0) argv.insert(argv.end(), {"--epochs", std::to_string(args->epochs)});

@@ -27,7 +27,11 @@ std::vector<RunRecord> load_runs(const std::string& path) {
     if (label.empty()) label = fs::path(path).parent_path().filename().string();
     return {load_run(path, label)};
   }
-  return load_finished_runs(path);
+  SweepRecord sweep = load_sweep(path);
+  // A sweep with --seeds has a run per method and seed: each is its own row.
+  if (!sweep.seeds.empty())
+    for (RunRecord& r : sweep.runs) r.label = fmt::format("{} seed {}", r.label, r.seed);
+  return sweep.runs;
 }
 
 std::vector<std::string> split(const std::string& list) {

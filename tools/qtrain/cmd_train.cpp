@@ -38,6 +38,7 @@ void add_train_command(CLI::App& app, const MpiRuntime& mpi) {
     options.world_size = mpi.size();
     options.local_rank = mpi.local_rank();
     options.local_size = mpi.local_size();
+    options.host = mpi.host();
     options.check_replicas_every = args->check_replicas;
     Trainer trainer(std::move(rc), options);
     trainer.run();

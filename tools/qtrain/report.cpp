@@ -5,30 +5,22 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "framework/core/check.h"
 #include "framework/core/file_io.h"
+#include "tools/qtrain/loss_curve.h"
+#include "tools/qtrain/stats.h"
 
 namespace qtrain::cli {
 namespace fs = std::filesystem;
 namespace {
 
 void write_text(const fs::path& path, const std::string& text) { write_file_atomically(path.string(), text); }
-
-std::string percent(double fraction) { return fmt::format("{:.2f}%", 100 * fraction); }
-
-// The phases of the training loop's wall clock, in the order they are stacked.
-struct StackPart {
-  const char* title;
-  Phase phase;
-};
-constexpr StackPart kLoopParts[] = {{"data", Phase::data},
-                                    {"forward", Phase::forward},
-                                    {"backward", Phase::backward},
-                                    {"optimizer", Phase::optimizer}};
 
 std::string gnuplot_quote(const std::string& s) {
   std::string out = "'";
@@ -40,23 +32,6 @@ std::string gnuplot_data_label(const std::string& label) {
   std::string out = "\"";
   for (char c : label) out += c == '"' ? '\'' : c;
   return out + "\"";
-}
-
-// The common preamble of every plot: the same look in PNG and SVG.
-std::string plot_block(const std::string& name, const std::string& settings, const std::string& plot) {
-  std::string s;
-  for (const char* term : {"png", "svg"}) {
-    s += std::string(term) == "png" ? "set terminal pngcairo noenhanced size 900,540 font 'sans,10'\n"
-                                    : "set terminal svg noenhanced size 900,540 font 'sans,10'\n";
-    s += fmt::format("set output '{}.{}'\n", name, term);
-    s += "reset session\n" + settings + plot + "\n";
-  }
-  return s;
-}
-
-// Whether any run is a sequence task (has test CER / WER): then the table and plots show them.
-bool any_error_rates(const std::vector<SummaryRow>& rows) {
-  return std::any_of(rows.begin(), rows.end(), [](const SummaryRow& r) { return r.best_cer.has_value(); });
 }
 
 }  // namespace
@@ -71,73 +46,142 @@ std::string label_to_filename(const std::string& label) {
   return out.empty() ? "run" : out;
 }
 
-SummaryRow summarize(const RunRecord& run, double target, const RunRecord* baseline) {
-  QT_CHECK(!run.rows.empty(), "summarize: {} has no metrics rows", run.dir);
-  SummaryRow s;
-  s.label = run.label;
-  s.ranks = run.ranks;
-  s.epochs = run.rows.back().epoch;
-  s.steps = run.rows.back().step;
-  s.final_accuracy = run.rows.back().test_accuracy;
-  double steps = 0, time = 0;
-  int64_t previous_step = 0;
-  for (const MetricsRecord& r : run.rows) {
-    if (r.test_accuracy > s.best_accuracy) {
-      s.best_accuracy = r.test_accuracy;
-      s.best_epoch = r.epoch;
-    }
-    if (!s.time_to_target_s && r.test_accuracy >= target) s.time_to_target_s = r.wall_time_s;
-    if (r.has_error_rates() && (!s.best_cer || r.test_cer < *s.best_cer)) {
-      s.best_cer = r.test_cer;
-      s.best_cer_epoch = r.epoch;
-    }
-    const double n = static_cast<double>(r.step - previous_step);
-    previous_step = r.step;
-    if (r.samples_per_s > 0) {
-      steps += n;
-      time += n / r.samples_per_s;
-    }
-  }
-  s.samples_per_s = time > 0 ? steps / time : 0;
-  if (baseline != nullptr) {
-    const SummaryRow b = summarize(*baseline, target, nullptr);
-    if (b.samples_per_s > 0) s.speedup = s.samples_per_s / b.samples_per_s;
-  }
-  s.bits_per_value = run.bits_per_value();
-  s.fraction_quantized = run.fraction_quantized;
-  s.step_ms = 1e3 * run.measured_step_s();
-  s.bytes_sent_per_step = run.rows.back().bytes_sent_per_step;
-  if (run.rows.back().has_error_rates()) {
-    s.final_cer = run.rows.back().test_cer;
-    s.final_wer = run.rows.back().test_wer;
+
+namespace {
+
+std::string percent(double fraction) { return fmt::format("{:.2f}%", 100 * fraction); }
+
+// One look per method, distinct for any number of methods: the Okabe-Ito palette (safe for the
+// common colour-vision deficiencies; yellow last, the faintest on white), 13 point types and 4 dash
+// types. Colour and point cycle with coprime periods (8 and 13), so no two of the first 104 methods
+// share both; the dash type changes with every round of the palette.
+constexpr const char* kColours[] = {"#0072B2", "#E69F00", "#009E73", "#D55E00",
+                                    "#CC79A7", "#56B4E9", "#000000", "#F0E442"};
+constexpr int kPoints[] = {7, 5, 9, 11, 13, 15, 6, 4, 8, 10, 12, 14, 1};
+std::string colour_of(size_t i) { return kColours[i % std::size(kColours)]; }
+std::string method_styles(size_t count) {
+  std::string s;
+  for (size_t i = 0; i < count; ++i)
+    s += fmt::format("set style line {} lc rgb '{}' lw 2 pt {} ps 0.9 dt {}\n", i + 1, colour_of(i),
+                     kPoints[i % std::size(kPoints)], i / std::size(kColours) % 4 + 1);
+  return s;
+}
+
+// Every plot: the same look in PNG and SVG, the legend outside the data, to the right.
+std::string plot_block(const std::string& name, const std::string& settings, const std::string& plot) {
+  std::string s;
+  for (const char* term : {"png", "svg"}) {
+    s += std::string(term) == "png" ? "set terminal pngcairo noenhanced size 1000,560 font 'sans,10'\n"
+                                    : "set terminal svg noenhanced size 1000,560 font 'sans,10'\n";
+    s += fmt::format("set output '{}.{}'\n", name, term);
+    s += "reset session\nset key outside right top vertical Left reverse\n" + settings + plot + "\n";
   }
   return s;
 }
 
-std::string markdown_table(const std::vector<SummaryRow>& rows, double target) {
-  // The error-rate columns appear when any run is a sequence task; "-" for a run without them.
-  const bool error_rates = any_error_rates(rows);
-  auto rate = [](const std::optional<double>& v) { return v ? percent(*v) : std::string("-"); };
-  std::string s = fmt::format(
-      "| method | ranks | epochs (steps) | final accuracy | best accuracy (epoch) | {}time to {} | samples/s | speedup over "
-      "fp32 | ms per step | bits per value | sent per step per rank | fraction quantized |\n"
-      "|---|---|---|---|---|{}---|---|---|---|---|---|---|\n",
-      error_rates ? "final CER | final WER | best CER (epoch) | " : "", percent(target), error_rates ? "---|---|---|" : "");
-  for (const SummaryRow& r : rows) {
-    const std::string rates =
-        !error_rates ? ""
-        : r.best_cer ? fmt::format("{} | {} | {} ({}) | ", rate(r.final_cer), rate(r.final_wer), rate(r.best_cer), r.best_cer_epoch)
-                     : "- | - | - | ";
-    s += fmt::format("| {} | {} | {} ({}) | {} | {} ({}) | {}{} | {:.0f} | {} | {:.1f} | {:.2f} | {} | {:.3f} |\n", r.label,
-                     r.ranks, r.epochs, r.steps, percent(r.final_accuracy), percent(r.best_accuracy), r.best_epoch, rates,
-                     r.time_to_target_s ? fmt::format("{:.1f} s", *r.time_to_target_s) : "not reached",
-                     r.samples_per_s, r.speedup ? fmt::format("{:.2f}x", *r.speedup) : "-", r.step_ms,
-                     r.bits_per_value,
-                     r.ranks > 1 ? fmt::format("{:.3f} MB", r.bytes_sent_per_step / 1e6) : "- (one rank)",
-                     r.fraction_quantized);
-  }
+// min, mean and max of `v` (no NaN inside).
+struct Spread {
+  double mean = 0, min = 0, max = 0;
+};
+Spread spread_of(const std::vector<double>& v) {
+  Spread s;
+  if (v.empty()) return {NAN, NAN, NAN};
+  s.min = *std::min_element(v.begin(), v.end());
+  s.max = *std::max_element(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
   return s;
 }
+std::string spread_cells(const std::vector<double>& v, double scale) {
+  if (v.empty()) return "NaN NaN NaN";
+  const Spread s = spread_of(v);
+  return fmt::format("{:.4f} {:.4f} {:.4f}", scale * s.mean, scale * s.min, scale * s.max);
+}
+
+// Per epoch (the rows of the method's first run), the mean, min and max over its seeds of test
+// accuracy, CER and WER (percent; NaN where no run has them) and the mean wall time.
+std::string epochs_data(const std::vector<const RunRecord*>& runs) {
+  std::string m =
+      "# epoch accuracy_mean accuracy_min accuracy_max cer_mean cer_min cer_max wer_mean wer_min wer_max wall_s "
+      "(percent; mean, min, max over the seeds)\n";
+  for (size_t j = 0; j < runs.front()->rows.size(); ++j) {
+    std::vector<double> accuracy, cer, wer, wall;
+    for (const RunRecord* r : runs) {
+      if (j >= r->rows.size()) continue;
+      const MetricsRecord& row = r->rows[j];
+      accuracy.push_back(row.test_accuracy);
+      wall.push_back(row.wall_time_s);
+      if (row.has_error_rates()) {
+        cer.push_back(row.test_cer);
+        wer.push_back(row.test_wer);
+      }
+    }
+    m += fmt::format("{} {} {} {} {:.3f}\n", runs.front()->rows[j].epoch, spread_cells(accuracy, 100),
+                     spread_cells(cer, 100), spread_cells(wer, 100), spread_of(wall).mean);
+  }
+  return m;
+}
+
+// The smoothed training loss at the steps every seed recorded: mean wall time, mean, min and max.
+std::string loss_data(const std::vector<const RunRecord*>& runs, double half_life) {
+  std::vector<std::vector<LossPoint>> curves;
+  for (const RunRecord* r : runs) curves.push_back(smoothed_loss(*r, half_life));
+  std::string c = fmt::format(
+      "# wall_s_mean loss_mean loss_min loss_max step (training loss, exponential moving average over steps with a "
+      "half-life of {:g} steps; mean, min, max over the seeds)\n",
+      half_life);
+  for (const LossPoint& p : curves.front()) {
+    std::vector<double> wall, loss;
+    for (const std::vector<LossPoint>& curve : curves) {
+      const auto it = std::find_if(curve.begin(), curve.end(), [&](const LossPoint& q) { return q.step == p.step; });
+      if (it == curve.end()) break;
+      wall.push_back(it->wall_s);
+      loss.push_back(it->loss);
+    }
+    if (loss.size() < curves.size()) continue;  // a step some seed did not record
+    const Spread l = spread_of(loss);
+    c += fmt::format("{:.3f} {:.6f} {:.6f} {:.6f} {}\n", spread_of(wall).mean, l.mean, l.min, l.max, p.step);
+  }
+  return c;
+}
+
+// Curves of every method: a band (min to max over the seeds, columns band_low:band_high) under the
+// mean (column y), against column x of data/<method><suffix>.
+std::string curve_plot(const std::vector<MethodSummary>& methods, const std::string& suffix, int x, int y, int band_low,
+                       int band_high, const std::string& with, const std::string& options = "") {
+  std::string bands, lines;
+  for (size_t i = 0; i < methods.size(); ++i) {
+    if (methods[i].runs.empty()) continue;
+    const std::string file = fmt::format("'data/{}{}'", label_to_filename(methods[i].label), suffix);
+    if (methods[i].runs.size() > 1)
+      bands += fmt::format("{} using {}:{}:{} with filledcurves fc rgb '{}' fs transparent solid 0.18 noborder notitle, \\\n     ",
+                           file, x, band_low, band_high, colour_of(i));
+    lines += fmt::format("{}{} using {}:{} with {} ls {}{} title {}", lines.empty() ? "" : ", \\\n     ", file, x, y,
+                         with, i + 1, options, gnuplot_quote(methods[i].label));
+  }
+  return "plot " + bands + lines;
+}
+
+// Bits per value against the task's metric (final accuracy, or final CER for sequence tasks): one
+// point per method, the mean over its seeds with error bars of one standard deviation.
+std::string tradeoff_data(const std::vector<MethodSummary>& methods, bool error_rates) {
+  std::string t = fmt::format("# method bits_per_value {}_mean {}_sd (percent, over the seeds)\n",
+                              error_rates ? "final_cer" : "final_accuracy", error_rates ? "final_cer" : "final_accuracy");
+  for (const MethodSummary& m : methods) {
+    if (m.runs.empty()) continue;
+    const std::vector<double> v = error_rates ? m.values(&SummaryRow::final_cer) : m.values(&SummaryRow::final_accuracy);
+    if (v.empty()) {
+      t += fmt::format("{} {:.4f} NaN NaN\n", gnuplot_data_label(m.label), m.runs.front().bits_per_value);
+      continue;
+    }
+    t += fmt::format("{} {:.4f} {:.4f} {:.4f}\n", gnuplot_data_label(m.label), m.runs.front().bits_per_value,
+                     100 * stats::mean(v), 100 * stats::sample_sd(v));
+  }
+  return t;
+}
+
+}  // namespace
 
 std::string write_report(const std::vector<RunRecord>& runs, const std::string& out_dir, const ReportOptions& options) {
   if (runs.empty()) input_error("report: no finished runs to report in {}", out_dir);
@@ -146,124 +190,163 @@ std::string write_report(const std::vector<RunRecord>& runs, const std::string& 
   fs::create_directories(out / "data", ec);
   if (ec) input_error("{}: cannot create the report folder: {}", (out / "data").string(), ec.message());
 
-  const RunRecord* baseline = nullptr;
-  for (const RunRecord& r : runs)
-    if (r.label == options.baseline) baseline = &r;
-  std::vector<SummaryRow> rows;
-  for (const RunRecord& r : runs) rows.push_back(summarize(r, options.target, baseline));
+  const std::vector<MethodSummary> methods = summarize_methods(runs, options.target, options.seeds, options.labels);
+  auto runs_of = [&](const MethodSummary& m) {
+    std::vector<const RunRecord*> out;
+    for (const SummaryRow& row : m.runs)
+      for (const RunRecord& r : runs)
+        if (r.label == m.label && r.seed == row.seed) {
+          out.push_back(&r);
+          break;
+        }
+    return out;
+  };
+  bool error_rates = false;
+  int64_t longest = 1;
+  for (const RunRecord& r : runs) {
+    error_rates |= r.rows.back().has_error_rates();
+    longest = std::max(longest, r.steps());
+  }
+  const double half_life = default_half_life(longest);
 
-  // Data files for gnuplot: one per run for the curves, one table each for the bars.
+  // Data files for gnuplot: per method its curves (mean and spread over its seeds), one table each
+  // for the bars (means over the seeds).
   std::string phases = "# method data forward backward optimizer exposed_comm encode communicate decode (ms per step)\n";
   std::string bytes = "# method MB_per_step_per_rank payload_MB\n";
-  for (const RunRecord& r : runs) {
-    const std::string base = label_to_filename(r.label);
-    // CER and WER in percent, NaN (which gnuplot skips) for runs of classification tasks.
-    std::string m = "# epoch test_accuracy_percent wall_s train_loss test_cer_percent test_wer_percent\n";
-    for (const MetricsRecord& row : r.rows)
-      m += fmt::format("{} {:.4f} {:.3f} {:.6f} {} {}\n", row.epoch, 100 * row.test_accuracy, row.wall_time_s,
-                       row.train_loss, row.has_error_rates() ? fmt::format("{:.4f}", 100 * row.test_cer) : "NaN",
-                       row.has_error_rates() ? fmt::format("{:.4f}", 100 * row.test_wer) : "NaN");
-    write_text(out / "data" / (base + ".metrics.dat"), m);
-    std::string c = "# wall_s step train_loss\n";
-    if (r.curve.size() >= 2)
-      for (const CurvePoint& p : r.curve) c += fmt::format("{:.3f} {} {:.6f}\n", p.wall_s, p.step, p.train_loss);
-    else
-      for (const MetricsRecord& row : r.rows) c += fmt::format("{:.3f} {} {:.6f}\n", row.wall_time_s, row.step, row.train_loss);
-    write_text(out / "data" / (base + ".curve.dat"), c);
-
-    const double steps = static_cast<double>(std::max<int64_t>(1, r.steps()));
-    double exposed = 0;
-    for (const MetricsRecord& row : r.rows) exposed += row.exposed_comm_s;
-    const predict::StepProfile& p = r.profile;
-    double comm = 0;
-    for (const MetricsRecord& row : r.rows) comm += row.phase_s[static_cast<size_t>(Phase::communicate)];
+  for (const MethodSummary& m : methods) {
+    if (m.runs.empty()) continue;
+    const std::vector<const RunRecord*> its = runs_of(m);
+    const std::string base = label_to_filename(m.label);
+    write_text(out / "data" / (base + ".epochs.dat"), epochs_data(its));
+    write_text(out / "data" / (base + ".loss.dat"), loss_data(its, half_life));
+    std::array<double, 8> phase_ms{};
+    double sent = 0, payload = 0;
+    for (const RunRecord* r : its) {
+      const double steps = static_cast<double>(std::max<int64_t>(1, r->steps()));
+      double exposed = 0, comm = 0;
+      for (const MetricsRecord& row : r->rows) {
+        exposed += row.exposed_comm_s;
+        comm += row.phase_s[static_cast<size_t>(Phase::communicate)];
+      }
+      const predict::StepProfile& p = r->profile;
+      const double ms[] = {p.data_s, p.forward_s, p.backward_s, p.optimizer_s, exposed / steps,
+                           p.encode_s, comm / steps, p.decode_s};
+      for (size_t k = 0; k < phase_ms.size(); ++k) phase_ms[k] += 1e3 * ms[k] / static_cast<double>(its.size());
+      sent += r->rows.back().bytes_sent_per_step / static_cast<double>(its.size());
+      payload += r->payload_bytes / static_cast<double>(its.size());
+    }
     // Labels quoted: gnuplot reads "qsgd:bits=4" as one column and shows it as the bar's name.
-    const std::string quoted = gnuplot_data_label(r.label);
-    phases += fmt::format("{} {:.4f} {:.4f} {:.4f} {:.4f} {:.4f} {:.4f} {:.4f} {:.4f}\n", quoted, 1e3 * p.data_s,
-                          1e3 * p.forward_s, 1e3 * p.backward_s, 1e3 * p.optimizer_s, 1e3 * exposed / steps,
-                          1e3 * p.encode_s, 1e3 * comm / steps, 1e3 * p.decode_s);
-    bytes += fmt::format("{} {:.6f} {:.6f}\n", quoted, r.rows.back().bytes_sent_per_step / 1e6, r.payload_bytes / 1e6);
+    const std::string quoted = gnuplot_data_label(m.label);
+    phases += quoted;
+    for (double v : phase_ms) phases += fmt::format(" {:.4f}", v);
+    phases += "\n";
+    bytes += fmt::format("{} {:.6f} {:.6f}\n", quoted, sent / 1e6, payload / 1e6);
   }
   write_text(out / "data" / "phases.dat", phases);
   write_text(out / "data" / "bytes.dat", bytes);
+  write_text(out / "data" / "tradeoff.dat", tradeoff_data(methods, error_rates));
 
-  // The gnuplot script: every run overlaid on the curves; one bar per run on the others.
-  const bool error_rates = any_error_rates(rows);
-  std::string acc_plot = "plot ", loss_plot = "plot ", cer_plot = "plot ", wer_plot = "plot ";
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const std::string base = label_to_filename(runs[i].label);
-    const std::string sep = i + 1 < runs.size() ? ", \\\n     " : "";
-    acc_plot += fmt::format("'data/{}.metrics.dat' using 1:2 with linespoints lw 2 title {}{}", base,
-                            gnuplot_quote(runs[i].label), sep);
-    loss_plot += fmt::format("'data/{}.curve.dat' using 1:3 with linespoints lw 2 pt 7 ps 0.4 title {}{}", base,
-                             gnuplot_quote(runs[i].label), sep);
-    cer_plot += fmt::format("'data/{}.metrics.dat' using 1:5 with linespoints lw 2 title {}{}", base,
-                            gnuplot_quote(runs[i].label), sep);
-    wer_plot += fmt::format("'data/{}.metrics.dat' using 1:6 with linespoints lw 2 title {}{}", base,
-                            gnuplot_quote(runs[i].label), sep);
-  }
+  const bool seeds = std::any_of(methods.begin(), methods.end(), [](const MethodSummary& m) { return m.runs.size() > 1; });
+  const std::string over_seeds = seeds ? " (mean over the seeds; band: lowest to highest seed)" : "";
+  const std::string styles = method_styles(methods.size());
   std::string script = "# Generated by qtrain compare; regenerate with: gnuplot plots.gp (in this folder)\n";
+  const std::string per_epoch = "set xlabel 'epoch'\nset grid\nset xtics 1\nset offsets 0.1, 0.1, 0, 0\n";
   script += plot_block("accuracy",
-                       "set title 'Test accuracy after each epoch'\nset xlabel 'epoch'\nset ylabel 'test accuracy (%)'\n"
-                       "set key bottom right\nset grid\nset xtics 1\nset offsets 0.1, 0.1, 0, 0\n",
-                       acc_plot);
+                       "set title 'Test accuracy (top-1) after each epoch" + over_seeds +
+                           "'\nset ylabel 'test accuracy (%)'\n" + per_epoch + styles,
+                       curve_plot(methods, ".epochs.dat", 1, 2, 3, 4, "linespoints"));
   script += plot_block("loss_time",
-                       "set title 'Training loss (running mean over the epoch) vs wall-clock time'\n"
-                       "set xlabel 'wall-clock time (s)'\nset ylabel 'training loss'\nset logscale y\n"
-                       "set key top right\nset grid\n",
-                       loss_plot);
+                       fmt::format("set title 'Training loss vs wall-clock time: moving average over steps, half-life "
+                                   "{:g} steps{}'\nset xlabel 'wall-clock time (s)'\nset ylabel 'training loss'\n"
+                                   "set logscale y\nset grid\n",
+                                   half_life, over_seeds) +
+                           styles,
+                       curve_plot(methods, ".loss.dat", 1, 2, 3, 4, "linespoints", " pi 6"));
   if (error_rates) {
-    const std::string settings = "set xlabel 'epoch'\nset key top right\nset grid\nset xtics 1\nset offsets 0.1, 0.1, 0, 0\n";
-    script += plot_block("cer", "set title 'Test character error rate after each epoch (greedy CTC decoding)'\n"
-                                "set ylabel 'CER (%)'\n" + settings, cer_plot);
-    script += plot_block("wer", "set title 'Test word error rate after each epoch (greedy CTC decoding)'\n"
-                                "set ylabel 'WER (%)'\n" + settings, wer_plot);
+    script += plot_block("cer",
+                         "set title 'Test character error rate, greedy CTC decoding" + over_seeds +
+                             "'\nset ylabel 'CER (%)'\n" + per_epoch + styles,
+                         curve_plot(methods, ".epochs.dat", 1, 5, 6, 7, "linespoints"));
+    script += plot_block("wer",
+                         "set title 'Test word error rate, greedy CTC decoding" + over_seeds +
+                             "'\nset ylabel 'WER (%)'\n" + per_epoch + styles,
+                         curve_plot(methods, ".epochs.dat", 1, 8, 9, 10, "linespoints"));
   }
+  std::string tradeoff_plot = "plot ";
+  size_t point = 0;
+  for (size_t i = 0; i < methods.size(); ++i) {
+    if (methods[i].runs.empty()) continue;
+    tradeoff_plot += fmt::format("{}'data/tradeoff.dat' every ::{}::{} using 2:3:4 with yerrorbars ls {} ps 1.6 title {}",
+                                 point == 0 ? "" : ", \\\n     ", point, point, i + 1, gnuplot_quote(methods[i].label));
+    ++point;
+  }
+  script += plot_block(
+      "tradeoff",
+      fmt::format("set title 'Bits per gradient value on the wire vs {}{}'\nset xlabel 'bits per value (log scale)'\n"
+                  "set ylabel '{}'\nset logscale x 2\nset grid\nset offsets graph 0.05, graph 0.05, graph 0.05, graph "
+                  "0.05\n",
+                  error_rates ? "final test CER" : "final test accuracy", seeds ? " (error bars: one standard deviation over the seeds)" : "",
+                  error_rates ? "final test CER (%, lower is better)" : "final test accuracy (%)") +
+          styles,
+      tradeoff_plot);
   std::string stack_plot = "plot ";
   const char* stack_titles[] = {"data", "forward", "backward", "optimizer", "exposed communication"};
   for (int c = 0; c < 5; ++c)
-    stack_plot += fmt::format("'data/phases.dat' using {}{} title '{}'{}", c + 2, c == 0 ? ":xtic(1)" : "",
-                              stack_titles[c], c < 4 ? ", \\\n     " : "");
+    stack_plot += fmt::format("'data/phases.dat' using {}{} lc rgb '{}' title '{}'{}", c + 2, c == 0 ? ":xtic(1)" : "",
+                              colour_of(static_cast<size_t>(c)), stack_titles[c], c < 4 ? ", \\\n     " : "");
   std::string exchange_plot = "plot ";
   const char* exchange_titles[] = {"encode", "communicate", "decode"};
   for (int c = 0; c < 3; ++c)
-    exchange_plot += fmt::format("'data/phases.dat' using {}{} title '{}'{}", c + 7, c == 0 ? ":xtic(1)" : "",
-                                 exchange_titles[c], c < 2 ? ", \\\n     " : "");
+    exchange_plot += fmt::format("'data/phases.dat' using {}{} lc rgb '{}' title '{}'{}", c + 7, c == 0 ? ":xtic(1)" : "",
+                                 colour_of(static_cast<size_t>(c)), exchange_titles[c], c < 2 ? ", \\\n     " : "");
+  const std::string bars = "set style fill solid 0.8 border -1\nset boxwidth 0.6\nset xtics rotate by -30\n"
+                           "set bmargin 7\nset grid ytics\nset yrange [0:*]\n";
   script += plot_block("phases",
                        "set title 'Training-loop time per step by phase (exposed communication = waited for after "
                        "backward)'\nset ylabel 'ms per step'\nset style data histograms\nset style histogram "
-                       "rowstacked\nset style fill solid 0.8 border -1\nset boxwidth 0.6\nset key outside right\n"
-                       "set xtics rotate by -30\nset bmargin 7\nset grid ytics\nset yrange [0:*]\n",
+                       "rowstacked\n" + bars,
                        stack_plot);
   script += plot_block("exchange",
                        "set title 'Exchange-thread time per step (partly hidden under backward)'\nset ylabel 'ms per "
-                       "step'\nset style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 "
-                       "border -1\nset boxwidth 0.6\nset key outside right\nset xtics rotate by -30\nset bmargin 7\n"
-                       "set grid ytics\nset yrange [0:*]\n",
+                       "step'\nset style data histograms\nset style histogram rowstacked\n" + bars,
                        exchange_plot);
   script += plot_block("bytes",
                        "set title 'Gradient bytes per step: sent per rank (measured) and one replica''s payload'\n"
-                       "set ylabel 'MB per step'\nset style data histograms\nset style histogram clustered gap 1\n"
-                       "set style fill solid 0.8 border -1\nset key top right\nset xtics rotate by -30\n"
-                       "set grid ytics\nset yrange [0:*]\n",
-                       "plot 'data/bytes.dat' using 2:xtic(1) title 'sent per rank (measured)', "
-                       "'' using 3 title 'payload of one replica (encoded gradient)'");
+                       "set ylabel 'MB per step'\nset style data histograms\nset style histogram clustered gap 1\n" + bars,
+                       fmt::format("plot 'data/bytes.dat' using 2:xtic(1) lc rgb '{}' title 'sent per rank (measured)', "
+                                   "'' using 3 lc rgb '{}' title 'payload of one replica (encoded gradient)'",
+                                   colour_of(0), colour_of(1)));
   write_text(out / "plots.gp", script);
 
   std::string md = "# qtrain compare report\n\n";
   if (!options.command.empty()) md += "```sh\n" + options.command + "\n```\n\n";
-  md += markdown_table(rows, options.target);
+  if (seeds)
+    md += "Cells with ± are the mean ± sample standard deviation over a method's seeds (the seeds column); the 95% "
+          "confidence intervals and the tests against the baseline follow the table.\n\n";
+  md += markdown_table(methods, options.target, options.baseline);
   md += fmt::format(
-      "\n- samples/s: over all training steps (evaluation excluded); speedup: samples/s over {}'s.\n"
+      "\n- samples/s: over all training steps (evaluation excluded); speedup: samples/s over {}'s (means over the "
+      "seeds).\n"
       "- time to {}: wall-clock time (training and evaluation) at the first evaluation that reached it.\n"
       "- bits per value: size of one replica's encoded gradient (headers included) x 8 / gradient values.\n"
       "- sent per step per rank: bytes this rank put on the wire per step (ring allreduce counted as "
-      "2(p-1)/p of the data).\n\n",
+      "2(p-1)/p of the data).\n",
       options.baseline, percent(options.target));
   if (error_rates)
     md += "- CER / WER: character / word error rate of greedy CTC decoding on the test set (edit distance over the "
-          "reference length).\n\n![test CER vs epoch](cer.svg)\n\n![test WER vs epoch](wer.svg)\n\n";
+          "reference length).\n";
+  const std::string intervals = interval_table(methods, options.target);
+  if (!intervals.empty())
+    md += "\n## 95% confidence intervals over the seeds\n\nStudent t intervals of the mean: mean ± t(0.975, n-1) x "
+          "sd / sqrt(n) over a method's n seeds.\n\n" + intervals;
+  md += fmt::format("\n## Against the baseline: {}\n\n", options.baseline);
+  md += "Welch's t-test (two-sided, unequal variances) of the method's seeds against the baseline's; a difference "
+        "counts as detected at p < 0.05. \"± h\" is the half-width of the difference's 95% confidence interval.\n\n";
+  md += baseline_findings(methods, options.baseline);
+  md += "\n";
+  if (error_rates) md += "![test CER vs epoch](cer.svg)\n\n![test WER vs epoch](wer.svg)\n\n";
   md += "![test accuracy vs epoch](accuracy.svg)\n\n![training loss vs wall-clock time](loss_time.svg)\n\n"
+        "![bits per value vs accuracy](tradeoff.svg)\n\n"
         "![time per step by phase](phases.svg)\n\n![exchange time per step](exchange.svg)\n\n"
         "![bytes per step](bytes.svg)\n";
   write_text(out / "report.md", md);

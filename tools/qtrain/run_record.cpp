@@ -159,6 +159,7 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
   if (!fs::exists(config_path)) input_error("{}: no config.resolved.yaml (not a qtrain run directory)", dir);
   const RunConfig config = parse_run_config(config_path, {});
   run.batch_size = config.data.batch_size;
+  run.seed = config.seed;
   run.method = config.quantization.base.str();
 
   // Per-step averages of the measured phases.

@@ -42,6 +42,7 @@ struct RunRecord {
   std::vector<MetricsRecord> rows;
   std::vector<CurvePoint> curve;
   int ranks = 1;
+  uint64_t seed = 0;          // the config's seed
   int64_t batch_size = 0;     // per replica
   std::string method;         // the config's quantization method, e.g. "qsgd(bits=4, bucket=512, norm=max)"
   double gradient_values = 0;

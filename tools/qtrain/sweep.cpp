@@ -43,6 +43,72 @@ std::vector<Variant> parse_variants(const std::string& methods) {
   return out;
 }
 
+std::string add_baseline(std::vector<Variant>& variants, const std::string& baseline) {
+  if (baseline.find(',') != std::string::npos)
+    input_error("--baseline {}: give one method (with its parameters, e.g. qsgd:bits=8), not a list", baseline);
+  std::vector<Variant> parsed;
+  try {
+    parsed = parse_variants(baseline);
+  } catch (const InputError& e) {
+    // The method parser speaks of --methods; the entry came from --baseline.
+    std::string message = e.what();
+    if (message.rfind("--methods", 0) == 0) message.replace(0, 9, "--baseline");
+    input_error("{}", message);
+  }
+  for (const Variant& v : variants)
+    if (v.folder == parsed.front().folder) return v.label;
+  variants.insert(variants.begin(), parsed.front());
+  return parsed.front().label;
+}
+
+namespace {
+
+constexpr const char* kSeedsExpected =
+    "expected a count N >= 1 (seeds 1..N) or a comma-separated list of seeds (whole numbers >= 0), e.g. "
+    "--seeds 3 or --seeds 1,2,3";
+
+// A seed or a count of seeds: a whole number >= 0 written in digits (no sign, no exponent).
+std::optional<int64_t> whole_number(const std::string& word) {
+  if (word.empty() || word.size() > 18 || word.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::stoll(word);
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_seeds(const std::string& text) {
+  constexpr int64_t kMaxCount = 1000;
+  auto whole = [&](const std::string& word) {
+    const std::optional<int64_t> v = whole_number(word);
+    if (!v) input_error("--seeds {}: '{}' is not a whole number >= 0; {}", text, word, kSeedsExpected);
+    return *v;
+  };
+  if (text.find(',') == std::string::npos) {
+    const int64_t count = whole(text);
+    if (count < 1 || count > kMaxCount)
+      input_error("--seeds {}: a count of seeds must be in [1, {}]; {}", text, kMaxCount, kSeedsExpected);
+    std::vector<int64_t> seeds;
+    for (int64_t s = 1; s <= count; ++s) seeds.push_back(s);
+    return seeds;
+  }
+  std::vector<int64_t> seeds;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string word = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
+    const int64_t seed = whole(word);
+    if (std::find(seeds.begin(), seeds.end(), seed) != seeds.end())
+      input_error("--seeds {}: seed {} is given twice", text, seed);
+    seeds.push_back(seed);
+  }
+  return seeds;
+}
+
+std::string run_folder(const std::string& variant_folder, std::optional<int64_t> seed) {
+  return seed ? fmt::format("{}/seed{}", variant_folder, *seed) : variant_folder;
+}
+
 YAML::Node load_sweep_file(const std::string& path) {
   const std::optional<std::string> text = read_whole_file(path);
   if (!text) input_error("{}: cannot read: cannot open the file", path);
@@ -121,7 +187,10 @@ std::string set_aside(const std::string& sweep_dir, const std::string& run_dir) 
   std::error_code ec;
   fs::create_directories(replaced, ec);
   if (ec) input_error("{}: cannot create the folder for replaced runs: {}", replaced.string(), ec.message());
-  const std::string folder = fs::path(run_dir).filename().string();
+  // runs/qsgd_bits4 -> replaced/qsgd_bits4.<N>; runs/qsgd_bits4/seed2 -> replaced/qsgd_bits4.seed2.<N>
+  std::string folder = fs::path(run_dir).lexically_relative(fs::path(sweep_dir) / "runs").generic_string();
+  if (folder.empty() || folder.rfind("..", 0) == 0) folder = fs::path(run_dir).filename().string();
+  std::replace(folder.begin(), folder.end(), '/', '.');
   for (int n = 1;; ++n) {
     const fs::path to = replaced / fmt::format("{}.{}", folder, n);
     if (fs::exists(to, ec) || fs::is_symlink(to, ec)) continue;
@@ -138,13 +207,28 @@ void write_marker(const std::string& run_dir, const std::string& label, const st
   write_file_atomically((fs::path(run_dir) / "compare.done").string(), std::string(e.c_str()) + "\n");
 }
 
-// The finished runs of a sweep folder, in the order of its sweep.yaml (else by folder name).
-std::vector<RunRecord> load_finished_runs(const std::string& sweep_dir) {
+std::vector<RunRecord> load_finished_runs(const std::string& sweep_dir) { return load_sweep(sweep_dir).runs; }
+
+SweepRecord load_sweep(const std::string& sweep_dir) {
   const fs::path dir(sweep_dir);
+  SweepRecord record;
   std::vector<std::pair<std::string, std::string>> order;  // folder, label
   const fs::path sweep = dir / "sweep.yaml";
   if (fs::exists(sweep)) {
     const YAML::Node node = load_sweep_file(sweep.string());
+    if (node.IsMap() && node["baseline"]) record.baseline = sweep_string(node, "baseline", sweep.string());
+    if (node.IsMap() && node["seeds"]) {
+      const YAML::Node seeds = node["seeds"];
+      if (!seeds.IsSequence() || seeds.size() == 0)
+        input_error("{}: expected 'seeds' with a list of seeds, as `qtrain compare --seeds` writes it", sweep.string());
+      for (const YAML::Node& s : seeds) {
+        const std::optional<int64_t> seed = s.IsScalar() ? whole_number(s.Scalar()) : std::nullopt;
+        if (!seed)
+          input_error("{}:{}:{}: expected a seed (a whole number >= 0) in 'seeds'", sweep.string(), s.Mark().line + 1,
+                      s.Mark().column + 1);
+        record.seeds.push_back(*seed);
+      }
+    }
     const YAML::Node variants = node.IsMap() ? node["variants"] : YAML::Node();
     if (!variants.IsDefined() || !variants.IsSequence())
       input_error("{}: expected 'variants' with a list of {{folder, label}}, as `qtrain compare` writes it",
@@ -155,6 +239,7 @@ std::vector<RunRecord> load_finished_runs(const std::string& sweep_dir) {
       if (folder.empty() || folder.find('/') != std::string::npos || folder == "." || folder == "..")
         input_error("{}: variant folder '{}' must be a folder name under runs/", sweep.string(), folder);
       order.emplace_back(folder, sweep_string(v, "label", sweep.string()));
+      record.labels.push_back(order.back().second);
     }
   } else if (fs::is_directory(dir / "runs")) {
     std::vector<fs::path> folders;
@@ -166,18 +251,22 @@ std::vector<RunRecord> load_finished_runs(const std::string& sweep_dir) {
       const std::string marker = (f / "compare.done").string();
       if (fs::exists(marker)) label = sweep_string(load_sweep_file(marker), "label", marker);
       order.emplace_back(f.filename().string(), label);
+      record.labels.push_back(label);
     }
   }
-  std::vector<RunRecord> runs;
   for (const auto& [folder, label] : order) {
-    const fs::path run = dir / "runs" / folder;
-    if (!fs::exists(run / "compare.done")) continue;  // unfinished: not reported
-    runs.push_back(load_run(run.string(), label));
+    std::vector<std::optional<int64_t>> seeds(record.seeds.begin(), record.seeds.end());
+    if (seeds.empty()) seeds.push_back(std::nullopt);
+    for (const std::optional<int64_t>& seed : seeds) {
+      const fs::path run = dir / "runs" / run_folder(folder, seed);
+      if (!fs::exists(run / "compare.done")) continue;  // unfinished: reported as missing, never averaged
+      record.runs.push_back(load_run(run.string(), label));
+    }
   }
-  if (runs.empty())
+  if (record.runs.empty())
     input_error("{}: no finished runs (expected DIR/runs/<method>/ with compare.done, as `qtrain compare` writes)",
                 dir.string());
-  return runs;
+  return record;
 }
 
 

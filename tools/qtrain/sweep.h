@@ -3,11 +3,12 @@
 // run directory holds a finished run that can be reused.
 //
 //   DIR/runs/<folder>/            the run directory of one variant (output.dir of its training)
+//   DIR/runs/<folder>/seed<N>/    the same, one per seed, in a sweep run with --seeds
 //   DIR/runs/<folder>/compare.done  written atomically after the training exited successfully having
 //                                 reached its length (RunLength) in metrics.csv; holds the exact
 //                                 training command. A run without it is unfinished (interrupted):
 //                                 rerun or resumed.
-//   DIR/replaced/<folder>.<N>/    a run that had to be started again (another command, or unfinished
+//   DIR/replaced/<folder>[.seed<S>].<N>/  a run that had to be started again (another command, or unfinished
 //                                 without --resume) is moved here, never deleted: hours of training
 //                                 are not lost to a changed flag
 //   DIR/report/                   report.md and the plots
@@ -15,6 +16,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,19 @@ struct Variant {
 // Parses and validates --methods (unknown methods and bad parameters are InputErrors that list what
 // is allowed; duplicates are errors too).
 std::vector<Variant> parse_variants(const std::string& methods);
+
+// --baseline: one method entry, parsed as --methods entries are. When `variants` holds it already
+// (the same folder name), returns that variant's label; otherwise inserts it first and returns its
+// label. InputError (naming --baseline and the known methods) for an unknown method, a bad parameter
+// or more than one entry.
+std::string add_baseline(std::vector<Variant>& variants, const std::string& baseline);
+
+// --seeds: "N" (N >= 1) means seeds 1..N; "a,b,c" those seeds (whole numbers >= 0, as the config's
+// `seed`, no repeats). InputError naming --seeds otherwise.
+std::vector<int64_t> parse_seeds(const std::string& text);
+
+// The folder under DIR/runs/ of one run: "<folder>" in a sweep without --seeds, "<folder>/seed<N>" with.
+std::string run_folder(const std::string& variant_folder, std::optional<int64_t> seed);
 
 // How long a run is meant to train: train.epochs, or fewer steps when train.max_steps stops it first.
 struct RunLength {
@@ -62,7 +77,8 @@ RunState run_state(const std::string& run_dir, const std::string& command, const
 // output.progress (how progress is shown changes nothing in the run).
 std::string run_identity(const std::string& command);
 
-// Moves run directory `run_dir` to `sweep_dir`/replaced/<folder>.<N> (the first free N from 1) and
+// Moves run directory `run_dir` to `sweep_dir`/replaced/<folder>.<N> (<folder>.seed<S>.<N> for a run
+// of one seed; the first free N from 1) and
 // returns the new path; an InputError naming both paths when it cannot.
 std::string set_aside(const std::string& sweep_dir, const std::string& run_dir);
 
@@ -74,8 +90,17 @@ YAML::Node load_sweep_file(const std::string& path);
 // The string value of `key` in mapping `map` read from `path`; an InputError when absent or not a string.
 std::string sweep_string(const YAML::Node& map, const std::string& key, const std::string& path);
 
-// The finished runs (with compare.done) of sweep folder `sweep_dir`, in the order of its sweep.yaml
-// (else by folder name); InputError when there are none.
+// What a sweep folder holds: its finished runs (with compare.done), in the order of its sweep.yaml
+// (else by folder name) and, for each method, of its seeds; and what the sweep asked for, so that a
+// report can name what did not finish. InputError when there are no finished runs.
+struct SweepRecord {
+  std::vector<RunRecord> runs;
+  std::vector<std::string> labels;  // every method of sweep.yaml, finished or not
+  std::vector<int64_t> seeds;       // --seeds; empty: one run per method, with the config's seed
+  std::string baseline;             // --baseline's label; empty in a sweep.yaml written before --baseline
+};
+SweepRecord load_sweep(const std::string& sweep_dir);
+// load_sweep(sweep_dir).runs
 std::vector<RunRecord> load_finished_runs(const std::string& sweep_dir);
 
 // argv as one shell-quoted line (the command recorded in the marker and shown in the report).

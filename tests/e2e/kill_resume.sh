@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Kill anywhere, resume exactly (CTest label mpi): a 2-rank job is killed with SIGKILL (every rank and
+# mpirun at once) at random moments, at least 20 times per method, including during checkpoint
+# writes (a checkpoint every step), and resumed each time from whatever the run directory holds. The
+# end state (parameters, optimizer state, every rank's error-feedback residuals) must be
+# bit-identical to an uninterrupted run. Methods: onebit and qsgd, reduce-scatter + allgather.
+# Usage: kill_resume.sh QTRAIN_BINARY SOURCE_DIR [KILLS]   (needs SOURCE_DIR/data/mnist; skips without it)
+set -uo pipefail
+qtrain=$1
+src=$2
+kills=${3:-20}
+mnist="$src/data/mnist"
+source "$src/tests/support/real_data.sh"
+[[ -f "$mnist/train-images-idx3-ubyte" ]] || skip_without_data mnist "$mnist" "$mnist_hint"
+tmp=$(mktemp -d)
+job=
+cleanup() {
+  [[ -n "$job" ]] && { pkill -KILL -P "$job" 2>/dev/null; kill -KILL "$job" 2>/dev/null; }
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun=(mpirun --oversubscribe --bind-to none --mca btl self,vader --mca mpi_yield_when_idle 1 -np 2)
+steps=400
+RANDOM=${KILL_RESUME_SEED:-7}  # the kill moments are random but the same on every run of the test
+status=0
+
+# A small model keeps each checkpoint write short, so that kills land before, inside and after them.
+cat >"$tmp/small.yaml" <<'EOF_CFG'
+name: kill-resume
+data: {dataset: mnist, batch_size: 32}
+model:
+  input: [1, 28, 28]
+  layers:
+    - {type: flatten}
+    - {type: dense, units: 64}
+    - {type: relu}
+    - {type: dense, units: 10}
+optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+train: {epochs: 100}
+EOF_CFG
+
+train() {  # train RUN_DIR METHOD [--resume]
+  local dir=$1 method=$2
+  shift 2
+  local args=(--set data.path="$mnist" --set data.limit_train=4096 --set data.limit_test=100 --set train.threads=1
+              --set output.progress=none --set train.max_steps=$steps --set output.checkpoint_every_steps=1
+              --set quantization.method="$method" --set quantization.min_numel=0 --set quantization.error_feedback=true
+              --set communication.algorithm=reduce_scatter_allgather)
+  if [[ $# -gt 0 ]]; then "${mpirun[@]}" "$qtrain" train --resume "$dir" "${args[@]}"
+  else "${mpirun[@]}" "$qtrain" train "$tmp/small.yaml" "${args[@]}" --set output.dir="$dir"; fi
+}
+
+# The state a run ends with, as one line per tensor: name and a hash of its bytes (metadata such as
+# wall-clock times is left out).
+state_of() {
+  /usr/bin/python3 - "$1" <<'EOF_PY'
+import hashlib, json, struct, sys, glob, os
+d = sys.argv[1]
+for f in sorted(glob.glob(os.path.join(d, "checkpoint*.safetensors"))):
+    b = open(f, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    header = json.loads(b[8:8 + n])
+    step = header.get("__metadata__", {}).get("step")
+    for name, t in sorted(header.items()):
+        if name == "__metadata__":
+            continue
+        lo, hi = t["data_offsets"]
+        print(os.path.basename(f), "step", step, name, hashlib.sha256(b[8 + n + lo:8 + n + hi]).hexdigest()[:16])
+EOF_PY
+}
+
+for method in onebit qsgd; do
+  train "$tmp/ref-$method" "$method" >"$tmp/ref.log" 2>&1 || { echo "FAIL: the uninterrupted $method run"; tail -3 "$tmp/ref.log"; exit 1; }
+  dir="$tmp/killed-$method"
+  killed=0 attempts=0 finished=0 during_write=0
+  at=()  # the committed step after each kill
+  while [[ $killed -lt $kills && $attempts -lt $((kills * 4)) ]]; do
+    attempts=$((attempts + 1))
+    if [[ -f "$dir/checkpoint.safetensors" ]]; then train "$dir" "$method" --resume >>"$tmp/killed.log" 2>&1 &
+    else rm -rf "$dir"; train "$dir" "$method" >>"$tmp/killed.log" 2>&1 & fi
+    job=$!
+    # 0.5 .. 2.5 s: start-up (about a second), training steps and checkpoint writes alike.
+    sleep 0.5; sleep "$(printf '0.%03d' $((RANDOM % 1000)))"; sleep "$((RANDOM % 2))"
+    if kill -0 "$job" 2>/dev/null; then
+      # A write in progress: a temporary file, or rank files of a step not yet committed (two per rank).
+      if ls -a "$dir" 2>/dev/null | grep -q '\.tmp\.' ||
+         [[ $(ls "$dir" 2>/dev/null | grep -c '^checkpoint\.rank0\.step') -gt 1 ]]; then
+        during_write=$((during_write + 1))
+      fi
+      pkill -KILL -P "$job" 2>/dev/null
+      kill -KILL "$job" 2>/dev/null
+      killed=$((killed + 1))
+    fi
+    wait "$job" 2>/dev/null
+    job=
+    at+=("$(state_of "$dir" 2>/dev/null | awk '$1 == "checkpoint.safetensors" {print $3; exit}')")
+    if grep -q "step $steps\b" <(state_of "$dir" 2>/dev/null) && [[ $killed -lt $kills ]]; then
+      rm -rf "$dir"  # it finished before enough kills: start the run over
+      finished=$((finished + 1))
+    fi
+  done
+  # The last leg: resume (or start) and run to the end.
+  if [[ -f "$dir/checkpoint.safetensors" ]]; then train "$dir" "$method" --resume >>"$tmp/killed.log" 2>&1
+  else train "$dir" "$method" >>"$tmp/killed.log" 2>&1; fi || { echo "FAIL: $method: the last resume"; tail -5 "$tmp/killed.log"; status=1; continue; }
+  echo "$method: $killed kills (${during_write} with a checkpoint being written), $finished runs finished between kills;" \
+       "committed steps after each: ${at[*]:-none}"
+  [[ $killed -ge $kills ]] || { echo "FAIL: $method: only $killed kills landed"; status=1; }
+  if diff <(state_of "$tmp/ref-$method") <(state_of "$dir") >"$tmp/diff"; then
+    echo "ok: $method: after $killed kills the state is bit-identical to the uninterrupted run ($(state_of "$dir" | wc -l) tensors)"
+  else
+    echo "FAIL: $method: the state differs from the uninterrupted run:"; head -5 "$tmp/diff"; status=1
+  fi
+done
+exit $status
