@@ -12,6 +12,7 @@ const char* reduce_algorithm_name(ReduceAlgorithm a) {
     case ReduceAlgorithm::allreduce: return "allreduce";
     case ReduceAlgorithm::allgather: return "allgather";
     case ReduceAlgorithm::reduce_scatter_allgather: return "reduce_scatter_allgather";
+    case ReduceAlgorithm::powersgd: return "powersgd";
   }
   return "?";
 }
@@ -20,6 +21,7 @@ ReduceAlgorithm default_algorithm(QuantMethod method) {
   const std::string& name = method_info(method).algorithm;
   if (name == "allreduce") return ReduceAlgorithm::allreduce;
   if (name == "allgather") return ReduceAlgorithm::allgather;
+  if (name == "powersgd") return ReduceAlgorithm::powersgd;
   QT_CHECK(name == "reduce_scatter_allgather", "quantization method {}: unknown default algorithm '{}'",
            quant_method_name(method), name);
   return ReduceAlgorithm::reduce_scatter_allgather;
@@ -43,6 +45,8 @@ CommunicationConfig CommunicationConfig::parse(ConfigNode& section) {
 }
 
 ReduceAlgorithm CommunicationConfig::algorithm_for(const QuantSpec& spec) const {
+  // A method the exchange runs itself has no payload that another algorithm could carry.
+  if (!method_info(spec.method).payload) return default_algorithm(spec.method);
   if (algorithm == "auto") return default_algorithm(spec.method);
   if (algorithm == "allreduce") {
     // Tensors below min_numel are fp32 and always reduce natively; quantized payloads cannot be

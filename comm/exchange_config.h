@@ -13,11 +13,13 @@
 
 namespace qtrain {
 
-enum class ReduceAlgorithm { allreduce, allgather, reduce_scatter_allgather };
+// powersgd is not a choice of communication.algorithm: it is the algorithm of the powersgd method
+// (quant/method.h, payload = false), whatever the section says.
+enum class ReduceAlgorithm { allreduce, allgather, reduce_scatter_allgather, powersgd };
 
 const char* reduce_algorithm_name(ReduceAlgorithm a);
 // quantizers.md part A's default per method: native allreduce for fp32/fp16/bf16, allgather for
-// dettmers8 and topk, reduce-scatter + allgather for onebit, qsgd and adaptive.
+// dettmers8 and topk, reduce-scatter + allgather for onebit, qsgd and adaptive; powersgd's own.
 ReduceAlgorithm default_algorithm(QuantMethod method);
 
 struct CommunicationConfig {
@@ -49,7 +51,8 @@ struct CommunicationConfig {
 
   static CommunicationConfig parse(ConfigNode& section);
   // The algorithm for a tensor quantized with `spec` (errors when the configured algorithm cannot
-  // carry the method, e.g. allreduce of qsgd payloads).
+  // carry the method, e.g. allreduce of qsgd payloads). A method without a payload (powersgd) always
+  // gets its own algorithm.
   ReduceAlgorithm algorithm_for(const QuantSpec& spec) const;
 };
 

@@ -84,7 +84,11 @@ double GradientExchange::fraction_quantized() const {
   for (size_t t = 0; t < tensors().size(); ++t) {
     const auto numel = static_cast<double>(tensors()[t].numel);
     total += numel;
-    if (method_info(work_->plans[t].spec.method).cast_bits != 32) quantized += numel;
+    const exchange::TensorPlan& p = work_->plans[t];
+    // powersgd sends its uncompressed tensors (vectors, matrices where compression does not pay) in fp32.
+    const bool fp32 = method_info(p.spec.method).cast_bits == 32 ||
+                      (p.algorithm == ReduceAlgorithm::powersgd && !p.low_rank.shape.compressed);
+    if (!fp32) quantized += numel;
   }
   return total > 0 ? quantized / total : 0.0;
 }
@@ -96,9 +100,17 @@ int GradientExchange::num_buckets() const {
 std::string GradientExchange::describe() const {
   if (hierarchy_) return hierarchy_->describe();
   std::string s;
-  for (size_t t = 0; t < tensors().size(); ++t)
+  for (size_t t = 0; t < tensors().size(); ++t) {
+    const exchange::TensorPlan& p = work_->plans[t];
+    std::string algorithm = reduce_algorithm_name(p.algorithm);
+    // powersgd: the matrix it compresses, or that the tensor travels in fp32.
+    if (p.algorithm == ReduceAlgorithm::powersgd) {
+      const LowRankShape& l = p.low_rank.shape;
+      algorithm += l.compressed ? fmt::format(" {}x{} rank {}", l.rows, l.cols, l.rank) : " (fp32: not compressed)";
+    }
     s += fmt::format("{:<20} {:>10} values  {:<40} {:<25} bucket {}\n", tensors()[t].name, tensors()[t].numel,
-                     work_->plans[t].spec.str(), reduce_algorithm_name(work_->plans[t].algorithm), bucket_of_[t]);
+                     p.spec.str(), algorithm, bucket_of_[t]);
+  }
   return s;
 }
 
@@ -201,6 +213,8 @@ std::vector<std::pair<std::string, Tensor>> GradientExchange::state() {
     for (size_t s = 0; s < p.stripes.size(); ++s)
       for (size_t k = 0; k < p.stripes[s].size(); ++k) add(p.stripes[s][k], "/stripe" + std::to_string(s) + piece(k));
     for (size_t k = 0; k < p.owner.size(); ++k) add(p.owner[k], "/owner" + piece(k));
+    if (p.low_rank.q_t.defined()) out.emplace_back(tensors()[t].name + "/powersgd/q", p.low_rank.q_t);
+    if (p.low_rank.residual.defined()) out.emplace_back(tensors()[t].name + "/powersgd/residual", p.low_rank.residual);
   }
   return out;
 }
@@ -242,16 +256,19 @@ void GradientExchange::process_bucket(int b) {
   const WatchActivity activity(
       fmt::format("step {}, exchange of bucket {} of {}", work_->ctx->step(), b + 1, num_buckets()));
   std::vector<int> native, gathered, striped;
+  std::vector<int> low_rank;  // powersgd
   for (int t : buckets_[static_cast<size_t>(b)].tensors) {
     switch (work_->plan(t).algorithm) {
       case ReduceAlgorithm::allreduce: native.push_back(t); break;
       case ReduceAlgorithm::allgather: gathered.push_back(t); break;
       case ReduceAlgorithm::reduce_scatter_allgather: striped.push_back(t); break;
+      case ReduceAlgorithm::powersgd: low_rank.push_back(t); break;
     }
   }
   if (!native.empty()) exchange::reduce_allreduce(*work_, native);
   if (!gathered.empty()) exchange::reduce_allgather(*work_, gathered);
   if (!striped.empty()) exchange::reduce_scatter_allgather(*work_, striped);
+  if (!low_rank.empty()) exchange::reduce_powersgd(*work_, low_rank);
 }
 
 }  // namespace qtrain

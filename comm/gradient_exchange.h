@@ -43,9 +43,23 @@ struct ExchangeTensor {
   int64_t offset = 0;      // in the gradient arena, in elements
   int64_t numel = 0;
   int64_t column = 1;      // innermost dimension as stored
+  // The leading dimension of a tensor of two or more dimensions (a conv weight [out, in, kh, kw]:
+  // out), 0 for vectors and scalars: PowerSGD sees the tensor as a rows x (numel / rows) matrix.
+  int64_t rows = 0;
   // The size the quantization policy decides on (min_numel, overrides by size) when this is a part
   // of a larger tensor (the two-level exchange's stripes); 0: numel.
   int64_t decided_numel = 0;
+};
+
+// PowerSGD's view of one tensor (the powersgd method; comm/exchange/powersgd.cpp): the matrix
+// rows x cols (the leading dimension by the rest, as stored), the rank of its approximation
+// min(rows, cols, spec rank), and whether it is compressed: never a vector or scalar, and a matrix
+// only where compression pays, (rows + cols) * rank * min_compression_rate < rows * cols (the rule
+// of PyTorch's powerSGD_hook). An uncompressed tensor is all-reduced in fp32.
+struct LowRankShape {
+  int64_t rows = 0, cols = 0;
+  int rank = 0;
+  bool compressed = false;
 };
 
 struct ExchangeStats {
@@ -83,7 +97,10 @@ class GradientExchange {
   ExchangeStats take_stats();  // and reset them
   // Error-feedback residuals by name ("<tensor>/residual", "<tensor>/stripe<s>/residual",
   // "<tensor>/owner/residual", and for pieces k >= 1 "<tensor>/stripe<s>.piece<k>/residual",
-  // "<tensor>/owner.piece<k>/residual"): live buffers; copying into them restores the state.
+  // "<tensor>/owner.piece<k>/residual"), and PowerSGD's state of each compressed tensor:
+  // "<tensor>/powersgd/q" (the warm-start Q, stored transposed: rank x cols, the same on every rank)
+  // and "<tensor>/powersgd/residual" (this rank's error feedback, numel values). Live buffers:
+  // copying into them restores the state (before the first step).
   std::vector<std::pair<std::string, Tensor>> state();
 
   const std::vector<ExchangeTensor>& tensors() const;
@@ -110,6 +127,11 @@ class GradientExchange {
   static uint64_t piece_state_id(int tensor, bool owner, int stripe, int piece, int world_size);
   // The column argument given to encode for a span of `length` values of a tensor with `column`.
   static int64_t encode_column(const QuantSpec& spec, int64_t length, int64_t column);
+  // PowerSGD's matrix of a tensor with leading dimension `rows` (0: a vector) and `numel` values.
+  static LowRankShape low_rank_shape(const QuantSpec& spec, int64_t rows, int64_t numel);
+  // The identity of PowerSGD's random draws of Q for tensor t: derive_philox_key(seed, step, every_rank,
+  // state_id(t, 5, 0)), the same stream on every rank.
+  static constexpr uint64_t kEveryRank = ~uint64_t{0};
 
  private:
   struct Bucket {

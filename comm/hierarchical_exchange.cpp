@@ -81,6 +81,9 @@ HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, u
     part.numel = s.length;
     part.column = s.length % x.column == 0 ? x.column : 1;
     part.decided_numel = x.numel;
+    // A stripe of whole rows is a matrix of fewer rows (PowerSGD's view); any other cut is not one.
+    const int64_t row_length = x.rows > 0 ? x.numel / x.rows : 0;
+    part.rows = row_length > 0 && s.begin % row_length == 0 && s.length % row_length == 0 ? s.length / row_length : 0;
     inter_index_[t] = static_cast<int>(inter_tensors.size());
     inter_tensors.push_back(part);
     offset += s.length;

@@ -53,8 +53,14 @@ struct QuantMethodInfo {
   bool error_feedback_allowed = true;
   // The gradient exchange that suits the payload unless the config chooses: "allreduce" (the payload
   // is the values, which MPI and NCCL can sum), "allgather" (decode every rank's payload) or
-  // "reduce_scatter_allgather" (decode, sum and re-encode a stripe each).
+  // "reduce_scatter_allgather" (decode, sum and re-encode a stripe each); for a method without a
+  // payload, the exchange algorithm that runs it ("powersgd"), whatever the config chooses.
   std::string algorithm = "allgather";
+  // Whether the method is a payload quantizer (a Quantizer from `make`, encode/decode of one span).
+  // A method without a payload (powersgd: two all-reduces between compression and decompression) is
+  // run by the gradient exchange as its own algorithm: it has no `make` and no `within_bound`, and
+  // the quantizer property tests and bench-quant leave it out.
+  bool payload = true;
   int cast_bits = 0;         // 32 or 16 when the payload is the values in a float format; else 0
   bool brain_float = false;  // the 16-bit cast is bf16 (else fp16)
   // Whether encode groups values by the tensor's columns (the span's column length must divide its
@@ -69,9 +75,10 @@ struct QuantMethodInfo {
   // bound, a sign rule, topk's "dropped or exact"); tests and bench-quant check every method with it.
   std::function<bool(const QuantSpec&, const RoundTripValue&)> within_bound;
   // The variants that tests, bench-quant and bench-allreduce sweep, as `--methods` entries
-  // ("qsgd:bits=2"); the first is the method with its defaults.
+  // ("qsgd:bits=2"); the first is the method with its defaults, or with what a benchmark needs to
+  // measure it (powersgd starts compressing at step 0).
   std::vector<std::string> variants;
-  // Makes the quantizer for a validated, resolved spec.
+  // Makes the quantizer for a validated, resolved spec (payload methods only).
   std::function<std::unique_ptr<Quantizer>(const QuantSpec&)> make;
 };
 

@@ -239,6 +239,9 @@ std::unique_ptr<Quantizer> make_quantizer(const QuantSpec& spec_in) {
   spec_in.validate();
   QuantSpec spec = spec_in;
   const QuantMethodInfo& info = method_info(spec.method);
+  if (!info.payload)
+    input_error("{} is not a payload quantizer: the gradient exchange runs it as its own algorithm ({})", info.name,
+                info.algorithm);
   info.resolve(spec);
   return info.make(spec);
 }

@@ -60,6 +60,19 @@ int64_t GradientExchange::encode_column(const QuantSpec& spec, int64_t length, i
   return exchange::uses_columns(spec) && column > 0 && length % column == 0 ? column : 1;
 }
 
+LowRankShape GradientExchange::low_rank_shape(const QuantSpec& spec, int64_t rows, int64_t numel) {
+  LowRankShape s;
+  if (rows <= 0 || numel <= 0) return s;  // a vector or a scalar
+  QT_CHECK(numel % rows == 0, "a leading dimension of {} does not divide {} values", rows, numel);
+  s.rows = rows;
+  s.cols = numel / rows;
+  s.rank = static_cast<int>(std::min<int64_t>({rows, s.cols, spec.integer("rank")}));
+  // powerSGD_hook's _should_compress, in doubles: the products of large matrices do not overflow.
+  const double compressed = static_cast<double>(rows + s.cols) * s.rank;
+  s.compressed = compressed * spec.number("min_compression_rate") < static_cast<double>(rows) * s.cols;
+  return s;
+}
+
 namespace exchange {
 
 TensorPlan make_plan(const ExchangeTensor& x, int index, const QuantSpec& spec, ReduceAlgorithm algorithm,
@@ -68,6 +81,15 @@ TensorPlan make_plan(const ExchangeTensor& x, int index, const QuantSpec& spec, 
   p.spec = spec;
   p.algorithm = algorithm;
   if (p.algorithm == ReduceAlgorithm::allreduce) return p;
+  if (p.algorithm == ReduceAlgorithm::powersgd) {
+    LowRankState& l = p.low_rank;
+    l.shape = GradientExchange::low_rank_shape(spec, x.rows, x.numel);
+    if (!l.shape.compressed) return p;
+    l.seed = pc.seed;
+    l.q_t = Tensor::zeros({l.shape.rank, l.shape.cols}, DType::f32, pc.device);
+    if (spec.error_feedback) l.residual = Tensor::zeros({x.numel}, DType::f32, pc.device);
+    return p;
+  }
   p.quantizer = make_quantizer(p.spec);
   if (p.algorithm == ReduceAlgorithm::allgather) {
     p.whole = QuantState(pc.seed, pc.rank, GradientExchange::state_id(index, 0, 0));

@@ -22,6 +22,18 @@ struct Span {
   int64_t begin = 0, length = 0;
 };
 
+// PowerSGD's state of one tensor (algorithm powersgd; powersgd.cpp). Q is kept transposed (row k is
+// column k of Q), so that every column the orthogonalization walks is contiguous.
+struct LowRankState {
+  LowRankShape shape;
+  uint64_t seed = 0;  // the run's seed: Q's draws use derive_philox_key(seed, step, kEveryRank, state_id(t, 5, 0))
+  Tensor q_t;       // rank x cols: the mean Q of the last compressed step (zero before the first), identical on every rank
+  Tensor residual;  // numel values: this rank's M - M_hat (error feedback on), else undefined
+  // Whether q_t has been looked at since this process built the plan: the first compressed step reads
+  // it once (all zero: no Q yet, draw one), as a checkpoint may have restored it in between.
+  bool q_checked = false;
+};
+
 struct TensorPlan {
   QuantSpec spec;
   ReduceAlgorithm algorithm = ReduceAlgorithm::allreduce;
@@ -32,6 +44,7 @@ struct TensorPlan {
   QuantState whole;                               // allgather
   std::vector<std::vector<QuantState>> stripes;   // reduce_scatter_allgather, first quantization, [stripe][piece]
   std::vector<QuantState> owner;                  // reduce_scatter_allgather, re-quantization of the own stripe, [piece]
+  LowRankState low_rank;                          // powersgd
 
   int pieces() const { return static_cast<int>(owner.size()); }
   int64_t piece_at(int s, int k) const { return piece_begin[static_cast<size_t>(s)][static_cast<size_t>(k)]; }

@@ -1,7 +1,7 @@
 // Internal to the gradient exchange: what every reduction algorithm works on (the communicator, the
 // exchange's own context, the tensors with their plans, this step's gradients, buffers reused across
 // steps and the statistics), the payload helpers they share, and the algorithms' entry points
-// (allreduce.cpp, allgather.cpp, reduce_scatter_allgather.cpp, pipelined_reduce_scatter.cpp).
+// (allreduce.cpp, allgather.cpp, reduce_scatter_allgather.cpp, pipelined_reduce_scatter.cpp, powersgd.cpp).
 // Every algorithm runs on one thread at a time: the exchange's thread, or finish_step's.
 #pragma once
 
@@ -38,6 +38,7 @@ struct Workspace {
   std::vector<uint8_t> send_host, recv_host;
   std::vector<size_t> send_offsets, capacity;
   std::vector<std::vector<uint8_t>> pipeline_buffers;  // the pipelined reduce-scatter's messages
+  Tensor low_rank_p, low_rank_q;  // powersgd: the P and the Q matrices of a bucket, back to back
 
   TensorPlan& plan(int t) { return plans[static_cast<size_t>(t)]; }
   const TensorPlan& plan(int t) const { return plans[static_cast<size_t>(t)]; }
@@ -83,6 +84,9 @@ struct StripeTally {
 void reduce_allreduce(Workspace& w, const std::vector<int>& ids);
 void reduce_allgather(Workspace& w, const std::vector<int>& ids);
 void reduce_scatter_allgather(Workspace& w, const std::vector<int>& ids);
+// PowerSGD (powersgd.cpp): the bucket's compressed tensors' P in one all-reduce, their Q in a second;
+// the rest in fp32 (reduce_allreduce).
+void reduce_powersgd(Workspace& w, const std::vector<int>& ids);
 // All pieces at once on point-to-point messages (CPU tensors, MPI): piece k+1 is encoded and on the
 // wire while the owners sum, re-encode and allgather piece k. The same bytes and sums as
 // reduce_scatter_allgather's piece-by-piece schedule. `capacity[k * P + s]` is piece_capacity(ids, s, k).

@@ -238,7 +238,8 @@ void Trainer::build_exchange() {
   tensors_of_layer_.assign(static_cast<size_t>(net_->num_layers()), {});
   for (const ParamEntry& e : net_->param_entries()) {
     tensors_of_layer_[static_cast<size_t>(e.layer_index)].push_back(static_cast<int>(tensors.size()));
-    tensors.push_back({e.name, e.layer_name, e.layer_type, e.offset, e.numel, e.shape.empty() ? 1 : e.shape.back()});
+    tensors.push_back({e.name, e.layer_name, e.layer_type, e.offset, e.numel, e.shape.empty() ? 1 : e.shape.back(),
+                       e.shape.size() >= 2 ? e.shape.front() : 0});
   }
   // An override matching no layer is a typo in its glob: those gradients would silently keep the
   // section's method.

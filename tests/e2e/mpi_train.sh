@@ -6,6 +6,7 @@
 #  2. 4 ranks, 50 steps, replicas checked every 10 steps, for an error-feedback method;
 #  2b. reduce-scatter + allgather in pipelined pieces, resumed, and a resume with other pieces refused;
 #  2c. 4 ranks in two levels (nodes of 2), resumed bit for bit;
+#  2d. PowerSGD: replicas identical, a resume bit for bit, a sensible accuracy in 300 steps;
 #  3. ranks started with different configs stop at start-up with a clear message;
 #  4. a rank that dies (SIGKILL) stops the job within seconds instead of hanging;
 #  5. communication.backend: nccl fails with a clear message when there is no GPU.
@@ -134,6 +135,41 @@ if "${mpirun[@]}" -np 4 "$qtrain" train "$cfg" "${common[@]}" --set train.max_st
   echo "ok: 4 ranks in two levels (2 nodes x 2): replicas identical, 8 + resumed 8 steps = 16 straight, bit for bit"
 else
   fail "4 ranks in two levels"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
+
+# 2d. PowerSGD (rank 2, compressing from step 4) on 2 ranks: replicas identical; 12 steps + resume +
+#     8 steps give the parameters and optimizer state of 20 uninterrupted steps bit for bit (its Q and
+#     residuals come back from the rank files); and 300 steps reach a sensible test accuracy
+psgd=(--set quantization.method=powersgd --set quantization.rank=2 --set quantization.start_iter=4
+      --debug-check-replicas 4)
+# The tensor bytes of a safetensors file (after its 8-byte header length and JSON header, which holds
+# the run directory).
+tensor_bytes() { local n; n=$(od -An -t u8 -N8 "$1" | tr -d ' '); tail -c +$((9 + n)) "$1" | md5sum; }
+if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=20 \
+     --set output.dir="$tmp/psgd_full" "${psgd[@]}" >"$tmp/log" 2>&1 &&
+   "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=12 \
+     --set output.dir="$tmp/psgd_split" "${psgd[@]}" >"$tmp/log" 2>&1 &&
+   "${mpirun[@]}" -np 2 "$qtrain" train --resume "$tmp/psgd_split" "${common[@]}" --set train.max_steps=20 \
+     "${psgd[@]}" >"$tmp/log" 2>&1; then
+  if [[ "$(tensor_bytes "$tmp/psgd_full/checkpoint.safetensors")" == "$(tensor_bytes "$tmp/psgd_split/checkpoint.safetensors")" ]]; then
+    echo "ok: 2 ranks, powersgd, replicas identical, 12 steps + resume + 8 steps = 20 steps bit for bit"
+  else
+    fail "2 ranks, powersgd: the resumed run's parameters differ from the uninterrupted run's"
+  fi
+else
+  fail "2 ranks, powersgd"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
+if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set data.limit_train=16384 --set train.max_steps=300 \
+     --set output.dir="$tmp/psgd_acc" --set quantization.method=powersgd --set quantization.rank=2 \
+     --set quantization.start_iter=10 >"$tmp/log" 2>&1; then
+  acc=$(tail -n1 "$tmp/psgd_acc/metrics.csv" | cut -d, -f8)
+  if awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }'; then
+    echo "ok: 2 ranks, powersgd rank 2, 300 steps: test accuracy $acc"
+  else
+    fail "2 ranks, powersgd rank 2, 300 steps: test accuracy $acc < 0.9"
+  fi
+else
+  fail "2 ranks, powersgd 300 steps"; tail -5 "$tmp/log" | sed 's/^/    /'
 fi
 
 # 3. mismatched configs (MPMD: rank 1 gets another learning rate)

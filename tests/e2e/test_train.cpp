@@ -93,6 +93,35 @@ TEST_CASE("N steps equal N/2 steps + resume + N/2 steps, bit for bit", "[e2e][re
   }
 }
 
+TEST_CASE("powersgd: N steps equal N/2 steps + resume + N/2 steps, bit for bit", "[e2e][resume][powersgd]") {
+  // A world of one still compresses. From step 3 on, each weight's Q (the warm start) and residual
+  // change every step; the resume at step 7 must read them back from the rank file.
+  TempDir dir;
+  write_small_mnist(dir);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05, momentum: 0.9}");
+  const std::vector<std::string> psgd = {"quantization.method=powersgd", "quantization.rank=2",
+                                         "quantization.start_iter=3", "quantization.min_numel=0"};
+  auto with = [&](std::vector<std::string> o) {
+    o.insert(o.end(), psgd.begin(), psgd.end());
+    return o;
+  };
+  train(config, with({"train.max_steps=14", "output.dir=" + dir.file("full")}));
+  train(config, with({"train.max_steps=7", "output.dir=" + dir.file("split")}));
+  const SafetensorsFile rank_file(dir.file("split/checkpoint.rank0.step7.safetensors"));
+  const std::vector<std::string> names = rank_file.names();
+  CHECK(std::count(names.begin(), names.end(), "dense1.weight/powersgd/q") == 1);
+  CHECK(std::count(names.begin(), names.end(), "dense1.weight/powersgd/residual") == 1);
+  const TrainSummary resumed = train(config, with({"train.max_steps=14"}), dir.file("split"));
+  REQUIRE(resumed.steps == 14);
+  const auto a = checkpoint_values(dir.file("full/checkpoint.safetensors"));
+  const auto b = checkpoint_values(dir.file("split/checkpoint.safetensors"));
+  REQUIRE(a.size() == b.size());
+  REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  // The compression changes the training (the comparison above is not of fp32 runs).
+  train(config, {"train.max_steps=14", "output.dir=" + dir.file("fp32")});
+  REQUIRE(checkpoint_values(dir.file("fp32/checkpoint.safetensors")) != a);
+}
+
 TEST_CASE("resuming mid-epoch with fewer batches per epoch is an error naming the checkpoint", "[e2e][resume]") {
   // 320 samples / batch 32: the checkpoint stops after batch 7 of epoch 1. With batch 128 an epoch
   // has 3 batches; the loader's internal check used to fire instead.

@@ -172,7 +172,8 @@ void run(const Options& o, int local_rank) {
       cc.hierarchy = o.hierarchy;
       cc.intra = o.intra;
       cc.ranks_per_node = o.ranks_per_node;
-      std::vector<ExchangeTensor> tensors{{"gradient", "bench", "dense", 0, n, o.column}};
+      // A matrix of n / column rows of `column` values (PowerSGD's view of it).
+      std::vector<ExchangeTensor> tensors{{"gradient", "bench", "dense", 0, n, o.column, n / o.column}};
       std::unique_ptr<GradientExchange> ex;
       try {
         ex = std::make_unique<GradientExchange>(*comm, device, 1, cc, m.config, tensors);

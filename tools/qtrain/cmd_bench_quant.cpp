@@ -40,8 +40,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The variants of every payload quantizer (powersgd, which the gradient exchange runs as its own
+// algorithm, has no encode or decode to time here: bench-allreduce times it).
+std::string payload_variant_list() {
+  std::string list;
+  for (const QuantMethodInfo* m : quant_methods())
+    if (m->payload)
+      for (const std::string& v : m->variants) list += (list.empty() ? "" : ",") + v;
+  return list;
+}
+
 struct Options {
-  std::string methods = method_variant_list();
+  std::string methods = payload_variant_list();
   std::string sizes = "64K,1M,16M,64M";
   std::string threads = "1,all";
   int repeat = 5;
@@ -408,7 +418,13 @@ void write_json(const std::string& file, const std::vector<Row>& rows) {
 
 void run(const Options& o) {
   std::vector<QuantSpec> specs;
-  for (const MethodChoice& m : parse_method_list(o.methods)) specs.push_back(m.config.base);
+  for (const MethodChoice& m : parse_method_list(o.methods)) {
+    if (!method_info(m.config.base.method).payload)
+      input_error("--methods {}: {} is not a payload quantizer (the gradient exchange runs it as its own algorithm); "
+                  "time it with qtrain bench-allreduce",
+                  m.label, quant_method_name(m.config.base.method));
+    specs.push_back(m.config.base);
+  }
   std::vector<int64_t> sizes;
   for (const auto& s : split(o.sizes, ',')) sizes.push_back(parse_size(s));
   if (sizes.empty()) input_error("--sizes: no size given (e.g. --sizes 64K,16M)");

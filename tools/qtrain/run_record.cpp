@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "comm/exchange_config.h"
+#include "comm/gradient_exchange.h"
 #include "framework/core/check.h"
 #include "framework/train/metrics.h"
 #include "framework/model/net.h"
@@ -197,7 +198,15 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
     const QuantSpec spec = config.quantization.resolve(e.layer_name, e.layer_type, e.numel);
     const ReduceAlgorithm algorithm = config.communication.algorithm_for(spec);
     double bytes = 0;
-    if (algorithm == ReduceAlgorithm::allreduce) {
+    if (algorithm == ReduceAlgorithm::powersgd) {
+      // Steady state (after start_iter): P and Q in two fp32 all-reduces, (rows + cols) * rank values,
+      // modelled as one native all-reduce of those bytes; uncompressed tensors in fp32.
+      const LowRankShape s =
+          GradientExchange::low_rank_shape(spec, e.shape.size() >= 2 ? e.shape.front() : 0, e.numel);
+      bytes = s.compressed ? 4.0 * static_cast<double>((s.rows + s.cols) * s.rank) : 4.0 * n;
+      b.allreduce_bytes += bytes;
+      b.allreduce_values += n;
+    } else if (algorithm == ReduceAlgorithm::allreduce) {
       const bool sixteen = spec.method != QuantMethod::fp32;
       bytes = n * (sixteen ? 2 : 4);
       b.allreduce_bytes += bytes;
