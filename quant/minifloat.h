@@ -129,46 +129,81 @@ QT_HD float pow2_float(int32_t k) {
   return k >= -126 ? bits_float(static_cast<uint32_t>(k + 127) << 23) : bits_float(0x00400000u);
 }
 
-// ---- packing (quant/wire.h): element i at bits [Bits * i, Bits * i + Bits) of the bytes, LSB first ----
-// Codes per whole number of bytes: 1 for 8 bits, 2 for 4, 4 (three bytes) for 6.
-template <int Bits>
-constexpr int64_t codes_per_group() {
-  return Bits == 8 ? 1 : (Bits == 4 ? 2 : 4);
-}
+// ---- packing of one block's codes (quant/wire.h) ---------------------------------------------------
+// A block of len codes takes wire::packed_bytes(len, Bits) bytes. 8 bits: one byte each. 4 bits: the
+// block's two halves side by side, byte j = code j | code j + h << 4 with h = ceil(len / 2) (so that
+// both directions are contiguous loads and stores, which vectorize; the high nibble of the last byte
+// of an odd len is zero). 6 bits: LSB first, code 4g + k at bits 6k of the 24-bit little-endian group
+// of bytes 3g .. 3g + 2 (a last partial group takes ceil(6r / 8) bytes).
 
-// Packs `count` codes (a multiple of codes_per_group) into count * Bits / 8 bytes.
-template <int Bits>
-QT_HD void pack_codes_lsb(const uint8_t* __restrict codes, int64_t count, uint8_t* __restrict out) {
+// codes: `Block` entries, zero past len; writes packed_bytes(len, Bits) bytes.
+template <int Bits, int64_t Block>
+QT_HD void pack_block(const uint8_t* __restrict codes, int64_t len, uint8_t* __restrict out) {
+  len = len < Block ? len : Block;  // states the bound for the compiler (callers pass at most Block)
   if constexpr (Bits == 8) {
-    for (int64_t t = 0; t < count; ++t) out[t] = codes[t];
+    for (int64_t t = 0; t < len; ++t) out[t] = codes[t];
   } else if constexpr (Bits == 4) {
-    for (int64_t t = 0; t < count / 2; ++t) out[t] = static_cast<uint8_t>(codes[2 * t] | (codes[2 * t + 1] << 4));
+    const int64_t h = (len + 1) / 2;
+    for (int64_t j = 0; j < h; ++j) out[j] = static_cast<uint8_t>(codes[j] | (codes[j + h] << 4));
   } else {
-    for (int64_t g = 0; g < count / 4; ++g) {
+    const int64_t groups = len / 4;
+    for (int64_t g = 0; g < groups; ++g) {
       const uint32_t w = uint32_t{codes[4 * g]} | (uint32_t{codes[4 * g + 1]} << 6) |
                          (uint32_t{codes[4 * g + 2]} << 12) | (uint32_t{codes[4 * g + 3]} << 18);
       out[3 * g] = static_cast<uint8_t>(w);
       out[3 * g + 1] = static_cast<uint8_t>(w >> 8);
       out[3 * g + 2] = static_cast<uint8_t>(w >> 16);
     }
+    const int64_t rest = len - 4 * groups;
+    if (rest > 0) {
+      uint32_t w = 0;
+      for (int64_t k = 0; k < rest; ++k) w |= uint32_t{codes[4 * groups + k]} << (6 * k);
+      for (int64_t j = 0; j < (6 * rest + 7) / 8; ++j) out[3 * groups + j] = static_cast<uint8_t>(w >> (8 * j));
+    }
   }
 }
 
-// The inverse of pack_codes_lsb for `count` codes (a multiple of codes_per_group).
-template <int Bits>
-QT_HD void unpack_codes_lsb(const uint8_t* __restrict in, int64_t count, uint8_t* __restrict codes) {
+// The inverse of pack_block: codes[0..len) (codes has `Block` entries).
+template <int Bits, int64_t Block>
+QT_HD void unpack_block(const uint8_t* __restrict in, int64_t len, uint8_t* __restrict codes) {
+  len = len < Block ? len : Block;  // states the bound for the compiler (callers pass at most Block)
   if constexpr (Bits == 8) {
-    for (int64_t t = 0; t < count; ++t) codes[t] = in[t];
+    for (int64_t t = 0; t < len; ++t) codes[t] = in[t];
   } else if constexpr (Bits == 4) {
-    for (int64_t t = 0; t < count / 2; ++t) {
-      codes[2 * t] = static_cast<uint8_t>(in[t] & 0xfu);
-      codes[2 * t + 1] = static_cast<uint8_t>(in[t] >> 4);
+    const int64_t h = (len + 1) / 2;
+    for (int64_t j = 0; j < h; ++j) {
+      codes[j] = static_cast<uint8_t>(in[j] & 0xfu);
+      codes[j + h] = static_cast<uint8_t>(in[j] >> 4);
     }
   } else {
-    for (int64_t g = 0; g < count / 4; ++g) {
+    const int64_t groups = len / 4;
+    for (int64_t g = 0; g < groups; ++g) {
       const uint32_t w = uint32_t{in[3 * g]} | (uint32_t{in[3 * g + 1]} << 8) | (uint32_t{in[3 * g + 2]} << 16);
-      for (int j = 0; j < 4; ++j) codes[4 * g + j] = static_cast<uint8_t>((w >> (6 * j)) & 0x3fu);
+      for (int k = 0; k < 4; ++k) codes[4 * g + k] = static_cast<uint8_t>((w >> (6 * k)) & 0x3fu);
     }
+    const int64_t rest = len - 4 * groups;
+    if (rest > 0) {
+      uint32_t w = 0;
+      for (int64_t j = 0; j < (6 * rest + 7) / 8; ++j) w |= uint32_t{in[3 * groups + j]} << (8 * j);
+      for (int64_t k = 0; k < rest; ++k) codes[4 * groups + k] = static_cast<uint8_t>((w >> (6 * k)) & 0x3fu);
+    }
+  }
+}
+
+// The code of value t of a block of len values packed by pack_block (block points at its first byte).
+template <int Bits>
+QT_HD uint32_t packed_code_at(const uint8_t* block, int64_t len, int64_t t) {
+  if constexpr (Bits == 8) {
+    (void)len;
+    return block[t];
+  } else if constexpr (Bits == 4) {
+    const int64_t h = (len + 1) / 2;
+    return t < h ? block[t] & 0xfu : block[t - h] >> 4;
+  } else {
+    (void)len;
+    const int64_t bit = 6 * t;
+    const uint32_t two = uint32_t{block[bit / 8]} | (bit % 8 > 2 ? uint32_t{block[bit / 8 + 1]} << 8 : 0u);
+    return (two >> (bit % 8)) & 0x3fu;
   }
 }
 

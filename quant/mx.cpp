@@ -73,17 +73,11 @@ void encode_all(const EncodeArgs& a, const wire::MxLayout& l) {
     uint32_t m;
     if (len == kBlock) {
       m = encode_block<F, Ef, Sr, kBlock>(g, e, len, w, codes, scales + b);
-      if (m < kNonFinite) pack_codes_lsb<kBits>(codes, kBlock, out);
+      if (m < kNonFinite) pack_block<kBits, kBlock>(codes, kBlock, out);
     } else {
-      // Codes past the end stay zero; the whole block is packed and only the bytes the layout has
-      // are written out.
-      alignas(64) uint8_t tail[kBlock] = {};
+      alignas(64) uint8_t tail[kBlock] = {};  // codes past the end stay zero
       m = encode_block<F, Ef, Sr, 0>(g, e, len, w, tail, scales + b);
-      if (m < kNonFinite) {
-        uint8_t bytes[kBlock];
-        pack_codes_lsb<kBits>(tail, kBlock, bytes);
-        std::memcpy(out, bytes, wire::packed_bytes(len, kBits));
-      }
+      if (m < kNonFinite) pack_block<kBits, kBlock>(tail, len, out);
     }
     if (m >= kNonFinite) throw NonFiniteInputError(fmt::format("mx encode: the input of {} values holds NaN or Inf", a.n));
   }
@@ -101,15 +95,13 @@ void decode_range(const wire::MxLayout& l, const uint8_t* payload, int64_t begin
     const uint8_t* in = payload + l.elements_offset(b);
     float* o = out + (b * kBlock - begin);
     if (len == kBlock) {
-      unpack_codes_lsb<kBits>(in, kBlock, codes);
+      unpack_block<kBits, kBlock>(in, kBlock, codes);
       for (int64_t t = 0; t < kBlock; ++t) {
         const float y = minifloat_value<F>(codes[t]) * scale;
         o[t] = Add ? o[t] + y : y;
       }
     } else {
-      uint8_t bytes[kBlock] = {};
-      std::memcpy(bytes, in, wire::packed_bytes(len, kBits));
-      unpack_codes_lsb<kBits>(bytes, kBlock, codes);
+      unpack_block<kBits, kBlock>(in, len, codes);
       for (int64_t t = 0; t < len; ++t) {
         const float y = minifloat_value<F>(codes[t]) * scale;
         o[t] = Add ? o[t] + y : y;

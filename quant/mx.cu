@@ -41,11 +41,7 @@ __global__ void encode_kernel(const float* __restrict__ in, float* __restrict__ 
       codes[t] = static_cast<uint8_t>(code);
       if (residual) residual[i] = v - minifloat_value<F>(code) * scale;
     }
-    uint8_t bytes[kBlock];
-    pack_codes_lsb<kBits>(codes, kBlock, bytes);  // codes past the end are zero
-    uint8_t* dst = out + l.elements_offset(b);
-    const size_t used = wire::packed_bytes(len, kBits);
-    for (size_t j = 0; j < used; ++j) dst[j] = bytes[j];
+    pack_block<kBits, kBlock>(codes, len, out + l.elements_offset(b));  // codes past the end are zero
   }
 }
 
@@ -70,12 +66,9 @@ __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::MxLayou
   constexpr int kBits = code_bits<F>();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t bit = i * kBits;
-    const uint8_t* p = payload + wire::kHeaderBytes + bit / 8;
-    // Up to two bytes hold the code (6-bit codes may straddle a byte boundary).
-    const uint32_t two = uint32_t{p[0]} | (bit % 8 + kBits > 8 ? uint32_t{p[1]} << 8 : 0u);
-    const uint32_t code = (two >> (bit % 8)) & ((1u << kBits) - 1u);
-    const float scale = pow2_float(static_cast<int32_t>(payload[l.scales_offset + i / kBlock]) - 127);
+    const int64_t b = i / kBlock;
+    const uint32_t code = packed_code_at<kBits>(payload + l.elements_offset(b), l.len(b), i - b * kBlock);
+    const float scale = pow2_float(static_cast<int32_t>(payload[l.scales_offset + b]) - 127);
     const float y = minifloat_value<F>(code) * scale;
     out[i] = Add ? out[i] + y : y;
   }

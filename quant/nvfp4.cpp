@@ -34,7 +34,7 @@ uint32_t max_abs_bits(const float* __restrict in, const float* __restrict residu
 }
 
 // One block of Len values (Len = 0: `len`, the last block): its scale code into *scale_out and its
-// packed codes into out (ceil(len / 2) bytes, the last high nibble zero for an odd len).
+// packed codes into out (ceil(len / 2) bytes, quant/minifloat.h's pack_block).
 template <bool Ef, bool Sr, int64_t Len>
 void encode_block(const float* __restrict g, float* __restrict e, int64_t len, float t, const uint32_t* __restrict words,
                   uint8_t* __restrict out, uint8_t* __restrict scale_out) {
@@ -55,7 +55,7 @@ void encode_block(const float* __restrict g, float* __restrict e, int64_t len, f
     codes[i] = static_cast<uint8_t>(code);
     if (Ef) e[i] = v - minifloat_value<FloatE2M1>(code) * d;
   }
-  for (int64_t j = 0; j < (count + 1) / 2; ++j) out[j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
+  pack_block<4, kBlock>(codes, count, out);
 }
 
 template <bool Ef, bool Sr>
@@ -90,16 +90,17 @@ void decode_range(const wire::Nvfp4Layout& l, const uint8_t* payload, float t, i
     const uint8_t* in = elements + b * kBlock / 2;
     float* o = out + (b * kBlock - begin);
     const int64_t len = l.len(b);
+    alignas(16) uint8_t codes[kBlock];
     if (len == kBlock) {
-      for (int64_t j = 0; j < kBlock / 2; ++j) {
-        const float y0 = minifloat_value<FloatE2M1>(in[j] & 0xfu) * d;
-        const float y1 = minifloat_value<FloatE2M1>(in[j] >> 4) * d;
-        o[2 * j] = Add ? o[2 * j] + y0 : y0;
-        o[2 * j + 1] = Add ? o[2 * j + 1] + y1 : y1;
+      unpack_block<4, kBlock>(in, kBlock, codes);
+      for (int64_t i = 0; i < kBlock; ++i) {
+        const float y = minifloat_value<FloatE2M1>(codes[i]) * d;
+        o[i] = Add ? o[i] + y : y;
       }
     } else {
+      unpack_block<4, kBlock>(in, len, codes);
       for (int64_t i = 0; i < len; ++i) {
-        const float y = minifloat_value<FloatE2M1>((in[i / 2] >> (4 * (i % 2))) & 0xfu) * d;
+        const float y = minifloat_value<FloatE2M1>(codes[i]) * d;
         o[i] = Add ? o[i] + y : y;
       }
     }

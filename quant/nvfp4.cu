@@ -45,8 +45,7 @@ __global__ void encode_kernel(const float* __restrict__ in, float* __restrict__ 
       codes[j] = static_cast<uint8_t>(code);
       if (residual) residual[i] = v - minifloat_value<FloatE2M1>(code) * d;
     }
-    uint8_t* dst = out + wire::kHeaderBytes + first / 2;
-    for (int64_t j = 0; j < (len + 1) / 2; ++j) dst[j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
+    pack_block<4, kBlock>(codes, len, out + wire::kHeaderBytes + first / 2);  // codes past the end are zero
   }
 }
 
@@ -62,8 +61,9 @@ __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4La
                               float* __restrict__ out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint32_t code = (payload[wire::kHeaderBytes + i / 2] >> (4 * (i % 2))) & 0xfu;
-    const float d = nvfp4_decode_scale(payload[l.scales_offset + i / kBlock], t);
+    const int64_t b = i / kBlock;
+    const uint32_t code = packed_code_at<4>(payload + wire::kHeaderBytes + b * kBlock / 2, l.len(b), i - b * kBlock);
+    const float d = nvfp4_decode_scale(payload[l.scales_offset + b], t);
     const float y = minifloat_value<FloatE2M1>(code) * d;
     out[i] = Add ? out[i] + y : y;
   }

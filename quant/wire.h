@@ -112,10 +112,11 @@ inline size_t topk_body_end(int64_t k) { return kHeaderBytes + 8 * static_cast<s
 // magnitude, 448 or 57344), c = 0. Body: n code bytes (sign << 7 | magnitude); value = code's value * s.
 inline size_t fp8_body_end(int64_t n) { return kHeaderBytes + static_cast<size_t>(n); }
 
-// Elements of `bits` (8, 6 or 4) packed LSB first: element i occupies bits [bits * i, bits * i + bits)
-// of the little-endian byte stream (4-bit: byte i / 2, low nibble for even i; 6-bit: groups of four
-// elements in three bytes, element 4g + j at bits 6j of the 24-bit group g). Unused bits of the last
-// byte are zero.
+// Element codes of `bits` (8, 6 or 4), packed block by block (each block starts on a byte; a block of
+// len codes takes packed_bytes(len, bits)): 8 bits one byte each; 4 bits the block's halves side by
+// side, byte j = code j | code j + ceil(len / 2) << 4; 6 bits LSB first, code 4g + k at bits 6k of the
+// 24-bit little-endian group of bytes 3g .. 3g + 2. Unused bits of a block's last byte are zero
+// (quant/minifloat.h's pack_block).
 constexpr size_t packed_bytes(int64_t n, int bits) { return static_cast<size_t>((n * bits + 7) / 8); }
 
 // mx (OCP MX v1.0): a = element (0 fp8_e4m3, 1 fp8_e5m2, 2 fp6_e3m2, 3 fp6_e2m3, 4 fp4_e2m1), b = block
@@ -144,7 +145,7 @@ inline MxLayout mx_layout(int64_t n, int bits) {
 }
 
 // nvfp4: a = block size (16), b = tensor scale t as f32 bits (max|v| / (6 * 448)), c = 0. Body: n FP4
-// E2M1 elements packed as above (ceil(n / 2) bytes), then ceil(n / 16) E4M3 block scale bytes (sign 0,
+// E2M1 elements packed as above in blocks of 16 (ceil(n / 2) bytes), then ceil(n / 16) E4M3 block scale bytes (sign 0,
 // never NaN). Value of element i = its E2M1 value * (the E4M3 value of block i / 16 * t).
 struct Nvfp4Layout {
   int64_t n = 0, block = 16, blocks = 0;

@@ -177,15 +177,20 @@ TEST_CASE("MX scale: X = floor(log2(max)) - emax_elem, clamped at 2^-127", "[qua
   x[3] = 0.375f; // 0.75: the tie between 0.5 and 1 -> 1 (code 2)
   x[32] = 40.0f; // 5 -> tie between 4 and 6 -> 4 -> 32
   x[33] = 1.0f;  // 0.125 -> 0 (below half of 0.5)
+  x[16] = 0.5f;  // 1 -> code 2, in the high nibble of byte 0 (the block's second half)
+  x[49] = -24.0f; // -3 -> code 0xd, in the high nibble of byte 1 of block 1
   const QuantSpec s = spec(QuantMethod::mx, {{"element", "fp4_e2m1"}});
   const auto p = encode_with(s, x);
   const size_t scales = 32 + 32;  // 64 FP4 elements in 32 bytes
   REQUIRE(p[scales] == 127 - 1);
   REQUIRE(p[scales + 1] == 127 + 3);
-  // Packing: element 2i in the low nibble of byte i.
-  REQUIRE(p[32] == (0x7 | (0xc << 4)));
-  REQUIRE(p[33] == (0x1 | (0x2 << 4)));
+  // Packing: byte j of a block holds element j (low nibble) and element j + 16 (high nibble).
+  REQUIRE(p[32] == (0x7 | (0x2 << 4)));
+  REQUIRE(p[33] == 0xc);
+  REQUIRE(p[34] == 0x1);
+  REQUIRE(p[35] == 0x2);
   REQUIRE(p[32 + 16] == 0x6);
+  REQUIRE(p[32 + 17] == (0xd << 4));
   Context ctx = Context::cpu(1, 1);
   const auto y = decode(*make_quantizer(s), ctx, p, 64);
   REQUIRE(y[0] == 3.0f);
@@ -194,6 +199,8 @@ TEST_CASE("MX scale: X = floor(log2(max)) - emax_elem, clamped at 2^-127", "[qua
   REQUIRE(y[3] == 0.5f);
   REQUIRE(y[32] == 32.0f);
   REQUIRE(y[33] == 0.0f);
+  REQUIRE(y[16] == 0.5f);
+  REQUIRE(y[49] == -24.0f);
 }
 
 TEST_CASE("MX FP6 packing: four elements in three bytes, LSB first; a partial last block", "[quant][float][mx]") {
@@ -213,6 +220,7 @@ TEST_CASE("NVFP4 two-level scales: t = max / (6 * 448), block scale max / 6 / t 
   std::vector<float> x(48, 0.0f);
   x[0] = 2688.0f;
   x[1] = -448.0f;  // 448 / 448 = 1 -> code 2 (negative: 0xa)
+  x[8] = 896.0f;   // 2 -> code 4, high nibble of byte 0
   x[16] = 6.0f;
   x[17] = 2.5f;    // tie between 2 and 3 -> 2
   x[32] = 3.3f;    // 3.3 / 0.5625 = 5.87 -> 6 -> 3.375
@@ -224,14 +232,25 @@ TEST_CASE("NVFP4 two-level scales: t = max / (6 * 448), block scale max / 6 / t 
   REQUIRE(p[scales] == 0x7e);
   REQUIRE(p[scales + 1] == 0x38);
   REQUIRE(p[scales + 2] == 0x31);
-  REQUIRE(p[32] == (0x7 | (0xa << 4)));
-  REQUIRE(p[32 + 8] == (0x7 | (0x4 << 4)));
+  // Byte j of a block holds element j (low nibble) and element j + 8 (high nibble).
+  REQUIRE(p[32] == (0x7 | (0x4 << 4)));
+  REQUIRE(p[33] == 0xa);
+  REQUIRE(p[32 + 8] == 0x7);
+  REQUIRE(p[32 + 9] == 0x4);
   Context ctx = Context::cpu(1, 1);
   const auto y = decode(*make_quantizer(spec(QuantMethod::nvfp4)), ctx, p, 48);
   REQUIRE(y[0] == 2688.0f);
   REQUIRE(y[1] == -448.0f);
   REQUIRE(y[17] == 2.0f);
   REQUIRE(y[32] == 3.375f);
+  REQUIRE(y[8] == 896.0f);
+
+  // A block of 5: halves of ceil(5 / 2) = 3, byte j = code j | code j + 3 << 4, the last high nibble 0.
+  const auto q = encode_with(spec(QuantMethod::nvfp4), {6.0f, 1.0f, 2.0f, 3.0f, 4.0f});
+  REQUIRE(q[32] == (0x7 | (0x5 << 4)));
+  REQUIRE(q[33] == (0x2 | (0x6 << 4)));
+  REQUIRE(q[34] == 0x4);
+  REQUIRE(q[35] == 0x7e);  // the block holds the tensor's max: scale 448 (d = 448 t = 1), after 3 element bytes
 }
 
 TEST_CASE("fp8: per-tensor scale max / 448 (E4M3) or max / 57344 (E5M2)", "[quant][float][fp8]") {
