@@ -25,61 +25,73 @@ namespace {
 
 constexpr int64_t kBlock = wire::kMxBlock;
 
-// Encodes one block of Len values (Len = 0: `len`, the last block) into codes[0..len); returns the
-// block's max|v| bits. `words`: the block's random words (Sr).
-template <class F, bool Ef, bool Sr, int64_t Len>
-uint32_t encode_block(const float* __restrict g, float* __restrict e, int64_t len, const uint32_t* __restrict words,
-                      uint8_t* __restrict codes, uint8_t* __restrict scale_out) {
+// max|v| bits of one block of Len values (Len = 0: `len`, the last block).
+template <bool Ef, int64_t Len>
+uint32_t block_max(const float* __restrict g, const float* __restrict e, int64_t len) {
   const int64_t count = Len ? Len : len;
   uint32_t m = 0;
   for (int64_t t = 0; t < count; ++t) {
     const uint32_t b = abs_bits(Ef ? g[t] + e[t] : g[t]);
     m = b > m ? b : m;
   }
-  if (m >= kNonFinite) return m;
-  const uint32_t sc = mx_scale_code<F>(m);
-  *scale_out = static_cast<uint8_t>(sc);
+  return m;
+}
+
+// The element codes of one block of Len values (Len = 0: `len`) under E8M0 code sc, packed into out
+// (packed_bytes(len) bytes); `words`: the block's random words (Sr).
+template <class F, bool Ef, bool Sr, int64_t Len>
+void block_codes(const float* __restrict g, float* __restrict e, int64_t len, uint32_t sc,
+                 const uint32_t* __restrict words, uint8_t* __restrict out) {
+  const int64_t count = Len ? Len : len;
   const int32_t x = static_cast<int32_t>(sc) - 127;
   const float inv = bits_float(static_cast<uint32_t>(127 - x) << 23);  // 2^-X: X <= 127 - emax keeps it normal
   const float scale = pow2_float(x);
+  alignas(64) uint8_t codes[kBlock] = {};  // codes past the end stay zero
   for (int64_t t = 0; t < count; ++t) {
     const float v = Ef ? g[t] + e[t] : g[t];
     const uint32_t code = minifloat_code<F, Sr>(v, inv, Sr ? words[t] : 0u);
     codes[t] = static_cast<uint8_t>(code);
     if (Ef) e[t] = v - minifloat_value<F>(code) * scale;
   }
-  return m;
+  pack_block<code_bits<F>(), kBlock>(codes, count, out);
 }
 
+// Chunks of 32 blocks in three phases: the blocks' maxima, their E8M0 codes, their element codes
+// (short loops with long dependency chains one after another per block ran at half the speed).
 template <class F, bool Ef, bool Sr>
 void encode_all(const EncodeArgs& a, const wire::MxLayout& l) {
-  constexpr int kBits = code_bits<F>();
   uint8_t* scales = a.out + l.scales_offset;
-  // Random words a chunk of blocks at a time, so they stay in L1.
   constexpr int64_t kChunkBlocks = 32;
   alignas(64) uint32_t words[Sr ? kChunkBlocks * kBlock : 1];
-  alignas(64) uint8_t codes[kBlock];
-  for (int64_t b = 0; b < l.blocks; ++b) {
-    if (Sr && b % kChunkBlocks == 0) {
-      const int64_t values = std::min(kChunkBlocks * kBlock, a.n - b * kBlock);
-      philox_blocks(a.key, static_cast<uint64_t>(b * kBlock / kWordsPerBlock), 0, kTagFloat,
+  alignas(64) uint32_t maxes[kChunkBlocks];
+  const bool last_partial = l.blocks > 0 && l.len(l.blocks - 1) != kBlock;
+  for (int64_t b0 = 0; b0 < l.blocks; b0 += kChunkBlocks) {
+    const int64_t nb = std::min(kChunkBlocks, l.blocks - b0);
+    const int64_t full = b0 + nb == l.blocks && last_partial ? nb - 1 : nb;
+    if (Sr) {
+      const int64_t values = std::min(kChunkBlocks * kBlock, a.n - b0 * kBlock);
+      philox_blocks(a.key, static_cast<uint64_t>(b0 * kBlock / kWordsPerBlock), 0, kTagFloat,
                     (values + kWordsPerBlock - 1) / kWordsPerBlock, words);
     }
-    const uint32_t* w = Sr ? words + (b % kChunkBlocks) * kBlock : nullptr;
-    const float* g = a.in + b * kBlock;
-    float* e = Ef ? a.residual + b * kBlock : nullptr;
-    uint8_t* out = a.out + l.elements_offset(b);
-    const int64_t len = l.len(b);
-    uint32_t m;
-    if (len == kBlock) {
-      m = encode_block<F, Ef, Sr, kBlock>(g, e, len, w, codes, scales + b);
-      if (m < kNonFinite) pack_block<kBits, kBlock>(codes, kBlock, out);
-    } else {
-      alignas(64) uint8_t tail[kBlock] = {};  // codes past the end stay zero
-      m = encode_block<F, Ef, Sr, 0>(g, e, len, w, tail, scales + b);
-      if (m < kNonFinite) pack_block<kBits, kBlock>(tail, len, out);
+    const float* g = a.in + b0 * kBlock;
+    float* e = Ef ? a.residual + b0 * kBlock : nullptr;
+    uint32_t top = 0;
+    for (int64_t k = 0; k < full; ++k) {
+      maxes[k] = block_max<Ef, kBlock>(g + k * kBlock, Ef ? e + k * kBlock : nullptr, kBlock);
+      top = maxes[k] > top ? maxes[k] : top;
     }
-    if (m >= kNonFinite) throw NonFiniteInputError(fmt::format("mx encode: the input of {} values holds NaN or Inf", a.n));
+    if (full < nb) {
+      maxes[full] = block_max<Ef, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full));
+      top = maxes[full] > top ? maxes[full] : top;
+    }
+    if (top >= kNonFinite) throw NonFiniteInputError(fmt::format("mx encode: the input of {} values holds NaN or Inf", a.n));
+    for (int64_t k = 0; k < nb; ++k) scales[b0 + k] = static_cast<uint8_t>(mx_scale_code<F>(maxes[k]));
+    for (int64_t k = 0; k < full; ++k)
+      block_codes<F, Ef, Sr, kBlock>(g + k * kBlock, Ef ? e + k * kBlock : nullptr, kBlock, scales[b0 + k],
+                                     Sr ? words + k * kBlock : nullptr, a.out + l.elements_offset(b0 + k));
+    if (full < nb)
+      block_codes<F, Ef, Sr, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full), scales[b0 + full],
+                                Sr ? words + full * kBlock : nullptr, a.out + l.elements_offset(b0 + full));
   }
 }
 
@@ -94,7 +106,17 @@ void decode_range(const wire::MxLayout& l, const uint8_t* payload, int64_t begin
     const float scale = pow2_float(static_cast<int32_t>(scales[b]) - 127);
     const uint8_t* in = payload + l.elements_offset(b);
     float* o = out + (b * kBlock - begin);
-    if (len == kBlock) {
+    if (len == kBlock && kBits == 4) {
+      // Byte j holds values j and j + 16 (pack_block): two contiguous runs of 16 outputs.
+      constexpr int64_t kHalf = kBlock / 2;
+      for (int64_t j = 0; j < kHalf; ++j) {
+        const uint32_t byte = in[j];
+        const float y0 = minifloat_value<F>(byte & 0xfu) * scale;
+        const float y1 = minifloat_value<F>(byte >> 4) * scale;
+        o[j] = Add ? o[j] + y0 : y0;
+        o[j + kHalf] = Add ? o[j + kHalf] + y1 : y1;
+      }
+    } else if (len == kBlock) {
       unpack_block<kBits, kBlock>(in, kBlock, codes);
       for (int64_t t = 0; t < kBlock; ++t) {
         const float y = minifloat_value<F>(codes[t]) * scale;

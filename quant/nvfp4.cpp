@@ -33,21 +33,24 @@ uint32_t max_abs_bits(const float* __restrict in, const float* __restrict residu
   return m;
 }
 
-// One block of Len values (Len = 0: `len`, the last block): its scale code into *scale_out and its
-// packed codes into out (ceil(len / 2) bytes, quant/minifloat.h's pack_block).
-template <bool Ef, bool Sr, int64_t Len>
-void encode_block(const float* __restrict g, float* __restrict e, int64_t len, float t, const uint32_t* __restrict words,
-                  uint8_t* __restrict out, uint8_t* __restrict scale_out) {
+// max|v| bits of one block of Len values (Len = 0: `len`, the last block).
+template <bool Ef, int64_t Len>
+uint32_t block_max(const float* __restrict g, const float* __restrict e, int64_t len) {
   const int64_t count = Len ? Len : len;
   uint32_t m = 0;
   for (int64_t i = 0; i < count; ++i) {
     const uint32_t b = abs_bits(Ef ? g[i] + e[i] : g[i]);
     m = b > m ? b : m;
   }
-  const uint32_t sc = nvfp4_block_scale_code(m, t);
-  *scale_out = static_cast<uint8_t>(sc);
-  const float d = nvfp4_decode_scale(sc, t);
-  const float inv = inverse_scale(float_bits(d), 1.0f);
+  return m;
+}
+
+// The E2M1 codes of one block under the reciprocal decode scale inv, packed into out (ceil(len / 2)
+// bytes, quant/minifloat.h's pack_block); the residual keeps v - value(code) * d.
+template <bool Ef, bool Sr, int64_t Len>
+void block_codes(const float* __restrict g, float* __restrict e, int64_t len, float d, float inv,
+                 const uint32_t* __restrict words, uint8_t* __restrict out) {
+  const int64_t count = Len ? Len : len;
   alignas(16) uint8_t codes[kBlock] = {};
   for (int64_t i = 0; i < count; ++i) {
     const float v = Ef ? g[i] + e[i] : g[i];
@@ -58,24 +61,42 @@ void encode_block(const float* __restrict g, float* __restrict e, int64_t len, f
   pack_block<4, kBlock>(codes, count, out);
 }
 
+// Chunks of 64 blocks in three phases: the blocks' maxima, their scales (a loop over blocks, so the
+// divisions of 16 blocks run in one vector instead of one after another), their codes.
 template <bool Ef, bool Sr>
 void encode_all(const EncodeArgs& a, const wire::Nvfp4Layout& l, float t) {
   uint8_t* scales = a.out + l.scales_offset;
   uint8_t* elements = a.out + wire::kHeaderBytes;
   constexpr int64_t kChunkBlocks = 64;
   alignas(64) uint32_t words[Sr ? kChunkBlocks * kBlock : 1];
-  for (int64_t b = 0; b < l.blocks; ++b) {
-    if (Sr && b % kChunkBlocks == 0) {
-      const int64_t values = std::min(kChunkBlocks * kBlock, a.n - b * kBlock);
-      philox_blocks(a.key, static_cast<uint64_t>(b * kBlock / kWordsPerBlock), 0, kTagFloat,
+  alignas(64) uint32_t maxes[kChunkBlocks];
+  alignas(64) float d[kChunkBlocks], inv[kChunkBlocks];
+  const bool last_partial = l.blocks > 0 && l.len(l.blocks - 1) != kBlock;
+  for (int64_t b0 = 0; b0 < l.blocks; b0 += kChunkBlocks) {
+    const int64_t nb = std::min(kChunkBlocks, l.blocks - b0);
+    const int64_t full = b0 + nb == l.blocks && last_partial ? nb - 1 : nb;
+    if (Sr) {
+      const int64_t values = std::min(kChunkBlocks * kBlock, a.n - b0 * kBlock);
+      philox_blocks(a.key, static_cast<uint64_t>(b0 * kBlock / kWordsPerBlock), 0, kTagFloat,
                     (values + kWordsPerBlock - 1) / kWordsPerBlock, words);
     }
-    const uint32_t* w = Sr ? words + (b % kChunkBlocks) * kBlock : nullptr;
-    const float* g = a.in + b * kBlock;
-    float* e = Ef ? a.residual + b * kBlock : nullptr;
-    const int64_t len = l.len(b);
-    if (len == kBlock) encode_block<Ef, Sr, kBlock>(g, e, len, t, w, elements + b * kBlock / 2, scales + b);
-    else encode_block<Ef, Sr, 0>(g, e, len, t, w, elements + b * kBlock / 2, scales + b);
+    const float* g = a.in + b0 * kBlock;
+    float* e = Ef ? a.residual + b0 * kBlock : nullptr;
+    for (int64_t k = 0; k < full; ++k) maxes[k] = block_max<Ef, kBlock>(g + k * kBlock, Ef ? e + k * kBlock : nullptr, kBlock);
+    if (full < nb) maxes[full] = block_max<Ef, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full));
+    for (int64_t k = 0; k < nb; ++k) {
+      const uint32_t sc = nvfp4_block_scale_code(maxes[k], t);
+      scales[b0 + k] = static_cast<uint8_t>(sc);
+      d[k] = nvfp4_decode_scale(sc, t);
+      inv[k] = inverse_scale(float_bits(d[k]), 1.0f);
+    }
+    uint8_t* out = elements + b0 * kBlock / 2;
+    for (int64_t k = 0; k < full; ++k)
+      block_codes<Ef, Sr, kBlock>(g + k * kBlock, Ef ? e + k * kBlock : nullptr, kBlock, d[k], inv[k],
+                                  Sr ? words + k * kBlock : nullptr, out + k * kBlock / 2);
+    if (full < nb)
+      block_codes<Ef, Sr, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full), d[full], inv[full],
+                             Sr ? words + full * kBlock : nullptr, out + full * kBlock / 2);
   }
 }
 
@@ -90,14 +111,18 @@ void decode_range(const wire::Nvfp4Layout& l, const uint8_t* payload, float t, i
     const uint8_t* in = elements + b * kBlock / 2;
     float* o = out + (b * kBlock - begin);
     const int64_t len = l.len(b);
-    alignas(16) uint8_t codes[kBlock];
     if (len == kBlock) {
-      unpack_block<4, kBlock>(in, kBlock, codes);
-      for (int64_t i = 0; i < kBlock; ++i) {
-        const float y = minifloat_value<FloatE2M1>(codes[i]) * d;
-        o[i] = Add ? o[i] + y : y;
+      // Byte j holds values j and j + 8 (pack_block): two contiguous runs of 8 outputs.
+      constexpr int64_t kHalf = kBlock / 2;
+      for (int64_t j = 0; j < kHalf; ++j) {
+        const uint32_t byte = in[j];
+        const float y0 = minifloat_value<FloatE2M1>(byte & 0xfu) * d;
+        const float y1 = minifloat_value<FloatE2M1>(byte >> 4) * d;
+        o[j] = Add ? o[j] + y0 : y0;
+        o[j + kHalf] = Add ? o[j + kHalf] + y1 : y1;
       }
     } else {
+      alignas(16) uint8_t codes[kBlock];
       unpack_block<4, kBlock>(in, len, codes);
       for (int64_t i = 0; i < len; ++i) {
         const float y = minifloat_value<FloatE2M1>(codes[i]) * d;
