@@ -41,14 +41,22 @@ uint32_t max_abs_bits(const float* __restrict in, const float* __restrict residu
 }
 
 // Codes of values [0, n) (span index first + i) into out; `words` holds n random words when Sr.
+// Codes are staged as 32-bit words a tile at a time, so that the rounding loop has only 32-bit types
+// (full-width vectors), then narrowed.
 template <class F, bool Ef, bool Sr>
 void encode_range(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n,
                   float inv, float scale, const uint32_t* __restrict words) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = Ef ? in[i] + residual[i] : in[i];
-    const uint32_t code = minifloat_code<F, Sr>(v, inv, Sr ? words[i] : 0u);
-    out[i] = static_cast<uint8_t>(code);
-    if (Ef) residual[i] = v - minifloat_value<F>(code) * scale;
+  constexpr int64_t kTile = 256;
+  alignas(64) uint32_t wide[kTile];
+  for (int64_t c = 0; c < n; c += kTile) {
+    const int64_t len = n - c < kTile ? n - c : kTile;
+    for (int64_t i = 0; i < len; ++i) {
+      const float v = Ef ? in[c + i] + residual[c + i] : in[c + i];
+      const uint32_t code = minifloat_code<F, Sr>(v, inv, Sr ? words[c + i] : 0u);
+      wide[i] = code;
+      if (Ef) residual[c + i] = v - minifloat_value<F>(code) * scale;
+    }
+    for (int64_t i = 0; i < len; ++i) out[c + i] = static_cast<uint8_t>(wide[i]);
   }
 }
 

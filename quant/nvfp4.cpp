@@ -46,19 +46,22 @@ uint32_t block_max(const float* __restrict g, const float* __restrict e, int64_t
 }
 
 // The E2M1 codes of one block under the reciprocal decode scale inv, packed into out (ceil(len / 2)
-// bytes, quant/minifloat.h's pack_block); the residual keeps v - value(code) * d.
+// bytes in quant/minifloat.h's pack_block order); the residual keeps v - value(code) * d.
 template <bool Ef, bool Sr, int64_t Len>
 void block_codes(const float* __restrict g, float* __restrict e, int64_t len, float d, float inv,
                  const uint32_t* __restrict words, uint8_t* __restrict out) {
   const int64_t count = Len ? Len : len;
-  alignas(16) uint8_t codes[kBlock] = {};
+  // Codes staged as 32-bit words, so that the rounding loop has only 32-bit types (full-width
+  // vectors), then packed from them in pack_block's order (byte j = code j | code j + h << 4).
+  alignas(64) uint32_t wide[kBlock] = {};  // codes past the end stay zero
   for (int64_t i = 0; i < count; ++i) {
     const float v = Ef ? g[i] + e[i] : g[i];
     const uint32_t code = minifloat_code<FloatE2M1, Sr>(v, inv, Sr ? words[i] : 0u);
-    codes[i] = static_cast<uint8_t>(code);
+    wide[i] = code;
     if (Ef) e[i] = v - minifloat_value<FloatE2M1>(code) * d;
   }
-  pack_block<4, kBlock>(codes, count, out);
+  const int64_t h = (count + 1) / 2;
+  for (int64_t j = 0; j < h; ++j) out[j] = static_cast<uint8_t>(wide[j] | (wide[j + h] << 4));
 }
 
 // Chunks of 64 blocks in three phases: the blocks' maxima, their scales (a loop over blocks, so the
@@ -113,9 +116,12 @@ void decode_range(const wire::Nvfp4Layout& l, const uint8_t* payload, float t, i
     const int64_t len = l.len(b);
     if (len == kBlock) {
       // Byte j holds values j and j + 8 (pack_block): two contiguous runs of 8 outputs.
+      // The bytes widened first, so that the value loop has only 32-bit types (full-width vectors).
       constexpr int64_t kHalf = kBlock / 2;
+      alignas(32) uint32_t wide[kHalf];
+      for (int64_t j = 0; j < kHalf; ++j) wide[j] = in[j];
       for (int64_t j = 0; j < kHalf; ++j) {
-        const uint32_t byte = in[j];
+        const uint32_t byte = wide[j];
         const float y0 = minifloat_value<FloatE2M1>(byte & 0xfu) * d;
         const float y1 = minifloat_value<FloatE2M1>(byte >> 4) * d;
         o[j] = Add ? o[j] + y0 : y0;
