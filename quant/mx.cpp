@@ -4,8 +4,8 @@
 // code of v / 2^X (FP8 E4M3/E5M2, FP6 E3M2/E2M3 or FP4 E2M1), rounded to nearest even (or
 // stochastically) and saturated to the element's largest normal (quant/minifloat.h). v / 2^X is an
 // exact float multiply by 2^-X (a result in the float subnormals is far below every element's
-// smallest subnormal, so its rounding cannot change a code). One pass: each block's max, scale,
-// codes and packing stay in registers and L1.
+// smallest subnormal, so its rounding cannot change a code). One pass over memory, a chunk of 32
+// blocks at a time (maxima, scales, codes), so the chunk stays in L1.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>

@@ -2,8 +2,8 @@
 // per block of 16 values an FP8 E4M3 scale, the block's max|v| / 6 / t rounded to E4M3; each value is
 // the FP4 E2M1 code of v / (E4M3 scale * t), rounded to nearest even (or stochastically) and saturated
 // at 6 (quant/minifloat.h). The division is a multiply by the reciprocal of the block's decode scale
-// (0 when that scale is below FLT_MIN: the block encodes as zeros). Two passes: max|v|, then per block
-// its max, scale, codes and packing in registers and L1.
+// (0 when that scale is below FLT_MIN: the block encodes as zeros). Two passes: max|v|, then a chunk
+// of 64 blocks at a time (maxima, scales, codes) in L1.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
