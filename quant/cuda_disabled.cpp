@@ -38,4 +38,15 @@ void adaptive_decode_cuda(Context&, const wire::AdaptiveLayout&, const uint8_t*,
 void topk_encode_cuda(Context&, const EncodeArgs&, int64_t, const WireHeader&) { no_cuda("topk"); }
 void topk_decode_cuda(Context&, const uint8_t*, int64_t, int64_t, float*, bool) { no_cuda("topk"); }
 
+void fp8_encode_cuda(Context&, const EncodeArgs&, Fp8Format, bool, const WireHeader&) { no_cuda("fp8"); }
+void fp8_decode_cuda(Context&, Fp8Format, float, const uint8_t*, float*, int64_t, bool) { no_cuda("fp8"); }
+void mx_encode_cuda(Context&, const EncodeArgs&, MxElement, bool, const wire::MxLayout&, const WireHeader&) {
+  no_cuda("mx");
+}
+void mx_decode_cuda(Context&, MxElement, const wire::MxLayout&, const uint8_t*, float*, bool) { no_cuda("mx"); }
+void nvfp4_encode_cuda(Context&, const EncodeArgs&, bool, const wire::Nvfp4Layout&, const WireHeader&) {
+  no_cuda("nvfp4");
+}
+void nvfp4_decode_cuda(Context&, const wire::Nvfp4Layout&, float, const uint8_t*, float*, bool) { no_cuda("nvfp4"); }
+
 }  // namespace qtrain::quant_detail

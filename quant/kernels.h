@@ -44,4 +44,18 @@ void adaptive_decode_cuda(Context& ctx, const wire::AdaptiveLayout& l, const uin
 void topk_encode_cuda(Context& ctx, const EncodeArgs& a, int64_t k, const WireHeader& h);
 void topk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, float* out, bool add);
 
+// fp8 / mx / nvfp4: header (given; the encoders fill the scale field on the device) and body.
+// `payload` points at the header.
+void fp8_encode_cuda(Context& ctx, const EncodeArgs& a, Fp8Format format, bool stochastic, const WireHeader& h);
+void fp8_decode_cuda(Context& ctx, Fp8Format format, float scale, const uint8_t* payload, float* out, int64_t n,
+                     bool add);
+void mx_encode_cuda(Context& ctx, const EncodeArgs& a, MxElement element, bool stochastic, const wire::MxLayout& l,
+                    const WireHeader& h);
+void mx_decode_cuda(Context& ctx, MxElement element, const wire::MxLayout& l, const uint8_t* payload, float* out,
+                    bool add);
+void nvfp4_encode_cuda(Context& ctx, const EncodeArgs& a, bool stochastic, const wire::Nvfp4Layout& l,
+                       const WireHeader& h);
+void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, float tensor_scale, const uint8_t* payload,
+                       float* out, bool add);
+
 }  // namespace qtrain::quant_detail

@@ -30,6 +30,8 @@ struct WireHeader {
 enum class Dettmers8Variant : uint8_t { dynamic_tree = 0, linear = 1 };
 enum class OnebitMode : uint8_t { column = 0, bucket = 1 };
 enum class QsgdNorm : uint8_t { max = 0, l2 = 1 };
+enum class Fp8Format : uint8_t { e4m3 = 0, e5m2 = 1 };
+enum class MxElement : uint8_t { fp8_e4m3 = 0, fp8_e5m2 = 1, fp6_e3m2 = 2, fp6_e2m3 = 3, fp4_e2m1 = 4 };
 
 namespace wire {
 
@@ -105,6 +107,62 @@ inline int adaptive_entry_bytes(int64_t column) { return column <= kMaxRows16 ? 
 
 // topk: a = 0, b = k, c = 0. Body: k u32 indices (strictly increasing), then k f32 values.
 inline size_t topk_body_end(int64_t k) { return kHeaderBytes + 8 * static_cast<size_t>(k); }
+
+// fp8: a = format (0 e4m3, 1 e5m2), b = scale s as f32 bits (max|v| / the format's largest finite
+// magnitude, 448 or 57344), c = 0. Body: n code bytes (sign << 7 | magnitude); value = code's value * s.
+inline size_t fp8_body_end(int64_t n) { return kHeaderBytes + static_cast<size_t>(n); }
+
+// Element codes of `bits` (8, 6 or 4), packed block by block (each block starts on a byte; a block of
+// len codes takes packed_bytes(len, bits)): 8 bits one byte each; 4 bits the block's halves side by
+// side, byte j = code j | code j + ceil(len / 2) << 4; 6 bits LSB first, code 4g + k at bits 6k of the
+// 24-bit little-endian group of bytes 3g .. 3g + 2. Unused bits of a block's last byte are zero
+// (quant/minifloat.h's pack_block).
+constexpr size_t packed_bytes(int64_t n, int bits) { return static_cast<size_t>((n * bits + 7) / 8); }
+
+// mx (OCP MX v1.0): a = element (0 fp8_e4m3, 1 fp8_e5m2, 2 fp6_e3m2, 3 fp6_e2m3, 4 fp4_e2m1), b = block
+// size (32), c = 0. Body: the n elements packed (packed_bytes; each block of 32 starts on a byte),
+// then ceil(n / 32) E8M0 scale bytes (2^(code - 127); 0xff, NaN, is refused). The last block may be
+// shorter. Value of element i = its element value * the scale of block i / 32.
+struct MxLayout {
+  int64_t n = 0, block = 32, blocks = 0;
+  int bits = 8;
+  size_t scales_offset = 0;
+  size_t body_end = 0;
+  QT_HD int64_t len(int64_t b) const { return b + 1 < blocks ? block : n - b * block; }
+  // The first byte of block b's elements (blocks of 32 elements are whole bytes for every width).
+  QT_HD size_t elements_offset(int64_t b) const { return kHeaderBytes + static_cast<size_t>(b * block * bits / 8); }
+};
+constexpr int64_t kMxBlock = 32;
+inline MxLayout mx_layout(int64_t n, int bits) {
+  MxLayout l;
+  l.n = n;
+  l.block = kMxBlock;
+  l.blocks = ceil_div(n, kMxBlock);
+  l.bits = bits;
+  l.scales_offset = kHeaderBytes + packed_bytes(n, bits);
+  l.body_end = l.scales_offset + static_cast<size_t>(l.blocks);
+  return l;
+}
+
+// nvfp4: a = block size (16), b = tensor scale t as f32 bits (max|v| / (6 * 448)), c = 0. Body: n FP4
+// E2M1 elements packed as above in blocks of 16 (ceil(n / 2) bytes), then ceil(n / 16) E4M3 block scale bytes (sign 0,
+// never NaN). Value of element i = its E2M1 value * (the E4M3 value of block i / 16 * t).
+struct Nvfp4Layout {
+  int64_t n = 0, block = 16, blocks = 0;
+  size_t scales_offset = 0;
+  size_t body_end = 0;
+  QT_HD int64_t len(int64_t b) const { return b + 1 < blocks ? block : n - b * block; }
+};
+constexpr int64_t kNvfp4Block = 16;
+inline Nvfp4Layout nvfp4_layout(int64_t n) {
+  Nvfp4Layout l;
+  l.n = n;
+  l.block = kNvfp4Block;
+  l.blocks = ceil_div(n, kNvfp4Block);
+  l.scales_offset = kHeaderBytes + packed_bytes(n, 4);
+  l.body_end = l.scales_offset + static_cast<size_t>(l.blocks);
+  return l;
+}
 
 // The number of values adaptive sends and topk keeps: max(1, round(p * n)), at most n.
 int64_t count_for_proportion(double proportion, int64_t n);

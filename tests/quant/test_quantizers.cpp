@@ -72,6 +72,13 @@ size_t documented_size(const QuantSpec& s, int64_t n, int64_t column, const std:
       const int64_t k = n == 0 ? 0 : std::max<int64_t>(1, std::llround(s.number("fraction") * static_cast<double>(n)));
       return pad8(32 + 8 * k);
     }
+    case QuantMethod::fp8: return pad8(32 + n);
+    case QuantMethod::mx: {
+      const std::string e = s.choice("element");
+      const int64_t bits = e.rfind("fp8", 0) == 0 ? 8 : (e.rfind("fp6", 0) == 0 ? 6 : 4);
+      return pad8(32 + cdiv(n * bits, 8) + cdiv(n, 32));
+    }
+    case QuantMethod::nvfp4: return pad8(32 + cdiv(n, 2) + cdiv(n, 16));
   }
   return 0;
 }
