@@ -12,11 +12,15 @@
 
 namespace qtrain {
 
-enum class ReduceAlgorithm { allreduce, allgather, reduce_scatter_allgather };
+// allreduce_compact: the payloads of a method whose bodies sum elementwise (randomk: k values at
+// indices every rank shares) are encoded by every rank, their bodies summed with one native
+// allreduce, and the summed payload decoded once.
+enum class ReduceAlgorithm { allreduce, allgather, reduce_scatter_allgather, allreduce_compact };
 
 const char* reduce_algorithm_name(ReduceAlgorithm a);
-// quantizers.md part A's default per method: native allreduce for fp32/fp16/bf16, allgather for
-// dettmers8 and topk, reduce-scatter + allgather for onebit, qsgd and adaptive.
+// The method's default (its descriptor's `algorithm`): native allreduce for fp32/fp16/bf16, allgather
+// for dettmers8, topk and efsign, reduce-scatter + allgather for onebit, qsgd, adaptive, terngrad and
+// signsgd, allreduce_compact for randomk.
 ReduceAlgorithm default_algorithm(QuantMethod method);
 
 struct CommunicationConfig {
@@ -35,7 +39,8 @@ struct CommunicationConfig {
 
   static CommunicationConfig parse(ConfigNode& section);
   // The algorithm for a tensor quantized with `spec` (errors when the configured algorithm cannot
-  // carry the method, e.g. allreduce of qsgd payloads).
+  // carry the method, e.g. allreduce of qsgd payloads). `allreduce` of a method whose payload bodies
+  // sum elementwise (summable_body: randomk) is allreduce_compact.
   ReduceAlgorithm algorithm_for(const QuantSpec& spec) const;
 };
 

@@ -204,14 +204,16 @@ void GradientExchange::run_thread() {
 }
 
 void GradientExchange::process_bucket(int b) {
-  std::vector<int> native, gathered, striped;
+  std::vector<int> native, gathered, striped, compact;
   for (int t : buckets_[static_cast<size_t>(b)].tensors) {
     switch (work_->plan(t).algorithm) {
       case ReduceAlgorithm::allreduce: native.push_back(t); break;
       case ReduceAlgorithm::allgather: gathered.push_back(t); break;
       case ReduceAlgorithm::reduce_scatter_allgather: striped.push_back(t); break;
+      case ReduceAlgorithm::allreduce_compact: compact.push_back(t); break;
     }
   }
+  if (!compact.empty()) exchange::reduce_allreduce_compact(*work_, compact);
   if (!native.empty()) exchange::reduce_allreduce(*work_, native);
   if (!gathered.empty()) exchange::reduce_allgather(*work_, gathered);
   if (!striped.empty()) exchange::reduce_scatter_allgather(*work_, striped);
