@@ -27,6 +27,11 @@ void scale_buffer(Context& ctx, float* x, int64_t n, float factor) {
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
+void vote_buffer(Context& ctx, float* x, int64_t n) {
+  if (ctx.device().is_cuda()) return cuda_ops::vote_buffer(ctx, x, n);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] >= 0.0f ? 1.0f : -1.0f;
+}
+
 void pack_16bit(Context& ctx, const float* x, uint16_t* out16, int64_t n, bool bf16) {
   if (ctx.device().is_cuda()) return cuda_ops::pack_16bit(ctx, x, out16, n, bf16);
   if (bf16) {

@@ -12,6 +12,11 @@ __global__ void scale_kernel(float* x, long long n, float factor) {
     x[i] *= factor;
 }
 
+__global__ void vote_kernel(float* x, long long n) {
+  for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n; i += 1LL * gridDim.x * blockDim.x)
+    x[i] = x[i] >= 0.0f ? 1.0f : -1.0f;
+}
+
 __global__ void pack_kernel(const float* x, uint16_t* out, long long n, bool bf16) {
   for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n; i += 1LL * gridDim.x * blockDim.x)
     out[i] = bf16 ? float_to_bf16(x[i]) : float_to_half(x[i]);
@@ -45,6 +50,13 @@ void scale_buffer(Context& ctx, float* x, int64_t n, float factor) {
   QT_CHECK(n >= 0, "scale_buffer: negative length {}", n);
   if (n == 0) return;
   scale_kernel<<<blocks_for(n), 256, 0, ctx.cuda().stream>>>(x, n, factor);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void vote_buffer(Context& ctx, float* x, int64_t n) {
+  QT_CHECK(n >= 0, "vote_buffer: negative length {}", n);
+  if (n == 0) return;
+  vote_kernel<<<blocks_for(n), 256, 0, ctx.cuda().stream>>>(x, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,4 +1,4 @@
-// Elementwise helpers of the gradient exchange on CPU or CUDA buffers: scaling by 1/P and the
+// Elementwise helpers of the gradient exchange on CPU or CUDA buffers: scaling by 1/P, the vote, and the
 // fp32 <-> fp16/bf16 conversions of the native 16-bit allreduce (round to nearest even, the same
 // bits on both devices: quant/numerics.h is the one implementation).
 #pragma once
@@ -11,6 +11,8 @@ namespace qtrain {
 
 // x[i] *= factor for n values in ctx.device()'s memory.
 void scale_buffer(Context& ctx, float* x, int64_t n, float factor);
+// x[i] = x[i] >= 0 ? 1 : -1: the majority vote of a sum of +-1 decodes (ties, a sum of 0, vote +1).
+void vote_buffer(Context& ctx, float* x, int64_t n);
 // out16[i] = round(x[i]) as fp16 (bf16 when `bf16`).
 void pack_16bit(Context& ctx, const float* x, uint16_t* out16, int64_t n, bool bf16);
 // x[i] = float(in16[i]) * factor.
@@ -27,6 +29,7 @@ void copy_buffer(Context& ctx, void* dst, const void* src, size_t bytes);
 void copy_to_host(Context& ctx, void* host, const void* src, size_t bytes);
 void copy_from_host(Context& ctx, void* dst, const void* host, size_t bytes);
 void scale_buffer(Context& ctx, float* x, int64_t n, float factor);
+void vote_buffer(Context& ctx, float* x, int64_t n);
 void pack_16bit(Context& ctx, const float* x, uint16_t* out16, int64_t n, bool bf16);
 void unpack_16bit(Context& ctx, const uint16_t* in16, float* x, int64_t n, bool bf16, float factor);
 }  // namespace cuda_ops

@@ -9,6 +9,7 @@ void copy_buffer(Context&, void*, const void*, size_t) { unavailable(); }
 void copy_to_host(Context&, void*, const void*, size_t) { unavailable(); }
 void copy_from_host(Context&, void*, const void*, size_t) { unavailable(); }
 void scale_buffer(Context&, float*, int64_t, float) { unavailable(); }
+void vote_buffer(Context&, float*, int64_t) { unavailable(); }
 void pack_16bit(Context&, const float*, uint16_t*, int64_t, bool) { unavailable(); }
 void unpack_16bit(Context&, const uint16_t*, float*, int64_t, bool, float) { unavailable(); }
 }  // namespace qtrain::cuda_ops

@@ -13,6 +13,7 @@ const char* reduce_algorithm_name(ReduceAlgorithm a) {
     case ReduceAlgorithm::allgather: return "allgather";
     case ReduceAlgorithm::reduce_scatter_allgather: return "reduce_scatter_allgather";
     case ReduceAlgorithm::powersgd: return "powersgd";
+    case ReduceAlgorithm::allreduce_compact: return "allreduce_compact";
   }
   return "?";
 }
@@ -22,6 +23,11 @@ ReduceAlgorithm default_algorithm(QuantMethod method) {
   if (name == "allreduce") return ReduceAlgorithm::allreduce;
   if (name == "allgather") return ReduceAlgorithm::allgather;
   if (name == "powersgd") return ReduceAlgorithm::powersgd;
+  if (name == "allreduce_compact") {
+    QT_CHECK(method_info(method).summable_body, "quantization method {}: allreduce_compact needs a summable body",
+             quant_method_name(method));
+    return ReduceAlgorithm::allreduce_compact;
+  }
   QT_CHECK(name == "reduce_scatter_allgather", "quantization method {}: unknown default algorithm '{}'",
            quant_method_name(method), name);
   return ReduceAlgorithm::reduce_scatter_allgather;
@@ -50,11 +56,13 @@ ReduceAlgorithm CommunicationConfig::algorithm_for(const QuantSpec& spec) const 
   if (algorithm == "auto") return default_algorithm(spec.method);
   if (algorithm == "allreduce") {
     // Tensors below min_numel are fp32 and always reduce natively; quantized payloads cannot be
-    // summed by MPI or NCCL.
+    // summed by MPI or NCCL, except the bodies of the methods whose values sit at positions every
+    // rank shares.
+    if (method_info(spec.method).summable_body) return ReduceAlgorithm::allreduce_compact;
     if (method_info(spec.method).cast_bits == 0) {
       std::vector<std::string> casts;
       for (const QuantMethodInfo* m : quant_methods())
-        if (m->cast_bits != 0) casts.push_back(m->name);
+        if (m->cast_bits != 0 || m->summable_body) casts.push_back(m->name);
       input_error("communication.algorithm: allreduce cannot carry {} payloads (only {} sum natively); use allgather "
                   "or reduce_scatter_allgather",
                   quant_method_name(spec.method), fmt::join(casts, ", "));

@@ -15,11 +15,15 @@ namespace qtrain {
 
 // powersgd is not a choice of communication.algorithm: it is the algorithm of the powersgd method
 // (quant/method.h, payload = false), whatever the section says.
-enum class ReduceAlgorithm { allreduce, allgather, reduce_scatter_allgather, powersgd };
+// allreduce_compact: the payloads of a method whose bodies sum elementwise (randomk: k values at
+// indices every rank shares) are encoded by every rank, their bodies summed with one native
+// allreduce, and the summed payload decoded once.
+enum class ReduceAlgorithm { allreduce, allgather, reduce_scatter_allgather, powersgd, allreduce_compact };
 
 const char* reduce_algorithm_name(ReduceAlgorithm a);
-// quantizers.md part A's default per method: native allreduce for fp32/fp16/bf16, allgather for
-// dettmers8 and topk, reduce-scatter + allgather for onebit, qsgd and adaptive; powersgd's own.
+// The method's default (its descriptor's `algorithm`): native allreduce for fp32/fp16/bf16, allgather
+// for dettmers8, topk and efsign, reduce-scatter + allgather for onebit, qsgd, adaptive, terngrad,
+// signsgd, fp8, mx and nvfp4, allreduce_compact for randomk, powersgd's own.
 ReduceAlgorithm default_algorithm(QuantMethod method);
 
 struct CommunicationConfig {
@@ -52,7 +56,8 @@ struct CommunicationConfig {
   static CommunicationConfig parse(ConfigNode& section);
   // The algorithm for a tensor quantized with `spec` (errors when the configured algorithm cannot
   // carry the method, e.g. allreduce of qsgd payloads). A method without a payload (powersgd) always
-  // gets its own algorithm.
+  // gets its own algorithm. `allreduce` of a method whose payload bodies sum elementwise
+  // (summable_body: randomk) is allreduce_compact.
   ReduceAlgorithm algorithm_for(const QuantSpec& spec) const;
 };
 

@@ -255,7 +255,7 @@ void GradientExchange::run_thread() {
 void GradientExchange::process_bucket(int b) {
   const WatchActivity activity(
       fmt::format("step {}, exchange of bucket {} of {}", work_->ctx->step(), b + 1, num_buckets()));
-  std::vector<int> native, gathered, striped;
+  std::vector<int> native, gathered, striped, compact;
   std::vector<int> low_rank;  // powersgd
   for (int t : buckets_[static_cast<size_t>(b)].tensors) {
     switch (work_->plan(t).algorithm) {
@@ -263,8 +263,10 @@ void GradientExchange::process_bucket(int b) {
       case ReduceAlgorithm::allgather: gathered.push_back(t); break;
       case ReduceAlgorithm::reduce_scatter_allgather: striped.push_back(t); break;
       case ReduceAlgorithm::powersgd: low_rank.push_back(t); break;
+      case ReduceAlgorithm::allreduce_compact: compact.push_back(t); break;
     }
   }
+  if (!compact.empty()) exchange::reduce_allreduce_compact(*work_, compact);
   if (!native.empty()) exchange::reduce_allreduce(*work_, native);
   if (!gathered.empty()) exchange::reduce_allgather(*work_, gathered);
   if (!striped.empty()) exchange::reduce_scatter_allgather(*work_, striped);

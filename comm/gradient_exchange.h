@@ -10,6 +10,10 @@
 //   reduce_scatter_allgather  rank r owns stripe r: all encode every stripe and send it to its owner,
 //                             the owner decodes and sums, re-encodes (own residual / fresh random key),
 //                             and the owners' payloads are allgathered and decoded by everyone
+//   allreduce_compact         every rank encodes; the payload bodies (values at positions every rank
+//                             shares: randomk) are summed with one native allreduce and decoded once
+// The sums of decodes are finished by the method's combine: times 1/P for the mean, or (signsgd) the
+// majority vote's +-1.
 // In every case each rank decodes the same bytes in the same order, so replicas stay bit-identical.
 // The two quantized algorithms run on the communicator's streaming collectives: the payload for one
 // owner leaves while the next is encoded, and each arrival is decoded while later ones are in flight.

@@ -37,6 +37,15 @@ int64_t adaptive_encode_cuda(Context&, const EncodeArgs&, const wire::AdaptiveLa
 void adaptive_decode_cuda(Context&, const wire::AdaptiveLayout&, const uint8_t*, float*, bool) { no_cuda("adaptive"); }
 void topk_encode_cuda(Context&, const EncodeArgs&, int64_t, const WireHeader&) { no_cuda("topk"); }
 void topk_decode_cuda(Context&, const uint8_t*, int64_t, int64_t, float*, bool) { no_cuda("topk"); }
+void terngrad_encode_cuda(Context&, const EncodeArgs&, const wire::QsgdLayout&, float, const WireHeader&) {
+  no_cuda("terngrad");
+}
+void terngrad_decode_cuda(Context&, const wire::QsgdLayout&, const uint8_t*, float*, bool) { no_cuda("terngrad"); }
+void efsign_encode_cuda(Context&, const EncodeArgs&, const WireHeader&) { no_cuda("efsign"); }
+void signsgd_encode_cuda(Context&, const EncodeArgs&, float, float, const WireHeader&) { no_cuda("signsgd"); }
+void sign_decode_cuda(Context&, const uint8_t*, int64_t, float, float, float*, bool) { no_cuda("efsign/signsgd"); }
+void randomk_encode_cuda(Context&, const EncodeArgs&, int64_t, const WireHeader&) { no_cuda("randomk"); }
+void randomk_decode_cuda(Context&, const uint8_t*, int64_t, int64_t, PhiloxKey, float*, bool) { no_cuda("randomk"); }
 
 void fp8_encode_cuda(Context&, const EncodeArgs&, Fp8Format, bool, const WireHeader&) { no_cuda("fp8"); }
 void fp8_decode_cuda(Context&, Fp8Format, float, const uint8_t*, float*, int64_t, bool) { no_cuda("fp8"); }

@@ -1,5 +1,5 @@
 // Internal to quant/: the CUDA launchers of every method (common.cu, dettmers8.cu, onebit.cu, qsgd.cu,
-// sparse.cu; quant/cuda_disabled.cpp in builds without the toolkit, where each throws).
+// sparse.cu, terngrad.cu, efsign.cu, signsgd.cu, sign_words.cu, randomk.cu; quant/cuda_disabled.cpp in builds without the toolkit, where each throws).
 // They run on ctx's stream and follow the CPU loops' arithmetic exactly. Encoders that compute a
 // scale, a count or a NaN check read a small status back, which synchronizes the stream; decoders
 // validate everything (on the host for the header, in a checking kernel for the body) before writing.
@@ -57,5 +57,19 @@ void nvfp4_encode_cuda(Context& ctx, const EncodeArgs& a, bool stochastic, const
                        const WireHeader& h);
 void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, float tensor_scale, const uint8_t* payload,
                        float* out, bool add);
+
+// terngrad: header (given) and body; `clip` 0 means no clipping.
+void terngrad_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout& l, float clip, const WireHeader& h);
+void terngrad_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* payload, float* out, bool add);
+
+// efsign / signsgd: header (given; efsign's kernels write its scale field) and sign words. The words
+// (at payload + 32) decode to pos or neg (sign_words.cu).
+void efsign_encode_cuda(Context& ctx, const EncodeArgs& a, const WireHeader& h);
+void signsgd_encode_cuda(Context& ctx, const EncodeArgs& a, float beta, float one_minus_beta, const WireHeader& h);
+void sign_decode_cuda(Context& ctx, const uint8_t* words, int64_t n, float pos, float neg, float* out, bool add);
+
+// randomk: k values at the indices of `key` (the header's).
+void randomk_encode_cuda(Context& ctx, const EncodeArgs& a, int64_t k, const WireHeader& h);
+void randomk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, PhiloxKey key, float* out, bool add);
 
 }  // namespace qtrain::quant_detail

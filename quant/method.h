@@ -45,22 +45,48 @@ struct RoundTripValue {
   std::span<const uint8_t> payload;
 };
 
+// How the gradient exchange finishes the sum of the ranks' decoded values (allgather: every rank's
+// sum; reduce-scatter + allgather: the owner's sum of its stripe, before it re-encodes it).
+enum class QuantCombine : uint8_t {
+  // The sum times the reduction's factor (communication.reduce: mean divides by the world size).
+  sum,
+  // The majority vote (signSGD, Bernstein et al. 2018): +1 where the sum of the decoded signs is >= 0,
+  // -1 elsewhere. A tie (an even number of ranks split evenly) votes +1, the bit a zero value sends
+  // too, so the vote is one bit again and the owner's re-encoding of it is exact. The sums are of
+  // small integers, exact in f32 in every order, so every rank computes the same vote. The mean's
+  // 1/P is not applied: the update is lr * vote, whatever the world size.
+  vote,
+};
+
 struct QuantMethodInfo {
   QuantMethod id = QuantMethod::fp32;  // the wire id (header byte 2)
   std::string name;
   std::vector<QuantParamDef> params;
   bool error_feedback = false;  // whether a residual is kept unless the config says otherwise
   bool error_feedback_allowed = true;
+  // Why error feedback does not apply, when it is not allowed (the config error says it).
+  std::string no_error_feedback_because = "sends values exactly";
   // The gradient exchange that suits the payload unless the config chooses: "allreduce" (the payload
   // is the values, which MPI and NCCL can sum), "allgather" (decode every rank's payload) or
   // "reduce_scatter_allgather" (decode, sum and re-encode a stripe each); for a method without a
   // payload, the exchange algorithm that runs it ("powersgd"), whatever the config chooses.
+  // "allreduce_compact": the payload body is values at positions that every rank chooses alike
+  // (`summable_body`), so the bodies are summed natively and decoded once.
   std::string algorithm = "allgather";
   // Whether the method is a payload quantizer (a Quantizer from `make`, encode/decode of one span).
   // A method without a payload (powersgd: two all-reduces between compression and decompression) is
   // run by the gradient exchange as its own algorithm: it has no `make` and no `within_bound`, and
   // the quantizer property tests and bench-quant leave it out.
   bool payload = true;
+  // Whether the body (after the 32-byte header, padding included) is f32 values whose positions
+  // depend only on what the header says, and the header is the same on every rank for the same
+  // tensor, step and span (randomk: k values at indices from the shared random stream). Such bodies
+  // sum elementwise with a native allreduce; decoding the summed payload gives the sum of the decodes.
+  bool summable_body = false;
+  QuantCombine combine = QuantCombine::sum;
+  // The spec the owner of a stripe re-encodes its combined values with (reduce-scatter + allgather):
+  // the method's own by default; signsgd drops its momentum, as the vote is not a gradient to smooth.
+  std::function<QuantSpec(const QuantSpec&)> owner_spec = [](const QuantSpec& s) { return s; };
   int cast_bits = 0;         // 32 or 16 when the payload is the values in a float format; else 0
   bool brain_float = false;  // the 16-bit cast is bf16 (else fp16)
   // Whether encode groups values by the tensor's columns (the span's column length must divide its

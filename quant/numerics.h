@@ -133,4 +133,53 @@ QT_HD QsgdLevel qsgd_level(float v, float inv) {
   return {l, h, p - static_cast<float>(h)};
 }
 
+// ---- efsign's scale -------------------------------------------------------------------------------
+// ||v||_1 / n as max * (sum(|v| * r) / n) with r = 1 / max, so that no finite input overflows the
+// sum (each term is at most about 1); for a max below FLT_MIN (where 1 / max would overflow), r = 1
+// and the scale is sum(|v|) / n. The sum follows the deterministic order on both paths.
+QT_HD float efsign_inverse_max(uint32_t max_bits) {
+  return max_bits < 0x00800000u ? 1.0f : 1.0f / bits_float(max_bits);
+}
+QT_HD float efsign_scale(uint32_t max_bits, float sum, int64_t n) {
+  const float mean = sum / static_cast<float>(n);
+  return max_bits < 0x00800000u ? mean : bits_float(max_bits) * mean;
+}
+
+// ---- terngrad's scale ---------------------------------------------------------------------------
+// Per bucket of len values with max |v| = M: without clipping s = M. With clip factor c > 0, the
+// values are clipped to c * sigma (Wen et al. 2017, section 3.3: sigma is the standard deviation of
+// the bucket) and s = min(M, c * sigma). sigma = M * sqrt(sum((v r - mean)^2) / len) with r = 1 / M and
+// mean = sum(v r) / len, both sums in the deterministic order: scaled by 1 / M, no finite input
+// overflows them. A bucket whose c * sigma is 0 (all values equal) is not clipped (the clip would
+// zero it), and nor is one whose M is below FLT_MIN (1 / M would overflow).
+constexpr uint32_t kTagTerngrad = 0x5445524eu;  // "TERN"
+QT_HD float terngrad_inverse_max(uint32_t max_bits) { return max_bits < 0x00800000u ? 0.0f : 1.0f / bits_float(max_bits); }
+QT_HD float terngrad_scale(uint32_t max_bits, float squares, int64_t len, float clip) {
+  const float m = bits_float(max_bits);
+  if (clip == 0.0f || max_bits < 0x00800000u) return m;
+  const float cap = clip * (m * sqrtf(squares / static_cast<float>(len)));
+  return cap > 0.0f && cap < m ? cap : m;
+}
+
+// The 2-bit code of v in a bucket of scale s (inv = inverse_scale(s, 1)): level 1 with probability
+// min(|v|, s) / s (stage-1 uniform u16 and, on its tie, stage 2, as qsgd), code 1 (+s) or 3 (-s);
+// else code 0.
+QT_HD uint32_t terngrad_code(float v, float s, float inv, PhiloxKey key, uint64_t i, uint32_t u16) {
+  const float mag = fabsf(v) < s ? fabsf(v) : s;
+  const QsgdLevel lv = qsgd_level(mag, inv);
+  const auto r = static_cast<int32_t>(u16);
+  bool up = r < lv.cut;
+  if (r == lv.cut) up = stage2_up(key, i, kTagTerngrad, lv.rest);
+  const int32_t level = lv.floor + (up ? 1 : 0);
+  if (level == 0) return 0u;
+  return v < 0.0f ? 3u : 1u;
+}
+
+// Whether a word of terngrad's 2-bit codes holds the unused code 2 (high bit set, low bit clear).
+QT_HD bool terngrad_bad_codes(uint32_t word) { return ((word >> 1) & ~word & 0x55555555u) != 0; }
+
+// ---- signsgd's momentum (signum) ----------------------------------------------------------------
+// m = beta m + (1 - beta) g, with 1 - beta computed once in float by the caller.
+QT_HD float signum_momentum(float m, float g, float beta, float one_minus_beta) { return beta * m + one_minus_beta * g; }
+
 }  // namespace qtrain::quant_detail

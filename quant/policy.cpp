@@ -54,7 +54,7 @@ QuantSpec parse_quant_spec(ConfigNode& node, const QuantSpec& inherit) {
   for (const QuantParamDef& p : info.params) parse_param(node, p, s);
   // The checks validate() repeats for specs built in code, reported at the key that caused them.
   if (s.error_feedback && !info.error_feedback_allowed)
-    node.fail("error_feedback", fmt::format("does not apply to {}, which sends values exactly", name));
+    node.fail("error_feedback", fmt::format("does not apply to {}, which {}", name, info.no_error_feedback_because));
   if (auto problem = info.check(s)) node.fail(problem->first, problem->second);
   try {
     s.validate();

@@ -94,7 +94,7 @@ void QuantSpec::validate() const {
   if (!info) input_error("quantization method id {} is unknown", static_cast<int>(method));
   const char* name = info->name.c_str();
   if (error_feedback && !info->error_feedback_allowed)
-    input_error("{} sends values exactly: error_feedback does not apply", name);
+    input_error("{} {}: error_feedback does not apply", name, info->no_error_feedback_because);
   for (const auto& [key, v] : params_) {
     const QuantParamDef& p = param_of(method, key);
     if (v == p.fallback) continue;
@@ -135,11 +135,13 @@ std::string QuantSpec::str() const {
 
 void QuantState::reset() {
   if (residual_.defined()) residual_.zero_();
+  if (momentum_.defined()) momentum_.zero_();
 }
 
 std::vector<std::pair<std::string, Tensor>> QuantState::state() {
   std::vector<std::pair<std::string, Tensor>> out;
   if (residual_.defined()) out.emplace_back("residual", residual_);
+  if (momentum_.defined()) out.emplace_back("momentum", momentum_);
   return out;
 }
 
@@ -164,9 +166,11 @@ size_t Quantizer::max_encoded_bytes(int64_t n, int64_t column) const {
 }
 
 void Quantizer::init_state(QuantState& state, int64_t n, Device device) const {
-  if (!spec_.error_feedback) return;
-  if (!state.residual_.defined() || state.residual_.numel() != n || state.residual_.device() != device)
-    state.residual_ = Tensor::zeros({n}, DType::f32, device);
+  auto fresh = [&](Tensor& t) {
+    if (!t.defined() || t.numel() != n || t.device() != device) t = Tensor::zeros({n}, DType::f32, device);
+  };
+  if (spec_.error_feedback) fresh(state.residual_);
+  if (keeps_momentum()) fresh(state.momentum_);
 }
 
 size_t Quantizer::encode(Context& ctx, std::span<const float> in, int64_t column, QuantState& state,
@@ -185,7 +189,15 @@ size_t Quantizer::encode(Context& ctx, std::span<const float> in, int64_t column
   args.column = column;
   args.out = out.data();
   args.key = state.rng_key(ctx.step());
+  args.shared_key = state.shared_rng_key(ctx.step());
   args.state = &state;
+  if (keeps_momentum()) {
+    if (!state.momentum_.defined()) init_state(state, n, ctx.device());
+    QT_CHECK(state.momentum_.numel() == n && state.momentum_.device() == ctx.device(),
+             "{}: this QuantState's momentum has {} values on {}, the span {} values on {} (one state per tensor)",
+             spec_.str(), state.momentum_.numel(), state.momentum_.device().str(), n, ctx.device().str());
+    args.momentum = state.momentum_.data<float>();
+  }
   if (spec_.error_feedback) {
     if (!state.residual_.defined()) init_state(state, n, ctx.device());
     QT_CHECK(state.residual_.numel() == n && state.residual_.device() == ctx.device(),

@@ -61,7 +61,8 @@ struct QuantSpec {
   std::vector<std::pair<std::string, double>> params_;  // the parameters that were set
 };
 
-// Whether the method keeps a residual unless the config says otherwise: onebit, adaptive, topk.
+// Whether the method keeps a residual unless the config says otherwise: onebit, adaptive, topk, efsign,
+// randomk.
 bool default_error_feedback(QuantMethod method);
 
 // Raised by encode when its input holds NaN or Inf (all methods but fp32/fp16/bf16, which pass them
@@ -87,17 +88,28 @@ class QuantState {
   PhiloxKey rng_key(uint64_t step) const {
     return derive_philox_key(seed_, step, static_cast<uint64_t>(rank_), tensor_id_);
   }
+  // The key every rank shares for this tensor and step: the seed, step and tensor id without the rank
+  // (randomk draws the same indices on every rank from it). kSharedStream stands where rank_key puts
+  // the rank; no rank (an int) converts to it.
+  static constexpr uint64_t kSharedStream = ~uint64_t{0};
+  PhiloxKey shared_rng_key(uint64_t step) const { return derive_philox_key(seed_, step, kSharedStream, tensor_id_); }
 
   // The error-feedback residual e (f32, n values, on the encode device); undefined until the first
   // encode with error feedback or Quantizer::init_state().
   bool has_residual() const { return residual_.defined(); }
   Tensor& residual() { return residual_; }
   const Tensor& residual() const { return residual_; }
-  // Sets the residual to zero (a fresh start; keeps the allocation).
+  // The momentum buffer m (f32, n values, on the encode device) of the methods that smooth what they
+  // send (signsgd with momentum > 0: m = beta m + (1 - beta) g); undefined for the others.
+  bool has_momentum() const { return momentum_.defined(); }
+  Tensor& momentum() { return momentum_; }
+  const Tensor& momentum() const { return momentum_; }
+  // Sets the residual and the momentum to zero (a fresh start; keeps the allocations).
   void reset();
 
-  // Named state for checkpoints: {"residual", e} when there is one. The tensors are the live buffers:
-  // copying into them restores the state (call Quantizer::init_state() first so they exist).
+  // Named state for checkpoints: {"residual", e} and {"momentum", m} for those that exist. The tensors
+  // are the live buffers: copying into them restores the state (call Quantizer::init_state() first so
+  // they exist).
   std::vector<std::pair<std::string, Tensor>> state();
 
   // Scratch space of encode (selection candidates, CUDA reduction partials) on `device`: grown on
@@ -111,6 +123,7 @@ class QuantState {
   int rank_ = 0;
   uint64_t tensor_id_ = 0;
   Tensor residual_;
+  Tensor momentum_;
   Tensor workspace_;
 };
 
@@ -121,7 +134,9 @@ struct EncodeArgs {
   int64_t column = 1;          // the tensor's innermost dimension (divides n for column methods)
   float* residual = nullptr;   // n values when error feedback is on, else null
   uint8_t* out = nullptr;      // at least max_encoded_bytes(n, column) bytes, 8-byte aligned
-  PhiloxKey key{0, 0};
+  float* momentum = nullptr;   // n values when the method keeps a momentum buffer, else null
+  PhiloxKey key{0, 0};         // this rank's stream (QuantState::rng_key)
+  PhiloxKey shared_key{0, 0};  // the stream every rank shares (QuantState::shared_rng_key)
   QuantState* state = nullptr;  // for workspace()
 };
 
@@ -163,14 +178,16 @@ class Quantizer {
   void decode_add(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> acc) const;
 
   // Allocates what encode will need for a tensor of n values on `device` (the zeroed residual when
-  // error feedback is on), so that checkpoint restore can copy into state.state() before the first
-  // step.
+  // error feedback is on, the zeroed momentum when the method keeps one), so that checkpoint restore
+  // can copy into state.state() before the first step.
   void init_state(QuantState& state, int64_t n, Device device) const;
 
  protected:
   explicit Quantizer(QuantSpec spec);
 
   virtual size_t max_body_bytes(int64_t n, int64_t column) const = 0;
+  // Whether encode reads and updates a momentum buffer (QuantState::momentum(), EncodeArgs::momentum).
+  virtual bool keeps_momentum() const { return false; }
   // Writes header and body; returns the unpadded payload size (the base pads to 8 with zeros).
   virtual size_t encode_cpu(const EncodeArgs& args) const = 0;
   virtual size_t encode_cuda(Context& ctx, const EncodeArgs& args) const = 0;

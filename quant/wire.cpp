@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "quant/method.h"
+
 namespace qtrain::wire {
 namespace {
 
@@ -21,7 +23,11 @@ T get(const uint8_t* p) {
   return v;
 }
 
-bool known_method(uint8_t id) { return id >= 1 && id <= 8; }
+bool known_method(uint8_t id) {
+  for (const QuantMethodInfo* m : quant_methods())
+    if (static_cast<uint8_t>(m->id) == id) return true;
+  return false;
+}
 
 }  // namespace
 

@@ -164,6 +164,32 @@ inline Nvfp4Layout nvfp4_layout(int64_t n) {
   return l;
 }
 
+// terngrad: a = 0, b = bucket d (the span's length when it is one bucket), c = 0. The layout of qsgd
+// with 2 bits: ceil(n/d) f32 scales s, then per bucket ceil(len/16) u32 words of 2-bit codes, LSB
+// first, each bucket starting on a word. Code 0 = 0, 1 = +s, 3 = -s; 2 is never written (malformed).
+inline QsgdLayout terngrad_layout(int64_t n, int64_t bucket) { return qsgd_layout(n, bucket, 2); }
+
+// efsign: a = 0, b = the scale (||v||_1 / n) as f32 bits, c = 0. Body: ceil(n/32) u32 words, bit j of
+// word w = value 32w + j >= 0 (LSB first); unused bits of the last word are zero.
+// signsgd: a = b = c = 0, the same words.
+inline size_t sign_body_end(int64_t n) { return kHeaderBytes + 4 * static_cast<size_t>(ceil_div(n, 32)); }
+
+// randomk: a = k, b and c = the low and high words of the Philox key the indices come from (the
+// stream every rank shares). Body: k f32 values, those of indices randomk_index(key, j, n, k).
+inline size_t randomk_body_end(int64_t k) { return kHeaderBytes + 4 * static_cast<size_t>(k); }
+// Index j of k (0 <= j < k <= n): uniform in stratum j = [floor(j n / k), floor((j + 1) n / k)),
+// from Philox word j % 4 of block j / 4 at counter (j / 4, 0, tag "RNDK"). Exact integer arithmetic,
+// the same on the CPU and in kernels; the indices are distinct and increasing.
+constexpr uint32_t kTagRandomk = 0x524e444bu;  // "RNDK"
+QT_HD int64_t randomk_index(PhiloxKey key, int64_t j, int64_t n, int64_t k) {
+  const int64_t lo = j * n / k, hi = (j + 1) * n / k;
+  const auto block = static_cast<uint64_t>(j / 4);
+  const PhiloxBlock b = philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u,
+                                      kTagRandomk, key);
+  const uint64_t r = b.v[j % 4];
+  return lo + static_cast<int64_t>((r * static_cast<uint64_t>(hi - lo)) >> 32);
+}
+
 // The number of values adaptive sends and topk keeps: max(1, round(p * n)), at most n.
 int64_t count_for_proportion(double proportion, int64_t n);
 

@@ -1,5 +1,6 @@
 // Allgather: every rank encodes each tensor whole, every rank's payload goes to every rank, and each
-// rank decodes and sums them all in rank order.
+// rank decodes and sums them all in rank order, then finishes the sum by the method's combine (the
+// mean's scaling, or signsgd's vote).
 #include <algorithm>
 
 #include "comm/buffer_ops.h"
@@ -48,7 +49,7 @@ void reduce_allgather(Workspace& w, const std::vector<int>& ids) {
   const auto t0 = Clock::now();
   for (size_t i = 0; i < ids.size(); ++i) {
     const int t = ids[i];
-    if (w.scale != 1.0f) scale_buffer(ctx, w.grad(t), w.tensor(t).numel, w.scale);
+    w.finish_sum(t, w.grad(t), w.tensor(t).numel);
     w.stats.bytes_sent_per_tensor[static_cast<size_t>(t)] += static_cast<double>(own[i]) * (P - 1);
   }
   decode_s += since(t0);

@@ -91,7 +91,8 @@ TensorPlan make_plan(const ExchangeTensor& x, int index, const QuantSpec& spec, 
     return p;
   }
   p.quantizer = make_quantizer(p.spec);
-  if (p.algorithm == ReduceAlgorithm::allgather) {
+  p.combine = method_info(p.spec.method).combine;
+  if (p.algorithm == ReduceAlgorithm::allgather || p.algorithm == ReduceAlgorithm::allreduce_compact) {
     p.whole = QuantState(pc.seed, pc.rank, GradientExchange::state_id(index, 0, 0));
     p.quantizer->init_state(p.whole, x.numel, pc.device);
     return p;
@@ -112,9 +113,11 @@ TensorPlan make_plan(const ExchangeTensor& x, int index, const QuantSpec& spec, 
       p.quantizer->init_state(st, p.piece_len(s, k), pc.device);
     }
   }
+  const QuantSpec owner_spec = method_info(p.spec.method).owner_spec(p.spec);
+  if (!(owner_spec == p.spec)) p.owner_quantizer = make_quantizer(owner_spec);
   for (int k = 0; k < K; ++k) {
     QuantState& st = p.owner.emplace_back(pc.seed, pc.rank, GradientExchange::piece_state_id(index, true, pc.rank, k, P));
-    p.quantizer->init_state(st, p.piece_len(pc.rank, k), pc.device);
+    p.owner_q().init_state(st, p.piece_len(pc.rank, k), pc.device);
   }
   return p;
 }

@@ -10,6 +10,7 @@
 
 #include "comm/exchange_config.h"
 #include "comm/gradient_exchange.h"
+#include "quant/method.h"
 #include "quant/quantizer.h"
 
 namespace qtrain::exchange {
@@ -38,6 +39,10 @@ struct TensorPlan {
   QuantSpec spec;
   ReduceAlgorithm algorithm = ReduceAlgorithm::allreduce;
   std::unique_ptr<Quantizer> quantizer;  // null for allreduce
+  // The owner's re-encoding of its combined stripe (reduce_scatter_allgather), when the method's
+  // owner_spec differs from its spec (signsgd without momentum); else null and `quantizer` does it.
+  std::unique_ptr<Quantizer> owner_quantizer;
+  QuantCombine combine = QuantCombine::sum;  // how the summed decodes are finished (quant/method.h)
   int64_t unit = 1;                      // stripe boundaries are multiples of this (the column for column methods)
   std::vector<int64_t> stripe_begin;     // P + 1 boundaries (reduce_scatter_allgather)
   std::vector<std::vector<int64_t>> piece_begin;  // per stripe: pieces + 1 boundaries
@@ -46,6 +51,7 @@ struct TensorPlan {
   std::vector<QuantState> owner;                  // reduce_scatter_allgather, re-quantization of the own stripe, [piece]
   LowRankState low_rank;                          // powersgd
 
+  const Quantizer& owner_q() const { return owner_quantizer ? *owner_quantizer : *quantizer; }
   int pieces() const { return static_cast<int>(owner.size()); }
   int64_t piece_at(int s, int k) const { return piece_begin[static_cast<size_t>(s)][static_cast<size_t>(k)]; }
   int64_t piece_len(int s, int k) const { return piece_at(s, k + 1) - piece_at(s, k); }

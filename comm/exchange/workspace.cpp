@@ -77,7 +77,10 @@ size_t Workspace::piece_capacity(const std::vector<int>& ids, int s, int k) cons
   for (int t : ids) {
     const auto [b, len] = piece(t, s, k);
     const TensorPlan& p = plan(t);
-    if (len > 0) c += p.quantizer->max_encoded_bytes(len, p.column_for(len, tensor(t).column));
+    if (len == 0) continue;
+    // Either quantization of the piece: the first, or the owner's.
+    const int64_t col = p.column_for(len, tensor(t).column);
+    c += std::max(p.quantizer->max_encoded_bytes(len, col), p.owner_q().max_encoded_bytes(len, col));
   }
   return c;
 }
@@ -92,19 +95,24 @@ size_t Workspace::encode_piece(const std::vector<int>& ids, int s, int k, bool o
     if (len == 0) continue;
     const int64_t col = p.column_for(len, tensor(t).column);
     QuantState& state = owner ? p.owner[static_cast<size_t>(k)] : p.stripes[static_cast<size_t>(s)][static_cast<size_t>(k)];
-    const size_t bytes = p.quantizer->encode(*ctx, {grad(t) + b, static_cast<size_t>(len)}, col, state,
-                                             {out + used, p.quantizer->max_encoded_bytes(len, col)});
+    const Quantizer& q = owner ? p.owner_q() : *p.quantizer;
+    const size_t bytes = q.encode(*ctx, {grad(t) + b, static_cast<size_t>(len)}, col, state,
+                                  {out + used, q.max_encoded_bytes(len, col)});
     used += bytes;
     sent[i] += static_cast<double>(bytes) * copies;
   }
   return used;
 }
 
+void Workspace::finish_sum(int t, float* x, int64_t n) {
+  if (plan(t).combine == QuantCombine::vote) vote_buffer(*ctx, x, n);
+  else if (scale != 1.0f) scale_buffer(*ctx, x, n, scale);
+}
+
 void Workspace::scale_piece(const std::vector<int>& ids, int k) {
-  if (scale == 1.0f) return;
   for (int t : ids) {
     const auto [b, len] = piece(t, comm.rank(), k);
-    if (len > 0) scale_buffer(*ctx, grad(t) + b, len, scale);
+    if (len > 0) finish_sum(t, grad(t) + b, len);
   }
 }
 

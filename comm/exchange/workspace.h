@@ -1,7 +1,8 @@
 // Internal to the gradient exchange: what every reduction algorithm works on (the communicator, the
 // exchange's own context, the tensors with their plans, this step's gradients, buffers reused across
 // steps and the statistics), the payload helpers they share, and the algorithms' entry points
-// (allreduce.cpp, allgather.cpp, reduce_scatter_allgather.cpp, pipelined_reduce_scatter.cpp, powersgd.cpp).
+// (allreduce.cpp, allgather.cpp, reduce_scatter_allgather.cpp, pipelined_reduce_scatter.cpp, powersgd.cpp,
+// allreduce_compact.cpp).
 // Every algorithm runs on one thread at a time: the exchange's thread, or finish_step's.
 #pragma once
 
@@ -65,7 +66,10 @@ struct Workspace {
   // payload's bytes times `copies` to sent[i]. Returns the bytes written.
   size_t encode_piece(const std::vector<int>& ids, int s, int k, bool owner, uint8_t* out, std::vector<double>& sent,
                       int copies);
-  // Multiplies this owner's piece k of every tensor by `scale`.
+  // Finishes the sum of the decodes of tensor t's values [x, x + n) by its method's combine: times
+  // `scale` (sum), or the vote's +-1 (vote: the mean's 1/P does not apply).
+  void finish_sum(int t, float* x, int64_t n);
+  // finish_sum of this owner's piece k of every tensor.
   void scale_piece(const std::vector<int>& ids, int k);
 
  private:
@@ -87,6 +91,7 @@ void reduce_scatter_allgather(Workspace& w, const std::vector<int>& ids);
 // PowerSGD (powersgd.cpp): the bucket's compressed tensors' P in one all-reduce, their Q in a second;
 // the rest in fp32 (reduce_allreduce).
 void reduce_powersgd(Workspace& w, const std::vector<int>& ids);
+void reduce_allreduce_compact(Workspace& w, const std::vector<int>& ids);
 // All pieces at once on point-to-point messages (CPU tensors, MPI): piece k+1 is encoded and on the
 // wire while the owners sum, re-encode and allgather piece k. The same bytes and sums as
 // reduce_scatter_allgather's piece-by-piece schedule. `capacity[k * P + s]` is piece_capacity(ids, s, k).

@@ -10,6 +10,8 @@
 #include "comm/communicator.h"
 #include "comm/gradient_exchange.h"
 #include "comm/mpi_comm.h"
+#include "quant/method.h"
+#include "quant/wire.h"
 
 using namespace qtrain;
 
@@ -54,7 +56,11 @@ class Simulation {
       e.x = ts[t];
       e.spec = qc.resolve(e.x.layer_name, e.x.layer_type, e.x.numel);
       e.algorithm = cc.algorithm_for(e.spec);
-      if (e.algorithm != ReduceAlgorithm::allreduce) e.q = make_quantizer(e.spec);
+      if (e.algorithm != ReduceAlgorithm::allreduce) {
+        e.q = make_quantizer(e.spec);
+        e.owner_q = make_quantizer(method_info(e.spec.method).owner_spec(e.spec));
+        e.vote = method_info(e.spec.method).combine == QuantCombine::vote;
+      }
       const int ti = static_cast<int>(t);
       const int64_t unit = GradientExchange::stripe_unit(e.spec, e.x.column);
       e.bounds = GradientExchange::stripe_bounds(e.x.numel, unit, P);
@@ -101,7 +107,19 @@ class Simulation {
           if (r == 0) e.q->decode(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
           else e.q->decode_add(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
         }
-        for (int64_t i = 0; i < n; ++i) dst[i] *= scale;
+        finish(e, dst, n, scale);
+      } else if (e.algorithm == ReduceAlgorithm::allreduce_compact) {
+        // Every rank's payload decoded and summed in rank order; the exchange sums the bodies with
+        // MPI, whose order is its own (compared with a tolerance below; exact on crafted values in
+        // the randomk test).
+        for (int r = 0; r < P_; ++r) {
+          std::vector<uint8_t> buf(e.q->max_encoded_bytes(n, 1));
+          const size_t len = e.q->encode(ctx_, {grads[static_cast<size_t>(r)].data() + e.x.offset, static_cast<size_t>(n)},
+                                         1, e.whole[static_cast<size_t>(r)], buf);
+          if (r == 0) e.q->decode(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
+          else e.q->decode_add(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
+        }
+        finish(e, dst, n, scale);
       } else {
         // Stripe s, piece k: every rank's encoding summed in rank order, scaled, re-encoded by owner s.
         for (int s = 0; s < P_; ++s) {
@@ -118,9 +136,9 @@ class Simulation {
               if (r == 0) e.q->decode(ctx_, {buf.data(), bytes}, len, acc);
               else e.q->decode_add(ctx_, {buf.data(), bytes}, len, acc);
             }
-            for (float& a : acc) a *= scale;
-            std::vector<uint8_t> buf(e.q->max_encoded_bytes(len, col));
-            const size_t bytes = e.q->encode(ctx_, acc, col, e.owner[static_cast<size_t>(s)][k], buf);
+            finish(e, acc.data(), len, scale);
+            std::vector<uint8_t> buf(e.owner_q->max_encoded_bytes(len, col));
+            const size_t bytes = e.owner_q->encode(ctx_, acc, col, e.owner[static_cast<size_t>(s)][k], buf);
             e.q->decode(ctx_, {buf.data(), bytes}, len, {dst + b, static_cast<size_t>(len)});
           }
         }
@@ -129,18 +147,30 @@ class Simulation {
     return out;
   }
 
+  // Whether tensor t's values are compared with a tolerance (MPI's sums: fp32 and randomk's bodies).
+  bool summed_by_mpi(size_t t) const {
+    return entries_[t].algorithm == ReduceAlgorithm::allreduce || entries_[t].algorithm == ReduceAlgorithm::allreduce_compact;
+  }
+
  private:
   struct Entry {
     ExchangeTensor x;
     QuantSpec spec;
     ReduceAlgorithm algorithm;
     std::unique_ptr<Quantizer> q;
+    std::unique_ptr<Quantizer> owner_q;  // the owner's re-encoding (the method's owner_spec)
+    bool vote = false;                   // signsgd: the sum is finished by the majority vote
     std::vector<int64_t> bounds;
     std::vector<std::vector<int64_t>> pieces;  // per stripe: piece boundaries
     std::vector<QuantState> whole;
     std::vector<std::vector<QuantState>> owner;                 // [owner][piece]
     std::vector<std::vector<std::vector<QuantState>>> stripes;  // [rank][stripe][piece]
   };
+  // The sum finished as the exchange does: the vote's +-1 (ties +1), or times the mean's 1/P.
+  static void finish(const Entry& e, float* x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; ++i) x[i] = e.vote ? (x[i] >= 0.0f ? 1.0f : -1.0f) : x[i] * scale;
+  }
+
   int P_;
   CommunicationConfig cc_;
   Context ctx_;
@@ -181,6 +211,16 @@ TEST_CASE("every method and algorithm: identical on all ranks and equal to the s
       {"{method: adaptive}", "reduce_scatter_allgather"},
       {"{method: adaptive}", "allgather"},
       {"{method: topk, fraction: 0.02}", "allgather"},
+      {"{method: terngrad}", "reduce_scatter_allgather"},
+      {"{method: terngrad, clip: 0, bucket: 512}", "allgather"},
+      {"{method: efsign}", "allgather"},
+      {"{method: efsign}", "reduce_scatter_allgather"},
+      {"{method: signsgd}", "reduce_scatter_allgather"},
+      {"{method: signsgd, momentum: 0.9}", "reduce_scatter_allgather"},
+      {"{method: signsgd, momentum: 0.9}", "allgather"},
+      {"{method: randomk, fraction: 0.05}", "auto"},
+      {"{method: randomk, fraction: 0.05}", "allreduce"},
+      {"{method: randomk}", "allgather"},
   };
   for (const auto& [qyaml, algorithm] : cases) {
     // Whole stripes (these tensors are far below piece_mb's default), and reduce-scatter +
@@ -229,13 +269,15 @@ TEST_CASE("every method and algorithm: identical on all ranks and equal to the s
         const float* got = grads.data<float>();
         int64_t mismatches = 0;
         std::string first;
-        for (const ExchangeTensor& t : layout()) {
+        for (size_t ti = 0; ti < layout().size(); ++ti) {
+          const ExchangeTensor& t = layout()[ti];
           for (int64_t i = 0; i < t.numel; ++i) {
             const size_t at = static_cast<size_t>(t.offset + i);
-            // fp32 native sums (the small bias): MPI may add in another order, so a few ulps;
-            // quantized tensors: the same bits.
-            const bool same = t.numel < 10000 ? std::abs(got[at] - expected[at]) <= 1e-5f * std::abs(expected[at]) + 1e-9f
-                                              : std::memcmp(&got[at], &expected[at], 4) == 0;
+            // Native sums (the small fp32 bias, randomk's bodies): MPI may add in another order, so a
+            // few ulps; the other quantized tensors: the same bits.
+            const bool same = sim->summed_by_mpi(ti)
+                                  ? std::abs(got[at] - expected[at]) <= 1e-5f * std::abs(expected[at]) + 1e-9f
+                                  : std::memcmp(&got[at], &expected[at], 4) == 0;
             if (!same && mismatches++ == 0)
               first = fmt::format("{} element {}: exchange {} simulation {}", t.name, i, got[at], expected[at]);
           }
@@ -381,4 +423,84 @@ TEST_CASE("two levels: unequal nodes and impossible requests are errors naming t
   cc.ranks_per_node = 1;
   GradientExchange flat(*comm, Device::cpu(), kSeed, cc, quantization("{method: qsgd}"), layout());
   CHECK_THAT(flat.describe(), !Catch::Contains("two levels"));
+}
+
+TEST_CASE("signsgd: the majority vote of the ranks' signs, +1 on ties, the same on every rank", "[exchange][mpi][vote]") {
+  auto comm = make_communicator("auto", Device::cpu());
+  const int P = comm->size(), me = comm->rank();
+  // Rank r's value i is positive when bit r of i % 16 is set: with P ranks, i votes +1 when at least
+  // half of bits 0 .. P-1 are set (ties, e.g. 2 of 4, vote +1), else -1. Magnitudes differ per rank
+  // and position, which a sign cannot see.
+  auto crafted = [](int r, int64_t i) {
+    const float magnitude = 0.001f * static_cast<float>(1 + (i * 7 + r) % 5);
+    return (i % 16) >> r & 1 ? magnitude : -magnitude;
+  };
+  for (const char* algorithm : {"allgather", "reduce_scatter_allgather"}) {
+    for (const char* q : {"{method: signsgd}", "{method: signsgd, momentum: 0.9}"}) {
+      INFO(q << " " << algorithm << " on " << P << " ranks");
+      GradientExchange ex(*comm, Device::cpu(), kSeed, communication(algorithm, true, 0.004), quantization(q), layout());
+      Context ctx = Context::cpu(kSeed, 1);
+      for (int k = 0; k < 2; ++k) {  // with momentum, m keeps each value's sign: the same vote
+        Tensor grads = Tensor::empty({arena_size()}, DType::f32);
+        for (int64_t i = 0; i < arena_size(); ++i) grads.data<float>()[i] = crafted(me, i);
+        ex.exchange(ctx, grads, static_cast<uint64_t>(k));
+        const uint64_t h = bits_hash(grads);
+        for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
+        int64_t wrong = 0;
+        for (const ExchangeTensor& t : layout()) {
+          if (t.numel < 10000) continue;  // the fp32 bias: the mean
+          for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
+            int plus = 0;
+            for (int r = 0; r < P; ++r) plus += (i % 16) >> r & 1;
+            const float vote = 2 * plus >= P ? 1.0f : -1.0f;  // not scaled by 1/P
+            wrong += grads.data<float>()[i] != vote;
+          }
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("randomk: the compact allreduce sums the k values at the indices every rank shares", "[exchange][mpi][randomk]") {
+  auto comm = make_communicator("auto", Device::cpu());
+  const int P = comm->size(), me = comm->rank();
+  // Small integers times 1/4: every partial sum is exact, so MPI's order cannot change the result.
+  auto crafted = [](int r, int k, int64_t i) { return static_cast<float>((i * 13 + 5 * r + 3 * k) % 41 - 20) * 0.25f; };
+  const QuantizationConfig qc = quantization("{method: randomk, fraction: 0.05, error_feedback: false}");
+  CommunicationConfig cc = communication("auto", true);
+  cc.mean = false;  // the sum itself, not a mean whose 1/P rounds
+  GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
+  for (int t = 0; t < 3; ++t)
+    CHECK(ex.algorithm(t) == (layout()[static_cast<size_t>(t)].numel < 10000 ? ReduceAlgorithm::allreduce
+                                                                            : ReduceAlgorithm::allreduce_compact));
+  Context ctx = Context::cpu(kSeed, 1);
+  for (int k = 0; k < 2; ++k) {
+    Tensor grads = Tensor::empty({arena_size()}, DType::f32);
+    for (int64_t i = 0; i < arena_size(); ++i) grads.data<float>()[i] = crafted(me, k, i);
+    ex.exchange(ctx, grads, static_cast<uint64_t>(k));
+    const uint64_t h = bits_hash(grads);
+    for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
+    int64_t wrong = 0, sent = 0;
+    for (size_t t = 0; t < layout().size(); ++t) {
+      const ExchangeTensor& x = layout()[t];
+      if (x.numel < 10000) continue;
+      // The indices from the stream of (seed, step, tensor) alone (wire::randomk_index).
+      const PhiloxKey key = QuantState(kSeed, 0, GradientExchange::state_id(static_cast<int>(t), 0, 0)).shared_rng_key(k);
+      const int64_t kk = wire::count_for_proportion(0.05, x.numel);
+      std::vector<char> chosen(static_cast<size_t>(x.numel), 0);
+      for (int64_t j = 0; j < kk; ++j) chosen[static_cast<size_t>(wire::randomk_index(key, j, x.numel, kk))] = 1;
+      for (int64_t i = 0; i < x.numel; ++i) {
+        float sum = 0;
+        for (int r = 0; r < P; ++r) sum += crafted(r, k, x.offset + i);
+        wrong += grads.data<float>()[x.offset + i] != (chosen[static_cast<size_t>(i)] ? sum : 0.0f);
+        sent += chosen[static_cast<size_t>(i)];
+      }
+    }
+    CHECK(sent == wire::count_for_proportion(0.05, 64 * 300) + wire::count_for_proportion(0.05, 11 * 2048));
+    CHECK(wrong == 0);
+  }
+  // Only the k values of each tensor cross the wire: 2 (P - 1) / P of 4k bytes per rank and step.
+  const ExchangeStats st = ex.take_stats();
+  if (P > 1) CHECK(st.bytes_sent_per_tensor[0] == Approx(2.0 * 2 * (P - 1) / P * 4 * 960));
 }

@@ -79,6 +79,18 @@ size_t documented_size(const QuantSpec& s, int64_t n, int64_t column, const std:
       return pad8(32 + cdiv(n * bits, 8) + cdiv(n, 32));
     }
     case QuantMethod::nvfp4: return pad8(32 + cdiv(n, 2) + cdiv(n, 16));
+    case QuantMethod::terngrad: {
+      const int64_t d = s.integer("bucket") > 0 ? s.integer("bucket") : std::max<int64_t>(n, 1);
+      size_t bytes = 32 + 4 * cdiv(n, d);
+      for (int64_t start = 0; start < n; start += d) bytes += 4 * cdiv(std::min(d, n - start), 16);
+      return pad8(bytes);
+    }
+    case QuantMethod::signsgd:
+    case QuantMethod::efsign: return pad8(32 + 4 * cdiv(n, 32));
+    case QuantMethod::randomk: {
+      const int64_t k = n == 0 ? 0 : std::max<int64_t>(1, std::llround(s.number("fraction") * static_cast<double>(n)));
+      return pad8(32 + 4 * k);
+    }
   }
   return 0;
 }

@@ -212,6 +212,10 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
       b.allreduce_bytes += bytes;
       b.allreduce_values += n;
       if (sixteen) b.allreduce_16bit_values += n;
+    } else if (algorithm == ReduceAlgorithm::allreduce_compact) {
+      // Only the bodies are summed: a native allreduce of the payload less its header.
+      bytes = static_cast<double>(make_quantizer(spec)->max_encoded_bytes(e.numel, 1) - 32);
+      b.allreduce_bytes += bytes;
     } else {
       const int64_t column = e.shape.empty() ? 1 : e.shape.back();
       bytes = static_cast<double>(make_quantizer(spec)->max_encoded_bytes(e.numel, column));

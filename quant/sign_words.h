@@ -1,0 +1,32 @@
+// The 1-bit sign words that efsign and signsgd send (quant/wire.h): bit j of word w is value 32w + j
+// >= 0, LSB first, and decodes to `pos` (bit 1) or `neg` (bit 0). The CPU decode loop both methods
+// share; the encoders write their words themselves (each with its own state update). Internal to quant/.
+#pragma once
+
+#include <cstdint>
+
+namespace qtrain::quant_detail {
+
+// Values [begin, end) of the span into out[0 .. end - begin): the partial words at either end value
+// by value, the whole words between them 32 values at a time (a fixed-length loop GCC vectorizes).
+template <bool Add>
+inline void unpack_signs(const uint32_t* __restrict words, int64_t begin, int64_t end, float pos, float neg,
+                         float* __restrict out) {
+  auto one = [&](int64_t i) {
+    const float v = (words[i >> 5] >> (i & 31)) & 1u ? pos : neg;
+    out[i - begin] = Add ? out[i - begin] + v : v;
+  };
+  int64_t i = begin;
+  for (; i < end && (i & 31) != 0; ++i) one(i);
+  for (; i + 32 <= end; i += 32) {
+    const uint32_t word = words[i >> 5];
+    float* __restrict o = out + (i - begin);
+    for (int j = 0; j < 32; ++j) {
+      const float v = (word >> j) & 1u ? pos : neg;
+      o[j] = Add ? o[j] + v : v;
+    }
+  }
+  for (; i < end; ++i) one(i);
+}
+
+}  // namespace qtrain::quant_detail
