@@ -71,6 +71,15 @@ uint32_t header_crc(std::string header, size_t at) {
   return crc32_of(reinterpret_cast<const uint8_t*>(header.data()), header.size());
 }
 
+std::vector<uint8_t> read_checkpoint(const std::string& path) {
+  // A folder opens as a stream and throws from the first read.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) input_error("{}: checkpoint not found (or not a file)", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) input_error("{}: checkpoint not found or unreadable", path);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 }  // namespace
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
@@ -104,13 +113,9 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   write_file_atomically(path, bytes);
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  // A folder opens as a stream and throws from the first read.
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) input_error("{}: checkpoint not found (or not a file)", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) input_error("{}: checkpoint not found or unreadable", path);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+SafetensorsFile::SafetensorsFile(const std::string& path) : SafetensorsFile(read_checkpoint(path), path) {}
+
+SafetensorsFile::SafetensorsFile(const std::vector<uint8_t>& bytes, const std::string& path) : path_(path) {
   if (bytes.size() < 8) input_error("{}: corrupt checkpoint: {} bytes, shorter than the 8-byte header length", path, bytes.size());
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(bytes[static_cast<size_t>(i)]) << (8 * i);

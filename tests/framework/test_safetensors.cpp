@@ -96,6 +96,19 @@ TEST_CASE("corrupt safetensors files are rejected with the file name", "[safeten
                       Catch::Contains(temp_path("folder.safetensors") + ": checkpoint not found (or not a file)"));
 }
 
+TEST_CASE("a file's bytes in memory read as the file does", "[safetensors]") {
+  const std::string p = write_sample("bytes.safetensors");
+  const std::string good = slurp(p);
+  const std::vector<uint8_t> bytes(good.begin(), good.end());
+  const SafetensorsFile f(bytes, "in-memory.safetensors");
+  REQUIRE(f.names() == SafetensorsFile(p).names());
+  REQUIRE(f.metadata_value("step") == "7");
+  REQUIRE(f.read("layer.weight").data<float>()[5] == 2.5f);
+  std::vector<uint8_t> cut(bytes.begin(), bytes.end() - 3);
+  REQUIRE_THROWS_WITH(SafetensorsFile(cut, "in-memory.safetensors"),
+                      Catch::StartsWith("in-memory.safetensors: corrupt checkpoint"));
+}
+
 // Everything a file says: tensor names, dtypes, shapes, values and the metadata, without the CRC
 // entries and without the entry holding `header_crc` (under a key renamed by a flipped bit).
 std::string contents(const SafetensorsFile& f, const std::string& header_crc) {
