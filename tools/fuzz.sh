@@ -55,7 +55,10 @@ quiet=/dev/stdout
 [[ ${FUZZ_QUIET:-0} == 1 ]] && quiet=/dev/null
 if [[ ! -f $build/build.ninja ]]; then
   launcher=()
-  command -v ccache >/dev/null && launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$root;ccache")
+  # Paths relative to the checkout, and the build folder left out of the hash (which -g would put
+  # in it), so that checkouts and build folders share the cache.
+  command -v ccache >/dev/null &&
+    launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$root;CCACHE_NOHASHDIR=1;ccache")
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQTRAIN_FUZZ=ON \
     -DQTRAIN_CUDA=OFF "${launcher[@]}" >"$quiet"
 fi

@@ -153,10 +153,18 @@ SafetensorsFile::SafetensorsFile(const std::vector<uint8_t>& bytes, const std::s
         input_error("{}: corrupt checkpoint: tensor '{}' has shape {}, expected a list of non-negative integers",
                     path, it.key(), shape.dump());
       e.shape = shape.get<Shape>();
-      const auto offsets = v.at("data_offsets").get<std::vector<uint64_t>>();
-      if (offsets.size() != 2) input_error("{}: corrupt checkpoint: tensor '{}' needs 2 data_offsets", path, it.key());
-      e.begin = offsets[0];
-      e.end = offsets[1];
+      // Checked like the shape: a conversion to uint64_t would turn 8.5 into 8, -8 into 2^64 - 8, and
+      // 1e26 into an undefined value.
+      const auto& offsets = v.at("data_offsets");
+      bool offsets_ok = offsets.is_array() && offsets.size() == 2;
+      if (offsets_ok)
+        for (const auto& o : offsets) offsets_ok = offsets_ok && o.is_number_unsigned();
+      if (!offsets_ok)
+        input_error("{}: corrupt checkpoint: tensor '{}' has data_offsets {}, expected [begin, end]: two "
+                    "non-negative integers",
+                    path, it.key(), offsets.dump());
+      e.begin = offsets[0].get<uint64_t>();
+      e.end = offsets[1].get<uint64_t>();
     } catch (const nlohmann::json::exception& ex) {
       input_error("{}: corrupt checkpoint: tensor '{}' has a malformed entry ({})", path, it.key(), ex.what());
     }

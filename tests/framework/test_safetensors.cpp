@@ -196,6 +196,17 @@ TEST_CASE("crafted headers: overlapping spans, fractional and overflowing shapes
       craft("fraction.safetensors", R"({"a": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}})", 8);
   REQUIRE_THROWS_WITH(SafetensorsFile(fraction),
                       Catch::Contains("tensor 'a' has shape [2.5], expected a list of non-negative integers"));
+  // Offsets too (fuzz finding: 1.1e26 reached an undefined conversion to uint64_t).
+  for (const char* offsets : {"[0, 8.0]", "[0, 1.1e26]", "[-8, 0]", "[0, 8, 16]", "[0]", "\"0-8\""}) {
+    CAPTURE(offsets);
+    const std::string bad = craft("offsets.safetensors",
+                                  fmt::format(R"({{"a": {{"dtype": "F32", "shape": [2], "data_offsets": {}}}}})",
+                                              offsets),
+                                  8);
+    REQUIRE_THROWS_WITH(SafetensorsFile(bad),
+                        Catch::Contains(std::string("tensor 'a' has data_offsets ")) &&
+                            Catch::Contains("expected [begin, end]: two non-negative integers"));
+  }
   // 2^62 x 4 floats wrap around to 0 bytes: the size check must not accept the empty span for that shape.
   const std::string wrap = craft(
       "wrap.safetensors", R"({"a": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", 0);

@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const IdxImages images = read_idx_images(file.string());
     FUZZ_REQUIRE(images.count >= 0 && images.rows >= 0 && images.cols >= 0, "negative dimensions {} x {} x {}",
                  images.count, images.rows, images.cols);
-    FUZZ_REQUIRE(images.pixels.size() == static_cast<uint64_t>(images.count * images.rows * images.cols),
+    using u128 = unsigned __int128;  // three 32-bit counts: no overflow
+    FUZZ_REQUIRE(images.pixels.size() == u128(images.count) * u128(images.rows) * u128(images.cols),
                  "{} pixel bytes for {} images of {}x{}", images.pixels.size(), images.count, images.rows,
                  images.cols);
   });
