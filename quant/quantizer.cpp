@@ -207,6 +207,11 @@ size_t Quantizer::encode(Context& ctx, std::span<const float> in, int64_t column
   }
   size_t body = 0;
   if (ctx.device().is_cpu()) {
+    // An empty span's data() may be null, which memcpy and memset may not receive even for 0 bytes
+    // (C's rule; UBSan reports it): the CPU bodies get valid pointers for every n.
+    float empty_span = 0;
+    if (args.in == nullptr) args.in = &empty_span;
+    if (spec_.error_feedback && args.residual == nullptr) args.residual = &empty_span;
     body = encode_cpu(args);
     std::memset(out.data() + body, 0, wire::pad8(body) - body);
   } else {
@@ -243,7 +248,8 @@ void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n
   const WireHeader h =
       wire::check_header(std::span<const uint8_t>(head, head_bytes), in.size(), spec_.method, n);
   const std::span<const uint8_t> payload = in.first(h.total);
-  if (ctx.device().is_cpu()) decode_cpu(h, payload, out.data(), add);
+  float empty_span = 0;  // for an empty span, whose data() may be null (see encode)
+  if (ctx.device().is_cpu()) decode_cpu(h, payload, out.empty() ? &empty_span : out.data(), add);
   else decode_cuda(ctx, h, payload, out.data(), add);
 }
 

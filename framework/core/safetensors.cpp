@@ -71,6 +71,15 @@ uint32_t header_crc(std::string header, size_t at) {
   return crc32_of(reinterpret_cast<const uint8_t*>(header.data()), header.size());
 }
 
+std::vector<uint8_t> read_checkpoint(const std::string& path) {
+  // A folder opens as a stream and throws from the first read.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) input_error("{}: checkpoint not found (or not a file)", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) input_error("{}: checkpoint not found or unreadable", path);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 }  // namespace
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
@@ -104,13 +113,9 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   write_file_atomically(path, bytes);
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  // A folder opens as a stream and throws from the first read.
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) input_error("{}: checkpoint not found (or not a file)", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) input_error("{}: checkpoint not found or unreadable", path);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+SafetensorsFile::SafetensorsFile(const std::string& path) : SafetensorsFile(read_checkpoint(path), path) {}
+
+SafetensorsFile::SafetensorsFile(const std::vector<uint8_t>& bytes, const std::string& path) : path_(path) {
   if (bytes.size() < 8) input_error("{}: corrupt checkpoint: {} bytes, shorter than the 8-byte header length", path, bytes.size());
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(bytes[static_cast<size_t>(i)]) << (8 * i);
@@ -148,10 +153,18 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         input_error("{}: corrupt checkpoint: tensor '{}' has shape {}, expected a list of non-negative integers",
                     path, it.key(), shape.dump());
       e.shape = shape.get<Shape>();
-      const auto offsets = v.at("data_offsets").get<std::vector<uint64_t>>();
-      if (offsets.size() != 2) input_error("{}: corrupt checkpoint: tensor '{}' needs 2 data_offsets", path, it.key());
-      e.begin = offsets[0];
-      e.end = offsets[1];
+      // Checked like the shape: a conversion to uint64_t would turn 8.5 into 8, -8 into 2^64 - 8, and
+      // 1e26 into an undefined value.
+      const auto& offsets = v.at("data_offsets");
+      bool offsets_ok = offsets.is_array() && offsets.size() == 2;
+      if (offsets_ok)
+        for (const auto& o : offsets) offsets_ok = offsets_ok && o.is_number_unsigned();
+      if (!offsets_ok)
+        input_error("{}: corrupt checkpoint: tensor '{}' has data_offsets {}, expected [begin, end]: two "
+                    "non-negative integers",
+                    path, it.key(), offsets.dump());
+      e.begin = offsets[0].get<uint64_t>();
+      e.end = offsets[1].get<uint64_t>();
     } catch (const nlohmann::json::exception& ex) {
       input_error("{}: corrupt checkpoint: tensor '{}' has a malformed entry ({})", path, it.key(), ex.what());
     }

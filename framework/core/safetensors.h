@@ -28,6 +28,9 @@ class SafetensorsFile {
  public:
   // Loads and validates the whole file; any inconsistency is an InputError naming the file.
   explicit SafetensorsFile(const std::string& path);
+  // Validates `bytes`, the whole content of a file, as the constructor above does; `path` names the
+  // file in errors.
+  SafetensorsFile(const std::vector<uint8_t>& bytes, const std::string& path);
 
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   std::string metadata_value(const std::string& key) const;  // error when absent

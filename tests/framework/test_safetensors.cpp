@@ -96,6 +96,19 @@ TEST_CASE("corrupt safetensors files are rejected with the file name", "[safeten
                       Catch::Contains(temp_path("folder.safetensors") + ": checkpoint not found (or not a file)"));
 }
 
+TEST_CASE("a file's bytes in memory read as the file does", "[safetensors]") {
+  const std::string p = write_sample("bytes.safetensors");
+  const std::string good = slurp(p);
+  const std::vector<uint8_t> bytes(good.begin(), good.end());
+  const SafetensorsFile f(bytes, "in-memory.safetensors");
+  REQUIRE(f.names() == SafetensorsFile(p).names());
+  REQUIRE(f.metadata_value("step") == "7");
+  REQUIRE(f.read("layer.weight").data<float>()[5] == 2.5f);
+  std::vector<uint8_t> cut(bytes.begin(), bytes.end() - 3);
+  REQUIRE_THROWS_WITH(SafetensorsFile(cut, "in-memory.safetensors"),
+                      Catch::StartsWith("in-memory.safetensors: corrupt checkpoint"));
+}
+
 // Everything a file says: tensor names, dtypes, shapes, values and the metadata, without the CRC
 // entries and without the entry holding `header_crc` (under a key renamed by a flipped bit).
 std::string contents(const SafetensorsFile& f, const std::string& header_crc) {
@@ -183,6 +196,17 @@ TEST_CASE("crafted headers: overlapping spans, fractional and overflowing shapes
       craft("fraction.safetensors", R"({"a": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}})", 8);
   REQUIRE_THROWS_WITH(SafetensorsFile(fraction),
                       Catch::Contains("tensor 'a' has shape [2.5], expected a list of non-negative integers"));
+  // Offsets too (fuzz finding: 1.1e26 reached an undefined conversion to uint64_t).
+  for (const char* offsets : {"[0, 8.0]", "[0, 1.1e26]", "[-8, 0]", "[0, 8, 16]", "[0]", "\"0-8\""}) {
+    CAPTURE(offsets);
+    const std::string bad = craft("offsets.safetensors",
+                                  fmt::format(R"({{"a": {{"dtype": "F32", "shape": [2], "data_offsets": {}}}}})",
+                                              offsets),
+                                  8);
+    REQUIRE_THROWS_WITH(SafetensorsFile(bad),
+                        Catch::Contains(std::string("tensor 'a' has data_offsets ")) &&
+                            Catch::Contains("expected [begin, end]: two non-negative integers"));
+  }
   // 2^62 x 4 floats wrap around to 0 bytes: the size check must not accept the empty span for that shape.
   const std::string wrap = craft(
       "wrap.safetensors", R"({"a": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", 0);
