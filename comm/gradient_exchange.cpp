@@ -25,7 +25,7 @@ GradientExchange::GradientExchange(Communicator& comm, Device device, uint64_t s
                   "every host a GPU, or set device: cpu)",
                   r, kinds[r] ? "a GPU" : "the CPU", kinds[0] ? "a GPU" : "the CPU");
   NodeLayout layout;
-  if (wants_two_levels(comm, device, config_, layout)) {
+  if (wants_two_levels(comm, device, config_, quantization, tensors, layout)) {
     hierarchy_ = std::make_unique<HierarchicalExchange>(comm, device, seed, config_, quantization, tensors, layout);
     hierarchy_tensors_ = std::move(tensors);
     return;

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "framework/core/float16.h"
+#include "quant/method.h"
 
 namespace qtrain {
 namespace {
@@ -37,9 +38,20 @@ NodeLayout node_layout(Communicator& world, int64_t ranks_per_node) {
   return l;
 }
 
-bool wants_two_levels(Communicator& world, Device device, const CommunicationConfig& config, NodeLayout& layout) {
+bool wants_two_levels(Communicator& world, Device device, const CommunicationConfig& config,
+                      const QuantizationConfig& quantization, const std::vector<ExchangeTensor>& tensors,
+                      NodeLayout& layout) {
   if (config.hierarchy == "flat" || world.size() == 1) return false;
-  const bool possible = world.has_subgroups() && device.is_cpu();
+  std::string unsuited;  // a method the two levels cannot carry
+  for (const ExchangeTensor& x : tensors) {
+    const QuantMethodInfo& m = method_info(quantization.resolve(x.layer_name, x.layer_type, x.numel).method);
+    if (!m.payload || m.combine != QuantCombine::sum) unsuited = m.name;
+  }
+  if (config.hierarchy == "two_level" && !unsuited.empty())
+    input_error("communication.hierarchy: two_level sums each node's gradients first, which {} cannot follow (its "
+                "result is not a sum of decoded payloads); use hierarchy: flat",
+                unsuited);
+  const bool possible = world.has_subgroups() && device.is_cpu() && unsuited.empty();
   if (config.hierarchy == "auto" && !possible) return false;
   if (!possible)
     input_error("communication.hierarchy: two_level runs on CPU ranks over backend mpi for now; this run has {} ranks "

@@ -33,8 +33,13 @@ struct NodeLayout {
 // ranks when it is > 0. Every node must hold the same number of ranks (an InputError otherwise).
 NodeLayout node_layout(Communicator& world, int64_t ranks_per_node);
 
-// Whether `config` asks for the two levels on this world (collective: it may detect the nodes).
-bool wants_two_levels(Communicator& world, Device device, const CommunicationConfig& config, NodeLayout& layout);
+// Whether `config` asks for the two levels on this world (collective: it may detect the nodes). The
+// two levels sum the gradients inside a node before any method sees them, so they carry only the
+// methods whose result is a sum of payload decodes: not the majority vote (signsgd) and not
+// powersgd's own algorithm; with those, auto stays flat and two_level is an error naming the method.
+bool wants_two_levels(Communicator& world, Device device, const CommunicationConfig& config,
+                      const QuantizationConfig& quantization, const std::vector<ExchangeTensor>& tensors,
+                      NodeLayout& layout);
 
 class HierarchicalExchange {
  public:
