@@ -37,17 +37,20 @@ final() { tail -1 "$1/metrics.csv" | awk -F, '{print $5, $6, $7, $8}'; }
 
 # One method per family: plain fp32 (NCCL all-reduce), a cast (bf16), a stochastic scale method (qsgd,
 # reduce-scatter + allgather), error feedback with column scales (onebit), sparse (topk, allgather),
-# low rank (powersgd: rank 2 from step 5 on, its P and Q in NCCL all-reduces).
-for method in fp32 bf16 qsgd onebit topk powersgd; do
-  cpu="$tmp/$method-cpu" gpu="$tmp/$method-cuda"
+# low rank (powersgd: rank 2 from step 5 on, its P and Q in NCCL all-reduces), sparse at shared
+# indices (randomk: the compact allreduce over NCCL), and the majority vote (signsgd, whose update is
+# lr * vote: a small learning rate without momentum).
+for method in fp32 bf16 qsgd onebit topk randomk signsgd powersgd; do
   extra=()
   [[ $method == powersgd ]] && extra=(--set quantization.rank=2 --set quantization.start_iter=5)
-  if ! "${mpirun[@]}" "$qtrain" train "$src/configs/mnist_mlp.yaml" "${common[@]}" --set device=cpu \
-         --set quantization.method="$method" "${extra[@]}" --set output.dir="$cpu" </dev/null >"$cpu.log" 2>&1; then
+  [[ $method == signsgd ]] && extra=(--set "optimizer={type: sgd, lr: 0.001, momentum: 0}")
+  cpu="$tmp/$method-cpu" gpu="$tmp/$method-cuda"
+  if ! "${mpirun[@]}" "$qtrain" train "$src/configs/mnist_mlp.yaml" "${common[@]}" "${extra[@]}" --set device=cpu \
+         --set quantization.method="$method" --set output.dir="$cpu" </dev/null >"$cpu.log" 2>&1; then
     fail "$method on the CPU"; tail -3 "$cpu.log" | sed "s/^/    /"; continue
   fi
-  if ! CUEMU_DEVICES=2 "${mpirun[@]}" "$emulated" train "$src/configs/mnist_mlp.yaml" "${common[@]}" \
-         --set device=cuda --set communication.backend=nccl --set quantization.method="$method" "${extra[@]}" \
+  if ! CUEMU_DEVICES=2 "${mpirun[@]}" "$emulated" train "$src/configs/mnist_mlp.yaml" "${common[@]}" "${extra[@]}" \
+         --set device=cuda --set communication.backend=nccl --set quantization.method="$method" \
          --set output.dir="$gpu" </dev/null >"$gpu.log" 2>&1; then
     fail "$method on emulated GPUs"; grep -v "^\[20" "$gpu.log" | tail -5 | sed "s/^/    /"; continue
   fi
