@@ -17,7 +17,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
 # A short fuzz of every target (docs/fuzzing.md) where clang with libFuzzer is installed: the fuzzing
 # build in build-fuzz/ (ccache makes it quick after the first), then QTRAIN_FUZZ_SECONDS (10) per
-# target, nproc targets at a time; a finding fails the run. QTRAIN_FUZZ_SECONDS=0 leaves it out.
+# target, nproc targets at a time (about a minute in all on 2 cores with a warm cache); a finding
+# fails the run. QTRAIN_FUZZ_SECONDS=0 leaves it out.
 fuzz_seconds=${QTRAIN_FUZZ_SECONDS:-10}
 if [[ $fuzz_seconds == 0 ]]; then
   echo "fuzzing skipped: QTRAIN_FUZZ_SECONDS=0"
