@@ -165,6 +165,14 @@ int Communicator::wait_any(const std::vector<int>&, size_t*) {
   return -1;
 }
 
+int Communicator::node_color() {
+  input_error("the {} communicator has no subgroups (communication.hierarchy two_level needs backend mpi)", name());
+}
+
+std::unique_ptr<Communicator> Communicator::split(int, int) {
+  input_error("the {} communicator has no subgroups (communication.hierarchy two_level needs backend mpi)", name());
+}
+
 void Communicator::complete_all() { QT_CHECK(false, "the {} communicator has no point-to-point messages", name()); }
 
 void Communicator::all_gather_streamed(Context& ctx, std::span<const uint8_t> send,

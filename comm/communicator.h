@@ -95,6 +95,14 @@ class Communicator {
   virtual void all_reduce_sum_f64(std::span<double> values) = 0;
   virtual void barrier() = 0;
 
+  // Subgroups, for the hierarchical exchange. node_color(): ranks that share a node's memory
+  // (MPI_COMM_TYPE_SHARED) get the same value, the lowest rank of the node. split(color, key): a new
+  // communicator of the ranks with this color, ordered by key. Both collective; transports without
+  // subgroups (nccl) say so.
+  virtual bool has_subgroups() const { return false; }
+  virtual int node_color();
+  virtual std::unique_ptr<Communicator> split(int color, int key);
+
  protected:
   // Scratch of the default streaming forms (one call at a time per communicator).
   std::vector<uint8_t> stream_send_;

@@ -37,6 +37,9 @@ CommunicationConfig CommunicationConfig::parse(ConfigNode& section) {
   c.mpi_allreduce = section.get_choice("mpi_allreduce", c.mpi_allreduce, {"ring", "library"});
   c.piece_mb = section.get_double("piece_mb", c.piece_mb, 0.0, 1 << 20);
   c.timeout_s = section.get_double("timeout_s", c.timeout_s, 0.0, 7 * 86400.0);
+  c.hierarchy = section.get_choice("hierarchy", c.hierarchy, {"auto", "flat", "two_level"});
+  c.intra = section.get_choice("intra", c.intra, {"fp32", "bf16"});
+  c.ranks_per_node = section.get_int("ranks_per_node", c.ranks_per_node, 0, 1 << 20);
   section.finish();
   return c;
 }

@@ -2,7 +2,8 @@
 // are grouped into buckets, and whether communication overlaps backward.
 //
 //   communication: {backend: auto, algorithm: auto, bucket_mb: 25, overlap: true, reduce: mean,
-//                   mpi_allreduce: ring, piece_mb: 4, timeout_s: 600}
+//                   mpi_allreduce: ring, piece_mb: 4, timeout_s: 600, hierarchy: auto, intra: fp32,
+//                   ranks_per_node: 0}
 #pragma once
 
 #include <string>
@@ -38,6 +39,15 @@ struct CommunicationConfig {
   // ends the job with a message naming the operation and the peer. 0: wait for ever. The default is
   // PyTorch's NCCL timeout: long enough for rank 0 to write a large checkpoint while the others wait.
   double timeout_s = 600;
+  // The two-level exchange for nodes of several ranks (comm/hierarchical_exchange.h): inside a node
+  // a sum at `intra` precision, between nodes the configured quantizer on one stripe per local rank,
+  // then an allgather inside the node. flat: every rank a peer; two_level: always (an error on a
+  // transport without subgroups); auto: two_level when the ranks span several nodes of several ranks.
+  std::string hierarchy = "auto";  // auto | flat | two_level
+  std::string intra = "fp32";      // fp32 | bf16
+  // 0: nodes are the ranks that share memory (MPI_COMM_TYPE_SHARED); N: consecutive groups of N ranks
+  // (to try the two levels on one machine).
+  int64_t ranks_per_node = 0;
 
   static CommunicationConfig parse(ConfigNode& section);
   // The algorithm for a tensor quantized with `spec` (errors when the configured algorithm cannot

@@ -4,6 +4,7 @@
 
 #include "comm/exchange/plan.h"
 #include "comm/exchange/workspace.h"
+#include "comm/hierarchical_exchange.h"
 #include "comm/watchdog.h"
 #include "quant/method.h"
 
@@ -23,12 +24,18 @@ GradientExchange::GradientExchange(Communicator& comm, Device device, uint64_t s
       input_error("rank {} runs on {} but rank 0 on {}; every rank must train on the same kind of device (give "
                   "every host a GPU, or set device: cpu)",
                   r, kinds[r] ? "a GPU" : "the CPU", kinds[0] ? "a GPU" : "the CPU");
+  NodeLayout layout;
+  if (wants_two_levels(comm, device, config_, layout)) {
+    hierarchy_ = std::make_unique<HierarchicalExchange>(comm, device, seed, config_, quantization, tensors, layout);
+    hierarchy_tensors_ = std::move(tensors);
+    return;
+  }
   auto ctx = std::make_unique<Context>(device.is_cuda() ? Context::cuda(device.index, seed) : Context::cpu(seed, 0));
   const exchange::PlanContext pc{seed, comm.rank(), P, config_.piece_mb, device};
   std::vector<exchange::TensorPlan> plans;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const ExchangeTensor& x = tensors[t];
-    const QuantSpec spec = quantization.resolve(x.layer_name, x.layer_type, x.numel);
+    const QuantSpec spec = quantization.resolve(x.layer_name, x.layer_type, x.decided_numel > 0 ? x.decided_numel : x.numel);
     plans.push_back(exchange::make_plan(x, static_cast<int>(t), spec, config_.algorithm_for(spec), pc));
   }
   const float scale = config_.mean ? 1.0f / static_cast<float>(P) : 1.0f;
@@ -63,11 +70,16 @@ GradientExchange::~GradientExchange() {
   if (thread_.joinable()) thread_.join();
 }
 
-const std::vector<ExchangeTensor>& GradientExchange::tensors() const { return work_->tensors; }
+const std::vector<ExchangeTensor>& GradientExchange::tensors() const {
+  return hierarchy_ ? hierarchy_tensors_ : work_->tensors;
+}
 
-ReduceAlgorithm GradientExchange::algorithm(int t) const { return work_->plan(t).algorithm; }
+ReduceAlgorithm GradientExchange::algorithm(int t) const {
+  return hierarchy_ ? hierarchy_->algorithm(t) : work_->plan(t).algorithm;
+}
 
 double GradientExchange::fraction_quantized() const {
+  if (hierarchy_) return hierarchy_->fraction_quantized();
   double total = 0, quantized = 0;
   for (size_t t = 0; t < tensors().size(); ++t) {
     const auto numel = static_cast<double>(tensors()[t].numel);
@@ -81,7 +93,12 @@ double GradientExchange::fraction_quantized() const {
   return total > 0 ? quantized / total : 0.0;
 }
 
+int GradientExchange::num_buckets() const {
+  return hierarchy_ ? hierarchy_->num_buckets() : static_cast<int>(buckets_.size());
+}
+
 std::string GradientExchange::describe() const {
+  if (hierarchy_) return hierarchy_->describe();
   std::string s;
   for (size_t t = 0; t < tensors().size(); ++t) {
     const exchange::TensorPlan& p = work_->plans[t];
@@ -102,6 +119,12 @@ void GradientExchange::begin_step(Tensor grads, uint64_t step) {
            device_.str(), dtype_name(grads.dtype()), grads.device().str());
   for (const ExchangeTensor& x : tensors())
     QT_CHECK(x.offset + x.numel <= grads.numel(), "tensor {} lies outside the gradient arena", x.name);
+  if (hierarchy_) {
+    hierarchy_grads_ = std::move(grads);
+    hierarchy_step_ = step;
+    compute_ = nullptr;
+    return;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   QT_CHECK(queue_.empty(), "begin_step while the previous step is still being exchanged");
   work_->grads = std::move(grads);
@@ -114,6 +137,10 @@ void GradientExchange::begin_step(Tensor grads, uint64_t step) {
 
 void GradientExchange::tensor_ready(Context& compute, int t) {
   QT_CHECK(t >= 0 && t < static_cast<int>(tensors().size()), "tensor index {} out of range", t);
+  if (hierarchy_) {  // the node's sum needs every tensor: all of it happens in finish_step
+    compute_ = &compute;
+    return;
+  }
   const int bucket = bucket_of_[static_cast<size_t>(t)];
   Bucket& b = buckets_[static_cast<size_t>(bucket)];
   if (!config_.overlap) compute_ = &compute;  // finish_step synchronizes it once
@@ -129,6 +156,11 @@ void GradientExchange::tensor_ready(Context& compute, int t) {
 }
 
 void GradientExchange::finish_step() {
+  if (hierarchy_) {
+    if (compute_ != nullptr) compute_->synchronize();
+    hierarchy_->exchange(hierarchy_grads_, hierarchy_step_);
+    return;
+  }
   if (!config_.overlap) {
     // The exchange reads the gradients on its own stream: the compute stream's backward must be done
     // (on CUDA the two streams are not ordered; without this the first buckets raced the last kernels).
@@ -158,6 +190,7 @@ void GradientExchange::exchange(Context& compute, Tensor grads, uint64_t step) {
 }
 
 ExchangeStats GradientExchange::take_stats() {
+  if (hierarchy_) return hierarchy_->take_stats();
   std::lock_guard<std::mutex> lock(mutex_);
   ExchangeStats out = work_->stats;
   out.bytes_sent = 0;
@@ -168,6 +201,7 @@ ExchangeStats GradientExchange::take_stats() {
 }
 
 std::vector<std::pair<std::string, Tensor>> GradientExchange::state() {
+  if (hierarchy_) return hierarchy_->state();
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t t = 0; t < tensors().size(); ++t) {
     exchange::TensorPlan& p = work_->plans[t];

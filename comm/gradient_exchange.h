@@ -46,6 +46,9 @@ struct ExchangeTensor {
   // The leading dimension of a tensor of two or more dimensions (a conv weight [out, in, kh, kw]:
   // out), 0 for vectors and scalars: PowerSGD sees the tensor as a rows x (numel / rows) matrix.
   int64_t rows = 0;
+  // The size the quantization policy decides on (min_numel, overrides by size) when this is a part
+  // of a larger tensor (the two-level exchange's stripes); 0: numel.
+  int64_t decided_numel = 0;
 };
 
 // PowerSGD's view of one tensor (the powersgd method; comm/exchange/powersgd.cpp): the matrix
@@ -69,9 +72,11 @@ struct ExchangeStats {
 namespace exchange {
 struct Workspace;
 }
+class HierarchicalExchange;
 
 class GradientExchange {
  public:
+  // Collective (it may detect the nodes, communication.hierarchy).
   GradientExchange(Communicator& comm, Device device, uint64_t seed, const CommunicationConfig& config,
                    const QuantizationConfig& quantization, std::vector<ExchangeTensor> tensors);
   // Stops the thread; never runs a collective (a destructor must not block on other ranks).
@@ -101,7 +106,7 @@ class GradientExchange {
   const std::vector<ExchangeTensor>& tensors() const;
   ReduceAlgorithm algorithm(int t) const;
   double fraction_quantized() const;  // of all gradient values, those not sent as fp32
-  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  int num_buckets() const;
   // One line per tensor: method, algorithm, bucket.
   std::string describe() const;
 
@@ -140,6 +145,12 @@ class GradientExchange {
 
   Device device_;
   CommunicationConfig config_;
+  // Nodes of several ranks (communication.hierarchy): every step goes through the two levels, on the
+  // calling thread, and the members below stay empty.
+  std::unique_ptr<HierarchicalExchange> hierarchy_;
+  std::vector<ExchangeTensor> hierarchy_tensors_;
+  Tensor hierarchy_grads_;
+  uint64_t hierarchy_step_ = 0;
   std::unique_ptr<exchange::Workspace> work_;  // the tensors, their plans and what the algorithms share
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;  // per tensor

@@ -26,6 +26,9 @@ class LocalComm final : public Communicator {
   std::vector<uint64_t> all_gather_u64(uint64_t value) override { return {value}; }
   void all_reduce_sum_f64(std::span<double> values) override {}
   void barrier() override {}
+  bool has_subgroups() const override { return true; }
+  int node_color() override { return 0; }
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalComm>(device_); }
 
  private:
   Device device_;

@@ -72,6 +72,19 @@ MpiComm::MpiComm(Device device) : device_(device) {
   MPI_CHECK(MPI_Finalized(&finalized));
   QT_CHECK(initialized && !finalized, "MpiComm: MPI is not running; create an MpiRuntime first");
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  set_up();
+}
+
+MpiComm::MpiComm(MPI_Comm comm, const MpiComm& parent)
+    : device_(parent.device_),
+      comm_(comm),
+      max_message_bytes_(parent.max_message_bytes_),
+      ring_min_bytes_(parent.ring_min_bytes_),
+      ring_segment_bytes_(parent.ring_segment_bytes_) {
+  set_up();
+}
+
+void MpiComm::set_up() {
   // Errors come back to MPI_CHECK as codes instead of aborting the job (MpiRuntime sets this on
   // MPI_COMM_WORLD, but MPI may have been started by someone else).
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
@@ -511,6 +524,24 @@ std::vector<uint64_t> MpiComm::all_to_all_u64(const std::vector<uint64_t>& value
 void MpiComm::all_reduce_sum_f64(std::span<double> values) {
   CommWatch watch("all_reduce_sum_f64");
   if (!values.empty()) reduce_host(values.data(), values.size(), ReduceType::f64);
+}
+
+int MpiComm::node_color() {
+  CommWatch watch("node_color");
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  int lowest = rank_;
+  const int rc = MPI_Allreduce(&rank_, &lowest, 1, MPI_INT, MPI_MIN, node);
+  MPI_Comm_free(&node);
+  MPI_CHECK(rc);
+  return lowest;
+}
+
+std::unique_ptr<Communicator> MpiComm::split(int color, int key) {
+  CommWatch watch("split");
+  MPI_Comm part = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(comm_, color, key, &part));
+  return std::unique_ptr<Communicator>(new MpiComm(part, *this));
 }
 
 void MpiComm::barrier() {

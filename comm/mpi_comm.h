@@ -49,6 +49,9 @@ class MpiComm final : public Communicator {
   std::vector<uint64_t> all_gather_u64(uint64_t value) override;
   void all_reduce_sum_f64(std::span<double> values) override;
   void barrier() override;
+  bool has_subgroups() const override { return true; }
+  int node_color() override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
 
   // values[d] goes to rank d; returns what every rank sent to this one (NcclComm's size exchange).
   std::vector<uint64_t> all_to_all_u64(const std::vector<uint64_t>& values);
@@ -70,6 +73,11 @@ class MpiComm final : public Communicator {
   MPI_Comm mpi_comm() const { return comm_; }
 
  private:
+  // A communicator over `comm` (a split of another MpiComm's, taken over and freed here), with the
+  // parent's transport settings.
+  MpiComm(MPI_Comm comm, const MpiComm& parent);
+  void set_up();
+
   // The MPI side of the collectives, on host pointers (or device pointers with a CUDA-aware MPI),
   // one call per max_message_bytes_.
   void reduce_host(void* data, size_t count, ReduceType type);

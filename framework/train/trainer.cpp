@@ -344,8 +344,9 @@ void Trainer::load_rank_state() {
     for (auto& [name, t] : state) f.read_into(name, t);
   } catch (const InputError& e) {
     // The residuals' names and shapes follow the stripes and pieces of reduce-scatter + allgather.
-    input_error("{} (error-feedback residuals depend on the quantization, communication.algorithm and "
-                "communication.piece_mb: resume with the settings the checkpoint was written with)",
+    input_error("{} (error-feedback residuals depend on the quantization, communication.algorithm, "
+                "communication.piece_mb and communication.hierarchy: resume with the settings the checkpoint was "
+                "written with)",
                 e.what());
   }
 }

@@ -320,3 +320,65 @@ TEST_CASE("a bucket holding fp16 and bf16 tensors sums each in its own format", 
     }
   }
 }
+
+TEST_CASE("two levels: every rank the same bits; fp32 the exact sum; state per level", "[exchange][mpi][hierarchy]") {
+  auto comm = make_communicator("auto", Device::cpu());
+  const int P = comm->size(), me = comm->rank();
+  // Nodes of two ranks where the world splits so (4 ranks: 2 x 2), else nodes of one rank.
+  const int per_node = P % 2 == 0 ? 2 : 1;
+  Context ctx = Context::cpu(kSeed, 1);
+  for (const char* method : {"fp32", "qsgd", "onebit", "dettmers8"}) {
+    CommunicationConfig cc = communication("auto", true);
+    cc.hierarchy = "two_level";
+    cc.ranks_per_node = per_node;
+    const QuantizationConfig qc = quantization(fmt::format("{{method: {}}}", method));
+    GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
+    INFO(method << " on " << P << " ranks, nodes of " << per_node);
+    if (P > 1) CHECK_THAT(ex.describe(), Catch::Contains("two levels"));  // a world of one is flat
+    for (int k = 0; k < 3; ++k) {
+      Tensor grads = Tensor::empty({arena_size()}, DType::f32);
+      std::vector<float> mine(static_cast<size_t>(arena_size()));
+      if (std::string(method) == "fp32") {
+        // Small integers times a power of two: every order of summation gives the exact mean.
+        for (int64_t i = 0; i < arena_size(); ++i) mine[static_cast<size_t>(i)] = static_cast<float>((i % 89) * (me + 1) + k) * 0.125f;
+      } else {
+        fill(mine, me, k);
+      }
+      std::memcpy(grads.data<float>(), mine.data(), mine.size() * 4);
+      ex.exchange(ctx, grads, static_cast<uint64_t>(k));
+      const uint64_t h = bits_hash(grads);
+      for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
+      const float* g = grads.data<float>();
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < arena_size(); ++i) {
+        if (std::string(method) == "fp32") {
+          const float exact = static_cast<float>((i % 89) * (P * (P + 1) / 2) + P * k) * 0.125f / static_cast<float>(P);
+          wrong += g[i] != exact;
+        } else {
+          wrong += !std::isfinite(g[i]);
+        }
+      }
+      CHECK(wrong == 0);
+    }
+    if (P > 1)
+      for (const auto& [name, t] : ex.state()) CHECK(name.rfind("inter/", 0) == 0);
+    if (std::string(method) == "onebit") CHECK(!ex.state().empty());  // error feedback between nodes
+  }
+}
+
+TEST_CASE("two levels: unequal nodes and impossible requests are errors naming the setting", "[exchange][hierarchy]") {
+  auto comm = make_communicator("auto", Device::cpu());
+  const int P = comm->size();
+  if (P == 4) {
+    CommunicationConfig cc = communication("auto", true);
+    cc.hierarchy = "two_level";
+    cc.ranks_per_node = 3;
+    REQUIRE_THROWS_WITH(GradientExchange(*comm, Device::cpu(), kSeed, cc, quantization("{method: qsgd}"), layout()),
+                        Catch::Contains("communication.ranks_per_node: 4 ranks do not split into nodes of 3"));
+  }
+  // auto on one node of several ranks, or nodes of one rank: flat.
+  CommunicationConfig cc = communication("auto", true);
+  cc.ranks_per_node = 1;
+  GradientExchange flat(*comm, Device::cpu(), kSeed, cc, quantization("{method: qsgd}"), layout());
+  CHECK_THAT(flat.describe(), !Catch::Contains("two levels"));
+}

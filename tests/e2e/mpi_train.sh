@@ -5,7 +5,8 @@
 #  1b. a residual batch-norm net on 2 ranks: replicas and averaged buffers checked, resumed;
 #  2. 4 ranks, 50 steps, replicas checked every 10 steps, for an error-feedback method;
 #  2b. reduce-scatter + allgather in pipelined pieces, resumed, and a resume with other pieces refused;
-#  2c. PowerSGD: replicas identical, a resume bit for bit, a sensible accuracy in 300 steps;
+#  2c. 4 ranks in two levels (nodes of 2), resumed bit for bit;
+#  2d. PowerSGD: replicas identical, a resume bit for bit, a sensible accuracy in 300 steps;
 #  3. ranks started with different configs stop at start-up with a clear message;
 #  4. a rank that dies (SIGKILL) stops the job within seconds instead of hanging;
 #  5. communication.backend: nccl fails with a clear message when there is no GPU.
@@ -108,7 +109,35 @@ else
   fail "resuming pieces as whole stripes was not a clear error"; tail -5 "$tmp/log" | sed 's/^/    /'
 fi
 
-# 2c. PowerSGD (rank 2, compressing from step 4) on 2 ranks: replicas identical; 12 steps + resume +
+# 2c. two levels (communication.hierarchy, nodes of 2 ranks on 4): replicas identical every 4 steps,
+#     and 8 steps + a resume of 8 end with the parameters and every rank's residuals of 16 straight
+two=(--set quantization.method=onebit --set communication.hierarchy=two_level --set communication.ranks_per_node=2
+     --debug-check-replicas 4)
+tensors() {  # the tensors of a run directory's checkpoint files, one "file name hash" line each
+  /usr/bin/python3 - "$1" <<'EOF_PY'
+import glob, hashlib, json, os, struct, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "checkpoint*.safetensors"))):
+    b = open(f, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    for k, v in sorted(h.items()):
+        if k != "__metadata__":
+            print(os.path.basename(f), k, hashlib.sha256(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]).hexdigest()[:16])
+EOF_PY
+}
+if "${mpirun[@]}" -np 4 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=16 --set output.dir="$tmp/two" \
+     "${two[@]}" >"$tmp/log" 2>&1 &&
+   grep -q "two levels: 2 node(s) x 2 rank(s)" "$tmp/two/train.log" &&
+   "${mpirun[@]}" -np 4 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=8 --set output.dir="$tmp/two-r" \
+     "${two[@]}" >"$tmp/log" 2>&1 &&
+   "${mpirun[@]}" -np 4 "$qtrain" train --resume "$tmp/two-r" "${common[@]}" --set train.max_steps=16 \
+     "${two[@]}" >"$tmp/log" 2>&1 &&
+   diff <(tensors "$tmp/two") <(tensors "$tmp/two-r") >/dev/null &&
+   [[ $(tensors "$tmp/two" | grep -c "/inter/\| inter/") -gt 0 ]]; then
+  echo "ok: 4 ranks in two levels (2 nodes x 2): replicas identical, 8 + resumed 8 steps = 16 straight, bit for bit"
+else
+  fail "4 ranks in two levels"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
+
+# 2d. PowerSGD (rank 2, compressing from step 4) on 2 ranks: replicas identical; 12 steps + resume +
 #     8 steps give the parameters and optimizer state of 20 uninterrupted steps bit for bit (its Q and
 #     residuals come back from the rank files); and 300 steps reach a sensible test accuracy
 psgd=(--set quantization.method=powersgd --set quantization.rank=2 --set quantization.start_iter=4

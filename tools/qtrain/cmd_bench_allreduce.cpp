@@ -46,6 +46,9 @@ struct Options {
   std::string device;  // cpu, cuda or auto; empty: cuda for the nccl backend, else cpu
   std::string mpi_allreduce = "ring";
   double piece_mb = CommunicationConfig{}.piece_mb;
+  std::string hierarchy = CommunicationConfig{}.hierarchy;
+  std::string intra = CommunicationConfig{}.intra;
+  int64_t ranks_per_node = 0;
   std::string json;
 };
 
@@ -166,6 +169,9 @@ void run(const Options& o, int local_rank) {
       cc.overlap = false;
       cc.bucket_mb = 1e6;
       cc.piece_mb = o.piece_mb;
+      cc.hierarchy = o.hierarchy;
+      cc.intra = o.intra;
+      cc.ranks_per_node = o.ranks_per_node;
       // A matrix of n / column rows of `column` values (PowerSGD's view of it).
       std::vector<ExchangeTensor> tensors{{"gradient", "bench", "dense", 0, n, o.column, n / o.column}};
       std::unique_ptr<GradientExchange> ex;
@@ -257,6 +263,17 @@ void add_bench_allreduce_command(CLI::App& app, const MpiRuntime& mpi) {
                   "reduce_scatter_allgather pipelines each stripe in pieces of this many MB of fp32 values "
                   "(communication.piece_mb; 0: whole stripes)")
       ->capture_default_str()
+      ->check(kNonNegative);
+  cmd->add_option("--hierarchy", o->hierarchy,
+                  "flat, two_level or auto (two levels when the ranks span several nodes of several ranks), as "
+                  "communication.hierarchy")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "flat", "two_level"}));
+  cmd->add_option("--intra", o->intra, "The sum inside a node with two levels: fp32 or bf16 (communication.intra)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--ranks-per-node", o->ranks_per_node,
+                  "Nodes of this many consecutive ranks (communication.ranks_per_node; 0: the hosts)")
       ->check(kNonNegative);
   cmd->add_option("--json", o->json, "Also write one JSON object per line to this file (rank 0)");
   cmd->callback([o, &mpi] { run(*o, mpi.local_rank()); });

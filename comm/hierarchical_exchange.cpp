@@ -1,0 +1,191 @@
+// The two-level exchange: node layout, the node and cross-node communicators, and the three steps.
+#include "comm/hierarchical_exchange.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "framework/core/float16.h"
+
+namespace qtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+NodeLayout node_layout(Communicator& world, int64_t ranks_per_node) {
+  const int P = world.size(), me = world.rank();
+  if (ranks_per_node > 0 && P % ranks_per_node != 0)
+    input_error("communication.ranks_per_node: {} ranks do not split into nodes of {}", P, ranks_per_node);
+  const int color = ranks_per_node > 0 ? static_cast<int>(me / ranks_per_node) : world.node_color();
+  const std::vector<uint64_t> colors = world.all_gather_u64(static_cast<uint64_t>(color));
+  std::map<uint64_t, int> ranks_in;  // color -> ranks; colors are the nodes' lowest ranks, so ordered
+  for (uint64_t c : colors) ++ranks_in[c];
+  NodeLayout l;
+  l.nodes = static_cast<int>(ranks_in.size());
+  l.ranks_per_node = ranks_in.begin()->second;
+  for (const auto& [c, n] : ranks_in)
+    if (n != l.ranks_per_node)
+      input_error("communication.hierarchy: the node of rank {} holds {} ranks, the node of rank {} {}; the two-level "
+                  "exchange needs the same number of ranks on every node (or set hierarchy: flat)",
+                  ranks_in.begin()->first, l.ranks_per_node, c, n);
+  l.node = static_cast<int>(std::distance(ranks_in.begin(), ranks_in.find(colors[static_cast<size_t>(me)])));
+  for (int r = 0; r < me; ++r) l.local_rank += colors[static_cast<size_t>(r)] == colors[static_cast<size_t>(me)] ? 1 : 0;
+  return l;
+}
+
+bool wants_two_levels(Communicator& world, Device device, const CommunicationConfig& config, NodeLayout& layout) {
+  if (config.hierarchy == "flat" || world.size() == 1) return false;
+  const bool possible = world.has_subgroups() && device.is_cpu();
+  if (config.hierarchy == "auto" && !possible) return false;
+  if (!possible)
+    input_error("communication.hierarchy: two_level runs on CPU ranks over backend mpi for now; this run has {} ranks "
+                "on {} (set hierarchy: flat or auto)",
+                device.str(), world.name());
+  layout = node_layout(world, config.ranks_per_node);
+  return config.hierarchy == "two_level" || (layout.nodes > 1 && layout.ranks_per_node > 1);
+}
+
+HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, uint64_t seed,
+                                           const CommunicationConfig& config, const QuantizationConfig& quantization,
+                                           const std::vector<ExchangeTensor>& tensors, const NodeLayout& layout)
+    : device_(device), config_(config), layout_(layout), world_size_(world.size()), tensors_(tensors) {
+  const int L = layout_.ranks_per_node;
+  // Node: the ranks of this node by rank; cross: local rank l of every node, by node.
+  node_ = world.split(layout_.node, world.rank());
+  cross_ = world.split(layout_.local_rank, layout_.node);
+  QT_CHECK(node_->size() == L && node_->rank() == layout_.local_rank && cross_->size() == layout_.nodes &&
+               cross_->rank() == layout_.node,
+           "hierarchical exchange: the node split gave {} ranks (rank {}), the cross split {} (rank {})", node_->size(),
+           node_->rank(), cross_->size(), cross_->rank());
+  // Stripes: L per tensor at the units the tensor's method needs (whole columns for column methods),
+  // as reduce-scatter + allgather cuts them; the method is decided on the whole tensor's size.
+  std::vector<ExchangeTensor> inter_tensors;
+  int64_t offset = 0;
+  stripes_.resize(tensors_.size());
+  inter_index_.assign(tensors_.size(), -1);
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const ExchangeTensor& x = tensors_[t];
+    const QuantSpec spec = quantization.resolve(x.layer_name, x.layer_type, x.numel);
+    const std::vector<int64_t> bounds =
+        GradientExchange::stripe_bounds(x.numel, GradientExchange::stripe_unit(spec, x.column), L);
+    for (int l = 0; l < L; ++l)
+      stripes_[t].push_back({bounds[static_cast<size_t>(l)], bounds[static_cast<size_t>(l) + 1] - bounds[static_cast<size_t>(l)]});
+    const Stripe& s = stripes_[t][static_cast<size_t>(layout_.local_rank)];
+    if (s.length == 0) continue;  // the same on every node: the cross group skips the tensor alike
+    ExchangeTensor part = x;
+    part.offset = offset;
+    part.numel = s.length;
+    part.column = s.length % x.column == 0 ? x.column : 1;
+    part.decided_numel = x.numel;
+    // PowerSGD's matrix of the stripe: whole rows of the tensor's matrix, else a vector (sent in fp32).
+    const int64_t row_length = x.rows > 0 ? x.numel / x.rows : 0;
+    part.rows = row_length > 0 && s.begin % row_length == 0 && s.length % row_length == 0 ? s.length / row_length : 0;
+    inter_index_[t] = static_cast<int>(inter_tensors.size());
+    inter_tensors.push_back(part);
+    offset += s.length;
+  }
+  CommunicationConfig inner = config;
+  inner.hierarchy = "flat";
+  inner.mean = false;     // the mean over all N L ranks is taken once, at the end
+  inner.overlap = false;  // the node's sum must be complete before any stripe leaves
+  ctx_ = std::make_unique<Context>(Context::cpu(seed, 1));
+  mine_ = Tensor::zeros({std::max<int64_t>(offset, 1)}, DType::f32, device_);
+  inter_ = std::make_unique<GradientExchange>(*cross_, device_, seed, inner, quantization, std::move(inter_tensors));
+  stats_.bytes_sent_per_tensor.assign(tensors_.size(), 0.0);
+}
+
+HierarchicalExchange::~HierarchicalExchange() = default;
+
+void HierarchicalExchange::sum_in_node(Tensor& grads) {
+  if (node_->size() == 1) return;
+  float* g = grads.data<float>();
+  const int64_t n = grads.numel();
+  if (config_.intra == "bf16") {
+    half_.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) half_[static_cast<size_t>(i)] = float_to_bf16(g[i]);
+    node_->all_reduce_sum(*ctx_, half_.data(), n, ReduceType::bf16);
+    for (int64_t i = 0; i < n; ++i) g[i] = bf16_to_float(half_[static_cast<size_t>(i)]);
+  } else {
+    node_->all_reduce_sum(*ctx_, g, n, ReduceType::f32);
+  }
+}
+
+void HierarchicalExchange::exchange(Tensor& grads, uint64_t step) {
+  QT_CHECK(grads.device().is_cpu() && grads.dtype() == DType::f32, "hierarchical exchange: f32 CPU gradients only");
+  const auto t0 = Clock::now();
+  sum_in_node(grads);
+  const double intra_sum_s = since(t0);
+  // This rank's stripes into the cross-node exchange's arena, exchanged, and back.
+  float* g = grads.data<float>();
+  float* own = mine_.data<float>();
+  int64_t at = 0;
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const Stripe& s = stripes_[t][static_cast<size_t>(layout_.local_rank)];
+    std::memcpy(own + at, g + tensors_[t].offset + s.begin, static_cast<size_t>(s.length) * sizeof(float));
+    at += s.length;
+  }
+  inter_->exchange(*ctx_, mine_, step);
+  const auto t1 = Clock::now();
+  at = 0;
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const Stripe& s = stripes_[t][static_cast<size_t>(layout_.local_rank)];
+    std::memcpy(g + tensors_[t].offset + s.begin, own + at, static_cast<size_t>(s.length) * sizeof(float));
+    at += s.length;
+  }
+  if (node_->size() > 1) {
+    const auto bytes = static_cast<size_t>(at) * sizeof(float);
+    node_->all_gather_bytes(*ctx_, {reinterpret_cast<const uint8_t*>(own), bytes}, gathered_, sizes_, offsets_);
+    for (int l = 0; l < node_->size(); ++l) {
+      if (l == layout_.local_rank) continue;
+      const uint8_t* block = gathered_.data() + offsets_[static_cast<size_t>(l)];
+      size_t from = 0;
+      for (size_t t = 0; t < tensors_.size(); ++t) {
+        const Stripe& s = stripes_[t][static_cast<size_t>(l)];
+        const size_t n = static_cast<size_t>(s.length) * sizeof(float);
+        QT_CHECK(from + n <= sizes_[static_cast<size_t>(l)],
+                 "hierarchical exchange: local rank {} sent {} bytes, fewer than its stripes take", l,
+                 sizes_[static_cast<size_t>(l)]);
+        std::memcpy(g + tensors_[t].offset + s.begin, block + from, n);
+        from += n;
+      }
+    }
+  }
+  if (config_.mean) {
+    const float scale = 1.0f / static_cast<float>(world_size_);
+    for (int64_t i = 0, n = grads.numel(); i < n; ++i) g[i] *= scale;
+  }
+  stats_.phases.add(Phase::communicate, intra_sum_s + since(t1));
+}
+
+std::vector<std::pair<std::string, Tensor>> HierarchicalExchange::state() {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, t] : inter_->state()) out.emplace_back("inter/" + name, t);
+  return out;
+}
+
+ExchangeStats HierarchicalExchange::take_stats() {
+  const ExchangeStats inner = inter_->take_stats();
+  ExchangeStats out = stats_;
+  for (int p = 0; p < PhaseTimers::kCount; ++p)
+    out.phases.add(static_cast<Phase>(p), inner.phases.seconds(static_cast<Phase>(p)));
+  for (size_t t = 0; t < tensors_.size(); ++t)
+    if (inter_index_[t] >= 0) out.bytes_sent_per_tensor[t] += inner.bytes_sent_per_tensor[static_cast<size_t>(inter_index_[t])];
+  out.bytes_sent = 0;
+  for (double b : out.bytes_sent_per_tensor) out.bytes_sent += b;
+  out.steps = inner.steps;
+  stats_ = ExchangeStats{};
+  stats_.bytes_sent_per_tensor.assign(tensors_.size(), 0.0);
+  return out;
+}
+
+std::string HierarchicalExchange::describe() const {
+  return fmt::format("two levels: {} node(s) x {} rank(s); inside a node an {} sum, then this rank's stripe of each "
+                     "tensor between nodes (local rank {} of every node), then an allgather inside the node:\n{}",
+                     layout_.nodes, layout_.ranks_per_node, config_.intra, layout_.local_rank, inter_->describe());
+}
+
+}  // namespace qtrain
