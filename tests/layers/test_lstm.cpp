@@ -52,8 +52,10 @@ TEST_CASE("lstm: float64 gradient check", "[lstm][gradcheck]") {
 
 TEST_CASE("lstm: the directions side by side on two lanes give one lane's bits", "[lstm][threads]") {
   // A bidirectional LSTM on a context with 2 lanes runs its two directions' recurrences at once;
-  // outputs, input gradients and every parameter gradient must equal the sequential run's, in both
-  // element types (and the float64 gradient check holds on 2 lanes too).
+  // outputs, input gradients and every parameter gradient must equal the sequential run's (and the
+  // float64 gradient check holds on 2 lanes too). Bit for bit in float64, where OpenBLAS's dgemm gives
+  // the same bits on 1 and 2 threads; its sgemm does not (its small-matrix kernels depend on the thread
+  // count, also without the lanes), so float32 is held to rounding.
   for (const DType dtype : {DType::f32, DType::f64}) {
     // Long enough (a few ms per direction) that the two lanes really overlap.
     const std::vector<int32_t> lengths{300, 120, 0, 299};
@@ -78,9 +80,21 @@ TEST_CASE("lstm: the directions side by side on two lanes give one lane's bits",
     };
     const Run one = run(1), two = run(2);
     INFO(dtype_name(dtype));
-    CHECK(std::memcmp(one.y.raw(), two.y.raw(), one.y.nbytes()) == 0);
-    CHECK(std::memcmp(one.dx.raw(), two.dx.raw(), one.dx.nbytes()) == 0);
-    CHECK(std::memcmp(one.bound.grads.raw(), two.bound.grads.raw(), one.bound.grads.nbytes()) == 0);
+    if (dtype == DType::f64) {
+      CHECK(std::memcmp(one.y.raw(), two.y.raw(), one.y.nbytes()) == 0);
+      CHECK(std::memcmp(one.dx.raw(), two.dx.raw(), one.dx.nbytes()) == 0);
+      CHECK(std::memcmp(one.bound.grads.raw(), two.bound.grads.raw(), one.bound.grads.nbytes()) == 0);
+    } else {
+      for (const auto& [a, b] : {std::pair{&one.y, &two.y}, std::pair{&one.dx, &two.dx},
+                                 std::pair{&one.bound.grads, &two.bound.grads}}) {
+        int64_t far = 0;
+        for (int64_t i = 0; i < a->numel(); ++i) {
+          const float x = a->data<float>()[i], y = b->data<float>()[i];
+          far += std::abs(x - y) > 1e-4f * std::max(1.0f, std::abs(x));
+        }
+        CHECK(far == 0);
+      }
+    }
   }
   Context ctx = Context::cpu(1, 2);
   Lstm lstm({3, 2, true, 1.0});
