@@ -138,11 +138,14 @@ void reduce_powersgd(Workspace& w, const std::vector<int>& ids) {
   w.comm.all_reduce_sum(*w.ctx, q_all, q_values, ReduceType::f32);
   w.stats.phases.add(Phase::communicate, since(t0));
 
-  // The mean Q becomes the state (the next step's warm start); M_hat = P Q^T replaces the gradient,
-  // and the residual (holding M) becomes M - M_hat.
+  // The mean Q becomes the state (the next step's warm start); M_hat = P Q^T, the approximation of
+  // the mean of the ranks' M, replaces the gradient, and the residual (holding this rank's M) becomes
+  // M - M_hat. The mean whatever communication.reduce says: this rank's M is compared with the mean's
+  // approximation; with reduce: sum the gradient is then scaled to the sum's (times the world size).
   t0 = Clock::now();
-  if (w.scale != 1.0f) scale_buffer(*w.ctx, q_all, q_values, w.scale);
   const int P = w.comm.size();
+  if (P != 1) scale_buffer(*w.ctx, q_all, q_values, 1.0f / static_cast<float>(P));
+  const float to_reduce = w.scale * static_cast<float>(P);  // 1 for the mean
   p_at = 0;
   q_at = 0;
   for (int t : compressed) {
@@ -151,6 +154,7 @@ void reduce_powersgd(Workspace& w, const std::vector<int>& ids) {
     copy_buffer(*w.ctx, l.q_t.raw(), q_all + q_at, static_cast<size_t>(s.cols * s.rank) * 4);
     expand_low_rank(*w.ctx, p_all + p_at, l.q_t.data<float>(), s.rows, s.cols, s.rank, w.grad(t),
                     l.residual.defined() ? l.residual.data<float>() : nullptr);
+    if (to_reduce != 1.0f) scale_buffer(*w.ctx, w.grad(t), w.tensor(t).numel, to_reduce);
     // Two ring all-reduces of (rows + cols) * rank floats: each sends 2(P-1)/P of its data.
     w.stats.bytes_sent_per_tensor[static_cast<size_t>(t)] +=
         2.0 * (P - 1) / P * 4.0 * static_cast<double>((s.rows + s.cols) * s.rank);

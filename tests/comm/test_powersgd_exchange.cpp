@@ -245,3 +245,30 @@ TEST_CASE("powersgd: a NaN in one rank's gradient stops every rank with the same
   if (me == 0) again.data<float>()[448 + 777] = std::nanf("");
   REQUIRE_THROWS_WITH(ex.exchange(ctx, again, 1), Catch::Contains("powersgd: the gradient of dense.weight"));
 }
+
+TEST_CASE("powersgd with reduce: sum gives the world size times the mean's gradient and the same state",
+          "[powersgd][mpi]") {
+  auto comm = make_communicator("auto", Device::cpu());
+  const int P = comm->size(), me = comm->rank();
+  const QuantizationConfig qc = quantization("{method: powersgd, rank: 2, start_iter: 1, min_numel: 0}");
+  CommunicationConfig sum = communication(true);
+  sum.mean = false;
+  Context ctx = Context::cpu(kSeed, 1);
+  GradientExchange a(*comm, Device::cpu(), kSeed, communication(true), qc, layout());
+  GradientExchange b(*comm, Device::cpu(), kSeed, sum, qc, layout());
+  for (int k = 0; k < 4; ++k) {
+    INFO("step " << k);
+    Tensor ga = gradients(me, k), gb = gradients(me, k);
+    a.exchange(ctx, ga, static_cast<uint64_t>(k));
+    b.exchange(ctx, gb, static_cast<uint64_t>(k));
+    if (k == 0) continue;  // before start_iter: the fp32 path (tested elsewhere)
+    // Compressed tensors: P (a power of two here) times the mean's bits; the residuals and Q alike.
+    int64_t wrong = 0;
+    for (const ExchangeTensor& x : {layout()[0], layout()[2]})
+      for (int64_t i = 0; i < x.numel; ++i)
+        wrong += gb.data<float>()[x.offset + i] != ga.data<float>()[x.offset + i] * static_cast<float>(P);
+    CHECK(wrong == 0);
+    std::map<std::string, Tensor> sa = state_of(a), sb = state_of(b);
+    for (auto& [name, t] : sa) CHECK(std::memcmp(t.raw(), sb.at(name).raw(), t.nbytes()) == 0);
+  }
+}
