@@ -112,6 +112,13 @@ std::vector<QuantSpec> all_method_variants() {
   return specs;
 }
 
+std::vector<QuantSpec> payload_method_variants() {
+  std::vector<QuantSpec> specs;
+  for (const QuantSpec& s : all_method_variants())
+    if (method_info(s.method).payload) specs.push_back(s);
+  return specs;
+}
+
 bool QuantOverride::matches(const std::string& layer_name, const std::string& layer_type) const {
   return glob_match(name_pattern, layer_name) && glob_match(type_pattern, layer_type);
 }

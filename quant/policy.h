@@ -32,6 +32,9 @@ QuantSpec parse_method_entry(const std::string& entry);
 
 // Every method's variants (QuantMethodInfo::variants), as the tests and benchmarks sweep them.
 std::vector<QuantSpec> all_method_variants();
+// The variants of the payload methods only: those a Quantizer encodes (not powersgd, which the
+// gradient exchange runs as an algorithm of its own; QuantMethodInfo::payload).
+std::vector<QuantSpec> payload_method_variants();
 // The same as a `--methods` list: "fp32,fp16,...,qsgd:bits=2,...".
 std::string method_variant_list();
 

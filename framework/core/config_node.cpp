@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -284,6 +285,20 @@ T ConfigNode::convert(const std::string& key, const YAML::Node& value, const cha
   }
 }
 
+// Integers are read in base 10 whatever their leading zeros: yaml-cpp follows YAML 1.1 and reads
+// "012" as octal 10 and fails on "028", where a config's author (and YAML 1.2) means twelve and 28.
+template <typename T>
+T ConfigNode::decimal_integer(const std::string& key, const std::string& text, const std::string& what) const {
+  T x{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, x, 10);
+  if (ec == std::errc::result_out_of_range)
+    fail(key, fmt::format("{}must be an integer in [{}, {}], got {}", what, std::numeric_limits<T>::min(),
+                          std::numeric_limits<T>::max(), text));
+  if (ec != std::errc() || ptr != end) fail(key, fmt::format("{}must be an integer, got {}", what, text));
+  return x;
+}
+
 template <typename T> T ConfigNode::get(const std::string& key, T fallback) {
   known_.insert(key);
   YAML::Node v = lookup(key);
@@ -296,7 +311,7 @@ template <typename T> T ConfigNode::get(const std::string& key, T fallback) {
     const bool digits = !s.empty() && std::all_of(s.begin() + (s[0] == '-' ? 1 : 0), s.end(), ::isdigit) &&
                         s != "-";
     if (!digits) fail(key, fmt::format("must be an integer, got {}", scalar_text(v)));
-    return convert<T>(key, v, "an integer");
+    return decimal_integer<T>(key, s, "");
   } else {
     return convert<T>(key, v, "a number");
   }
@@ -365,7 +380,7 @@ std::vector<int64_t> ConfigNode::get_int_list(const std::string& key, std::vecto
     const std::string& s = v[i].IsScalar() ? v[i].Scalar() : std::string();
     const bool digits = !s.empty() && std::all_of(s.begin() + (s[0] == '-' ? 1 : 0), s.end(), ::isdigit);
     if (!digits) fail(key, fmt::format("entry {} must be an integer, got {}", i, scalar_text(v[i])));
-    const int64_t x = v[i].as<int64_t>();
+    const auto x = decimal_integer<int64_t>(key, s, fmt::format("entry {} ", i));
     if (x < min || x > max) fail(key, fmt::format("entry {} must be in [{}, {}], got {}", i, min, max, x));
     out.push_back(x);
   }

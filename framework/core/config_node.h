@@ -76,6 +76,9 @@ class ConfigNode {
  private:
   YAML::Node lookup(const std::string& key) const;
   template <typename T> T convert(const std::string& key, const YAML::Node& value, const char* expected) const;
+  // `text` (digits with an optional '-') as a base-10 T; `what` prefixes the message ("entry 2 ").
+  template <typename T>
+  T decimal_integer(const std::string& key, const std::string& text, const std::string& what) const;
 
   YAML::Node node_;
   std::string path_;

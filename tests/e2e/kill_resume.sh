@@ -51,24 +51,9 @@ train() {  # train RUN_DIR METHOD [--resume]
   else "${mpirun[@]}" "$qtrain" train "$tmp/small.yaml" "${args[@]}" --set output.dir="$dir"; fi
 }
 
-# The state a run ends with, as one line per tensor: name and a hash of its bytes (metadata such as
-# wall-clock times is left out).
-state_of() {
-  /usr/bin/python3 - "$1" <<'EOF_PY'
-import hashlib, json, struct, sys, glob, os
-d = sys.argv[1]
-for f in sorted(glob.glob(os.path.join(d, "checkpoint*.safetensors"))):
-    b = open(f, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    header = json.loads(b[8:8 + n])
-    step = header.get("__metadata__", {}).get("step")
-    for name, t in sorted(header.items()):
-        if name == "__metadata__":
-            continue
-        lo, hi = t["data_offsets"]
-        print(os.path.basename(f), "step", step, name, hashlib.sha256(b[8 + n + lo:8 + n + hi]).hexdigest()[:16])
-EOF_PY
-}
+# The state a run ends with: one line per tensor of its checkpoint files (the metadata, which holds
+# wall-clock times, is left out).
+state_of() { "$src/tests/support/checkpoint_tensors.py" "$1"; }
 
 for method in onebit qsgd; do
   train "$tmp/ref-$method" "$method" >"$tmp/ref.log" 2>&1 || { echo "FAIL: the uninterrupted $method run"; tail -3 "$tmp/ref.log"; exit 1; }

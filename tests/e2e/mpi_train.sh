@@ -113,16 +113,7 @@ fi
 #     and 8 steps + a resume of 8 end with the parameters and every rank's residuals of 16 straight
 two=(--set quantization.method=onebit --set communication.hierarchy=two_level --set communication.ranks_per_node=2
      --debug-check-replicas 4)
-tensors() {  # the tensors of a run directory's checkpoint files, one "file name hash" line each
-  /usr/bin/python3 - "$1" <<'EOF_PY'
-import glob, hashlib, json, os, struct, sys
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "checkpoint*.safetensors"))):
-    b = open(f, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
-    for k, v in sorted(h.items()):
-        if k != "__metadata__":
-            print(os.path.basename(f), k, hashlib.sha256(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]).hexdigest()[:16])
-EOF_PY
-}
+tensors() { "$src/tests/support/checkpoint_tensors.py" "$1"; }
 if "${mpirun[@]}" -np 4 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=16 --set output.dir="$tmp/two" \
      "${two[@]}" >"$tmp/log" 2>&1 &&
    grep -q "two levels: 2 node(s) x 2 rank(s)" "$tmp/two/train.log" &&

@@ -48,6 +48,21 @@ TEST_CASE("wrong types are reported with the expected type", "[config]") {
   REQUIRE_THROWS_WITH(n.get_int("lr", 1, 1, 100), Catch::Contains("lr must be an integer, got '1.5'"));
 }
 
+TEST_CASE("integers are base 10 whatever their leading zeros, and out of range is an error, not a throw", "[config]") {
+  // yaml-cpp alone reads 012 as octal 10 and throws its own exception on 028 (a fuzzing finding).
+  ConfigNode n = parse("a: 012\nb: 028\nc: [1, 028, 012]\nd: 99999999999999999999\ne: [1, -99999999999999999999]\n");
+  REQUIRE(n.get_int("a", 0, 0, 100) == 12);
+  REQUIRE(n.get_int("b", 0, 0, 100) == 28);
+  REQUIRE(n.get_int_list("c", {}, 0, 100) == std::vector<int64_t>{1, 28, 12});
+  REQUIRE_THROWS_WITH(n.get_int("d", 0, 0, 100),
+                      Catch::Contains("test.yaml:4:4") && Catch::Contains("d must be an integer in [") &&
+                          Catch::Contains("got 99999999999999999999"));
+  REQUIRE_THROWS_WITH(n.get_int_list("e", {}, -100, 100),
+                      Catch::Contains("e entry 1 must be an integer in [") && Catch::Contains("got -99999999999999999999"));
+  ConfigNode u = parse("n: -1\n");
+  REQUIRE_THROWS_WITH(u.get<uint64_t>("n", 0), Catch::Contains("n must be an integer"));
+}
+
 TEST_CASE("unknown keys are rejected with a suggestion", "[config]") {
   ConfigNode n = parse("optimiser: {}\nname: x\n");
   n.get<std::string>("name", "");

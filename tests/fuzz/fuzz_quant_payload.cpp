@@ -1,6 +1,7 @@
-// Fuzz target quant_payload: the payload decoders of every quantization method and the encode ->
-// decode round trip. The methods come from the registry (quant_methods(): every variant its
-// descriptor lists), so a method added to quant/methods.def is fuzzed without a change here.
+// Fuzz target quant_payload: the payload decoders of every payload quantization method and the
+// encode -> decode round trip. The methods come from the registry (payload_method_variants(): every
+// variant the descriptors list, less the methods without a payload such as powersgd), so a method
+// added to quant/methods.def is fuzzed without a change here.
 //
 // Input: byte 0 picks the variant; bytes 1-2 the rows (0..255) and byte 3 the column length
 // (1..32) of a span of n = rows * column values; byte 4 the step (the random key of stochastic
@@ -27,7 +28,7 @@ using namespace qtrain::fuzz;
 namespace {
 
 const std::vector<QuantSpec>& variants() {
-  static const std::vector<QuantSpec> specs = all_method_variants();
+  static const std::vector<QuantSpec> specs = payload_method_variants();
   return specs;
 }
 

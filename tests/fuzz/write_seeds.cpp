@@ -61,8 +61,9 @@ std::string file_name_of(std::string s) {
 // the null pointers an empty span passed to memcpy and memset (docs/fuzzing.md).
 void quant_payload_seeds() {
   Context ctx = Context::cpu(1, 1);
-  uint8_t index = 0;  // of the variant among all_method_variants(), which lists them in this order
+  uint8_t index = 0;  // of the variant among payload_method_variants(), which lists them in this order
   for (const QuantMethodInfo* method : quant_methods()) {
+    if (!method->payload) continue;
     for (const std::string& variant : method->variants) {
       const std::unique_ptr<Quantizer> q = make_quantizer(parse_method_entry(variant));
       for (const auto& [rows, column] : {std::pair<int64_t, int64_t>{4, 8}, {3, 5}, {0, 1}}) {

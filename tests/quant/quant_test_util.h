@@ -61,12 +61,7 @@ inline QuantSpec spec_of(QuantMethod m) { return QuantSpec::defaults(m); }
 // descriptor lists (quant/method.h), so that a new method is covered by its registry line. Methods
 // without a payload (`payload = false`: powersgd, which the gradient exchange runs as its own
 // algorithm) have no Quantizer to test here; tests/comm covers them.
-inline std::vector<QuantSpec> all_specs() {
-  std::vector<QuantSpec> specs;
-  for (const QuantSpec& s : all_method_variants())
-    if (method_info(s.method).payload) specs.push_back(s);
-  return specs;
-}
+inline std::vector<QuantSpec> all_specs() { return payload_method_variants(); }
 
 // The same specs with error feedback on wherever the method allows it.
 inline std::vector<QuantSpec> all_specs_with_ef() {

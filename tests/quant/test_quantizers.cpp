@@ -91,7 +91,9 @@ size_t documented_size(const QuantSpec& s, int64_t n, int64_t column, const std:
       const int64_t k = n == 0 ? 0 : std::max<int64_t>(1, std::llround(s.number("fraction") * static_cast<double>(n)));
       return pad8(32 + 4 * k);
     }
+    case QuantMethod::powersgd: break;  // no payload: all_specs() leaves it out
   }
+  FAIL("documented_size: " << s.str() << " has no payload size in docs/quantizers.md");
   return 0;
 }
 
