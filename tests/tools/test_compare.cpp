@@ -153,6 +153,56 @@ TEST_CASE("predict: encode and decode scale with the algorithm", "[predict]") {
   CHECK(t.decode_s == Approx(0.02));
 }
 
+TEST_CASE("predict: nodes of several ranks share their link; two levels send the bucket once per node", "[predict]") {
+  const predict::Network net{1e9, 0.0, 10e9, 0.0};  // 1 GB/s between nodes, 10 GB/s inside
+  predict::Bucket q;                                   // a reduce-scatter + allgather payload
+  q.values = 1e6;
+  q.rsag_values = 1e6;
+  q.rsag_bytes = 0.5e6;
+  // One rank per node: the flat formulas (2 * 3/4 * 0.5 MB at 1 GB/s).
+  CHECK(predict::communicate_time(q, predict::Topology{4, 1}, net) == Approx(0.75e-3));
+  CHECK(predict::communicate_time(q, predict::Topology{4, 1}, net) == predict::communicate_time(q, 4, net));
+  // 2 nodes x 2: each rank sends its 3 stripes (b/4) to the 2 ranks of the other node, twice; the
+  // node's 2 ranks share the link: 2 * 2 * (2-1)/2 * 0.5 MB / 1 GB/s = 1 ms (not 0.75).
+  CHECK(predict::communicate_time(q, predict::Topology{2, 2}, net) == Approx(1e-3));
+  // One node of 4: the intra link.
+  CHECK(predict::communicate_time(q, predict::Topology{1, 4}, net) == Approx(0.075e-3));
+  // Allgather: each of a node's 2 ranks sends its payload to the other node's 2: 4 payloads per link.
+  predict::Bucket g;
+  g.allgather_bytes = 1e6;
+  CHECK(predict::communicate_time(g, predict::Topology{2, 2}, net) == Approx(4e-3));
+  // Ring allreduce: one stream per link, 2 * 3/4 * 4 MB.
+  CHECK(predict::communicate_time(fp32_bucket(1e6), predict::Topology{2, 2}, net) == Approx(6e-3));
+
+  // Two levels, 2 x 2: an fp32 ring allreduce of 4 MB on 2 ranks inside (2 * 1/2 * 4 MB / 10 GB/s =
+  // 0.4 ms), the bucket's payload between 2 nodes (2 * 1/2 * 0.5 MB / 1 GB/s = 0.5 ms), the fp32
+  // allgather of the 2 stripes (1/2 * 4 MB / 10 GB/s = 0.2 ms).
+  const predict::TwoLevelTimes t = predict::two_level_time(q, predict::Topology{2, 2}, net, 4);
+  CHECK(t.intra_sum_s == Approx(0.4e-3));
+  CHECK(t.inter_s == Approx(0.5e-3));
+  CHECK(t.intra_gather_s == Approx(0.2e-3));
+  CHECK(predict::two_level_time(q, predict::Topology{2, 2}, net, 2).intra_sum_s == Approx(0.2e-3));  // bf16 inside
+
+  // The step: two levels run after backward without overlap, and encode a stripe (n/G) on N ranks.
+  predict::StepProfile p = compute_only(0.0, 1.0);
+  p.buckets = {q};
+  p.measured_ranks = 4;
+  p.encode_s = 1e-3;  // weight at 4 ranks: n (1 + 1/4) = 1.25e6 values
+  p.decode_s = 0;
+  const predict::StepPrediction two = predict::predict_step(p, predict::Topology{2, 2}, net, predict::Hierarchy::two_level);
+  const double encode = 1e-3 / 1.25e6 * (0.5e6 * (1 + 1.0 / 2));
+  CHECK(two.encode_s == Approx(encode));
+  CHECK(two.communicate_s == Approx(1.1e-3));
+  CHECK(two.exposed_s == Approx(encode + 1.1e-3));
+  // Flat overlaps: the one bucket is ready at the end of backward anyway, so everything is exposed.
+  const predict::StepPrediction flat = predict::predict_step(p, predict::Topology{2, 2}, net, predict::Hierarchy::flat);
+  CHECK(flat.communicate_s == Approx(1e-3));
+  CHECK(flat.encode_s == Approx(1e-3));
+  // Two levels with one rank per node, or on one node, are the flat exchange.
+  CHECK(predict::predict_step(p, predict::Topology{4, 1}, net, predict::Hierarchy::two_level).step_s ==
+        predict::predict_step(p, 4, net).step_s);
+}
+
 TEST_CASE("predict: bandwidth and latency parsing", "[predict]") {
   CHECK(predict::parse_bandwidth("1gbit", "x") == Approx(125e6));
   CHECK(predict::parse_bandwidth("10Gbit", "x") == Approx(1.25e9));
@@ -341,6 +391,25 @@ TEST_CASE("compare and predict: bad run directories", "[compare]") {
   std::ofstream(tmp.path() / "metrics.csv") << MetricsWriter::header() << "\n1,2,3\n";
   CHECK_THAT(error_of([&] { load_run(tmp.path().string(), "x"); }), Catch::Contains("metrics.csv:2: 3 cells"));
   CHECK_THAT(error_of([&] { load_finished_runs(tmp.path().string()); }), Catch::Contains("no finished runs"));
+}
+
+TEST_CASE("predict: a run's shape and two levels come from its log", "[predict]") {
+  TempDir tmp;
+  const fs::path flat = tmp.path() / "flat", two = tmp.path() / "two", vote = tmp.path() / "vote";
+  write_run(flat, "{method: qsgd}", {row(1, 10, 5, 0.9, 100)}, 4);
+  write_run(two, "{method: qsgd}", {row(1, 10, 5, 0.9, 100)}, 4);
+  write_run(vote, "{method: signsgd, min_numel: 0}", {row(1, 10, 5, 0.9, 100)}, 4);
+  const RunRecord one_per_node = load_run(flat.string(), "qsgd");
+  CHECK((one_per_node.nodes == 4 && one_per_node.ranks_per_node == 1 && !one_per_node.two_level));
+  std::ofstream(flat / "train.log", std::ios::app) << "[2026-01-01 00:00:00.000] topology: 2 node(s) x 2 rank(s), "
+                                                      "communicator mpi\n  h0: rank 0 (local 0, cpu), rank 1 (local 1, cpu)\n";
+  std::ofstream(two / "train.log", std::ios::app)
+      << "[2026-01-01 00:00:00.000] topology: 2 node(s) x 2 rank(s), communicator mpi\n"
+         "[2026-01-01 00:00:00.000] gradient exchange:\ntwo levels: 2 node(s) x 2 rank(s); inside a node an bf16 sum, then\n";
+  const RunRecord f = load_run(flat.string(), "qsgd"), t = load_run(two.string(), "qsgd");
+  CHECK((f.nodes == 2 && f.ranks_per_node == 2 && !f.two_level && f.two_level_unsuited.empty()));
+  CHECK((t.nodes == 2 && t.ranks_per_node == 2 && t.two_level && t.intra == "bf16"));
+  CHECK(load_run(vote.string(), "signsgd").two_level_unsuited == "signsgd");
 }
 
 TEST_CASE("compare and predict: damaged cells and sweep files are named", "[compare]") {

@@ -1,8 +1,9 @@
-// `qtrain predict --from RUN_DIR|SWEEP_DIR [--gpus 2,4,...] [--bandwidth 1gbit,...] [--latency 5us]
-//  [--check DIR]...`: the step-time model of predict_model.h applied to measured runs. Prints Markdown
-// tables of predicted time per step and speedup over one replica per method, scale and bandwidth,
-// which method is fastest where, and where quantization stops paying off. --check compares the
-// prediction with runs measured at other world sizes (prediction error).
+// `qtrain predict --from RUN_DIR|SWEEP_DIR [--gpus 2,4,...| --nodes 2,16 --gpus-per-node 2,8]
+//  [--bandwidth 1gbit,...] [--latency 5us] [--intra-bandwidth 100GB/s] [--check DIR]...`: the step-time
+// model of predict_model.h applied to measured runs. Prints Markdown tables of predicted time per step
+// and speedup over one replica per method, scale and bandwidth, which method is fastest where, and
+// where quantization stops paying off; on nodes of several ranks, flat and two-level rows. --check
+// compares the prediction with runs measured at other world sizes and shapes (prediction error).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -54,27 +55,77 @@ double median(std::vector<double> v) {
 
 struct PredictArgs {
   std::string from;
-  std::string gpus = "2,4,8,16,32,96";
+  std::string gpus;  // default 2,4,8,16,32,96 (one rank per node)
+  std::string nodes, gpus_per_node;
   std::string bandwidth = "1gbit,10gbit,100gbit";
   std::string latency = "5us";
+  std::string intra_bandwidth = "100GB/s";
+  std::string intra_latency = "2us";
+  std::string intra = "fp32";
   bool own_compute = false;
   std::vector<std::string> check;
 };
 
-void run_predict(const PredictArgs& a) {
-  std::vector<RunRecord> runs = load_runs(a.from);
-  std::vector<int> gpus;
-  for (const std::string& g : split(a.gpus)) {
+std::vector<int> positive_list(const std::string& list, const std::string& what) {
+  std::vector<int> out;
+  for (const std::string& g : split(list)) {
     char* end = nullptr;
     const long v = std::strtol(g.c_str(), &end, 10);
-    if (*end != '\0' || v < 1 || v > 1000000) input_error("--gpus: expected positive integers, got '{}'", g);
-    gpus.push_back(static_cast<int>(v));
+    if (*end != '\0' || v < 1 || v > 1000000) input_error("{}: expected positive integers, got '{}'", what, g);
+    out.push_back(static_cast<int>(v));
   }
-  if (gpus.empty()) input_error("--gpus: the list is empty");
+  if (out.empty()) input_error("{}: the list is empty", what);
+  return out;
+}
+
+// A column of the tables: a cluster shape.
+struct Shape {
+  predict::Topology topology;
+  std::string label;
+};
+
+std::vector<Shape> shapes_of(const PredictArgs& a) {
+  std::vector<Shape> shapes;
+  if (a.nodes.empty() && a.gpus_per_node.empty()) {
+    for (int p : positive_list(a.gpus.empty() ? "2,4,8,16,32,96" : a.gpus, "--gpus"))
+      shapes.push_back({{p, 1}, fmt::format("p={}", p)});
+    return shapes;
+  }
+  if (!a.gpus.empty())
+    input_error("--gpus and --nodes/--gpus-per-node both given: use --gpus for one rank per node, or --nodes with "
+                "--gpus-per-node for nodes of several");
+  for (int n : positive_list(a.nodes.empty() ? "1" : a.nodes, "--nodes"))
+    for (int g : positive_list(a.gpus_per_node.empty() ? "1" : a.gpus_per_node, "--gpus-per-node"))
+      shapes.push_back({{n, g}, fmt::format("{}x{}", n, g)});
+  return shapes;
+}
+
+// A row of the tables: a run, flat or in two levels.
+struct Row {
+  const RunRecord* run;
+  predict::Hierarchy hierarchy;
+  std::string label;
+};
+
+void run_predict(const PredictArgs& a) {
+  std::vector<RunRecord> runs = load_runs(a.from);
+  for (const RunRecord& r : runs)
+    if (r.two_level)
+      input_error("{}: this run exchanged in two levels; predict fits its per-value costs to a flat run (measure one "
+                  "with communication.hierarchy: flat, or on one node)",
+                  r.dir);
+  const std::vector<Shape> shapes = shapes_of(a);
   std::vector<double> bandwidths;
   for (const std::string& b : split(a.bandwidth)) bandwidths.push_back(predict::parse_bandwidth(b, "--bandwidth"));
   if (bandwidths.empty()) input_error("--bandwidth: the list is empty");
   const double latency = predict::parse_latency(a.latency, "--latency");
+  const double intra_bandwidth = predict::parse_bandwidth(a.intra_bandwidth, "--intra-bandwidth");
+  const double intra_latency = predict::parse_latency(a.intra_latency, "--intra-latency");
+  if (a.intra != "fp32" && a.intra != "bf16") input_error("--intra: expected fp32 or bf16, got '{}'", a.intra);
+  const double intra_bytes = a.intra == "bf16" ? 2 : 4;
+  auto network = [&](double bw) { return predict::Network{bw, latency, intra_bandwidth, intra_latency}; };
+  bool several_per_node = false;
+  for (const Shape& s : shapes) several_per_node |= s.topology.nodes > 1 && s.topology.ranks_per_node > 1;
 
   // The methods share the model and batch: their compute differs only by measurement noise, so by
   // default every method gets the median compute of the runs (each keeps its own encode / decode).
@@ -98,7 +149,8 @@ void run_predict(const PredictArgs& a) {
   out += "| method | measured on | compute ms (data+fwd+bwd+opt) | encode ms | decode ms | payload MB | bits per value | buckets |\n"
          "|---|---|---|---|---|---|---|---|\n";
   for (const RunRecord& r : runs)
-    out += fmt::format("| {} | {} rank(s) | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.2f} | {} |\n", r.label, r.ranks,
+    out += fmt::format("| {} | {} rank(s){} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.2f} | {} |\n", r.label, r.ranks,
+                       r.ranks_per_node > 1 ? fmt::format(", {} node(s) x {}", r.nodes, r.ranks_per_node) : "",
                        1e3 * r.profile.compute_s(), 1e3 * r.profile.encode_s, 1e3 * r.profile.decode_s,
                        r.payload_bytes / 1e6, r.bits_per_value(), r.profile.buckets.size());
   if (runs.size() > 1 && !a.own_compute) out += "\nCompute: the median over the runs (--own-compute to keep each run's).\n";
@@ -107,50 +159,83 @@ void run_predict(const PredictArgs& a) {
   for (const RunRecord& r : runs)
     if (r.label == "fp32" || (fp32 == nullptr && r.method.rfind("fp32", 0) == 0)) fp32 = &r;
 
+  std::vector<Row> rows;
+  for (const RunRecord& r : runs) {
+    rows.push_back({&r, predict::Hierarchy::flat, several_per_node ? r.label + ", flat" : r.label});
+    if (several_per_node && r.two_level_unsuited.empty())
+      rows.push_back({&r, predict::Hierarchy::two_level, fmt::format("{}, two levels ({} inside)", r.label, a.intra)});
+  }
+  if (several_per_node) {
+    out += fmt::format("\nNodes of several ranks: one network link per node shared by its ranks, {} per rank and "
+                       "{:g} us inside a node (--intra-bandwidth, --intra-latency). Two levels: an {} sum inside "
+                       "each node, the method between nodes, an allgather inside (after backward, no overlap).\n",
+                       predict::format_bandwidth(intra_bandwidth), intra_latency * 1e6, a.intra);
+    for (const RunRecord& r : runs)
+      if (!r.two_level_unsuited.empty())
+        out += fmt::format("{}: flat only ({} cannot go in two levels: its result is not a sum of decoded payloads).\n",
+                           r.label, r.two_level_unsuited);
+  }
+
   for (double bw : bandwidths) {
-    const predict::Network net{bw, latency};
+    const predict::Network net = network(bw);
     out += fmt::format("\n## {} per link, latency {:g} us\n\nTime per step in ms (speedup over one replica):\n\n| method |",
                        predict::format_bandwidth(bw), latency * 1e6);
-    for (int p : gpus) out += fmt::format(" p={} |", p);
+    for (const Shape& s : shapes) out += fmt::format(" {} |", s.label);
     out += "\n|---|";
-    for (size_t i = 0; i < gpus.size(); ++i) out += "---|";
+    for (size_t i = 0; i < shapes.size(); ++i) out += "---|";
     out += "\n";
-    std::map<int, std::pair<double, std::string>> best;  // p -> fastest
-    for (const RunRecord& r : runs) {
-      out += "| " + r.label + " |";
-      for (int p : gpus) {
-        const predict::StepPrediction s = predict::predict_step(r.profile, p, net);
+    std::map<size_t, std::pair<double, std::string>> best;  // shape -> fastest
+    for (const Row& row : rows) {
+      out += "| " + row.label + " |";
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const predict::StepPrediction s =
+            predict::predict_step(row.run->profile, shapes[i].topology, net, row.hierarchy, intra_bytes);
         out += fmt::format(" {:.1f} ({:.1f}x) |", 1e3 * s.step_s, s.speedup);
-        auto it = best.find(p);
-        if (it == best.end() || s.step_s < it->second.first) best[p] = {s.step_s, r.label};
+        auto it = best.find(i);
+        if (it == best.end() || s.step_s < it->second.first) best[i] = {s.step_s, row.label};
       }
       out += "\n";
     }
     out += "\nFastest:";
-    for (int p : gpus) out += fmt::format(" p={}: {};", p, best[p].second);
+    for (size_t i = 0; i < shapes.size(); ++i) out += fmt::format(" {}: {};", shapes[i].label, best[i].second);
     out.back() = '\n';
     if (fp32 == nullptr) continue;
-    // Where a quantized method is slower than fp32: its extra encode + decode exceeds the exposed
-    // communication it saves.
+    // Where a quantized method is slower than fp32 (both flat): its extra encode + decode exceeds the
+    // exposed communication it saves.
     for (const RunRecord& r : runs) {
       if (&r == fp32) continue;
       std::vector<std::string> losing;
-      for (int p : gpus) {
-        const predict::StepPrediction q = predict::predict_step(r.profile, p, net);
-        const predict::StepPrediction f = predict::predict_step(fp32->profile, p, net);
+      for (const Shape& shape : shapes) {
+        const predict::StepPrediction q = predict::predict_step(r.profile, shape.topology, net, predict::Hierarchy::flat);
+        const predict::StepPrediction f =
+            predict::predict_step(fp32->profile, shape.topology, net, predict::Hierarchy::flat);
         if (q.step_s < f.step_s) continue;
-        losing.push_back(fmt::format("p={} (encode+decode {:.1f} ms vs {:.1f}; communication saved {:.1f} ms)", p,
-                                     1e3 * (q.encode_s + q.decode_s), 1e3 * (f.encode_s + f.decode_s),
+        losing.push_back(fmt::format("{} (encode+decode {:.1f} ms vs {:.1f}; communication saved {:.1f} ms)",
+                                     shape.label, 1e3 * (q.encode_s + q.decode_s), 1e3 * (f.encode_s + f.decode_s),
                                      1e3 * (f.communicate_s - q.communicate_s)));
       }
       if (losing.empty()) out += fmt::format("- {}: faster than fp32 at every scale here.\n", r.label);
-      else if (losing.size() == gpus.size())
+      else if (losing.size() == shapes.size())
         out += fmt::format("- {}: does not pay off at this bandwidth (at {}).\n", r.label, losing.back());
       else {
         out += fmt::format("- {}: does not pay off at", r.label);
         for (const std::string& l : losing) out += " " + l + ";";
         out.back() = '\n';
       }
+    }
+    // Where the two levels beat the same method flat.
+    for (const RunRecord& r : runs) {
+      if (!several_per_node || !r.two_level_unsuited.empty()) continue;
+      std::vector<std::string> gains;
+      for (const Shape& shape : shapes) {
+        if (shape.topology.nodes == 1 || shape.topology.ranks_per_node == 1) continue;
+        const double flat = predict::predict_step(r.profile, shape.topology, net, predict::Hierarchy::flat).step_s;
+        const double two =
+            predict::predict_step(r.profile, shape.topology, net, predict::Hierarchy::two_level, intra_bytes).step_s;
+        gains.push_back(fmt::format("{} {:.2f}x", shape.label, flat / two));
+      }
+      out += fmt::format("- {}: two levels over flat (step time ratio, >1 = two levels faster): {}.\n", r.label,
+                         fmt::join(gains, ", "));
     }
   }
 
@@ -159,19 +244,24 @@ void run_predict(const PredictArgs& a) {
     const std::vector<RunRecord> measured = load_runs(c);
     out += fmt::format("\n## Predicted vs measured: {} ({} Gbit/s, latency {:g} us)\n\n", c, bandwidths.front() * 8 / 1e9,
                        latency * 1e6);
-    out += "| method | ranks | predicted ms/step | measured ms/step | error | predicted exposed ms | measured exposed ms |\n"
-           "|---|---|---|---|---|---|---|\n";
+    out += "| method | ranks | shape | exchange | predicted ms/step | measured ms/step | error | predicted exposed ms | measured exposed ms |\n"
+           "|---|---|---|---|---|---|---|---|---|\n";
     for (const RunRecord& m : measured) {
       const RunRecord* source = nullptr;
       for (const RunRecord& r : runs)
         if (r.label == m.label) source = &r;
       if (source == nullptr) continue;
-      const predict::StepPrediction s = predict::predict_step(source->profile, m.ranks, {bandwidths.front(), latency});
+      const predict::Topology topology{m.nodes, m.ranks_per_node};
+      const predict::StepPrediction s =
+          predict::predict_step(source->profile, topology, network(bandwidths.front()),
+                                m.two_level ? predict::Hierarchy::two_level : predict::Hierarchy::flat,
+                                m.intra == "bf16" ? 2 : 4);
       const double measured_s = m.measured_step_s();
       double exposed = 0;
       for (const MetricsRecord& row : m.rows) exposed += row.exposed_comm_s;
       exposed /= static_cast<double>(std::max<int64_t>(1, m.steps()));
-      out += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:+.0f}% | {:.1f} | {:.1f} |\n", m.label, m.ranks, 1e3 * s.step_s,
+      out += fmt::format("| {} | {} | {}x{} | {} | {:.1f} | {:.1f} | {:+.0f}% | {:.1f} | {:.1f} |\n", m.label, m.ranks,
+                         m.nodes, m.ranks_per_node, m.two_level ? "two levels, " + m.intra + " inside" : "flat", 1e3 * s.step_s,
                          1e3 * measured_s, 100 * (s.step_s - measured_s) / measured_s, 1e3 * s.exposed_s, 1e3 * exposed);
     }
   }
@@ -187,7 +277,20 @@ void add_predict_command(CLI::App& app) {
   cmd->add_option("--from", args->from, "A run directory, or a `qtrain compare` folder (all its finished runs)")
       ->type_name("DIR")
       ->required();
-  cmd->add_option("--gpus", args->gpus, "Replica counts, comma-separated (default 2,4,8,16,32,96)")->type_name("LIST");
+  cmd->add_option("--gpus", args->gpus, "Replica counts, one per node, comma-separated (default 2,4,8,16,32,96)")
+      ->type_name("LIST");
+  cmd->add_option("--nodes", args->nodes, "Node counts, comma-separated, for nodes of several ranks (with --gpus-per-node)")
+      ->type_name("LIST");
+  cmd->add_option("--gpus-per-node", args->gpus_per_node,
+                  "Ranks per node, comma-separated: every --nodes x --gpus-per-node shape, flat and in two levels")
+      ->type_name("LIST");
+  cmd->add_option("--intra-bandwidth", args->intra_bandwidth,
+                  "Inside a node, per rank and direction (default 100GB/s; NVLink 300GB/s, PCIe 4 x16 25GB/s)")
+      ->type_name("RATE");
+  cmd->add_option("--intra-latency", args->intra_latency, "Per-message latency inside a node (default 2us)")
+      ->type_name("TIME");
+  cmd->add_option("--intra", args->intra, "The two levels' precision inside a node: fp32 (default) or bf16")
+      ->type_name("fp32|bf16");
   cmd->add_option("--bandwidth", args->bandwidth, "Link bandwidths, comma-separated (default 1gbit,10gbit,100gbit)")
       ->type_name("LIST");
   cmd->add_option("--latency", args->latency, "Per-message latency, 0 to 10s (default 5us)")->type_name("TIME");

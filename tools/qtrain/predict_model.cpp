@@ -46,6 +46,39 @@ double communicate_time(const Bucket& b, int ranks, const Network& net) {
   return t;
 }
 
+double communicate_time(const Bucket& b, const Topology& topology, const Network& net) {
+  const int N = topology.nodes, G = topology.ranks_per_node;
+  if (G == 1) return communicate_time(b, N, net);
+  if (N == 1) return communicate_time(b, G, {net.intra_bandwidth_bytes_per_s, net.intra_latency_s});
+  const double p = topology.ranks(), B = net.bandwidth_bytes_per_s, a = net.latency_s;
+  double t = 0;
+  if (b.allreduce_bytes > 0) t += 2 * (p - 1) / p * b.allreduce_bytes / B + 2 * (p - 1) * a;
+  if (b.allgather_bytes > 0) t += G * (p - G) * b.allgather_bytes / B + (p - 1) * a;
+  if (b.rsag_bytes > 0) t += 2.0 * G * (N - 1) / N * b.rsag_bytes / B + 2 * (p - 1) * a;
+  return t;
+}
+
+TwoLevelTimes two_level_time(const Bucket& b, const Topology& topology, const Network& net,
+                             double intra_bytes_per_value) {
+  TwoLevelTimes t;
+  const double G = topology.ranks_per_node, Bi = net.intra_bandwidth_bytes_per_s, ai = net.intra_latency_s;
+  if (topology.ranks_per_node > 1) {
+    t.intra_sum_s = 2 * (G - 1) / G * b.values * intra_bytes_per_value / Bi + 2 * (G - 1) * ai;
+    t.intra_gather_s = (G - 1) / G * b.values * 4 / Bi + (G - 1) * ai;
+  }
+  t.inter_s = communicate_time(b, topology.nodes, net);
+  return t;
+}
+
+Bucket stripe_of(const Bucket& b, int ranks_per_node) {
+  const double g = ranks_per_node;
+  Bucket s = b;
+  for (double* v : {&s.values, &s.allreduce_bytes, &s.allgather_bytes, &s.rsag_bytes, &s.allreduce_values,
+                    &s.allreduce_16bit_values, &s.allgather_values, &s.rsag_values})
+    *v /= g;
+  return s;
+}
+
 double encode_time(const Bucket& b, int ranks, double u_encode) { return u_encode * encode_weight(b, ranks); }
 double decode_time(const Bucket& b, int ranks, double u_decode) { return u_decode * decode_weight(b, ranks); }
 
@@ -62,7 +95,15 @@ double fitted_decode_cost(const StepProfile& profile) {
 }
 
 StepPrediction predict_step(const StepProfile& profile, int ranks, const Network& net) {
-  QT_CHECK(ranks >= 1, "predict_step: ranks must be >= 1, got {}", ranks);
+  return predict_step(profile, Topology{ranks, 1}, net, Hierarchy::flat);
+}
+
+StepPrediction predict_step(const StepProfile& profile, const Topology& topology, const Network& net,
+                            Hierarchy hierarchy, double intra_bytes_per_value) {
+  const int ranks = topology.ranks();
+  QT_CHECK(topology.nodes >= 1 && topology.ranks_per_node >= 1, "predict_step: {} node(s) of {} rank(s)",
+           topology.nodes, topology.ranks_per_node);
+  const bool two_levels = hierarchy == Hierarchy::two_level && topology.nodes > 1 && topology.ranks_per_node > 1;
   StepPrediction r;
   r.ranks = ranks;
   r.compute_s = profile.compute_s();
@@ -77,7 +118,17 @@ StepPrediction predict_step(const StepProfile& profile, int ranks, const Network
   double ready_values = 0, end = 0, serial = 0;
   for (const Bucket& b : profile.buckets) {
     ready_values += b.values;
-    const double enc = encode_time(b, ranks, ue), comm = communicate_time(b, ranks, net), dec = decode_time(b, ranks, ud);
+    double enc = 0, comm = 0, dec = 0;
+    if (two_levels) {
+      const Bucket stripe = stripe_of(b, topology.ranks_per_node);
+      enc = encode_time(stripe, topology.nodes, ue);
+      dec = decode_time(stripe, topology.nodes, ud);
+      comm = two_level_time(b, topology, net, intra_bytes_per_value).total();
+    } else {
+      enc = encode_time(b, ranks, ue);
+      dec = decode_time(b, ranks, ud);
+      comm = communicate_time(b, topology, net);
+    }
     r.encode_s += enc;
     r.communicate_s += comm;
     r.decode_s += dec;
@@ -85,7 +136,8 @@ StepPrediction predict_step(const StepProfile& profile, int ranks, const Network
     const double ready = total_values > 0 ? profile.backward_s * ready_values / total_values : profile.backward_s;
     end = std::max(ready, end) + enc + comm + dec;
   }
-  r.exposed_s = profile.overlap ? std::max(0.0, end - profile.backward_s) : serial;
+  // The two levels start once backward has produced every gradient (the node's sum needs them all).
+  r.exposed_s = profile.overlap && !two_levels ? std::max(0.0, end - profile.backward_s) : serial;
   r.step_s = r.compute_s + r.exposed_s;
   r.speedup = r.step_s > 0 ? ranks * r.compute_s / r.step_s : 0;
   return r;

@@ -41,6 +41,26 @@
 //
 // Quantization pays off against fp32 at (p, B) when its encode + decode cost is smaller than the
 // communication it saves (after overlap); compare_methods() reports where that stops being true.
+//
+// Nodes of several ranks (Topology: N nodes of G ranks, p = N G). Each node has one network link of
+// bandwidth B (per direction) that its G ranks share, and a faster link inside (B_i per rank and
+// direction, latency alpha_i: NVLink, PCIe or shared memory). The slow link bounds every transfer
+// that crosses it; transfers inside a node run beside it and are left out of the flat algorithms.
+//   flat, ranks in node order (what qtrain's collectives send):
+//     ring allreduce: one ring stream crosses each node's link: 2(p-1)/p * b / B + 2(p-1) alpha
+//     allgather (direct sends): each rank's payload to the p - G ranks of other nodes:
+//                               G (p-G) * b / B + (p-1) alpha
+//     reduce-scatter + allgather (direct sends of stripes b/p, then of the owners' stripes):
+//                               2 G (N-1)/N * b / B + 2(p-1) alpha
+//     (G = 1 gives the formulas above; N = 1 is one node: the formulas above with p = G, B_i, alpha_i.)
+//   two levels (comm/hierarchical_exchange.h), after backward, without overlap:
+//     intra sum: a ring allreduce of the node's n values at the intra precision (4 or 2 bytes):
+//                               2(G-1)/G * n w / B_i + 2(G-1) alpha_i
+//     inter: local rank l sends stripe l (b/G) with the bucket's algorithm over the N nodes; the G
+//            stripes share the link, so it carries the flat N-rank traffic of the whole bucket:
+//                               communicate(b, N nodes of 1) with B, alpha
+//     intra allgather of the stripes in fp32: (G-1)/G * 4 n / B_i + (G-1) alpha_i
+//     encode / decode: of a stripe (n/G values) on N ranks, with the fitted per-value costs.
 #pragma once
 
 #include <string>
@@ -70,8 +90,24 @@ struct StepProfile {
 };
 
 struct Network {
-  double bandwidth_bytes_per_s = 125e6;  // per link and direction (1 Gbit/s = 125e6 B/s)
+  double bandwidth_bytes_per_s = 125e6;  // per link and direction (1 Gbit/s = 125e6 B/s); per node's link
   double latency_s = 5e-6;               // per message
+  double intra_bandwidth_bytes_per_s = 100e9;  // inside a node, per rank and direction
+  double intra_latency_s = 2e-6;
+};
+
+// N nodes of G ranks each (ranks numbered node by node).
+struct Topology {
+  int nodes = 1, ranks_per_node = 1;
+  int ranks() const { return nodes * ranks_per_node; }
+};
+
+enum class Hierarchy { flat, two_level };
+
+// The three parts of one bucket's two-level exchange (communication time only).
+struct TwoLevelTimes {
+  double intra_sum_s = 0, inter_s = 0, intra_gather_s = 0;
+  double total() const { return intra_sum_s + inter_s + intra_gather_s; }
 };
 
 struct StepPrediction {
@@ -83,8 +119,15 @@ struct StepPrediction {
   double speedup = 1;                                    // p * t(1) / t(p)
 };
 
-// Communication time of one bucket's payloads on p ranks (0 for p == 1).
+// Communication time of one bucket's payloads on p ranks (0 for p == 1), one rank per node.
 double communicate_time(const Bucket& b, int ranks, const Network& net);
+// The same, flat, on nodes of several ranks that share their node's link.
+double communicate_time(const Bucket& b, const Topology& topology, const Network& net);
+// One bucket through the two levels; `intra_bytes_per_value` 4 (fp32) or 2 (bf16).
+TwoLevelTimes two_level_time(const Bucket& b, const Topology& topology, const Network& net,
+                             double intra_bytes_per_value);
+// A bucket's share for one local rank: values and bytes divided by G (its stripe).
+Bucket stripe_of(const Bucket& b, int ranks_per_node);
 // Encode / decode time of one bucket on p ranks with per-value costs u_e, u_d.
 double encode_time(const Bucket& b, int ranks, double u_encode);
 double decode_time(const Bucket& b, int ranks, double u_decode);
@@ -93,6 +136,10 @@ double fitted_encode_cost(const StepProfile& profile);
 double fitted_decode_cost(const StepProfile& profile);
 
 StepPrediction predict_step(const StepProfile& profile, int ranks, const Network& net);
+// On nodes of several ranks, flat or in two levels (intra_bytes_per_value: 4 fp32, 2 bf16). Two
+// levels on one node or one rank per node is the flat exchange (as comm/ runs it).
+StepPrediction predict_step(const StepProfile& profile, const Topology& topology, const Network& net,
+                            Hierarchy hierarchy, double intra_bytes_per_value = 4);
 
 // Parses "1gbit", "10Gbit", "100mbit", "25gbps" (bits) or "1GB/s" (bytes) to bytes per second, and
 // "5us", "1ms", "0", "2e-6s" to seconds. Throw InputError naming `what`.

@@ -2,6 +2,7 @@
 #include "tools/qtrain/run_record.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,6 +16,7 @@
 #include "framework/model/net.h"
 #include "framework/train/run_config.h"
 #include "layers/registry.h"
+#include "quant/method.h"
 #include "quant/policy.h"
 
 namespace qtrain::cli {
@@ -60,6 +62,29 @@ int ranks_from_log(const std::string& path) {
     if (at != std::string::npos) return std::max(1, std::atoi(line.c_str() + at + key.size()));
   }
   return 1;
+}
+
+// The shape a run's log records: "topology: 2 node(s) x 2 rank(s)..." and, in the exchange plan,
+// "two levels: 2 node(s) x 2 rank(s); inside a node an fp32 sum, ...". Leaves `run` as it is when
+// the log or the lines are absent.
+void topology_from_log(const std::string& path, RunRecord& run) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    int nodes = 0, per_node = 0;
+    size_t at = line.find("topology: ");
+    if (at != std::string::npos && std::sscanf(line.c_str() + at, "topology: %d node(s) x %d rank(s)", &nodes, &per_node) == 2 &&
+        nodes >= 1 && per_node >= 1) {
+      run.nodes = nodes;
+      run.ranks_per_node = per_node;
+    }
+    at = line.find("two levels: ");
+    if (at != std::string::npos) {
+      run.two_level = true;
+      const size_t intra = line.find("inside a node an ", at);
+      if (intra != std::string::npos) run.intra = line.substr(intra + 17, line.find(' ', intra + 17) - intra - 17);
+    }
+  }
 }
 
 }  // namespace
@@ -153,6 +178,8 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
   run.rows = read_metrics_csv((fs::path(dir) / "metrics.csv").string());
   run.curve = read_curve_csv((fs::path(dir) / "curve.csv").string());
   run.ranks = ranks_from_log((fs::path(dir) / "train.log").string());
+  run.nodes = run.ranks;
+  topology_from_log((fs::path(dir) / "train.log").string(), run);
   run.fraction_quantized = run.rows.back().fraction_quantized;
 
   const std::string config_path = (fs::path(dir) / "config.resolved.yaml").string();
@@ -197,6 +224,8 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
     run.gradient_values += n;
     const QuantSpec spec = config.quantization.resolve(e.layer_name, e.layer_type, e.numel);
     const ReduceAlgorithm algorithm = config.communication.algorithm_for(spec);
+    const QuantMethodInfo& info = method_info(spec.method);
+    if (!info.payload || info.combine != QuantCombine::sum) run.two_level_unsuited = info.name;
     double bytes = 0;
     if (algorithm == ReduceAlgorithm::powersgd) {
       // Steady state (after start_iter): P and Q in two fp32 all-reduces, (rows + cols) * rank values,

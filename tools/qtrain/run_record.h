@@ -42,6 +42,13 @@ struct RunRecord {
   std::vector<MetricsRecord> rows;
   std::vector<CurvePoint> curve;
   int ranks = 1;
+  // Where its ranks ran (train.log's "topology:" line; one node per rank when absent) and whether its
+  // exchange went in two levels ("two levels:" in the logged plan), at which intra precision.
+  int nodes = 1, ranks_per_node = 1;
+  bool two_level = false;
+  std::string intra = "fp32";
+  // A method of this run the two levels cannot carry (comm/hierarchical_exchange.h); empty if none.
+  std::string two_level_unsuited;
   uint64_t seed = 0;          // the config's seed
   int64_t batch_size = 0;     // per replica
   std::string method;         // the config's quantization method, e.g. "qsgd(bits=4, bucket=512, norm=max)"
