@@ -173,6 +173,17 @@ std::unique_ptr<Communicator> Communicator::split(int, int) {
   input_error("the {} communicator has no subgroups (communication.hierarchy two_level needs backend mpi)", name());
 }
 
+void Communicator::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
+  QT_CHECK(counts.size() == static_cast<size_t>(size()), "reduce_scatter_sum: {} counts for {} ranks", counts.size(),
+           size());
+  int64_t total = 0;
+  for (int64_t c : counts) {
+    QT_CHECK(c >= 0, "reduce_scatter_sum: a negative count {}", c);
+    total += c;
+  }
+  all_reduce_sum(ctx, data, total, type);
+}
+
 void Communicator::complete_all() { QT_CHECK(false, "the {} communicator has no point-to-point messages", name()); }
 
 void Communicator::all_gather_streamed(Context& ctx, std::span<const uint8_t> send,

@@ -108,41 +108,61 @@ HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, u
   mine_ = Tensor::zeros({std::max<int64_t>(offset, 1)}, DType::f32, device_);
   inter_ = std::make_unique<GradientExchange>(*cross_, device_, seed, inner, quantization, std::move(inter_tensors));
   stats_.bytes_sent_per_tensor.assign(tensors_.size(), 0.0);
+  node_counts_.assign(static_cast<size_t>(L), 0);
+  for (const std::vector<Stripe>& of_tensor : stripes_)
+    for (int l = 0; l < L; ++l) node_counts_[static_cast<size_t>(l)] += of_tensor[static_cast<size_t>(l)].length;
 }
 
 HierarchicalExchange::~HierarchicalExchange() = default;
 
-void HierarchicalExchange::sum_in_node(Tensor& grads) {
-  if (node_->size() == 1) return;
-  float* g = grads.data<float>();
-  const int64_t n = grads.numel();
+void HierarchicalExchange::sum_own_stripes_in_node(const Tensor& grads) {
+  const float* g = grads.data<float>();
+  float* own = mine_.data<float>();
+  const int L = layout_.ranks_per_node, me = layout_.local_rank;
+  // Copies the stripes of local rank l into `out`, tensor by tensor.
+  auto pack = [&](int l, float* out) {
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      const Stripe& s = stripes_[t][static_cast<size_t>(l)];
+      std::memcpy(out, g + tensors_[t].offset + s.begin, static_cast<size_t>(s.length) * sizeof(float));
+      out += s.length;
+    }
+  };
+  if (node_->size() == 1) return pack(me, own);
+  // A reduce-scatter sends each stripe to its owner only: (L-1)/L of the gradients per rank, where
+  // an allreduce followed by the allgather of step 3 would move 2(L-1)/L before the allgather.
+  int64_t total = 0;
+  for (int64_t c : node_counts_) total += c;
+  packed_.resize(static_cast<size_t>(total));
+  float* at = packed_.data();
+  for (int l = 0; l < L; ++l) {
+    pack(l, at);
+    at += node_counts_[static_cast<size_t>(l)];
+  }
+  int64_t before = 0;  // where this rank's block starts in the packed buffer
+  for (int l = 0; l < me; ++l) before += node_counts_[static_cast<size_t>(l)];
+  const int64_t mine = node_counts_[static_cast<size_t>(me)];
   if (config_.intra == "bf16") {
-    half_.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) half_[static_cast<size_t>(i)] = float_to_bf16(g[i]);
-    node_->all_reduce_sum(*ctx_, half_.data(), n, ReduceType::bf16);
-    for (int64_t i = 0; i < n; ++i) g[i] = bf16_to_float(half_[static_cast<size_t>(i)]);
+    half_.resize(packed_.size());
+    for (size_t i = 0; i < packed_.size(); ++i) half_[i] = float_to_bf16(packed_[i]);
+    node_->reduce_scatter_sum(*ctx_, half_.data(), node_counts_, ReduceType::bf16);
+    for (int64_t i = 0; i < mine; ++i) own[i] = bf16_to_float(half_[static_cast<size_t>(before + i)]);
   } else {
-    node_->all_reduce_sum(*ctx_, g, n, ReduceType::f32);
+    node_->reduce_scatter_sum(*ctx_, packed_.data(), node_counts_, ReduceType::f32);
+    std::memcpy(own, packed_.data() + before, static_cast<size_t>(mine) * sizeof(float));
   }
 }
 
 void HierarchicalExchange::exchange(Tensor& grads, uint64_t step) {
   QT_CHECK(grads.device().is_cpu() && grads.dtype() == DType::f32, "hierarchical exchange: f32 CPU gradients only");
   const auto t0 = Clock::now();
-  sum_in_node(grads);
+  sum_own_stripes_in_node(grads);
   const double intra_sum_s = since(t0);
-  // This rank's stripes into the cross-node exchange's arena, exchanged, and back.
-  float* g = grads.data<float>();
-  float* own = mine_.data<float>();
-  int64_t at = 0;
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    const Stripe& s = stripes_[t][static_cast<size_t>(layout_.local_rank)];
-    std::memcpy(own + at, g + tensors_[t].offset + s.begin, static_cast<size_t>(s.length) * sizeof(float));
-    at += s.length;
-  }
+  // This rank's stripes are in the cross-node exchange's arena: exchanged, and back.
   inter_->exchange(*ctx_, mine_, step);
   const auto t1 = Clock::now();
-  at = 0;
+  float* g = grads.data<float>();
+  const float* own = mine_.data<float>();
+  int64_t at = 0;
   for (size_t t = 0; t < tensors_.size(); ++t) {
     const Stripe& s = stripes_[t][static_cast<size_t>(layout_.local_rank)];
     std::memcpy(g + tensors_[t].offset + s.begin, own + at, static_cast<size_t>(s.length) * sizeof(float));

@@ -1,9 +1,9 @@
 // HierarchicalExchange: the gradient exchange for nodes of several ranks (communication.hierarchy),
 // as ZeRO++ and SDP4Bit do it. With L ranks on each of N nodes, one step is:
-//   1. inside each node, the ranks' gradients are summed over the node's communicator (fp32, or
-//      bf16 with communication.intra: bf16): every rank of the node holds the node's sum;
-//   2. local rank l takes stripe l of every tensor (L stripes, whole columns for the per-column
-//      methods) and exchanges it with local rank l of every other node, through a flat
+//   1. every tensor is cut into L stripes (whole columns for the per-column methods); a
+//      reduce-scatter over the node's communicator (fp32, or bf16 with communication.intra: bf16)
+//      leaves local rank l with the node's sum of its stripes, l's stripe of every tensor;
+//   2. local rank l exchanges its stripes with local rank l of every other node, through a flat
 //      GradientExchange over that cross-node group: the configured quantizer, algorithm, buckets
 //      and error feedback, summing the N node sums;
 //   3. inside each node the stripes are allgathered, and the result divided by N L (reduce: mean).
@@ -72,7 +72,8 @@ class HierarchicalExchange {
     int64_t begin = 0, length = 0;
   };
 
-  void sum_in_node(Tensor& grads);
+  // The node's sum of this rank's stripes of `grads`, into mine_ (step 1).
+  void sum_own_stripes_in_node(const Tensor& grads);
 
   Device device_;
   CommunicationConfig config_;
@@ -85,7 +86,9 @@ class HierarchicalExchange {
   std::unique_ptr<GradientExchange> inter_;
   std::unique_ptr<Context> ctx_;
   Tensor mine_;                   // this rank's stripes, back to back (the cross-node exchange's arena)
-  std::vector<uint16_t> half_;    // intra: bf16
+  std::vector<int64_t> node_counts_;  // values of local rank l's stripes, all tensors
+  std::vector<float> packed_;         // the gradients in stripe order: local rank 0's stripes, then 1's, ...
+  std::vector<uint16_t> half_;       // intra: bf16, in stripe order
   std::vector<uint8_t> gathered_;
   std::vector<size_t> sizes_, offsets_;
   ExchangeStats stats_;

@@ -164,6 +164,20 @@ void MpiComm::set_ring(size_t min_bytes, size_t segment_bytes) {
   ring_segment_bytes_ = segment_bytes;
 }
 
+void MpiComm::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
+  const char* op = "reduce_scatter_sum";
+  CommWatch watch(op);
+  QT_CHECK(counts.size() == static_cast<size_t>(size_), "{}: {} counts for {} ranks", op, counts.size(), size_);
+  int64_t total = 0;
+  for (int64_t c : counts) {
+    QT_CHECK(c >= 0, "{}: a negative count {}", op, c);
+    total += c;
+  }
+  const size_t bytes = static_cast<size_t>(total) * reduce_type_size(type);
+  QT_CHECK(buffer_location(op, "data", data, bytes, ctx).is_cpu(), "{}: host buffers only", op);
+  ring_reduce_scatter(comm_, data, counts, type, std::min(ring_segment_bytes_, max_message_bytes_), ring_scratch_);
+}
+
 void MpiComm::reduce_host(void* data, size_t count, ReduceType type) {
   const size_t element = reduce_type_size(type);
   if (ring_min_bytes_ > 0 && count * element >= ring_min_bytes_ && size_ > 1)

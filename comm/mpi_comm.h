@@ -52,6 +52,7 @@ class MpiComm final : public Communicator {
   bool has_subgroups() const override { return true; }
   int node_color() override;
   std::unique_ptr<Communicator> split(int color, int key) override;
+  void reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) override;
 
   // values[d] goes to rank d; returns what every rank sent to this one (NcclComm's size exchange).
   std::vector<uint64_t> all_to_all_u64(const std::vector<uint64_t>& values);
@@ -81,6 +82,7 @@ class MpiComm final : public Communicator {
   // The MPI side of the collectives, on host pointers (or device pointers with a CUDA-aware MPI),
   // one call per max_message_bytes_.
   void reduce_host(void* data, size_t count, ReduceType type);
+
   void gather_host(const uint8_t* send, const std::vector<size_t>& sizes, const std::vector<size_t>& offsets,
                    size_t total, uint8_t* recv);
   void exchange_host(const uint8_t* send, const std::vector<size_t>& send_sizes,

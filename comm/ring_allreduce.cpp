@@ -48,26 +48,25 @@ void add_into(uint8_t* out, const uint8_t* in, size_t n, ReduceType type) {
 
 }  // namespace
 
-void ring_allreduce(MPI_Comm comm, void* data, size_t count, ReduceType type, size_t segment_bytes,
-                    RingScratch& scratch) {
-  int rank = 0, size = 1;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  if (size == 1 || count == 0) return;
+namespace {
+
+// The two phases over chunks given by their element ranges, chunk c = [begin[c], begin[c] + length[c]).
+// After the reduce-scatter rank r holds the complete sum of chunk (r + 1) mod P; the allgather then
+// passes the finished chunks around the ring. `allgather` false stops after the reduce-scatter.
+void ring_phases(MPI_Comm comm, int rank, int size, uint8_t* bytes, const std::vector<size_t>& begin,
+                 const std::vector<size_t>& length, ReduceType type, size_t segment_bytes, RingScratch& scratch,
+                 bool allgather) {
   const size_t element = reduce_type_size(type);
   const size_t seg = std::max<size_t>(1, std::min(segment_bytes, size_t{1} << 30) / element);  // elements
   const auto P = static_cast<size_t>(size);
   const auto me = static_cast<size_t>(rank);
   const int right = (rank + 1) % size, left = (rank + size - 1) % size;
-  auto* bytes = static_cast<uint8_t*>(data);
-  auto begin = [&](size_t c) { return count * c / P; };  // chunk c is [begin(c), begin(c + 1))
-  auto length = [&](size_t c) { return begin(c + 1) - begin(c); };
   auto chunk_of = [&](size_t shift) { return (me + P - shift % P) % P; };  // (me - shift) mod P
 
-  scratch.incoming.resize((count / P + 1) * element);
+  scratch.incoming.resize(*std::max_element(length.begin(), length.end()) * element);
   CommWatch watch("ring allreduce");
   watch.waiting_for(left);
-  for (int phase = 0; phase < 2; ++phase) {
+  for (int phase = 0; phase < (allgather ? 2 : 1); ++phase) {
     const bool reduce = phase == 0;
     const int tag = reduce ? kReduceScatterTag : kAllgatherTag;
     for (size_t step = 0; step + 1 < P; ++step) {
@@ -75,8 +74,8 @@ void ring_allreduce(MPI_Comm comm, void* data, size_t count, ReduceType type, si
       // finished chunk (me + 1 - step) and receives (me - step) directly into place.
       const size_t send_chunk = reduce ? chunk_of(step) : chunk_of(step + P - 1);
       const size_t recv_chunk = reduce ? chunk_of(step + 1) : chunk_of(step);
-      uint8_t* recv_base = reduce ? scratch.incoming.data() : bytes + begin(recv_chunk) * element;
-      const size_t recv_n = length(recv_chunk), send_n = length(send_chunk);
+      uint8_t* recv_base = reduce ? scratch.incoming.data() : bytes + begin[recv_chunk] * element;
+      const size_t recv_n = length[recv_chunk], send_n = length[send_chunk];
       scratch.requests.clear();
       for (size_t at = 0; at < recv_n; at += seg) {
         MPI_Request& r = scratch.requests.emplace_back(MPI_REQUEST_NULL);
@@ -86,7 +85,7 @@ void ring_allreduce(MPI_Comm comm, void* data, size_t count, ReduceType type, si
       const size_t receives = scratch.requests.size();
       for (size_t at = 0; at < send_n; at += seg) {
         MPI_Request& r = scratch.requests.emplace_back(MPI_REQUEST_NULL);
-        MPI_CHECK(MPI_Isend(bytes + (begin(send_chunk) + at) * element,
+        MPI_CHECK(MPI_Isend(bytes + (begin[send_chunk] + at) * element,
                             static_cast<int>(std::min(seg, send_n - at) * element), MPI_BYTE, right, tag, comm, &r));
       }
       // Segments arrive in order (MPI's non-overtaking rule on one tag): add each as it lands while
@@ -96,12 +95,56 @@ void ring_allreduce(MPI_Comm comm, void* data, size_t count, ReduceType type, si
         watch.progress();
         if (!reduce) continue;
         const size_t at = k * seg;
-        add_into(bytes + (begin(recv_chunk) + at) * element, recv_base + at * element, std::min(seg, recv_n - at), type);
+        add_into(bytes + (begin[recv_chunk] + at) * element, recv_base + at * element, std::min(seg, recv_n - at), type);
       }
       MPI_CHECK(MPI_Waitall(static_cast<int>(scratch.requests.size() - receives), scratch.requests.data() + receives,
                             MPI_STATUSES_IGNORE));
     }
   }
+}
+
+}  // namespace
+
+void ring_allreduce(MPI_Comm comm, void* data, size_t count, ReduceType type, size_t segment_bytes,
+                    RingScratch& scratch) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (size == 1 || count == 0) return;
+  const auto P = static_cast<size_t>(size);
+  std::vector<size_t>& begin = scratch.begin;
+  std::vector<size_t>& length = scratch.length;
+  begin.resize(P);
+  length.resize(P);
+  for (size_t c = 0; c < P; ++c) {  // P equal chunks
+    begin[c] = count * c / P;
+    length[c] = count * (c + 1) / P - begin[c];
+  }
+  ring_phases(comm, rank, size, static_cast<uint8_t*>(data), begin, length, type, segment_bytes, scratch, true);
+}
+
+void ring_reduce_scatter(MPI_Comm comm, void* data, std::span<const int64_t> counts, ReduceType type,
+                         size_t segment_bytes, RingScratch& scratch) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  const auto P = static_cast<size_t>(size);
+  QT_CHECK(counts.size() == P, "ring_reduce_scatter: {} counts for {} ranks", counts.size(), P);
+  if (size == 1) return;
+  // The phase leaves rank r with ring chunk (r + 1) mod P: ring chunk c is block (c - 1) mod P.
+  std::vector<size_t> offset(P + 1, 0);
+  for (size_t r = 0; r < P; ++r) offset[r + 1] = offset[r] + static_cast<size_t>(counts[r]);
+  if (offset[P] == 0) return;
+  std::vector<size_t>& begin = scratch.begin;
+  std::vector<size_t>& length = scratch.length;
+  begin.resize(P);
+  length.resize(P);
+  for (size_t c = 0; c < P; ++c) {
+    const size_t block = (c + P - 1) % P;
+    begin[c] = offset[block];
+    length[c] = offset[block + 1] - offset[block];
+  }
+  ring_phases(comm, rank, size, static_cast<uint8_t*>(data), begin, length, type, segment_bytes, scratch, false);
 }
 
 }  // namespace qtrain

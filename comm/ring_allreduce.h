@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -27,11 +28,19 @@ namespace qtrain {
 struct RingScratch {
   std::vector<uint8_t> incoming;        // one chunk (reduce-scatter receives here, then adds)
   std::vector<MPI_Request> requests;
+  std::vector<size_t> begin, length;    // the chunks' element ranges
 };
 
 // In-place sum of `count` elements of `type` at host pointer `data` over `comm` (collective).
 // `segment_bytes` is the pipelining unit (rounded down to whole elements; every rank passes the same).
 void ring_allreduce(MPI_Comm comm, void* data, size_t count, ReduceType type, size_t segment_bytes,
                     RingScratch& scratch);
+
+// The reduce-scatter phase alone, in place, over blocks of unequal sizes: `data` holds counts[0] +
+// ... + counts[P-1] elements, block r after the blocks before it; on return block r of rank r holds
+// the sum of every rank's block r (in ring order, so the same bits run after run) and the other
+// blocks are partial sums. Each rank sends (P-1)/P of the buffer, half an allreduce's.
+void ring_reduce_scatter(MPI_Comm comm, void* data, std::span<const int64_t> counts, ReduceType type,
+                         size_t segment_bytes, RingScratch& scratch);
 
 }  // namespace qtrain

@@ -127,6 +127,47 @@ TEST_CASE("all_reduce_sum of f16 and bf16 adds in fp32 and rounds to nearest eve
   }
 }
 
+TEST_CASE("reduce_scatter_sum leaves rank r the exact sum of block r, blocks of unequal and zero sizes", "[mpi][ring]") {
+  using namespace qtrain::quant_detail;
+  MpiComm comm;
+  // Segments of the default size, 64 bytes and 7 bytes (one element or less per message).
+  comm.set_max_message_bytes(MESSAGE_LIMIT());
+  INFO(where(comm) << ", message limit " << comm.max_message_bytes());
+  Context ctx = Context::cpu(1);
+  const int p = comm.size(), r = comm.rank();
+  std::vector<int64_t> counts;
+  for (int q = 0; q < p; ++q) counts.push_back(q == 1 ? 0 : 37 * q + 5);  // rank 1's block is empty
+  int64_t total = 0, before = 0;
+  for (int q = 0; q < p; ++q) {
+    if (q < r) before += counts[static_cast<size_t>(q)];
+    total += counts[static_cast<size_t>(q)];
+  }
+  const int64_t mine = counts[static_cast<size_t>(r)];
+  std::vector<float> x(static_cast<size_t>(total));
+  std::vector<uint16_t> b(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) {
+    x[static_cast<size_t>(i)] = f32_value(r, static_cast<size_t>(i));
+    b[static_cast<size_t>(i)] = float_to_bf16(small_value(r, static_cast<size_t>(i)));
+  }
+  comm.reduce_scatter_sum(ctx, x.data(), counts, ReduceType::f32);
+  comm.reduce_scatter_sum(ctx, b.data(), counts, ReduceType::bf16);
+  size_t wrong = 0, wrong_b = 0;
+  for (int64_t i = before; i < before + mine; ++i) {
+    wrong += x[static_cast<size_t>(i)] != f32_sum(p, static_cast<size_t>(i));
+    wrong_b += bf16_to_float(b[static_cast<size_t>(i)]) != small_sum(p, static_cast<size_t>(i));
+  }
+  CHECK(wrong == 0);
+  CHECK(wrong_b == 0);
+  // The base class's default (a whole-buffer allreduce) gives block r the same sums.
+  std::vector<float> y(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) y[static_cast<size_t>(i)] = f32_value(r, static_cast<size_t>(i));
+  comm.Communicator::reduce_scatter_sum(ctx, y.data(), counts, ReduceType::f32);
+  CHECK(std::equal(x.begin() + before, x.begin() + before + mine, y.begin() + before));
+  CHECK_THROWS_WITH(comm.reduce_scatter_sum(ctx, x.data(), std::vector<int64_t>(static_cast<size_t>(p) + 1, 1),
+                                            ReduceType::f32),
+                    Contains("counts for"));
+}
+
 TEST_CASE("the ring allreduce is exact on crafted values for every segment size", "[mpi][ring]") {
   using namespace qtrain::quant_detail;
   MpiComm comm;

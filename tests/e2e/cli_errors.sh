@@ -57,6 +57,13 @@ expect_error "bench-model on a sequence model" "runs on sequence batches" \
   "$qtrain" bench-model "$src/configs/an4_lstm.yaml" --device cpu --steps 1 --warmup 0
 expect_error "bench-quant size not a whole number of columns" "not a whole number of columns of --column 3" \
   "$qtrain" bench-quant --methods onebit --column 3 --sizes 64K --repeat 1 --device cpu
+expect_error "compare --ranks-per-host without --netbed" "--ranks-per-host places ranks on the hosts of --netbed" \
+  "$qtrain" compare "$cfg" --methods fp32 --ranks 4 --ranks-per-host 2 --out "$tmp/c1"
+expect_error "compare --ranks-per-host that does not divide --ranks" "--ranks 4 does not split into hosts of --ranks-per-host 3" \
+  "$qtrain" compare "$cfg" --methods fp32 --ranks 4 --netbed 1gbit --ranks-per-host 3 --out "$tmp/c2"
+mkdir -p "$tmp/p1" && touch "$tmp/p1/metrics.csv"
+expect_error "predict with --gpus and --nodes" "--gpus and --nodes/--gpus-per-node both given" \
+  "$qtrain" predict --from "$tmp/p1" --gpus 4 --nodes 2 --gpus-per-node 2
 
 for sub in "" train eval; do
   if ! "$qtrain" $sub --help >/dev/null 2>&1; then echo "FAIL: qtrain $sub --help"; failures=$((failures + 1)); fi

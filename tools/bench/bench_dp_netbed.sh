@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end data-parallel throughput of the MNIST MLP on the bandwidth-limited testbed: qtrain with
-# every method against PyTorch DDP (gloo) without and with its fp16 compression hook, same model,
-# per-rank batch (128), threads per rank (1) and testbed, in one run. Prints a Markdown table.
+# every method against PyTorch DDP (gloo) without and with its fp16 compression hook, and qtrain's
+# powersgd against DDP's powerSGD_hook (rank POWERSGD_RANK, 2; both compress from step
+# POWERSGD_START, 10, PyTorch's start_powerSGD_iter, after plain allreduces), same model, per-rank
+# batch (128), threads per rank (1) and testbed, in one run. Prints a Markdown table.
 # Usage: tools/bench/bench_dp_netbed.sh [HOSTS=4] [RATE=1gbit] [STEPS=100]
 # Needs root (network namespaces), data/mnist, build/qtrain and Debian's python3-torch.
 set -euo pipefail
@@ -10,13 +12,15 @@ cd "$root"
 hosts=${1:-4}
 rate=${2:-1gbit}
 steps=${3:-100}
+psgd_rank=${POWERSGD_RANK:-2}
+psgd_start=${POWERSGD_START:-10}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-ddp() {  # ddp HOOK
+ddp() {  # ddp HOOK [more ddp_mlp_peer.py arguments]
   tools/netbed.sh run --hosts "$hosts" --rate "$rate" -- env GLOO_SOCKET_IFNAME=eth0 \
-    tools/bench/ddp_mlp_peer.py --master 10.77.0.1 --steps "$steps" --hook "$1" 2>/dev/null |
+    tools/bench/ddp_mlp_peer.py --master 10.77.0.1 --steps "$steps" --hook "$@" 2>/dev/null |
     python3 -c 'import json,sys; print("%.0f" % json.loads(sys.stdin.read().strip().splitlines()[-1])["samples_per_s"])'
 }
 
@@ -51,7 +55,13 @@ for m in fp32 fp16 dettmers8 qsgd onebit; do
 done
 read -r sps exposed mb < <(qtrain qsgd --set quantization.bits=8)
 echo "| qtrain | qsgd 8-bit | $sps | $exposed | $mb |"
+ddp_psgd=$(ddp powersgd --powersgd-rank "$psgd_rank" --powersgd-start-iter "$psgd_start")
+echo "| PyTorch DDP (gloo) | powerSGD_hook rank $psgd_rank from step $psgd_start | $ddp_psgd | | |"
+read -r q_psgd exposed mb < <(qtrain powersgd --set quantization.rank="$psgd_rank" --set quantization.start_iter="$psgd_start")
+echo "| qtrain | powersgd rank $psgd_rank from step $psgd_start | $q_psgd | $exposed | $mb |"
 echo
+python3 -c "import sys; print(f'qtrain powersgd / DDP powerSGD_hook (rank $psgd_rank): {float(sys.argv[1]) / float(sys.argv[2]):.2f}x')" \
+  "$q_psgd" "$ddp_psgd"
 python3 - "$q_fp32" "$ddp_plain" "$q_dettmers8" "$q_qsgd" "$ddp_fp16" "$sps" <<'PY'
 import sys
 qf, d, q8, q4, dh, qs8 = map(float, sys.argv[1:])

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """PyTorch DDP peer of qtrain's data-parallel benchmark: the MNIST MLP of configs/mnist_mlp.yaml
 (784-1024-1024-10, ReLU, dropout 0.2/0.3/0.3, RMSProp lr 0.003), one process per rank, gloo over TCP,
-optionally with DDP's fp16 compression hook. Launched by mpirun (it reads Open MPI's rank variables),
+optionally with DDP's fp16 compression hook or its PowerSGD hook (powerSGD_hook with PowerSGDState:
+--powersgd-rank, --powersgd-start-iter; error feedback and warm start on, PyTorch's defaults).
+Launched by mpirun (it reads Open MPI's rank variables),
 e.g. on the 1 Gbit/s testbed:
 
   tools/netbed.sh run --hosts 4 --rate 1gbit -- tools/bench/ddp_mlp_peer.py --master 10.77.0.1 --hook fp16
@@ -15,6 +17,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from torch_mnist import load_mnist_train, mnist_mlp
@@ -29,7 +32,10 @@ def main():
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--batch", type=int, default=128, help="per rank")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--hook", choices=["none", "fp16"], default="none")
+    p.add_argument("--hook", choices=["none", "fp16", "powersgd"], default="none")
+    p.add_argument("--powersgd-rank", type=int, default=1, help="matrix_approximation_rank")
+    p.add_argument("--powersgd-start-iter", type=int, default=1000,
+                   help="start_powerSGD_iter: plain allreduce before this step (PyTorch requires > 1)")
     args = p.parse_args()
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
     world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
@@ -45,6 +51,10 @@ def main():
     ddp = DDP(model)
     if args.hook == "fp16":
         ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
+    elif args.hook == "powersgd":
+        state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                       start_powerSGD_iter=args.powersgd_start_iter)
+        ddp.register_comm_hook(state, powersgd.powerSGD_hook)
     opt = torch.optim.RMSprop(ddp.parameters(), lr=0.003, alpha=0.99, eps=1e-8)
     loss_fn = torch.nn.CrossEntropyLoss()
     perm = torch.randperm(shard)

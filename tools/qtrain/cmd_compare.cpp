@@ -205,6 +205,7 @@ struct CompareArgs {
   bool baseline_given = false;    // --report-only: the sweep's own baseline unless --baseline is given
   int ranks = 1;
   std::string netbed;
+  int ranks_per_host = 1;  // --netbed: ranks on each emulated host (nodes of several ranks)
   int64_t epochs = 0;
   std::string out;
   std::vector<std::string> overrides;
@@ -259,6 +260,10 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
   if (a.ranks < 1 || a.ranks > kMaxRanks)
     input_error("compare: --ranks must be in [1, {}] (every rank runs on this machine), got {}", kMaxRanks, a.ranks);
   if (!a.netbed.empty() && a.ranks < 2) input_error("compare: --netbed needs --ranks of at least 2");
+  if (a.ranks_per_host != 1 && a.netbed.empty())
+    input_error("compare: --ranks-per-host places ranks on the hosts of --netbed; give --netbed too");
+  if (a.ranks_per_host < 1 || a.ranks % a.ranks_per_host != 0)
+    input_error("compare: --ranks {} does not split into hosts of --ranks-per-host {}", a.ranks, a.ranks_per_host);
   if (!fs::exists(a.config)) input_error("{}: config file not found", a.config);
   std::vector<Variant> variants = parse_variants(a.methods);
   const std::string baseline = add_baseline(variants, a.baseline);
@@ -315,7 +320,8 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
   auto launcher = [&]() -> std::vector<std::string> {
     if (a.ranks == 1) return {};
     if (!a.netbed.empty())
-      return {a.netbed_script, "run", "--hosts", std::to_string(a.ranks), "--rate", a.netbed, "--prefix", "qtcmp", "--"};
+      return {a.netbed_script, "run", "--hosts", std::to_string(a.ranks / a.ranks_per_host), "--ranks-per-host",
+              std::to_string(a.ranks_per_host), "--rate", a.netbed, "--prefix", "qtcmp", "--"};
     return {"mpirun", "-np", std::to_string(a.ranks), "--oversubscribe", "--bind-to", "none",
             "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1"};
   };
@@ -449,6 +455,10 @@ void add_compare_command(CLI::App& app, const MpiRuntime& mpi) {
   cmd->add_option("--netbed", args->netbed,
                   "Run each training on the bandwidth-limited testbed of tools/netbed.sh at this rate (e.g. 1gbit)")
       ->type_name("RATE");
+  cmd->add_option("--ranks-per-host", args->ranks_per_host,
+                  "With --netbed: this many ranks on each testbed host (--ranks / R hosts; shared memory inside a "
+                  "host, the shaped links between), as on nodes of several GPUs; default 1")
+      ->type_name("R");
   cmd->add_option("--epochs", args->epochs, "Override train.epochs for every run")->type_name("N");
   cmd->add_option("--out", args->out, "Sweep folder (default runs/compare-<config name>)")->type_name("DIR");
   cmd->add_option("--set", args->overrides, "Override a config key for every run (repeatable)")
@@ -480,6 +490,7 @@ void add_compare_command(CLI::App& app, const MpiRuntime& mpi) {
     if (args->baseline_given) argv.insert(argv.end(), {"--baseline", args->baseline});
     if (args->ranks != 1) argv.insert(argv.end(), {"--ranks", std::to_string(args->ranks)});
     if (!args->netbed.empty()) argv.insert(argv.end(), {"--netbed", args->netbed});
+    if (args->ranks_per_host != 1) argv.insert(argv.end(), {"--ranks-per-host", std::to_string(args->ranks_per_host)});
     if (args->epochs > 0) argv.insert(argv.end(), {"--epochs", std::to_string(args->epochs)});
     if (!args->out.empty()) argv.insert(argv.end(), {"--out", args->out});
     for (const std::string& s : args->overrides) argv.insert(argv.end(), {"--set", s});

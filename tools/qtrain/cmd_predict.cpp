@@ -108,13 +108,13 @@ struct Row {
 };
 
 void run_predict(const PredictArgs& a) {
+  const std::vector<Shape> shapes = shapes_of(a);  // the arguments first, before reading any run
   std::vector<RunRecord> runs = load_runs(a.from);
   for (const RunRecord& r : runs)
     if (r.two_level)
       input_error("{}: this run exchanged in two levels; predict fits its per-value costs to a flat run (measure one "
                   "with communication.hierarchy: flat, or on one node)",
                   r.dir);
-  const std::vector<Shape> shapes = shapes_of(a);
   std::vector<double> bandwidths;
   for (const std::string& b : split(a.bandwidth)) bandwidths.push_back(predict::parse_bandwidth(b, "--bandwidth"));
   if (bandwidths.empty()) input_error("--bandwidth: the list is empty");

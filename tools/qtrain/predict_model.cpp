@@ -63,7 +63,7 @@ TwoLevelTimes two_level_time(const Bucket& b, const Topology& topology, const Ne
   TwoLevelTimes t;
   const double G = topology.ranks_per_node, Bi = net.intra_bandwidth_bytes_per_s, ai = net.intra_latency_s;
   if (topology.ranks_per_node > 1) {
-    t.intra_sum_s = 2 * (G - 1) / G * b.values * intra_bytes_per_value / Bi + 2 * (G - 1) * ai;
+    t.intra_sum_s = (G - 1) / G * b.values * intra_bytes_per_value / Bi + (G - 1) * ai;
     t.intra_gather_s = (G - 1) / G * b.values * 4 / Bi + (G - 1) * ai;
   }
   t.inter_s = communicate_time(b, topology.nodes, net);
