@@ -33,6 +33,7 @@ def main():
     p.add_argument("--batch", type=int, default=128, help="per rank")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--hook", choices=["none", "fp16", "powersgd"], default="none")
+    p.add_argument("--bucket-mb", type=float, default=25, help="DDP's bucket_cap_mb (its default 25)")
     p.add_argument("--powersgd-rank", type=int, default=1, help="matrix_approximation_rank")
     p.add_argument("--powersgd-start-iter", type=int, default=1000,
                    help="start_powerSGD_iter: plain allreduce before this step (PyTorch requires > 1)")
@@ -48,7 +49,12 @@ def main():
     x_all, y_all = x_all[rank * shard:(rank + 1) * shard], y_all[rank * shard:(rank + 1) * shard]
 
     model = mnist_mlp()
-    ddp = DDP(model)
+    if args.hook == "powersgd":
+        # One bucket for the whole gradient: with two (DDP makes its first bucket 1 MB), the hook's
+        # asynchronous allreduces of the two buckets interleave differently on different ranks, and
+        # gloo aborts ("op.preamble.length <= op.nbytes") in Debian's PyTorch 1.13.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.bucket_mb * 2**20)
+    ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
     if args.hook == "fp16":
         ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
     elif args.hook == "powersgd":
