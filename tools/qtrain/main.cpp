@@ -17,28 +17,50 @@
 
 namespace {
 
-// Debian's OpenBLAS 0.3.21 detects AVX-512 Xeons as "Prescott" (SSE3) and runs sgemm about 4x slower
-// (../docs/performance.md). The core type is read once when the library loads, so when the detection
-// is wrong we re-execute ourselves with OPENBLAS_CORETYPE set. This happens before MPI_Init, so under
-// mpirun the re-executed process is the one that joins the job. QTRAIN_NO_REEXEC=1 disables it.
-void fix_openblas_core_type(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("QTRAIN_NO_REEXEC") != nullptr) return;
+// OpenBLAS reads its environment once, when the library loads, before main. Where qtrain wants
+// other settings than the defaults it puts them in the environment and re-executes itself, once.
+// This happens before MPI_Init, so under mpirun the re-executed process is the one that joins the
+// job. A setting the user gave is kept; QTRAIN_NO_REEXEC=1 disables both.
+//  - Debian's OpenBLAS 0.3.21 detects AVX-512 Xeons as "Prescott" (SSE3) and runs sgemm about 4x
+//    slower (../docs/performance.md): OPENBLAS_CORETYPE names the right kernels.
+//  - After each multithreaded call OpenBLAS's idle threads spin for 2^28 cycles (about 0.1 s),
+//    yielding in a loop, before they sleep. Where qtrain's own lanes run serial GEMMs next (the
+//    LSTM's time steps, SerialBlas), those threads take the lanes' cores: 15% of an AN4 step in
+//    sched_yield on 2 cores. OPENBLAS_THREAD_TIMEOUT=4 (2^4 cycles, OpenBLAS's minimum) lets them
+//    sleep at once (one AN4 replica on 2 threads: 39.5-43.8 -> 46.1-46.4 samples/s).
+void prepare_openblas_environment(char** argv) {
+  if (std::getenv("QTRAIN_NO_REEXEC") != nullptr) return;
+  bool changed = false;
   const char* core = openblas_get_corename();
-  if (core == nullptr) return;
-  const std::string name = core;
-  const bool weak_core = name == "Prescott" || name == "Core2" || name == "Nehalem" || name == "Sandybridge";
-  std::string wanted;
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) wanted = "SkylakeX";
-  else if (__builtin_cpu_supports("avx2")) wanted = "Haswell";
-  if (!weak_core || wanted.empty() || wanted == name) return;
-  setenv("OPENBLAS_CORETYPE", wanted.c_str(), 1);
-  execv("/proc/self/exe", argv);  // only returns on failure: then continue with the slow kernels
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && core != nullptr) {
+    const std::string name = core;
+    const bool weak_core = name == "Prescott" || name == "Core2" || name == "Nehalem" || name == "Sandybridge";
+    std::string wanted;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) wanted = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2")) wanted = "Haswell";
+    if (weak_core && !wanted.empty() && wanted != name) {
+      setenv("OPENBLAS_CORETYPE", wanted.c_str(), 1);
+      changed = true;
+    }
+  }
+  if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr) {
+    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+    changed = true;
+  }
+  if (!changed) return;
+  // The binary's own path, not /proc/self/exe: the kernel names the process after the file it
+  // executes, and ps, top, pgrep -x and the tests look for "qtrain", not "exe".
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
+  execv(self, argv);  // only returns on failure: then go on with the defaults
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  fix_openblas_core_type(argv);
+  prepare_openblas_environment(argv);
   // Spinning OpenMP pools would fight OpenBLAS's threads on small machines (netbed.md).
   setenv("OMP_WAIT_POLICY", "passive", 0);
   qtrain::cli::remember_startup_environment(environ);
