@@ -169,7 +169,7 @@ void run_predict(const PredictArgs& a) {
     out += fmt::format("\nNodes of several ranks: one network link per node shared by its ranks, {} per rank and "
                        "{:g} us inside a node (--intra-bandwidth, --intra-latency). Two levels: an {} sum inside "
                        "each node, the method between nodes, an allgather inside (after backward, no overlap).\n",
-                       predict::format_bandwidth(intra_bandwidth), intra_latency * 1e6, a.intra);
+                       fmt::format("{:g} GB/s", intra_bandwidth / 1e9), intra_latency * 1e6, a.intra);
     for (const RunRecord& r : runs)
       if (!r.two_level_unsuited.empty())
         out += fmt::format("{}: flat only ({} cannot go in two levels: its result is not a sum of decoded payloads).\n",
