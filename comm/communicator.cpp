@@ -173,15 +173,18 @@ std::unique_ptr<Communicator> Communicator::split(int, int) {
   input_error("the {} communicator has no subgroups (communication.hierarchy two_level needs backend mpi)", name());
 }
 
-void Communicator::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
-  QT_CHECK(counts.size() == static_cast<size_t>(size()), "reduce_scatter_sum: {} counts for {} ranks", counts.size(),
-           size());
+int64_t Communicator::reduce_scatter_total(const char* op, std::span<const int64_t> counts) const {
+  QT_CHECK(counts.size() == static_cast<size_t>(size()), "{}: {} counts for {} ranks", op, counts.size(), size());
   int64_t total = 0;
   for (int64_t c : counts) {
-    QT_CHECK(c >= 0, "reduce_scatter_sum: a negative count {}", c);
+    QT_CHECK(c >= 0, "{}: a negative count {}", op, c);
     total += c;
   }
-  all_reduce_sum(ctx, data, total, type);
+  return total;
+}
+
+void Communicator::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
+  all_reduce_sum(ctx, data, reduce_scatter_total("reduce_scatter_sum", counts), type);
 }
 
 void Communicator::complete_all() { QT_CHECK(false, "the {} communicator has no point-to-point messages", name()); }

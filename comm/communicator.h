@@ -110,6 +110,8 @@ class Communicator {
   virtual void reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type);
 
  protected:
+  // The elements of a reduce_scatter_sum buffer: the sum of `counts`, checked (one per rank, none negative).
+  int64_t reduce_scatter_total(const char* op, std::span<const int64_t> counts) const;
   // Scratch of the default streaming forms (one call at a time per communicator).
   std::vector<uint8_t> stream_send_;
   std::vector<size_t> stream_sizes_, stream_offsets_, stream_recv_sizes_, stream_recv_offsets_;

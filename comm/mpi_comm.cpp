@@ -167,13 +167,7 @@ void MpiComm::set_ring(size_t min_bytes, size_t segment_bytes) {
 void MpiComm::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
   const char* op = "reduce_scatter_sum";
   CommWatch watch(op);
-  QT_CHECK(counts.size() == static_cast<size_t>(size_), "{}: {} counts for {} ranks", op, counts.size(), size_);
-  int64_t total = 0;
-  for (int64_t c : counts) {
-    QT_CHECK(c >= 0, "{}: a negative count {}", op, c);
-    total += c;
-  }
-  const size_t bytes = static_cast<size_t>(total) * reduce_type_size(type);
+  const size_t bytes = static_cast<size_t>(reduce_scatter_total(op, counts)) * reduce_type_size(type);
   QT_CHECK(buffer_location(op, "data", data, bytes, ctx).is_cpu(), "{}: host buffers only", op);
   ring_reduce_scatter(comm_, data, counts, type, std::min(ring_segment_bytes_, max_message_bytes_), ring_scratch_);
 }

@@ -1,4 +1,5 @@
-// CUDA helpers shared by the quantizers (zeroing, header writes, status readback) and the fp32 /
+// CUDA helpers shared by the quantizers (zeroing, header writes, status readback, the per-bucket
+// max of qsgd and terngrad) and the fp32 /
 // fp16 / bf16 casts, with the arithmetic of cast.cpp (quant/numerics.h on both sides). Every launcher
 // runs on the context's stream and checks cudaGetLastError() after the launch.
 #include "quant/cuda_common.cuh"
@@ -40,6 +41,38 @@ __global__ void cast_decode_kernel(const uint8_t* __restrict__ body, float* __re
   }
 }
 
+// One warp per (bucket, chunk of kSumChunk values): the bucket's max |v| bits.
+__global__ void bucket_max_kernel(const float* __restrict__ in, const float* __restrict__ residual, int64_t n,
+                                  int64_t bucket, int64_t buckets, int64_t chunks_per_bucket, uint32_t* max_bits,
+                                  EncodeStatus* status) {
+  const int64_t warps_per_block = blockDim.x / kWarp;
+  const int64_t stride = warps_per_block * gridDim.x;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  for (int64_t w = blockIdx.x * warps_per_block + threadIdx.x / kWarp; w < buckets * chunks_per_bucket; w += stride) {
+    const int64_t b = w / chunks_per_bucket, c = w % chunks_per_bucket;
+    const int64_t start = b * bucket + c * kSumChunk;
+    const int64_t end_bucket = (b + 1) * bucket < n ? (b + 1) * bucket : n;
+    if (start >= end_bucket) continue;
+    const int64_t end = start + kSumChunk < end_bucket ? start + kSumChunk : end_bucket;
+    uint32_t m = 0;
+    for (int64_t i = start + lane; i < end; i += kWarp) {
+      const uint32_t x = abs_bits(residual ? in[i] + residual[i] : in[i]);
+      m = x > m ? x : m;
+    }
+    m = warp_max_u32(m);
+    if (lane == 0 && m > 0) {
+      atomicMax(&max_bits[b], m);
+      if (m >= kNonFinite) atomicOr(&status->non_finite, 1u);
+    }
+  }
+}
+
+__global__ void max_scales_kernel(const uint32_t* max_bits, int64_t buckets, float* scales) {
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < buckets;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    scales[b] = bits_float(max_bits[b]);
+}
+
 int kind_of(QuantMethod method) {
   QT_CHECK(method == QuantMethod::fp32 || method == QuantMethod::fp16 || method == QuantMethod::bf16,
            "cast kernels serve fp32/fp16/bf16, not {}", quant_method_name(method));
@@ -57,6 +90,25 @@ void cuda_copy_to_host(Context& ctx, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(ctx)));
   CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+}
+
+void cuda_bucket_max_bits(Context& ctx, const float* in, const float* residual, int64_t n, int64_t bucket,
+                          int64_t buckets, uint32_t* max_bits, EncodeStatus* status) {
+  if (buckets == 0) return;
+  constexpr int kThreads = 256;
+  cudaStream_t s = stream_of(ctx);
+  CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof(uint32_t) * static_cast<size_t>(buckets), s));
+  const int64_t cpb = (bucket + kSumChunk - 1) / kSumChunk;
+  bucket_max_kernel<<<grid_for(buckets * cpb * kWarp, kThreads), kThreads, 0, s>>>(in, residual, n, bucket, buckets,
+                                                                                   cpb, max_bits, status);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void cuda_max_scales(Context& ctx, const uint32_t* max_bits, int64_t buckets, float* scales) {
+  if (buckets == 0) return;
+  constexpr int kThreads = 256;
+  max_scales_kernel<<<grid_for(buckets, kThreads), kThreads, 0, stream_of(ctx)>>>(max_bits, buckets, scales);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 void cuda_write_header(Context& ctx, uint8_t* out, const WireHeader& h) {

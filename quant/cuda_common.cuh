@@ -277,6 +277,14 @@ void launch_group_sums(Context& ctx, const GroupSumsPlan& plan, F f, Finish fini
   }
 }
 
+// The max |in + residual| of each bucket of `bucket` values (the last one may be shorter) as float
+// bits, an integer max and so order-free: max_bits is zeroed first, a non-finite value sets
+// status->non_finite (common.cu). qsgd and terngrad.
+void cuda_bucket_max_bits(Context& ctx, const float* in, const float* residual, int64_t n, int64_t bucket,
+                          int64_t buckets, uint32_t* max_bits, EncodeStatus* status);
+// scales[b] = the float of max_bits[b] (common.cu).
+void cuda_max_scales(Context& ctx, const uint32_t* max_bits, int64_t buckets, float* scales);
+
 // Reads an EncodeStatus back (synchronizing ctx's stream).
 inline EncodeStatus read_status(Context& ctx, const EncodeStatus* status) {
   EncodeStatus host{};

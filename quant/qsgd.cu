@@ -7,38 +7,6 @@
 namespace qtrain::quant_detail {
 namespace {
 
-// One warp per (bucket, chunk of kSumChunk values): the bucket's max |v| bits.
-__global__ void bucket_max_kernel(const float* __restrict__ in, const float* __restrict__ residual, int64_t n,
-                                  int64_t bucket, int64_t buckets, int64_t chunks_per_bucket, uint32_t* max_bits,
-                                  EncodeStatus* status) {
-  const int64_t warps_per_block = blockDim.x / kWarp;
-  const int64_t stride = warps_per_block * gridDim.x;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
-  for (int64_t w = blockIdx.x * warps_per_block + threadIdx.x / kWarp; w < buckets * chunks_per_bucket; w += stride) {
-    const int64_t b = w / chunks_per_bucket, c = w % chunks_per_bucket;
-    const int64_t start = b * bucket + c * kSumChunk;
-    const int64_t end_bucket = (b + 1) * bucket < n ? (b + 1) * bucket : n;
-    if (start >= end_bucket) continue;
-    const int64_t end = start + kSumChunk < end_bucket ? start + kSumChunk : end_bucket;
-    uint32_t m = 0;
-    for (int64_t i = start + lane; i < end; i += kWarp) {
-      const uint32_t x = abs_bits(residual ? in[i] + residual[i] : in[i]);
-      m = x > m ? x : m;
-    }
-    m = warp_max_u32(m);
-    if (lane == 0 && m > 0) {
-      atomicMax(&max_bits[b], m);
-      if (m >= kNonFinite) atomicOr(&status->non_finite, 1u);
-    }
-  }
-}
-
-__global__ void max_scales_kernel(const uint32_t* max_bits, int64_t buckets, float* scales) {
-  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < buckets;
-       b += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    scales[b] = bits_float(max_bits[b]);
-}
-
 // ||v||_2 = max * sqrt(sum((v / max)^2)) per bucket, as qsgd.cpp's Bucket::l2().
 struct SquaresOverMax {
   const float* in;
@@ -157,18 +125,13 @@ void qsgd_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout&
   cuda_write_header(ctx, a.out, h);
   if (l.buckets > 0) {
     constexpr int kThreads = 256;
-    CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof(uint32_t) * static_cast<size_t>(l.buckets), s));
-    const int64_t cpb = (l.bucket + kSumChunk - 1) / kSumChunk;
-    bucket_max_kernel<<<grid_for(l.buckets * cpb * kWarp, kThreads), kThreads, 0, s>>>(
-        a.in, a.residual, l.n, l.bucket, l.buckets, cpb, max_bits, status);
-    CUDA_CHECK(cudaGetLastError());
+    cuda_bucket_max_bits(ctx, a.in, a.residual, l.n, l.bucket, l.buckets, max_bits, status);
     auto* scales = reinterpret_cast<float*>(a.out + wire::kHeaderBytes);
     if (norm == QsgdNorm::l2) {
       const GroupSumsPlan plan = make_group_sums_plan(carver, l.n, l.bucket, status);
       launch_group_sums(ctx, plan, SquaresOverMax{a.in, a.residual, max_bits}, L2Scale{max_bits, scales, status});
     } else {
-      max_scales_kernel<<<grid_for(l.buckets, kThreads), kThreads, 0, s>>>(max_bits, l.buckets, scales);
-      CUDA_CHECK(cudaGetLastError());
+      cuda_max_scales(ctx, max_bits, l.buckets, scales);
     }
     const int64_t words = l.buckets * l.words_full;
     with_bits(l.bits, [&](auto bits) {

@@ -1,6 +1,7 @@
 // Reading a run directory back (see run_record.h).
 #include "tools/qtrain/run_record.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -52,31 +53,24 @@ int64_t to_count(const std::string& cell, const std::string& path, int line, con
   return static_cast<int64_t>(v);
 }
 
-// "[...] data parallel: 4 rank(s) over mpi, ..." in train.log; 1 when the log is absent.
-int ranks_from_log(const std::string& path) {
+// What a run's train.log records of where it ran, in one read: "data parallel: 4 rank(s) over mpi,
+// ...", "topology: 2 node(s) x 2 rank(s), ..." and, in the exchange plan, "two levels: 2 node(s) x
+// 2 rank(s); inside a node an bf16 sum, ...". Without the log (or the lines): one rank, one node per
+// rank, flat.
+void read_log_facts(const std::string& path, RunRecord& run) {
   std::ifstream in(path);
   std::string line;
-  const std::string key = "data parallel: ";
+  bool topology = false;
   while (std::getline(in, line)) {
-    const size_t at = line.find(key);
-    if (at != std::string::npos) return std::max(1, std::atoi(line.c_str() + at + key.size()));
-  }
-  return 1;
-}
-
-// The shape a run's log records: "topology: 2 node(s) x 2 rank(s)..." and, in the exchange plan,
-// "two levels: 2 node(s) x 2 rank(s); inside a node an fp32 sum, ...". Leaves `run` as it is when
-// the log or the lines are absent.
-void topology_from_log(const std::string& path, RunRecord& run) {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
+    size_t at = line.find("data parallel: ");
+    if (at != std::string::npos) run.ranks = std::max(1, std::atoi(line.c_str() + at + 15));
     int nodes = 0, per_node = 0;
-    size_t at = line.find("topology: ");
+    at = line.find("topology: ");
     if (at != std::string::npos && std::sscanf(line.c_str() + at, "topology: %d node(s) x %d rank(s)", &nodes, &per_node) == 2 &&
         nodes >= 1 && per_node >= 1) {
       run.nodes = nodes;
       run.ranks_per_node = per_node;
+      topology = true;
     }
     at = line.find("two levels: ");
     if (at != std::string::npos) {
@@ -85,6 +79,7 @@ void topology_from_log(const std::string& path, RunRecord& run) {
       if (intra != std::string::npos) run.intra = line.substr(intra + 17, line.find(' ', intra + 17) - intra - 17);
     }
   }
+  if (!topology) run.nodes = run.ranks;
 }
 
 }  // namespace
@@ -177,9 +172,7 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
   run.label = label;
   run.rows = read_metrics_csv((fs::path(dir) / "metrics.csv").string());
   run.curve = read_curve_csv((fs::path(dir) / "curve.csv").string());
-  run.ranks = ranks_from_log((fs::path(dir) / "train.log").string());
-  run.nodes = run.ranks;
-  topology_from_log((fs::path(dir) / "train.log").string(), run);
+  read_log_facts((fs::path(dir) / "train.log").string(), run);
   run.fraction_quantized = run.rows.back().fraction_quantized;
 
   const std::string config_path = (fs::path(dir) / "config.resolved.yaml").string();
