@@ -35,16 +35,6 @@ void decode_table(Dettmers8Variant variant, float m, float* d) {
 }
 
 template <bool Ef>
-uint32_t max_abs_bits(const float* __restrict in, const float* __restrict residual, int64_t n) {
-  uint32_t m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t b = abs_bits(Ef ? in[i] + residual[i] : in[i]);
-    m = b > m ? b : m;
-  }
-  return m;
-}
-
-template <bool Ef>
 void encode_tree(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n, float r,
                  const float* __restrict d) {
   const DettmersTables& t = dettmers_tables();

@@ -30,16 +30,6 @@ float max_value() {
   return minifloat_abs_value<F>(F::kMaxCode);
 }
 
-template <bool Ef>
-uint32_t max_abs_bits(const float* __restrict in, const float* __restrict residual, int64_t n) {
-  uint32_t m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t b = abs_bits(Ef ? in[i] + residual[i] : in[i]);
-    m = b > m ? b : m;
-  }
-  return m;
-}
-
 // Codes of values [0, n) (span index first + i) into out; `words` holds n random words when Sr.
 // Codes are staged as 32-bit words a tile at a time, so that the rounding loop has only 32-bit types
 // (full-width vectors), then narrowed.

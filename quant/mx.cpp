@@ -25,18 +25,6 @@ namespace {
 
 constexpr int64_t kBlock = wire::kMxBlock;
 
-// max|v| bits of one block of Len values (Len = 0: `len`, the last block).
-template <bool Ef, int64_t Len>
-uint32_t block_max(const float* __restrict g, const float* __restrict e, int64_t len) {
-  const int64_t count = Len ? Len : len;
-  uint32_t m = 0;
-  for (int64_t t = 0; t < count; ++t) {
-    const uint32_t b = abs_bits(Ef ? g[t] + e[t] : g[t]);
-    m = b > m ? b : m;
-  }
-  return m;
-}
-
 // The element codes of one block of Len values (Len = 0: `len`) under E8M0 code sc, packed into out
 // (packed_bytes(len) bytes); `words`: the block's random words (Sr).
 template <class F, bool Ef, bool Sr, int64_t Len>
@@ -101,11 +89,11 @@ void encode_all(const EncodeArgs& a, const wire::MxLayout& l) {
     float* e = Ef ? a.residual + b0 * kBlock : nullptr;
     uint32_t top = 0;
     for (int64_t k = 0; k < full; ++k) {
-      maxes[k] = block_max<Ef, kBlock>(g + k * kBlock, Ef ? e + k * kBlock : nullptr, kBlock);
+      maxes[k] = max_abs_bits<Ef, kBlock>(g + k * kBlock, Ef ? e + k * kBlock : nullptr, kBlock);
       top = maxes[k] > top ? maxes[k] : top;
     }
     if (full < nb) {
-      maxes[full] = block_max<Ef, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full));
+      maxes[full] = max_abs_bits<Ef, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full));
       top = maxes[full] > top ? maxes[full] : top;
     }
     if (top >= kNonFinite) throw NonFiniteInputError(fmt::format("mx encode: the input of {} values holds NaN or Inf", a.n));

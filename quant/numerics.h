@@ -29,6 +29,20 @@ constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kNonFinite = 0x7f800000u;
 QT_HD uint32_t abs_bits(float x) { return float_bits(x) & kAbsMask; }
 
+// The largest abs_bits of in[i] (+ residual[i] with Ef) over n values (Len > 0: Len, known at
+// compile time, for full blocks). An integer max: the same for any order of the values, and NaN and
+// Inf lie above every finite value. The CPU encoders' scale search (dettmers8, fp8, mx, nvfp4).
+template <bool Ef, int64_t Len = 0>
+inline uint32_t max_abs_bits(const float* __restrict in, const float* __restrict residual, int64_t n) {
+  const int64_t count = Len ? Len : n;
+  uint32_t m = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const uint32_t b = abs_bits(Ef ? in[i] + residual[i] : in[i]);
+    m = b > m ? b : m;
+  }
+  return m;
+}
+
 // x where keep, +0 elsewhere: the same value as `keep ? x : 0.0f`, written as a bit mask so that GCC
 // vectorizes the masked sums (it will not if-convert a conditional float accumulation).
 QT_HD float masked(float x, bool keep) { return bits_float(float_bits(x) & (0u - static_cast<uint32_t>(keep))); }

@@ -23,28 +23,6 @@ namespace {
 
 constexpr int64_t kBlock = wire::kNvfp4Block;
 
-template <bool Ef>
-uint32_t max_abs_bits(const float* __restrict in, const float* __restrict residual, int64_t n) {
-  uint32_t m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t b = abs_bits(Ef ? in[i] + residual[i] : in[i]);
-    m = b > m ? b : m;
-  }
-  return m;
-}
-
-// max|v| bits of one block of Len values (Len = 0: `len`, the last block).
-template <bool Ef, int64_t Len>
-uint32_t block_max(const float* __restrict g, const float* __restrict e, int64_t len) {
-  const int64_t count = Len ? Len : len;
-  uint32_t m = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    const uint32_t b = abs_bits(Ef ? g[i] + e[i] : g[i]);
-    m = b > m ? b : m;
-  }
-  return m;
-}
-
 // The E2M1 codes of one block under the reciprocal decode scale inv, packed into out (ceil(len / 2)
 // bytes in quant/minifloat.h's pack_block order); the residual keeps v - value(code) * d.
 template <bool Ef, bool Sr, int64_t Len>
@@ -85,8 +63,8 @@ void encode_all(const EncodeArgs& a, const wire::Nvfp4Layout& l, float t) {
     }
     const float* g = a.in + b0 * kBlock;
     float* e = Ef ? a.residual + b0 * kBlock : nullptr;
-    for (int64_t k = 0; k < full; ++k) maxes[k] = block_max<Ef, kBlock>(g + k * kBlock, Ef ? e + k * kBlock : nullptr, kBlock);
-    if (full < nb) maxes[full] = block_max<Ef, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full));
+    for (int64_t k = 0; k < full; ++k) maxes[k] = max_abs_bits<Ef, kBlock>(g + k * kBlock, Ef ? e + k * kBlock : nullptr, kBlock);
+    if (full < nb) maxes[full] = max_abs_bits<Ef, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full));
     for (int64_t k = 0; k < nb; ++k) {
       const uint32_t sc = nvfp4_block_scale_code(maxes[k], t);
       scales[b0 + k] = static_cast<uint8_t>(sc);
