@@ -75,9 +75,11 @@ void Activation::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool) {
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Activation::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
   activation_forward_cuda(ctx, kind_, x, y);
 }
+#endif
 
 void Activation::backward_cpu(Context& ctx, const Tensor&, const Tensor& y, const Tensor& dy, Tensor& dx) {
   dispatch_float(y.dtype(), [&]<typename T>() {
@@ -89,9 +91,11 @@ void Activation::backward_cpu(Context& ctx, const Tensor&, const Tensor& y, cons
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Activation::backward_cuda(Context& ctx, const Tensor&, const Tensor& y, const Tensor& dy, Tensor& dx) {
   activation_backward_cuda(ctx, kind_, y, dy, dx);
 }
+#endif
 
 std::unique_ptr<Layer> make_activation(ConfigNode& cfg, ActivationKind kind) {
   cfg.finish();

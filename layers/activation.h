@@ -23,8 +23,10 @@ class Activation : public Layer {
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#if QTRAIN_HAS_CUDA
   void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#endif
 
  private:
   ActivationKind kind_;
@@ -33,7 +35,7 @@ class Activation : public Layer {
 // Factory for the layer registry: no keys of its own.
 std::unique_ptr<Layer> make_activation(ConfigNode& cfg, ActivationKind kind);
 
-// CUDA entry points (activation.cu; cuda_disabled.cpp without CUDA). Same numel, f32, ctx's device.
+// CUDA entry points (activation.cu; built with the CUDA toolkit only). Same numel, f32, ctx's device.
 void activation_forward_cuda(Context& ctx, ActivationKind kind, const Tensor& x, Tensor& y);
 void activation_backward_cuda(Context& ctx, ActivationKind kind, const Tensor& y, const Tensor& dy, Tensor& dx);
 

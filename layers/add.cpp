@@ -41,9 +41,11 @@ void Add::forward_inputs_cpu(Context& ctx, std::span<const Tensor> xs, Tensor& y
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Add::forward_inputs_cuda(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool) {
   add_forward_cuda(ctx, xs, y);
 }
+#endif
 
 void Add::backward_inputs_cpu(Context& ctx, std::span<const Tensor>, const Tensor&, const Tensor& dy,
                               std::span<Tensor> dxs) {
@@ -57,11 +59,13 @@ void Add::backward_inputs_cpu(Context& ctx, std::span<const Tensor>, const Tenso
   }
 }
 
+#if QTRAIN_HAS_CUDA
 void Add::backward_inputs_cuda(Context& ctx, std::span<const Tensor>, const Tensor&, const Tensor& dy,
                                std::span<Tensor> dxs) {
   for (Tensor& dx : dxs)
     if (dx.defined()) add_copy_cuda(ctx, dy, dx);
 }
+#endif
 
 std::unique_ptr<Layer> make_add(ConfigNode& cfg) {
   cfg.finish();
@@ -73,7 +77,9 @@ void add_into(Context& ctx, Tensor& dst, const Tensor& src) {
   layer_detail::check_float("add_into", "src", src, ctx);
   QT_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "add_into: dst {} {} and src {} {} differ",
            dtype_name(dst.dtype()), shape_str(dst.shape()), dtype_name(src.dtype()), shape_str(src.shape()));
+#if QTRAIN_HAS_CUDA
   if (dst.device().is_cuda()) return add_into_cuda(ctx, dst, src);
+#endif
   dispatch_float(dst.dtype(), [&]<typename T>() {
     ctx.cpu_pool().parallel_for(dst.numel(), kGrain, [&](int64_t begin, int64_t end) {
       T* __restrict d = dst.data<T>() + begin;

@@ -19,11 +19,13 @@ class Add : public MultiInputLayer {
  protected:
   Shape configure_inputs(const std::vector<Shape>& inputs) override;
   void forward_inputs_cpu(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool training) override;
-  void forward_inputs_cuda(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool training) override;
   void backward_inputs_cpu(Context& ctx, std::span<const Tensor> xs, const Tensor& y, const Tensor& dy,
                            std::span<Tensor> dxs) override;
+#if QTRAIN_HAS_CUDA  // add.cu; without the toolkit the base refuses by layer type
+  void forward_inputs_cuda(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool training) override;
   void backward_inputs_cuda(Context& ctx, std::span<const Tensor> xs, const Tensor& y, const Tensor& dy,
                             std::span<Tensor> dxs) override;
+#endif
 };
 
 std::unique_ptr<Layer> make_add(ConfigNode& cfg);
@@ -31,7 +33,7 @@ std::unique_ptr<Layer> make_add(ConfigNode& cfg);
 // dst += src, elementwise; same shape, dtype and device (CPU f32/f64, CUDA f32).
 void add_into(Context& ctx, Tensor& dst, const Tensor& src);
 
-// CUDA entry points (add.cu; cuda_disabled.cpp without CUDA); f32, n elements each.
+// CUDA entry points (add.cu; built with the CUDA toolkit only); f32, n elements each.
 void add_forward_cuda(Context& ctx, std::span<const Tensor> xs, Tensor& y);
 void add_into_cuda(Context& ctx, Tensor& dst, const Tensor& src);
 void add_copy_cuda(Context& ctx, const Tensor& src, Tensor& dst);

@@ -184,6 +184,7 @@ std::vector<ParamSpec> BatchNorm::buffer_specs() const {
   return {{"running_mean", {channels_}, Init::zeros, 1, 1}, {"running_var", {channels_}, Init::ones, 1, 1}};
 }
 
+#if QTRAIN_HAS_CUDA
 void BatchNorm::ensure_cuda_state(Context& ctx, const Tensor& like, int64_t batch) {
   const Device dev = like.device();
   if (!cuda_saved_mean_.defined() || cuda_saved_mean_.device() != dev) {
@@ -202,6 +203,7 @@ void BatchNorm::ensure_cuda_state(Context& ctx, const Tensor& like, int64_t batc
                     cuda_dx_scratch_.numel() < like.numel()))
     cuda_dx_scratch_ = Tensor::empty({like.numel()}, DType::f32, dev);
 }
+#endif
 
 bool BatchNorm::begin_forward(const Tensor& x, bool training) {
   const int64_t batch = x.dim(0);
@@ -228,6 +230,7 @@ void BatchNorm::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool train
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void BatchNorm::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) {
   if (!begin_forward(x, training)) return;
   ensure_cuda_state(ctx, x, 0);
@@ -239,6 +242,7 @@ void BatchNorm::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool trai
   batchnorm_forward_inference_cuda(ctx, x.dim(0), channels_, spatial_, eps_, x, scale, bias, buffers_[0],
                                    buffers_[1], y);
 }
+#endif
 
 bool BatchNorm::begin_backward(const Tensor& x) {
   QT_CHECK(has_batch_stats_ || x.dim(0) == 0, "{}: backward without a training-mode forward", describe());
@@ -257,6 +261,7 @@ void BatchNorm::backward_cpu(Context& ctx, const Tensor& x, const Tensor&, const
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void BatchNorm::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   if (!begin_backward(x)) return;
   ensure_cuda_state(ctx, x, dx.defined() ? 0 : x.dim(0));
@@ -267,6 +272,7 @@ void BatchNorm::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, cons
   batchnorm_backward_cuda(ctx, x.dim(0), channels_, spatial_, eps_, x, dy, scale, cuda_saved_mean_, cuda_saved_invstd_,
                           dscale, dbias, &dx_target);
 }
+#endif
 
 namespace {
 std::unique_ptr<Layer> make_batchnorm(ConfigNode& cfg, int spatial_dims) {

@@ -33,10 +33,12 @@ class BatchNorm : public Layer {
  protected:
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   // Uses the batch statistics saved by the last training-mode forward.
   void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#if QTRAIN_HAS_CUDA  // batchnorm.cu; without the toolkit the base refuses by layer type
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#endif
 
  private:
   // Shared by both paths: rejects a training batch with one value per channel, records that backward
@@ -57,7 +59,9 @@ class BatchNorm : public Layer {
   bool has_batch_stats_ = false;  // a training forward ran, so backward has statistics to use
   Tensor cuda_saved_mean_, cuda_saved_invstd_, cuda_ones_, cuda_zeros_, cuda_dscale_, cuda_dbias_;
   Tensor cuda_dx_scratch_;  // cuDNN always writes dx; used when the caller needs none (first layer)
+#if QTRAIN_HAS_CUDA
   void ensure_cuda_state(Context& ctx, const Tensor& like, int64_t batch);
+#endif
 };
 
 // Factories: batchnorm2d and batchnorm1d.

@@ -136,9 +136,11 @@ void ContrastNorm::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void ContrastNorm::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
   contrast_norm_forward_cuda(ctx, opt_, x, y, device_scratch_);
 }
+#endif
 
 void ContrastNorm::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   const int64_t h = input_shape()[1], w = input_shape()[2];
@@ -148,9 +150,11 @@ void ContrastNorm::backward_cpu(Context&, const Tensor& x, const Tensor&, const 
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void ContrastNorm::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   contrast_norm_backward_cuda(ctx, opt_, x, dy, dx, device_scratch_);
 }
+#endif
 
 std::unique_ptr<Layer> make_contrast_norm(ConfigNode& cfg) {
   ContrastNormOptions o;

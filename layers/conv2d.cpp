@@ -288,9 +288,11 @@ void Conv2d::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool) {
   dispatch_float(x.dtype(), [&]<typename T>() { forward_reference<T>(ctx, x.data<T>(), y.data<T>(), x.dim(0)); });
 }
 
+#if QTRAIN_HAS_CUDA
 void Conv2d::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
   conv2d_forward_cuda(ctx, cudnn_, geom_, win_, x, params_[0], bias_ ? &params_[1] : nullptr, y);
 }
+#endif
 
 void Conv2d::backward_cpu(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   dispatch_float(x.dtype(), [&]<typename T>() {
@@ -298,14 +300,22 @@ void Conv2d::backward_cpu(Context& ctx, const Tensor& x, const Tensor&, const Te
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Conv2d::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   conv2d_backward_cuda(ctx, cudnn_, geom_, win_, x, params_[0], dy, grads_[0], bias_ ? &grads_[1] : nullptr,
                        dx.defined() ? &dx : nullptr);
 }
+#endif
 
 std::unique_ptr<Layer> make_conv2d(ConfigNode& cfg) {
   const WeightedWindowConfig c = read_weighted_window(cfg);
   return std::make_unique<Conv2d>(c.out_channels, c.win, c.bias);
 }
+
+#if !QTRAIN_HAS_CUDA
+// Without the toolkit no cuDNN state is ever created, so there is nothing to free (conv2d.cu defines
+// the deleter otherwise).
+void Conv2dCudnnDeleter::operator()(Conv2dCudnn*) const noexcept {}
+#endif
 
 }  // namespace qtrain

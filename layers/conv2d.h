@@ -46,9 +46,11 @@ class Conv2d : public Layer {
  protected:
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#if QTRAIN_HAS_CUDA  // conv2d.cu; without the toolkit the base refuses by layer type
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#endif
 
  private:
   template <typename T> void forward_reference(Context& ctx, const T* x, T* y, int64_t batch);
@@ -72,7 +74,7 @@ class Conv2d : public Layer {
 // Factory for the layer registry.
 std::unique_ptr<Layer> make_conv2d(ConfigNode& cfg);
 
-// CUDA entry points (conv2d.cu; cuda_disabled.cpp without CUDA). x (B, C, H, W), w (OC, C, kh, kw),
+// CUDA entry points (conv2d.cu; built with the CUDA toolkit only). x (B, C, H, W), w (OC, C, kh, kw),
 // b (OC) or null, y/dy (B, OC, OH, OW), dx null for a first layer; f32 on ctx's device.
 void conv2d_forward_cuda(Context& ctx, Conv2dCudnnPtr& state, const ImageGeometry& g, const Window2d& win,
                          const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);

@@ -152,6 +152,7 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
   LossStats stats;
   stats.count = batch;
   if (batch == 0) return stats;
+#if QTRAIN_HAS_CUDA  // a CUDA tensor exists only in builds with the toolkit
   if (logits.device().is_cuda()) {
     ctc_loss_cuda(ctx, logits, in_len, tgt_len, targets, dlogits, cuda_);
     int64_t offset = 0;
@@ -162,6 +163,7 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
     }
     return stats;
   }
+#endif
   layer_detail::dispatch_float(logits.dtype(), [&]<typename T>() {
     const T* z_all = logits.data<T>();
     T* dz_all = dlogits ? dlogits->data<T>() : nullptr;

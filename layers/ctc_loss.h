@@ -69,7 +69,7 @@ class CtcLoss : public Loss {
 
 std::unique_ptr<Loss> make_ctc(ConfigNode& cfg);
 
-// CUDA entry point (ctc_loss.cu; sequence_cuda_disabled.cpp without CUDA). logits (B, T, C) f32 on
+// CUDA entry point (ctc_loss.cu; built with the CUDA toolkit only). logits (B, T, C) f32 on
 // ctx's device; input_lengths (B, each in [1, T]), target_lengths (B) and targets (their sum, classes in
 // [1, C)) on the host, already checked; dlogits (B, T, C) or null receives d(sum of losses / B)/dlogits
 // (0 at padded frames and for impossible samples). Leaves log p per sample in scratch.host_log_p and

@@ -82,9 +82,11 @@ void Dense::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Dense::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
   dense_forward_cuda(ctx, x, params_[0], bias_ ? &params_[1] : nullptr, y);
 }
+#endif
 
 void Dense::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   Tensor* db = bias_ ? &grads_[1] : nullptr;
@@ -95,9 +97,11 @@ void Dense::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor&
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Dense::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   dense_backward_cuda(ctx, x, params_[0], dy, grads_[0], bias_ ? &grads_[1] : nullptr, dx.defined() ? &dx : nullptr);
 }
+#endif
 
 std::unique_ptr<Layer> make_dense(ConfigNode& cfg) {
   const int64_t units = cfg.require<int64_t>("units");

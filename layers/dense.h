@@ -22,10 +22,12 @@ class Dense : public Layer {
  protected:
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   // Exactly two GEMMs (dW, and dx only when dx is defined) plus the bias reduction.
   void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#if QTRAIN_HAS_CUDA  // dense.cu; without the toolkit the base refuses by layer type
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#endif
 
  private:
   int64_t units_;
@@ -36,7 +38,7 @@ class Dense : public Layer {
 // Factory for the layer registry: reads units and bias, rejects other keys.
 std::unique_ptr<Layer> make_dense(ConfigNode& cfg);
 
-// CUDA entry points (dense.cu; cuda_disabled.cpp without CUDA). Shapes: x (B, in), w (out, in),
+// CUDA entry points (dense.cu; built with the CUDA toolkit only). Shapes: x (B, in), w (out, in),
 // b (out) or null, y/dy (B, out), dx (B, in) or null (first layer); all f32 on ctx's device.
 void dense_forward_cuda(Context& ctx, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
 void dense_backward_cuda(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,

@@ -95,10 +95,12 @@ void Dropout::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool trainin
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Dropout::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) {
   if (!training) return dropout_copy_cuda(ctx, x, y);
   dropout_apply_cuda(ctx, mask_key(ctx), static_cast<float>(p_), static_cast<float>(1.0 / (1.0 - p_)), x, y);
 }
+#endif
 
 void Dropout::backward_cpu(Context& ctx, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
   dispatch_float(dy.dtype(), [&]<typename T>() {
@@ -107,9 +109,11 @@ void Dropout::backward_cpu(Context& ctx, const Tensor&, const Tensor&, const Ten
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Dropout::backward_cuda(Context& ctx, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
   dropout_apply_cuda(ctx, mask_key(ctx), static_cast<float>(p_), static_cast<float>(1.0 / (1.0 - p_)), dy, dx);
 }
+#endif
 
 std::unique_ptr<Layer> make_dropout(ConfigNode& cfg) {
   const double p = cfg.get<double>("p", 0.5);

@@ -29,10 +29,12 @@ class Dropout : public Layer {
  protected:
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   // Recomputes the mask of the forward call at the same ctx.step() (training mode only).
   void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#if QTRAIN_HAS_CUDA  // dropout.cu; without the toolkit the base refuses by layer type
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#endif
 
  private:
   double p_;
@@ -41,7 +43,7 @@ class Dropout : public Layer {
 // Factory for the layer registry: reads p, rejects other keys.
 std::unique_ptr<Layer> make_dropout(ConfigNode& cfg);
 
-// CUDA entry point (dropout.cu; cuda_disabled.cpp without CUDA): out = keep(i) ? in * scale : 0 with
+// CUDA entry point (dropout.cu; built with the CUDA toolkit only): out = keep(i) ? in * scale : 0 with
 // the mask of `key` (the same function serves forward, x -> y, and backward, dy -> dx).
 void dropout_apply_cuda(Context& ctx, PhiloxKey key, float p, float scale, const Tensor& in, Tensor& out);
 // Evaluation mode: a device-to-device copy on ctx's stream (Tensor::copy_from would use another stream).

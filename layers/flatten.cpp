@@ -20,15 +20,19 @@ void Flatten::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
   if (x.nbytes() > 0) std::memcpy(y.raw(), x.raw(), x.nbytes());
 }
 
+#if QTRAIN_HAS_CUDA
 void Flatten::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) { flatten_copy_cuda(ctx, x, y); }
+#endif
 
 void Flatten::backward_cpu(Context&, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
   if (dy.nbytes() > 0) std::memcpy(dx.raw(), dy.raw(), dy.nbytes());
 }
 
+#if QTRAIN_HAS_CUDA
 void Flatten::backward_cuda(Context& ctx, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
   flatten_copy_cuda(ctx, dy, dx);
 }
+#endif
 
 std::unique_ptr<Layer> make_flatten(ConfigNode& cfg) {
   cfg.finish();

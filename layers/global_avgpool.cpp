@@ -30,9 +30,11 @@ void GlobalAvgPool::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void GlobalAvgPool::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
   global_avgpool_forward_cuda(ctx, x, y, y.numel(), plane_);
 }
+#endif
 
 void GlobalAvgPool::backward_cpu(Context&, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
   const int64_t rows = dy.numel();
@@ -44,9 +46,11 @@ void GlobalAvgPool::backward_cpu(Context&, const Tensor&, const Tensor&, const T
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void GlobalAvgPool::backward_cuda(Context& ctx, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
   global_avgpool_backward_cuda(ctx, dy, dx, dy.numel(), plane_);
 }
+#endif
 
 std::unique_ptr<Layer> make_global_avgpool(ConfigNode& cfg) {
   cfg.finish();

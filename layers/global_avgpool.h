@@ -15,9 +15,11 @@ class GlobalAvgPool : public Layer {
  protected:
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#if QTRAIN_HAS_CUDA  // global_avgpool.cu; without the toolkit the base refuses by layer type
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#endif
 
  private:
   int64_t plane_ = 0;  // H*W

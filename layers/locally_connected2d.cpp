@@ -154,10 +154,12 @@ void LocallyConnected2d::forward_cpu(Context&, const Tensor& x, Tensor& y, bool)
   dispatch_float(x.dtype(), [&]<typename T>() { forward_reference<T>(x.data<T>(), y.data<T>(), x.dim(0)); });
 }
 
+#if QTRAIN_HAS_CUDA
 void LocallyConnected2d::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
   locally_connected2d_forward_cuda(ctx, geom_, win_, x, params_[0], bias_ ? &params_[1] : nullptr, y,
                                    device_scratch_);
 }
+#endif
 
 void LocallyConnected2d::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   dispatch_float(x.dtype(), [&]<typename T>() {
@@ -165,10 +167,12 @@ void LocallyConnected2d::backward_cpu(Context&, const Tensor& x, const Tensor&, 
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void LocallyConnected2d::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   locally_connected2d_backward_cuda(ctx, geom_, win_, x, params_[0], dy, grads_[0], bias_ ? &grads_[1] : nullptr,
                                     dx.defined() ? &dx : nullptr, device_scratch_);
 }
+#endif
 
 std::unique_ptr<Layer> make_locally_connected2d(ConfigNode& cfg) {
   const WeightedWindowConfig c = read_weighted_window(cfg);

@@ -32,9 +32,11 @@ class LocallyConnected2d : public Layer {
  protected:
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#if QTRAIN_HAS_CUDA  // locally_connected2d.cu; without the toolkit the base refuses by layer type
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#endif
 
  private:
   template <typename T> void forward_reference(const T* x, T* y, int64_t batch);

@@ -99,7 +99,9 @@ void Lrn::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Lrn::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) { lrn_forward_cuda(ctx, opt_, x, y); }
+#endif
 
 void Lrn::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   const int64_t c = input_shape()[0], p = input_shape()[1] * input_shape()[2];
@@ -109,9 +111,11 @@ void Lrn::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& d
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Lrn::backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
   lrn_backward_cuda(ctx, opt_, x, y, dy, dx);
 }
+#endif
 
 std::unique_ptr<Layer> make_lrn(ConfigNode& cfg) {
   LrnOptions o;

@@ -285,11 +285,13 @@ void Lstm::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool) {
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Lstm::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) {
   const int64_t frames = frames_of(x);
   const int64_t batch = static_cast<int64_t>(lengths_.size());
   lstm_forward_cuda(ctx, cudnn_, cuda_shape(batch, frames), lengths_, params_, x, y, training);
 }
+#endif
 
 void Lstm::backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
   const int64_t frames = frames_of(x);
@@ -303,11 +305,13 @@ void Lstm::backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Te
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Lstm::backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
   const int64_t frames = frames_of(x);
   const int64_t batch = static_cast<int64_t>(lengths_.size());
   lstm_backward_cuda(ctx, cudnn_, cuda_shape(batch, frames), params_, grads_, x, y, dy, dx.defined() ? &dx : nullptr);
 }
+#endif
 
 std::unique_ptr<Layer> make_lstm(ConfigNode& cfg) {
   LstmOptions o;
@@ -319,5 +323,11 @@ std::unique_ptr<Layer> make_lstm(ConfigNode& cfg) {
   cfg.finish();
   return std::make_unique<Lstm>(o);
 }
+
+#if !QTRAIN_HAS_CUDA
+// Without the toolkit no cuDNN state is ever created, so there is nothing to free (lstm.cu defines
+// the deleter otherwise).
+void LstmCudnnDeleter::operator()(LstmCudnn*) const noexcept {}
+#endif
 
 }  // namespace qtrain

@@ -77,9 +77,11 @@ class Lstm : public Layer {
   // as a batch of B*T rows, frames_of() checks that the rows split into the lengths' B sequences.
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#if QTRAIN_HAS_CUDA  // lstm.cu; without the toolkit the base refuses by layer type
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#endif
 
  private:
   template <typename T>
@@ -107,7 +109,7 @@ class Lstm : public Layer {
 
 std::unique_ptr<Layer> make_lstm(ConfigNode& cfg);
 
-// CUDA entry points (lstm.cu; sequence_cuda_disabled.cpp without CUDA). x (B*T, input) and y/dy
+// CUDA entry points (lstm.cu; built with the CUDA toolkit only). x (B*T, input) and y/dy
 // (B*T, dirs*H) f32 on ctx's device, sample b's frame t at row b*T + t; lengths (B) on the host, each
 // in [0, T]; params/grads in Lstm::param_specs() order. Backward needs the training-mode forward of
 // the same x just before it (its reserve space); dx is null when the input needs no gradient.

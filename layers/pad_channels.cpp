@@ -69,17 +69,21 @@ void PadChannels::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
   dispatch_float(x.dtype(), [&]<typename T>() { forward_reference<T>(g_, x.dim(0), x.data<T>(), y.data<T>()); });
 }
 
+#if QTRAIN_HAS_CUDA
 void PadChannels::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
   pad_channels_forward_cuda(ctx, g_, x, y);
 }
+#endif
 
 void PadChannels::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   dispatch_float(x.dtype(), [&]<typename T>() { backward_reference<T>(g_, x.dim(0), dy.data<T>(), dx.data<T>()); });
 }
 
+#if QTRAIN_HAS_CUDA
 void PadChannels::backward_cuda(Context& ctx, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) {
   pad_channels_backward_cuda(ctx, g_, dy, dx);
 }
+#endif
 
 std::unique_ptr<Layer> make_pad_channels(ConfigNode& cfg) {
   if (!cfg.has("channels")) cfg.fail("channels", "is required: the output's number of channels");

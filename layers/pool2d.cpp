@@ -173,9 +173,11 @@ void Pool2d::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Pool2d::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
   pool2d_forward_cuda(ctx, kind_, opt_, geom_, x, y);
 }
+#endif
 
 void Pool2d::backward_cpu(Context&, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
   dispatch_float(x.dtype(), [&]<typename T>() {
@@ -184,9 +186,11 @@ void Pool2d::backward_cpu(Context&, const Tensor& x, const Tensor& y, const Tens
   });
 }
 
+#if QTRAIN_HAS_CUDA
 void Pool2d::backward_cuda(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   pool2d_backward_cuda(ctx, kind_, opt_, geom_, x, dy, dx);
 }
+#endif
 
 namespace {
 

@@ -41,11 +41,13 @@ class Pool2d : public Layer {
  protected:
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
-  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   // Max: the gradient goes to the first element of each window equal to y (the matching forward's
   // output), i.e. the window's first maximum; nothing is stored between the calls.
   void backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#if QTRAIN_HAS_CUDA  // pool2d.cu; without the toolkit the base refuses by layer type
+  void forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool training) override;
   void backward_cuda(Context& ctx, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) override;
+#endif
 
  private:
   PoolKind kind_;

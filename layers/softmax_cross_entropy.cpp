@@ -69,6 +69,7 @@ LossStats SoftmaxCrossEntropy::compute(Context& ctx, const Tensor& logits, const
     layer_detail::check_batch(who, "dlogits", *dlogits, batch, classes, logits.dtype());
   }
   if (batch == 0) return {};
+#if QTRAIN_HAS_CUDA  // a CUDA tensor exists only in builds with the toolkit
   if (logits.device().is_cuda()) {
     if (scratch_.row_loss.numel() < batch) {
       scratch_.row_loss = Tensor::empty({batch}, DType::f32, logits.device());
@@ -78,6 +79,7 @@ LossStats SoftmaxCrossEntropy::compute(Context& ctx, const Tensor& logits, const
     }
     return softmax_cross_entropy_cuda(ctx, logits, labels, dlogits, scratch_);
   }
+#endif
   LossStats stats;
   dispatch_float(logits.dtype(), [&]<typename T>() {
     stats = compute_cpu<T>(logits.data<T>(), labels.data<int32_t>(), dlogits ? dlogits->data<T>() : nullptr, batch,

@@ -29,7 +29,7 @@ class SoftmaxCrossEntropy : public Loss {
 // Factory for the loss registry: no keys besides type and name.
 std::unique_ptr<Loss> make_softmax_cross_entropy(ConfigNode& cfg);
 
-// CUDA entry point (softmax_cross_entropy.cu; cuda_disabled.cpp without CUDA): logits (B, C) f32,
+// CUDA entry point (softmax_cross_entropy.cu; built with the CUDA toolkit only): logits (B, C) f32,
 // labels (B) i32, dlogits (B, C) or null, scratch at least B long. Copies the per-sample values to the
 // host to build LossStats, which synchronizes ctx's stream.
 LossStats softmax_cross_entropy_cuda(Context& ctx, const Tensor& logits, const Tensor& labels, Tensor* dlogits,

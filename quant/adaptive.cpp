@@ -8,7 +8,7 @@
 
 #include "framework/core/philox_batch.h"
 #include "quant/det_sum.h"
-#include "quant/kernels.h"
+#include "quant/adaptive_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/select.h"
@@ -244,6 +244,7 @@ class AdaptiveQuantizer final : public Quantizer {
     return l.body_end;
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const int64_t cap = entry_cap(proportion_, a.n);
     const wire::AdaptiveLayout bound = wire::adaptive_layout(a.n, a.column, cap);
@@ -251,6 +252,7 @@ class AdaptiveQuantizer final : public Quantizer {
                                               workspace_bytes(a.n, sample_));
     return wire::adaptive_layout(a.n, a.column, sent).body_end;
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const wire::AdaptiveLayout l = check_body(h, in.data());
@@ -263,11 +265,13 @@ class AdaptiveQuantizer final : public Quantizer {
     }
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const wire::AdaptiveLayout l = check_header_fields(h);
     adaptive_decode_cuda(ctx, l, in.data(), out, add);
   }
+#endif
 
  private:
   WireHeader header(const wire::AdaptiveLayout& l) const {

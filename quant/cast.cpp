@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "quant/cpu_memory.h"
-#include "quant/kernels.h"
+#include "quant/cast_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
@@ -65,11 +65,13 @@ class CastQuantizer final : public Quantizer {
     return max_body_bytes(a.n, 1);
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     cuda_write_header(ctx, a.out, header(a.n));
     cast_encode_cuda(ctx, method(), a.in, a.residual, a.out + wire::kHeaderBytes, a.n);
     return max_body_bytes(a.n, 1);
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     check_body(h);
@@ -94,11 +96,13 @@ class CastQuantizer final : public Quantizer {
     });
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     check_body(h);
     cast_decode_cuda(ctx, method(), in.data() + wire::kHeaderBytes, out, static_cast<int64_t>(h.n), add);
   }
+#endif
 
  private:
   void check_body(const WireHeader& h) const {

@@ -3,7 +3,7 @@
 // fp16 / bf16 casts, with the arithmetic of cast.cpp (quant/numerics.h on both sides). Every launcher
 // runs on the context's stream and checks cudaGetLastError() after the launch.
 #include "quant/cuda_common.cuh"
-#include "quant/kernels.h"
+#include "quant/cast_cuda.h"
 
 namespace qtrain::quant_detail {
 namespace {

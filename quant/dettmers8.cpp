@@ -12,7 +12,7 @@
 #include "quant/cpu_loops.h"
 #include "quant/cpu_memory.h"
 #include "quant/dettmers_table.h"
-#include "quant/kernels.h"
+#include "quant/dettmers8_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
@@ -195,10 +195,12 @@ class Dettmers8Quantizer final : public Quantizer {
     return max_body_bytes(a.n, 1);
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     dettmers8_encode_cuda(ctx, variant(), a);
     return max_body_bytes(a.n, 1);
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const auto variant = check_body(h);
@@ -210,12 +212,14 @@ class Dettmers8Quantizer final : public Quantizer {
     });
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const auto variant = check_body(h);
     dettmers8_decode_cuda(ctx, variant, bits_float(h.b), in.data() + wire::kHeaderBytes, out,
                           static_cast<int64_t>(h.n), add);
   }
+#endif
 
  private:
   Dettmers8Variant variant() const { return static_cast<Dettmers8Variant>(spec().integer("variant")); }

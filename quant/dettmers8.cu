@@ -3,7 +3,7 @@
 // lookup table (tests/quant checks the two agree everywhere), the rest is dettmers8.cpp's arithmetic.
 #include "quant/cuda_common.cuh"
 #include "quant/dettmers_table.h"
-#include "quant/kernels.h"
+#include "quant/dettmers8_cuda.h"
 
 namespace qtrain::quant_detail {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"
-#include "quant/kernels.h"
+#include "quant/efsign_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/sign_words.h"
@@ -76,10 +76,12 @@ class EfsignQuantizer final : public Quantizer {
     return wire::sign_body_end(a.n);
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     efsign_encode_cuda(ctx, a, header(a.n, 0.0f));
     return wire::sign_body_end(a.n);
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const float scale = check_body(h);
@@ -90,11 +92,13 @@ class EfsignQuantizer final : public Quantizer {
     });
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const float scale = check_body(h);
     sign_decode_cuda(ctx, in.data() + wire::kHeaderBytes, static_cast<int64_t>(h.n), scale, -scale, out, add);
   }
+#endif
 
  private:
   float check_body(const WireHeader& h) const {

@@ -3,7 +3,7 @@
 // written into the header's b field, then one warp per 32-value word (a ballot packs the bits LSB
 // first) updating the residual as efsign.cpp does.
 #include "quant/cuda_common.cuh"
-#include "quant/kernels.h"
+#include "quant/efsign_cuda.h"
 
 namespace qtrain::quant_detail {
 namespace {

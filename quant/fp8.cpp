@@ -9,7 +9,7 @@
 
 #include "framework/core/philox_batch.h"
 #include "quant/cpu_memory.h"
-#include "quant/kernels.h"
+#include "quant/fp8_cuda.h"
 #include "quant/method.h"
 #include "quant/minifloat.h"
 #include "quant/minifloat_bound.h"
@@ -125,10 +125,12 @@ class Fp8Quantizer final : public Quantizer {
     return wire::fp8_body_end(a.n);
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     fp8_encode_cuda(ctx, a, format_, stochastic_, header(a.n, 0));
     return wire::fp8_body_end(a.n);
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const Fp8Format format = check_body(h);
@@ -145,11 +147,13 @@ class Fp8Quantizer final : public Quantizer {
     });
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const Fp8Format format = check_body(h);
     fp8_decode_cuda(ctx, format, bits_float(h.b), in.data(), out, static_cast<int64_t>(h.n), add);
   }
+#endif
 
  private:
   static const char* invalid_codes_name(Fp8Format format) {

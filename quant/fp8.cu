@@ -3,7 +3,7 @@
 // in a kernel before the decoding kernel writes.
 #include <cfloat>
 
-#include "quant/kernels.h"
+#include "quant/fp8_cuda.h"
 #include "quant/minifloat.cuh"
 #include "quant/minifloat.h"
 

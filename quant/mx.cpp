@@ -13,7 +13,7 @@
 
 #include "framework/core/philox_batch.h"
 #include "quant/cpu_memory.h"
-#include "quant/kernels.h"
+#include "quant/mx_cuda.h"
 #include "quant/method.h"
 #include "quant/minifloat.h"
 #include "quant/minifloat_bound.h"
@@ -209,11 +209,13 @@ class MxQuantizer final : public Quantizer {
     return l.body_end;
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const wire::MxLayout l = layout(a.n);
     mx_encode_cuda(ctx, a, element_, stochastic_, l, header(l));
     return l.body_end;
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const wire::MxLayout l = check_body(h);
@@ -228,11 +230,13 @@ class MxQuantizer final : public Quantizer {
     });
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const wire::MxLayout l = check_body(h);
     mx_decode_cuda(ctx, static_cast<MxElement>(h.a), l, in.data(), out, add);
   }
+#endif
 
  private:
   wire::MxLayout layout(int64_t n) const { return wire::mx_layout(n, element_bits(element_)); }

@@ -3,7 +3,7 @@
 // header is known on the host. Decode checks scales, elements and the last byte's unused bits in a
 // kernel before the decoding kernel writes.
 #include "quant/cuda_common.cuh"
-#include "quant/kernels.h"
+#include "quant/mx_cuda.h"
 #include "quant/minifloat.h"
 
 namespace qtrain::quant_detail {

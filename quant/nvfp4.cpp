@@ -11,7 +11,7 @@
 
 #include "framework/core/philox_batch.h"
 #include "quant/cpu_memory.h"
-#include "quant/kernels.h"
+#include "quant/nvfp4_cuda.h"
 #include "quant/method.h"
 #include "quant/minifloat.h"
 #include "quant/minifloat_bound.h"
@@ -156,11 +156,13 @@ class Nvfp4Quantizer final : public Quantizer {
     return l.body_end;
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const wire::Nvfp4Layout l = wire::nvfp4_layout(a.n);
     nvfp4_encode_cuda(ctx, a, stochastic_, l, header(l, 0));
     return l.body_end;
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const wire::Nvfp4Layout l = check_body(h);
@@ -172,11 +174,13 @@ class Nvfp4Quantizer final : public Quantizer {
     });
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const wire::Nvfp4Layout l = check_body(h);
     nvfp4_decode_cuda(ctx, l, bits_float(h.b), in.data(), out, add);
   }
+#endif
 
  private:
   wire::Nvfp4Layout check_body(const WireHeader& h) const {

@@ -4,7 +4,7 @@
 // Decode checks the block scales and the last nibble in a kernel before the decoding kernel writes.
 #include <cfloat>
 
-#include "quant/kernels.h"
+#include "quant/nvfp4_cuda.h"
 #include "quant/minifloat.cuh"
 #include "quant/minifloat.h"
 

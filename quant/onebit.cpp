@@ -4,7 +4,7 @@
 // then bits and residuals; a group is usually small enough that the second pass reads from cache.
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"
-#include "quant/kernels.h"
+#include "quant/onebit_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
@@ -197,11 +197,13 @@ class OnebitQuantizer final : public Quantizer {
     return l.body_end;
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const wire::OnebitLayout l = wire::onebit_layout(a.n, group_length(a.n, a.column));
     onebit_encode_cuda(ctx, a, l, header(l));
     return l.body_end;
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const wire::OnebitLayout l = check_body(h);
@@ -217,11 +219,13 @@ class OnebitQuantizer final : public Quantizer {
     });
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const wire::OnebitLayout l = check_body(h);
     onebit_decode_cuda(ctx, l, in.data(), out, add);
   }
+#endif
 
  private:
   OnebitMode mode() const { return static_cast<OnebitMode>(spec().integer("mode")); }

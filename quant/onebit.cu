@@ -2,7 +2,7 @@
 // means written straight into the payload, then one warp per 32-value word (a ballot packs the bits
 // LSB first) updating the residual as onebit.cpp does.
 #include "quant/cuda_common.cuh"
-#include "quant/kernels.h"
+#include "quant/onebit_cuda.h"
 
 namespace qtrain::quant_detail {
 namespace {

@@ -16,7 +16,7 @@
 #include "quant/cpu_loops.h"
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"
-#include "quant/kernels.h"
+#include "quant/qsgd_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
@@ -510,11 +510,13 @@ class QsgdQuantizer final : public Quantizer {
     return l.body_end;
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const wire::QsgdLayout l = wire::qsgd_layout(a.n, bucket_, bits_);
     qsgd_encode_cuda(ctx, a, l, norm_, header(l));
     return l.body_end;
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const wire::QsgdLayout l = check_body(h);
@@ -530,11 +532,13 @@ class QsgdQuantizer final : public Quantizer {
     });
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const wire::QsgdLayout l = check_body(h);
     qsgd_decode_cuda(ctx, l, in.data(), out, add);
   }
+#endif
 
  private:
   wire::QsgdLayout check_body(const WireHeader& h) const {

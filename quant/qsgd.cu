@@ -2,7 +2,7 @@
 // sum of squares; then one thread per 32-bit word of codes, each value rounded with the Philox stream
 // of quant/numerics.h exactly as qsgd.cpp's chunk loop and tie fix-up do.
 #include "quant/cuda_common.cuh"
-#include "quant/kernels.h"
+#include "quant/qsgd_cuda.h"
 
 namespace qtrain::quant_detail {
 namespace {

@@ -25,6 +25,13 @@ bool default_error_feedback(QuantMethod method) { return method_info(method).err
 
 namespace {
 
+// A CUDA span reached a quantizer whose kernels this build does not link: a clear error, never a
+// silent CPU fallback.
+[[noreturn]] void no_cuda_kernels(const QuantSpec& spec) {
+  throw Error(fmt::format("{}: a CUDA span was given but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)",
+                          spec.str()));
+}
+
 const QuantParamDef& param_of(QuantMethod method, std::string_view key) {
   const QuantParamDef* p = find_param(method_info(method), key);
   QT_CHECK(p != nullptr, "{} has no parameter '{}'", quant_method_name(method), key);
@@ -216,10 +223,18 @@ size_t Quantizer::encode(Context& ctx, std::span<const float> in, int64_t column
     std::memset(out.data() + body, 0, wire::pad8(body) - body);
   } else {
     body = encode_cuda(ctx, args);
+#if QTRAIN_QUANT_CUDA
     quant_detail::cuda_zero_bytes(ctx, out.data() + body, wire::pad8(body) - body);
+#endif
   }
   QT_CHECK(wire::pad8(body) <= need, "{}: wrote {} bytes, more than the bound {}", spec_.str(), wire::pad8(body), need);
   return wire::pad8(body);
+}
+
+size_t Quantizer::encode_cuda(Context&, const EncodeArgs&) const { no_cuda_kernels(spec_); }
+
+void Quantizer::decode_cuda(Context&, const WireHeader&, std::span<const uint8_t>, float*, bool) const {
+  no_cuda_kernels(spec_);
 }
 
 void Quantizer::decode(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out) const {
@@ -243,7 +258,11 @@ void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n
   if (ctx.device().is_cpu()) {
     if (head_bytes > 0) std::memcpy(head, in.data(), head_bytes);
   } else if (head_bytes > 0) {
+#if QTRAIN_QUANT_CUDA
     quant_detail::cuda_copy_to_host(ctx, head, in.data(), head_bytes);
+#else
+    no_cuda_kernels(spec_);
+#endif
   }
   const WireHeader h =
       wire::check_header(std::span<const uint8_t>(head, head_bytes), in.size(), spec_.method, n);

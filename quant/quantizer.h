@@ -190,11 +190,13 @@ class Quantizer {
   virtual bool keeps_momentum() const { return false; }
   // Writes header and body; returns the unpadded payload size (the base pads to 8 with zeros).
   virtual size_t encode_cpu(const EncodeArgs& args) const = 0;
-  virtual size_t encode_cuda(Context& ctx, const EncodeArgs& args) const = 0;
+  // The CUDA paths: a method overrides them where its .cu file is linked (QTRAIN_QUANT_CUDA,
+  // quant/kernels.h); otherwise these refuse the CUDA span, naming the method.
+  virtual size_t encode_cuda(Context& ctx, const EncodeArgs& args) const;
   // `in` is the payload only (header.total bytes, header already validated by the base).
   virtual void decode_cpu(const WireHeader& header, std::span<const uint8_t> in, float* out, bool add) const = 0;
   virtual void decode_cuda(Context& ctx, const WireHeader& header, std::span<const uint8_t> in, float* out,
-                           bool add) const = 0;
+                           bool add) const;
 
  private:
   void decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out, bool add) const;

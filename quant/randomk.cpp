@@ -9,7 +9,7 @@
 // exchange all-reduces the k values natively and decodes once.
 #include <cstring>
 
-#include "quant/kernels.h"
+#include "quant/randomk_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
@@ -64,11 +64,13 @@ class RandomkQuantizer final : public Quantizer {
     return wire::randomk_body_end(k);
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const int64_t k = wire::count_for_proportion(fraction_, a.n);
     randomk_encode_cuda(ctx, a, k, header(a.n, k, a.shared_key));
     return wire::randomk_body_end(k);
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const int64_t k = check_body(h);
@@ -82,11 +84,13 @@ class RandomkQuantizer final : public Quantizer {
     }
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const int64_t k = check_body(h);
     randomk_decode_cuda(ctx, in.data(), static_cast<int64_t>(h.n), k, PhiloxKey{h.b, h.c}, out, add);
   }
+#endif
 
  private:
   // k values for n: 1 <= k <= n (none for n = 0), and the length they take. Any key is a valid key.

@@ -2,7 +2,7 @@
 // randomk.cpp), then one thread per sent value j at wire::randomk_index(key, j, n, k): the value, and
 // e = 0 there. Decode scatters the k values to the same indices (computed from the header's key).
 #include "quant/cuda_common.cuh"
-#include "quant/kernels.h"
+#include "quant/randomk_cuda.h"
 
 namespace qtrain::quant_detail {
 namespace {

@@ -2,7 +2,7 @@
 // CPU loop): one thread per value, bit 1 -> pos, bit 0 -> neg. The payload's fields are checked on
 // the host (the scale is a header field), so nothing in the body can be malformed.
 #include "quant/cuda_common.cuh"
-#include "quant/kernels.h"
+#include "quant/sign_words.h"
 
 namespace qtrain::quant_detail {
 namespace {

@@ -5,7 +5,12 @@
 
 #include <cstdint>
 
+#include "quant/kernels.h"
+
 namespace qtrain::quant_detail {
+
+// The CUDA decode of both methods (sign_words.cu): the n values of the words as pos or neg.
+void sign_decode_cuda(Context& ctx, const uint8_t* words, int64_t n, float pos, float neg, float* out, bool add);
 
 // Values [begin, end) of the span into out[0 .. end - begin): the partial words at either end value
 // by value, the whole words between them 32 values at a time (a fixed-length loop GCC vectorizes).

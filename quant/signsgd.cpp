@@ -7,7 +7,7 @@
 // one bit goes up per value and the vote's bit comes back. The input is checked for NaN and Inf
 // before the momentum is touched.
 #include "quant/cpu_memory.h"
-#include "quant/kernels.h"
+#include "quant/signsgd_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/sign_words.h"
@@ -63,10 +63,12 @@ class SignsgdQuantizer final : public Quantizer {
     return wire::sign_body_end(a.n);
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     signsgd_encode_cuda(ctx, a, beta_, one_minus_beta_, header(a.n));
     return wire::sign_body_end(a.n);
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     check_body(h);
@@ -77,11 +79,13 @@ class SignsgdQuantizer final : public Quantizer {
     });
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     check_body(h);
     sign_decode_cuda(ctx, in.data() + wire::kHeaderBytes, static_cast<int64_t>(h.n), 1.0f, -1.0f, out, add);
   }
+#endif
 
  private:
   void check_body(const WireHeader& h) const {

@@ -2,7 +2,7 @@
 // then one warp per 32-value word: the momentum update of quant/numerics.h (signum) and a ballot of
 // the signs, LSB first.
 #include "quant/cuda_common.cuh"
-#include "quant/kernels.h"
+#include "quant/signsgd_cuda.h"
 
 namespace qtrain::quant_detail {
 namespace {

@@ -3,7 +3,8 @@
 // atomics, so the threshold is the CPU's), and an order-preserving compaction (tile counts, one scan,
 // then each tile writes its entries in index order), which gives the CPU loops' exact layouts.
 #include "quant/cuda_common.cuh"
-#include "quant/kernels.h"
+#include "quant/adaptive_cuda.h"
+#include "quant/topk_cuda.h"
 
 namespace qtrain::quant_detail {
 namespace {

@@ -11,7 +11,7 @@
 #include "framework/core/philox_batch.h"
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"
-#include "quant/kernels.h"
+#include "quant/terngrad_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
@@ -190,11 +190,13 @@ class TerngradQuantizer final : public Quantizer {
     return l.body_end;
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const wire::QsgdLayout l = wire::terngrad_layout(a.n, bucket_for(a.n));
     terngrad_encode_cuda(ctx, a, l, clip_, header(l));
     return l.body_end;
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const wire::QsgdLayout l = check_body(h);
@@ -213,11 +215,13 @@ class TerngradQuantizer final : public Quantizer {
     });
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const wire::QsgdLayout l = check_body(h);
     terngrad_decode_cuda(ctx, l, in.data(), out, add);
   }
+#endif
 
  private:
   wire::QsgdLayout check_body(const WireHeader& h) const {

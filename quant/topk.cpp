@@ -4,7 +4,7 @@
 // from an exact radix selection (quant/select.h); the payload lists indices in increasing order.
 #include <cstring>
 
-#include "quant/kernels.h"
+#include "quant/topk_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/select.h"
@@ -71,11 +71,13 @@ class TopkQuantizer final : public Quantizer {
     return wire::topk_body_end(k);
   }
 
+#if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const int64_t k = wire::count_for_proportion(fraction_, a.n);
     topk_encode_cuda(ctx, a, k, header(a.n, k));
     return wire::topk_body_end(k);
   }
+#endif
 
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const int64_t k = check_body(h);
@@ -96,11 +98,13 @@ class TopkQuantizer final : public Quantizer {
     }
   }
 
+#if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const int64_t k = check_body(h);
     topk_decode_cuda(ctx, in.data(), static_cast<int64_t>(h.n), k, out, add);
   }
+#endif
 
  private:
   int64_t check_body(const WireHeader& h) const {

@@ -1,0 +1,14 @@
+// The CUDA launchers of dettmers8 (dettmers8.cu), called from dettmers8.cpp where the build has them
+// (QTRAIN_QUANT_CUDA, quant/kernels.h). dettmers8: the encoder writes header and body (the scale is computed on the device).
+// They follow the CPU loops' arithmetic exactly. Internal to quant/.
+#pragma once
+
+#include "quant/kernels.h"
+
+namespace qtrain::quant_detail {
+
+void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, const EncodeArgs& a);
+void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, float scale, const uint8_t* codes, float* out,
+                           int64_t n, bool add);
+
+}  // namespace qtrain::quant_detail
