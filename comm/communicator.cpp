@@ -69,13 +69,15 @@ int nccl_problem(Device device, int world, int& mine) {
       input_error("communication.backend: nccl needs a CUDA GPU on every rank; {}",
                   here ? "this machine has none" : "another rank's machine has none (use backend mpi)");
     case kSharedGpu:
-      input_error("communication.backend: nccl needs one GPU per rank, but {} runs more ranks than it has GPUs; "
-                  "start fewer ranks per host or use backend mpi",
-                  here ? "this host" : "another host");
+      input_error(
+          "communication.backend: nccl needs one GPU per rank, but {} runs more ranks than it has GPUs; "
+          "start fewer ranks per host or use backend mpi",
+          here ? "this host" : "another host");
     default:
-      input_error("communication.backend: nccl runs on GPUs, but {} device is cpu; set device: cuda (or auto), "
-                  "or use backend mpi",
-                  here ? "this rank's" : "another rank's");
+      input_error(
+          "communication.backend: nccl runs on GPUs, but {} device is cpu; set device: cuda (or auto), "
+          "or use backend mpi",
+          here ? "this rank's" : "another rank's");
   }
 }
 
@@ -87,9 +89,10 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Devi
   const int world = mpi_world_size();
   if (backend == "local") {
     if (world > 1)
-      input_error("communication.backend: local is a world of one process, but {} ranks are running; use auto, "
-                  "mpi or nccl",
-                  world);
+      input_error(
+          "communication.backend: local is a world of one process, but {} ranks are running; use auto, "
+          "mpi or nccl",
+          world);
     return std::make_unique<LocalComm>(device);
   }
   if (backend == "auto" && world <= 1) return std::make_unique<LocalComm>(device);
@@ -114,12 +117,14 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Devi
 // ---- the default streaming forms -------------------------------------------------------------------
 
 namespace {
-void check_capacities(const char* op, const std::vector<size_t>& capacity, const std::vector<size_t>& sizes, int world) {
-  QT_CHECK(capacity.size() == static_cast<size_t>(world), "{}: {} receive capacities for {} ranks", op,
-           capacity.size(), world);
+void check_capacities(const char* op, const std::vector<size_t>& capacity, const std::vector<size_t>& sizes,
+                      int world) {
+  QT_CHECK(capacity.size() == static_cast<size_t>(world), "{}: {} receive capacities for {} ranks", op, capacity.size(),
+           world);
   for (size_t s = 0; s < sizes.size(); ++s)
     if (sizes[s] > capacity[s])
-      input_error("{}: rank {} sent {} bytes, more than the {} this rank expects at most", op, s, sizes[s], capacity[s]);
+      input_error("{}: rank {} sent {} bytes, more than the {} this rank expects at most", op, s, sizes[s],
+                  capacity[s]);
 }
 }  // namespace
 
@@ -142,7 +147,8 @@ void Communicator::all_to_all_streamed(Context& ctx, const Produce& produce, con
   all_to_all_bytes(ctx, stream_send_, stream_sizes_, stream_offsets_, recv, stream_recv_sizes_, stream_recv_offsets_);
   check_capacities("all_to_all_streamed", recv_capacity, stream_recv_sizes_, P);
   for (int s = 0; s < P; ++s)
-    consume(s, {recv.data() + stream_recv_offsets_[static_cast<size_t>(s)], stream_recv_sizes_[static_cast<size_t>(s)]});
+    consume(s,
+            {recv.data() + stream_recv_offsets_[static_cast<size_t>(s)], stream_recv_sizes_[static_cast<size_t>(s)]});
 }
 
 int Communicator::post_send(std::span<const uint8_t>, int, int) {
@@ -198,7 +204,8 @@ void Communicator::all_gather_streamed(Context& ctx, std::span<const uint8_t> se
   all_gather_bytes(ctx, send, recv, stream_recv_sizes_, stream_recv_offsets_);
   check_capacities("all_gather_streamed", recv_capacity, stream_recv_sizes_, P);
   for (int s = 0; s < P; ++s)
-    consume(s, {recv.data() + stream_recv_offsets_[static_cast<size_t>(s)], stream_recv_sizes_[static_cast<size_t>(s)]});
+    consume(s,
+            {recv.data() + stream_recv_offsets_[static_cast<size_t>(s)], stream_recv_sizes_[static_cast<size_t>(s)]});
 }
 
 std::unique_ptr<Communicator> make_communicator(const CommunicationConfig& config, Device device) {
@@ -210,9 +217,10 @@ std::unique_ptr<Communicator> make_communicator(const CommunicationConfig& confi
     char host[MPI_MAX_PROCESSOR_NAME];
     int length = 0;
     MPI_CHECK(MPI_Get_processor_name(host, &length));
-    start_watchdog(config.timeout_s,
-                   fmt::format("rank {} of {} on {}", comm->rank(), comm->size(), std::string(host, static_cast<size_t>(length))),
-                   abort_mpi_job);
+    start_watchdog(
+        config.timeout_s,
+        fmt::format("rank {} of {} on {}", comm->rank(), comm->size(), std::string(host, static_cast<size_t>(length))),
+        abort_mpi_job);
   }
   return comm;
 }

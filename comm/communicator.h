@@ -70,8 +70,9 @@ class Communicator {
   virtual void all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
                                    std::vector<uint8_t>& recv, const Consume& consume);
   // Every rank sends `send` (host memory) to every rank, itself included.
-  virtual void all_gather_streamed(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& recv_capacity,
-                                   std::vector<uint8_t>& recv, const Consume& consume);
+  virtual void all_gather_streamed(Context& ctx, std::span<const uint8_t> send,
+                                   const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
+                                   const Consume& consume);
   // Nonblocking messages between host buffers, for algorithms that run their own schedule
   // (reduce-scatter + allgather in pipelined pieces). Transports without them (local, nccl) answer
   // false to has_point_to_point(), and their callers use the streaming collectives instead.

@@ -30,8 +30,8 @@ Device buffer_location(const char* op, const char* what, const void* ptr, size_t
   if (bytes == 0) return Device::cpu();
   const Device where = pointer_device(ptr);
   QT_CHECK(where.is_cpu() || where == ctx.device(),
-           "{}: {} is in {} memory; pass a context on {} (its stream orders the copies), not {}", op, what,
-           where.str(), where.str(), ctx.device().str());
+           "{}: {} is in {} memory; pass a context on {} (its stream orders the copies), not {}", op, what, where.str(),
+           where.str(), ctx.device().str());
   return where;
 }
 

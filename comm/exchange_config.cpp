@@ -36,7 +36,8 @@ ReduceAlgorithm default_algorithm(QuantMethod method) {
 CommunicationConfig CommunicationConfig::parse(ConfigNode& section) {
   CommunicationConfig c;
   c.backend = section.get_choice("backend", c.backend, {"auto", "local", "mpi", "nccl"});
-  c.algorithm = section.get_choice("algorithm", c.algorithm, {"auto", "allreduce", "allgather", "reduce_scatter_allgather"});
+  c.algorithm =
+      section.get_choice("algorithm", c.algorithm, {"auto", "allreduce", "allgather", "reduce_scatter_allgather"});
   c.bucket_mb = section.get_double("bucket_mb", c.bucket_mb, 0.0, 1 << 20, /*min_exclusive=*/true);
   c.overlap = section.get<bool>("overlap", c.overlap);
   c.mean = section.get_choice("reduce", "mean", {"mean", "sum"}) == "mean";
@@ -63,9 +64,10 @@ ReduceAlgorithm CommunicationConfig::algorithm_for(const QuantSpec& spec) const 
       std::vector<std::string> casts;
       for (const QuantMethodInfo* m : quant_methods())
         if (m->cast_bits != 0 || m->summable_body) casts.push_back(m->name);
-      input_error("communication.algorithm: allreduce cannot carry {} payloads (only {} sum natively); use allgather "
-                  "or reduce_scatter_allgather",
-                  quant_method_name(spec.method), fmt::join(casts, ", "));
+      input_error(
+          "communication.algorithm: allreduce cannot carry {} payloads (only {} sum natively); use allgather "
+          "or reduce_scatter_allgather",
+          quant_method_name(spec.method), fmt::join(casts, ", "));
     }
     return ReduceAlgorithm::allreduce;
   }

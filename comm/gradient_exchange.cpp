@@ -21,9 +21,10 @@ GradientExchange::GradientExchange(Communicator& comm, Device device, uint64_t s
   const std::vector<uint64_t> kinds = comm.all_gather_u64(device.is_cuda() ? 1 : 0);
   for (size_t r = 0; r < kinds.size(); ++r)
     if (kinds[r] != kinds[0])
-      input_error("rank {} runs on {} but rank 0 on {}; every rank must train on the same kind of device (give "
-                  "every host a GPU, or set device: cpu)",
-                  r, kinds[r] ? "a GPU" : "the CPU", kinds[0] ? "a GPU" : "the CPU");
+      input_error(
+          "rank {} runs on {} but rank 0 on {}; every rank must train on the same kind of device (give "
+          "every host a GPU, or set device: cpu)",
+          r, kinds[r] ? "a GPU" : "the CPU", kinds[0] ? "a GPU" : "the CPU");
   NodeLayout layout;
   if (wants_two_levels(comm, device, config_, quantization, tensors, layout)) {
     hierarchy_ = std::make_unique<HierarchicalExchange>(comm, device, seed, config_, quantization, tensors, layout);
@@ -35,11 +36,13 @@ GradientExchange::GradientExchange(Communicator& comm, Device device, uint64_t s
   std::vector<exchange::TensorPlan> plans;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const ExchangeTensor& x = tensors[t];
-    const QuantSpec spec = quantization.resolve(x.layer_name, x.layer_type, x.decided_numel > 0 ? x.decided_numel : x.numel);
+    const QuantSpec spec =
+        quantization.resolve(x.layer_name, x.layer_type, x.decided_numel > 0 ? x.decided_numel : x.numel);
     plans.push_back(exchange::make_plan(x, static_cast<int>(t), spec, config_.algorithm_for(spec), pc));
   }
   const float scale = config_.mean ? 1.0f / static_cast<float>(P) : 1.0f;
-  work_ = std::make_unique<exchange::Workspace>(comm, device, std::move(ctx), scale, std::move(tensors), std::move(plans));
+  work_ =
+      std::make_unique<exchange::Workspace>(comm, device, std::move(ctx), scale, std::move(tensors), std::move(plans));
   make_buckets(config_.bucket_mb);
   if (config_.overlap) thread_ = std::thread([this] { run_thread(); });
 }

@@ -46,7 +46,7 @@ struct ExchangeTensor {
   std::string layer_type;  // "dense"
   int64_t offset = 0;      // in the gradient arena, in elements
   int64_t numel = 0;
-  int64_t column = 1;      // innermost dimension as stored
+  int64_t column = 1;  // innermost dimension as stored
   // The leading dimension of a tensor of two or more dimensions (a conv weight [out, in, kh, kw]:
   // out), 0 for vectors and scalars: PowerSGD sees the tensor as a rows x (numel / rows) matrix.
   int64_t rows = 0;
@@ -67,8 +67,8 @@ struct LowRankShape {
 };
 
 struct ExchangeStats {
-  PhaseTimers phases;            // encode, communicate, decode (seconds on the exchange's thread)
-  double bytes_sent = 0;         // bytes this rank sent (see bytes_sent_per_tensor)
+  PhaseTimers phases;     // encode, communicate, decode (seconds on the exchange's thread)
+  double bytes_sent = 0;  // bytes this rank sent (see bytes_sent_per_tensor)
   std::vector<double> bytes_sent_per_tensor;
   int64_t steps = 0;
 };

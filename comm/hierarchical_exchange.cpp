@@ -30,11 +30,13 @@ NodeLayout node_layout(Communicator& world, int64_t ranks_per_node) {
   l.ranks_per_node = ranks_in.begin()->second;
   for (const auto& [c, n] : ranks_in)
     if (n != l.ranks_per_node)
-      input_error("communication.hierarchy: the node of rank {} holds {} ranks, the node of rank {} {}; the two-level "
-                  "exchange needs the same number of ranks on every node (or set hierarchy: flat)",
-                  ranks_in.begin()->first, l.ranks_per_node, c, n);
+      input_error(
+          "communication.hierarchy: the node of rank {} holds {} ranks, the node of rank {} {}; the two-level "
+          "exchange needs the same number of ranks on every node (or set hierarchy: flat)",
+          ranks_in.begin()->first, l.ranks_per_node, c, n);
   l.node = static_cast<int>(std::distance(ranks_in.begin(), ranks_in.find(colors[static_cast<size_t>(me)])));
-  for (int r = 0; r < me; ++r) l.local_rank += colors[static_cast<size_t>(r)] == colors[static_cast<size_t>(me)] ? 1 : 0;
+  for (int r = 0; r < me; ++r)
+    l.local_rank += colors[static_cast<size_t>(r)] == colors[static_cast<size_t>(me)] ? 1 : 0;
   return l;
 }
 
@@ -48,15 +50,17 @@ bool wants_two_levels(Communicator& world, Device device, const CommunicationCon
     if (!m.payload || m.combine != QuantCombine::sum) unsuited = m.name;
   }
   if (config.hierarchy == "two_level" && !unsuited.empty())
-    input_error("communication.hierarchy: two_level sums each node's gradients first, which {} cannot follow (its "
-                "result is not a sum of decoded payloads); use hierarchy: flat",
-                unsuited);
+    input_error(
+        "communication.hierarchy: two_level sums each node's gradients first, which {} cannot follow (its "
+        "result is not a sum of decoded payloads); use hierarchy: flat",
+        unsuited);
   const bool possible = world.has_subgroups() && device.is_cpu() && unsuited.empty();
   if (config.hierarchy == "auto" && !possible) return false;
   if (!possible)
-    input_error("communication.hierarchy: two_level runs on CPU ranks over backend mpi for now; this run has {} ranks "
-                "on {} (set hierarchy: flat or auto)",
-                device.str(), world.name());
+    input_error(
+        "communication.hierarchy: two_level runs on CPU ranks over backend mpi for now; this run has {} ranks "
+        "on {} (set hierarchy: flat or auto)",
+        device.str(), world.name());
   layout = node_layout(world, config.ranks_per_node);
   return config.hierarchy == "two_level" || (layout.nodes > 1 && layout.ranks_per_node > 1);
 }
@@ -85,7 +89,8 @@ HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, u
     const std::vector<int64_t> bounds =
         GradientExchange::stripe_bounds(x.numel, GradientExchange::stripe_unit(spec, x.column), L);
     for (int l = 0; l < L; ++l)
-      stripes_[t].push_back({bounds[static_cast<size_t>(l)], bounds[static_cast<size_t>(l) + 1] - bounds[static_cast<size_t>(l)]});
+      stripes_[t].push_back(
+          {bounds[static_cast<size_t>(l)], bounds[static_cast<size_t>(l) + 1] - bounds[static_cast<size_t>(l)]});
     const Stripe& s = stripes_[t][static_cast<size_t>(layout_.local_rank)];
     if (s.length == 0) continue;  // the same on every node: the cross group skips the tensor alike
     ExchangeTensor part = x;
@@ -205,7 +210,8 @@ ExchangeStats HierarchicalExchange::take_stats() {
   for (int p = 0; p < PhaseTimers::kCount; ++p)
     out.phases.add(static_cast<Phase>(p), inner.phases.seconds(static_cast<Phase>(p)));
   for (size_t t = 0; t < tensors_.size(); ++t)
-    if (inter_index_[t] >= 0) out.bytes_sent_per_tensor[t] += inner.bytes_sent_per_tensor[static_cast<size_t>(inter_index_[t])];
+    if (inter_index_[t] >= 0)
+      out.bytes_sent_per_tensor[t] += inner.bytes_sent_per_tensor[static_cast<size_t>(inter_index_[t])];
   out.bytes_sent = 0;
   for (double b : out.bytes_sent_per_tensor) out.bytes_sent += b;
   out.steps = inner.steps;
@@ -215,9 +221,10 @@ ExchangeStats HierarchicalExchange::take_stats() {
 }
 
 std::string HierarchicalExchange::describe() const {
-  return fmt::format("two levels: {} node(s) x {} rank(s); inside a node an {} sum, then this rank's stripe of each "
-                     "tensor between nodes (local rank {} of every node), then an allgather inside the node:\n{}",
-                     layout_.nodes, layout_.ranks_per_node, config_.intra, layout_.local_rank, inter_->describe());
+  return fmt::format(
+      "two levels: {} node(s) x {} rank(s); inside a node an {} sum, then this rank's stripe of each "
+      "tensor between nodes (local rank {} of every node), then an allgather inside the node:\n{}",
+      layout_.nodes, layout_.ranks_per_node, config_.intra, layout_.local_rank, inter_->describe());
 }
 
 }  // namespace qtrain

@@ -85,10 +85,10 @@ class HierarchicalExchange {
   std::unique_ptr<Communicator> node_, cross_;
   std::unique_ptr<GradientExchange> inter_;
   std::unique_ptr<Context> ctx_;
-  Tensor mine_;                   // this rank's stripes, back to back (the cross-node exchange's arena)
+  Tensor mine_;                       // this rank's stripes, back to back (the cross-node exchange's arena)
   std::vector<int64_t> node_counts_;  // values of local rank l's stripes, all tensors
   std::vector<float> packed_;         // the gradients in stripe order: local rank 0's stripes, then 1's, ...
-  std::vector<uint16_t> half_;       // intra: bf16, in stripe order
+  std::vector<uint16_t> half_;        // intra: bf16, in stripe order
   std::vector<uint8_t> gathered_;
   std::vector<size_t> sizes_, offsets_;
   ExchangeStats stats_;

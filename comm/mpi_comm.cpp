@@ -61,7 +61,7 @@ bool mpi_is_cuda_aware() {
 // One tag for every point-to-point piece: messages between a pair on one communicator match in
 // posting order (MPI's non-overtaking rule), which is the order of the pieces.
 constexpr int kPieceTag = 0;
-constexpr int kStreamTag = 0x5354;  // the streaming forms' messages
+constexpr int kStreamTag = 0x5354;            // the streaming forms' messages
 constexpr int kPointToPointTagBase = 0x6000;  // post_send / post_recv tags start here (below 32767)
 
 }  // namespace
@@ -231,8 +231,8 @@ void MpiComm::gather_host(const uint8_t* send, const std::vector<size_t>& sizes,
       displs_[r] = hi > lo ? static_cast<int>(lo - window) : 0;
     }
     const uint8_t* mine = counts_[me] > 0 ? send + (std::max(offsets[me], window) - offsets[me]) : send;
-    MPI_CHECK(MPI_Allgatherv(mine, counts_[me], MPI_BYTE, recv + window, counts_.data(), displs_.data(), MPI_BYTE,
-                             comm_));
+    MPI_CHECK(
+        MPI_Allgatherv(mine, counts_[me], MPI_BYTE, recv + window, counts_.data(), displs_.data(), MPI_BYTE, comm_));
   }
 }
 
@@ -297,16 +297,16 @@ void MpiComm::exchange_host(const uint8_t* send, const std::vector<size_t>& send
     for (size_t done = 0; done < recv_sizes[s]; done += max_message_bytes_) {
       const size_t n = std::min(max_message_bytes_, recv_sizes[s] - done);
       MPI_Request& request = requests_.emplace_back(MPI_REQUEST_NULL);
-      MPI_CHECK(MPI_Irecv(recv + recv_offsets[s] + done, static_cast<int>(n), MPI_BYTE, static_cast<int>(s),
-                          kPieceTag, comm_, &request));
+      MPI_CHECK(MPI_Irecv(recv + recv_offsets[s] + done, static_cast<int>(n), MPI_BYTE, static_cast<int>(s), kPieceTag,
+                          comm_, &request));
     }
   }
   for (size_t d = 0; d < ranks; ++d) {
     for (size_t done = 0; done < send_sizes[d]; done += max_message_bytes_) {
       const size_t n = std::min(max_message_bytes_, send_sizes[d] - done);
       MPI_Request& request = requests_.emplace_back(MPI_REQUEST_NULL);
-      MPI_CHECK(MPI_Isend(send + send_offsets[d] + done, static_cast<int>(n), MPI_BYTE, static_cast<int>(d),
-                          kPieceTag, comm_, &request));
+      MPI_CHECK(MPI_Isend(send + send_offsets[d] + done, static_cast<int>(n), MPI_BYTE, static_cast<int>(d), kPieceTag,
+                          comm_, &request));
     }
   }
   MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
@@ -329,7 +329,8 @@ size_t MpiComm::received_bytes(int rc, const MPI_Status& status, int peer) {
     int cls = 0;
     MPI_Error_class(rc, &cls);
     if (cls == MPI_ERR_TRUNCATE)
-      input_error("MpiComm: rank {} sent more bytes than this rank expects at most from it (a malformed exchange)", peer);
+      input_error("MpiComm: rank {} sent more bytes than this rank expects at most from it (a malformed exchange)",
+                  peer);
     MPI_CHECK(rc);
   }
   int count = 0;
@@ -357,13 +358,15 @@ MPI_Request& MpiComm::new_request(const char* op, size_t bytes, int peer, int ta
 
 int MpiComm::post_send(std::span<const uint8_t> bytes, int dest, int tag) {
   MPI_Request& r = new_request("post_send", bytes.size(), dest, tag);
-  MPI_CHECK(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, kPointToPointTagBase + tag, comm_, &r));
+  MPI_CHECK(
+      MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, kPointToPointTagBase + tag, comm_, &r));
   return static_cast<int>(p2p_requests_.size()) - 1;
 }
 
 int MpiComm::post_recv(std::span<uint8_t> buffer, int src, int tag) {
   MPI_Request& r = new_request("post_recv", buffer.size(), src, tag);
-  MPI_CHECK(MPI_Irecv(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, src, kPointToPointTagBase + tag, comm_, &r));
+  MPI_CHECK(
+      MPI_Irecv(buffer.data(), static_cast<int>(buffer.size()), MPI_BYTE, src, kPointToPointTagBase + tag, comm_, &r));
   return static_cast<int>(p2p_requests_.size()) - 1;
 }
 

@@ -1,8 +1,8 @@
 // MpiComm: the Open MPI transport over a duplicate of MPI_COMM_WORLD (so qtrain's messages never
 // match anyone else's). Large sums run qtrain's ring allreduce over point-to-point messages; small
 // ones MPI_Allreduce, with MPI_SUM for f32/f64 and, for f16/bf16, a commutative user operation that
-// adds in fp32 and rounds to nearest even (the ring adds the same way). Counts above the int range of MPI are split into
-// several calls. CUDA buffers go through pinned host memory unless the MPI is CUDA-aware.
+// adds in fp32 and rounds to nearest even (the ring adds the same way). Counts above the int range of MPI are split
+// into several calls. CUDA buffers go through pinned host memory unless the MPI is CUDA-aware.
 #pragma once
 
 #include <mpi.h>

@@ -131,7 +131,8 @@ void NcclComm::wait(void* stream, const char* op) {
 const uint8_t* NcclComm::device_send(std::span<const uint8_t> send, Device where, void* stream) {
   if (where.is_cuda() || send.empty()) return send.data();
   uint8_t* copy = scratch(send_scratch_, send.size());
-  CUDA_CHECK(cudaMemcpyAsync(copy, send.data(), send.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
+  CUDA_CHECK(
+      cudaMemcpyAsync(copy, send.data(), send.size(), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
   return copy;
 }
 
@@ -185,8 +186,8 @@ void NcclComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std
     }
     group.end();
     if (!send.empty())
-      CUDA_CHECK(cudaMemcpyAsync(out + offsets[static_cast<size_t>(me)], in, send.size(), cudaMemcpyDeviceToDevice,
-                                 stream));
+      CUDA_CHECK(
+          cudaMemcpyAsync(out + offsets[static_cast<size_t>(me)], in, send.size(), cudaMemcpyDeviceToDevice, stream));
   }
   CUDA_CHECK(cudaMemcpyAsync(recv.data(), out, total, cudaMemcpyDeviceToHost, stream));
   wait(stream, op);
@@ -201,8 +202,7 @@ void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, con
   const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
   check_send_outside(op, send, recv);
 
-  const std::vector<uint64_t> heard =
-      host_.all_to_all_u64(std::vector<uint64_t>(send_sizes.begin(), send_sizes.end()));
+  const std::vector<uint64_t> heard = host_.all_to_all_u64(std::vector<uint64_t>(send_sizes.begin(), send_sizes.end()));
   recv_sizes.assign(heard.begin(), heard.end());
   const size_t total = exclusive_offsets(recv_sizes, recv_offsets);
   recv.resize(total);
@@ -220,8 +220,8 @@ void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, con
   }
   group.end();
   if (send_sizes[me] > 0)
-    CUDA_CHECK(cudaMemcpyAsync(out + recv_offsets[me], in + send_offsets[me], send_sizes[me],
-                               cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(out + recv_offsets[me], in + send_offsets[me], send_sizes[me], cudaMemcpyDeviceToDevice,
+                               stream));
   if (total > 0) CUDA_CHECK(cudaMemcpyAsync(recv.data(), out, total, cudaMemcpyDeviceToHost, stream));
   wait(stream, op);  // also when nothing came in: this rank's sends must be done before it returns
 }

@@ -95,7 +95,8 @@ void ring_phases(MPI_Comm comm, int rank, int size, uint8_t* bytes, const std::v
         watch.progress();
         if (!reduce) continue;
         const size_t at = k * seg;
-        add_into(bytes + (begin[recv_chunk] + at) * element, recv_base + at * element, std::min(seg, recv_n - at), type);
+        add_into(bytes + (begin[recv_chunk] + at) * element, recv_base + at * element, std::min(seg, recv_n - at),
+                 type);
       }
       MPI_CHECK(MPI_Waitall(static_cast<int>(scratch.requests.size() - receives), scratch.requests.data() + receives,
                             MPI_STATUSES_IGNORE));

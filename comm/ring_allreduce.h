@@ -26,9 +26,9 @@
 namespace qtrain {
 
 struct RingScratch {
-  std::vector<uint8_t> incoming;        // one chunk (reduce-scatter receives here, then adds)
+  std::vector<uint8_t> incoming;  // one chunk (reduce-scatter receives here, then adds)
   std::vector<MPI_Request> requests;
-  std::vector<size_t> begin, length;    // the chunks' element ranges
+  std::vector<size_t> begin, length;  // the chunks' element ranges
 };
 
 // In-place sum of `count` elements of `type` at host pointer `data` over `comm` (collective).

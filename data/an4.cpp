@@ -19,18 +19,19 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Utterance {
-  std::string id;         // e.g. an251-fash-b
-  std::string audio;      // path of the audio file
-  std::string text;       // "YES", "RUBOUT G M E F THREE NINE"
-  int line = 0;           // line in the transcription file
+  std::string id;     // e.g. an251-fash-b
+  std::string audio;  // path of the audio file
+  std::string text;   // "YES", "RUBOUT G M E F THREE NINE"
+  int line = 0;       // line in the transcription file
 };
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path);
   if (!in)
-    input_error("{}: cannot open ({}); an AN4 folder holds etc/an4_train.fileids, etc/an4_train.transcription, "
-                "etc/an4_test.fileids, etc/an4_test.transcription and the audio under wav/",
-                path, std::strerror(errno));
+    input_error(
+        "{}: cannot open ({}); an AN4 folder holds etc/an4_train.fileids, etc/an4_train.transcription, "
+        "etc/an4_test.fileids, etc/an4_test.transcription and the audio under wav/",
+        path, std::strerror(errno));
   std::vector<std::string> lines;
   std::string line;
   while (std::getline(in, line)) {
@@ -51,7 +52,8 @@ void parse_transcription(const std::string& path, int line_no, const std::string
                          std::string* id) {
   const size_t open = line.rfind('(');
   const size_t close = line.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close < open || close + 1 != line.find_last_not_of(" \t") + 1)
+  if (open == std::string::npos || close == std::string::npos || close < open ||
+      close + 1 != line.find_last_not_of(" \t") + 1)
     input_error("{}:{}: expected 'WORDS (utterance-id)', got '{}'", path, line_no, line);
   *id = line.substr(open + 1, close - open - 1);
   std::istringstream words(line.substr(0, open));
@@ -84,9 +86,10 @@ std::vector<Utterance> read_split(const std::string& folder, Split split) {
     fileid.erase(0, fileid.find_first_not_of(" \t"));
     fileid.erase(fileid.find_last_not_of(" \t") + 1);
     if (fs::path(fileid).filename().string() != u.id)
-      input_error("{}:{} names utterance '{}' but {}:{} is '{}'; the two files must list the same utterances in "
-                  "the same order",
-                  text_path, u.line, u.id, ids_path, u.line, fileid);
+      input_error(
+          "{}:{} names utterance '{}' but {}:{} is '{}'; the two files must list the same utterances in "
+          "the same order",
+          text_path, u.line, u.id, ids_path, u.line, fileid);
     const fs::path base = fs::path(folder) / "wav" / fileid;
     u.audio.clear();
     for (const char* ext : {".raw", ".sph", ".wav"}) {
@@ -127,8 +130,8 @@ bool read_pod(std::istream& in, T* v) {
 }
 
 // Returns true and fills frames/features when `path` holds a valid cache for `key`.
-bool load_cache(const std::string& path, const std::string& key, size_t count, int mels,
-                std::vector<int64_t>* frames, std::vector<float>* features, std::string* why) {
+bool load_cache(const std::string& path, const std::string& key, size_t count, int mels, std::vector<int64_t>* frames,
+                std::vector<float>* features, std::string* why) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     *why = "absent";
@@ -175,7 +178,8 @@ bool load_cache(const std::string& path, const std::string& key, size_t count, i
   }
   features->resize(static_cast<size_t>(total) * mels);
   uint32_t crc = 0;
-  if (!in.read(reinterpret_cast<char*>(features->data()), static_cast<std::streamsize>(features->size() * sizeof(float))) ||
+  if (!in.read(reinterpret_cast<char*>(features->data()),
+               static_cast<std::streamsize>(features->size() * sizeof(float))) ||
       !read_pod(in, &crc)) {
     *why = "truncated features";
     return false;
@@ -197,16 +201,19 @@ void write_cache(const std::string& path, const std::string& key, const std::vec
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) input_error("cannot write the feature cache {}: {} (set data.cache_dir to a writable folder)", tmp,
-                          std::strerror(errno));
+    if (!out)
+      input_error("cannot write the feature cache {}: {} (set data.cache_dir to a writable folder)", tmp,
+                  std::strerror(errno));
     const uint64_t key_size = key.size();
     const uint32_t crc = static_cast<uint32_t>(
         crc32(0, reinterpret_cast<const Bytef*>(features.data()), static_cast<uInt>(features.size() * sizeof(float))));
     out.write(kCacheMagic, 8);
     out.write(reinterpret_cast<const char*>(&key_size), sizeof key_size);
     out.write(key.data(), static_cast<std::streamsize>(key.size()));
-    out.write(reinterpret_cast<const char*>(frames.data()), static_cast<std::streamsize>(frames.size() * sizeof(int64_t)));
-    out.write(reinterpret_cast<const char*>(features.data()), static_cast<std::streamsize>(features.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(frames.data()),
+              static_cast<std::streamsize>(frames.size() * sizeof(int64_t)));
+    out.write(reinterpret_cast<const char*>(features.data()),
+              static_cast<std::streamsize>(features.size() * sizeof(float)));
     out.write(reinterpret_cast<const char*>(&crc), sizeof crc);
     out.flush();
     if (!out) input_error("cannot write the feature cache {} (disk full?)", tmp);
@@ -279,10 +286,10 @@ std::unique_ptr<Dataset> open_an4(const std::string& folder, Split split, const 
     input_error("data.path {} is not a folder; it should hold the AN4 corpus (etc/ and wav/)", folder);
   const std::vector<std::string> vocab = an4_vocabulary(folder);
   std::vector<Utterance> utts = read_split(folder, split);
-  if (options.limit > 0 && static_cast<size_t>(options.limit) < utts.size()) utts.resize(static_cast<size_t>(options.limit));
+  if (options.limit > 0 && static_cast<size_t>(options.limit) < utts.size())
+    utts.resize(static_cast<size_t>(options.limit));
 
-  const std::string text_path =
-      (fs::path(folder) / "etc" / ("an4_" + split_name(split) + ".transcription")).string();
+  const std::string text_path = (fs::path(folder) / "etc" / ("an4_" + split_name(split) + ".transcription")).string();
   std::vector<std::vector<int32_t>> targets(utts.size());
   for (size_t i = 0; i < utts.size(); ++i) {
     for (char c : utts[i].text) {
@@ -297,7 +304,8 @@ std::unique_ptr<Dataset> open_an4(const std::string& folder, Split split, const 
   const int mels = options.features.num_mels;
   const std::string key = cache_key(utts, options);
   const std::string cache_path =
-      options.cache_dir.empty() ? "" : (fs::path(options.cache_dir) / ("an4_" + split_name(split) + ".features")).string();
+      options.cache_dir.empty() ? ""
+                                : (fs::path(options.cache_dir) / ("an4_" + split_name(split) + ".features")).string();
   std::vector<int64_t> frames;
   std::vector<float> features;
   std::string why;

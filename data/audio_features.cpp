@@ -38,12 +38,11 @@ std::vector<float> decode_pcm16(const std::string& path, const uint8_t* p, size_
 // NIST SPHERE: "NIST_1A\n", the header size in bytes on the second line (normally 1024), then
 // "name -type value" lines up to "end_head". We read 16-bit PCM, mono only.
 std::vector<float> read_sphere(const std::string& path, const std::vector<uint8_t>& bytes, int rate) {
-  auto bad = [&](const std::string& why) -> std::vector<float> {
-    input_error("SPHERE file {}: {}", path, why);
-  };
+  auto bad = [&](const std::string& why) -> std::vector<float> { input_error("SPHERE file {}: {}", path, why); };
   if (bytes.size() < 16 || std::memcmp(bytes.data(), "NIST_1A\n", 8) != 0)
     return bad("does not start with the NIST_1A header magic");
-  const std::string head(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(bytes.size(), 1 << 16)));
+  const std::string head(bytes.begin(),
+                         bytes.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(bytes.size(), 1 << 16)));
   std::istringstream lines(head);
   std::string line;
   std::getline(lines, line);  // NIST_1A
@@ -90,14 +89,16 @@ std::vector<float> read_sphere(const std::string& path, const std::vector<uint8_
     return bad(fmt::format("sample_rate is {}, expected {}", r, rate));
   ByteOrder order = ByteOrder::little;
   if (auto it = fields.find("sample_byte_format"); it != fields.end()) {
-    if (it->second == "10") order = ByteOrder::big;
-    else if (it->second != "01") return bad("sample_byte_format must be 01 or 10, got '" + it->second + "'");
+    if (it->second == "10")
+      order = ByteOrder::big;
+    else if (it->second != "01")
+      return bad("sample_byte_format must be 01 or 10, got '" + it->second + "'");
   }
   size_t data_bytes = bytes.size() - static_cast<size_t>(header_size);
   if (const long count = field_int("sample_count", -1); count >= 0) {
     if (static_cast<size_t>(count) * 2 > data_bytes)
-      return bad(fmt::format("sample_count {} needs {} bytes but only {} follow the header", count, count * 2,
-                             data_bytes));
+      return bad(
+          fmt::format("sample_count {} needs {} bytes but only {} follow the header", count, count * 2, data_bytes));
     data_bytes = static_cast<size_t>(count) * 2;
   }
   return decode_pcm16(path, bytes.data() + header_size, data_bytes, order);
@@ -154,7 +155,9 @@ std::mutex& fftw_planner_mutex() {
 std::vector<float> read_audio(const std::string& path, const AudioOptions& options) {
   AudioFormat format = options.format;
   if (format == AudioFormat::automatic)
-    format = ends_with(path, ".sph") ? AudioFormat::sphere : ends_with(path, ".wav") ? AudioFormat::wav : AudioFormat::raw;
+    format = ends_with(path, ".sph")   ? AudioFormat::sphere
+             : ends_with(path, ".wav") ? AudioFormat::wav
+                                       : AudioFormat::raw;
   const std::vector<uint8_t> bytes = read_file_bytes(path);
   switch (format) {
     case AudioFormat::sphere: return read_sphere(path, bytes, options.raw_sample_rate);

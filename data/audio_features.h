@@ -35,7 +35,7 @@ struct FilterbankOptions {
   int fft_size = 512;  // >= the window length in samples
   WindowType window = WindowType::hann;
   double f_min = 0.0;
-  double f_max = 0.0;  // 0: sample_rate / 2
+  double f_max = 0.0;     // 0: sample_rate / 2
   bool normalize = true;  // per-utterance mean/variance normalization of every band
 };
 

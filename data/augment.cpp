@@ -62,7 +62,8 @@ AugmentConfig parse_augment_config(ConfigNode& section, const std::string& datas
   }
   a.horizontal_flip = section.get<bool>("horizontal_flip", false);
   if (a.horizontal_flip && !is_cifar(dataset) && dataset != "imagefolder")
-    section.fail("horizontal_flip", fmt::format("applies to datasets cifar10, cifar100 and imagefolder, not {}", dataset));
+    section.fail("horizontal_flip",
+                 fmt::format("applies to datasets cifar10, cifar100 and imagefolder, not {}", dataset));
   section.finish();
   return a;
 }
@@ -96,8 +97,10 @@ CropBox draw_random_resized_crop(PhiloxWords& words, int64_t height, int64_t wid
   // Fallback: a central crop of the whole image, narrowed to the allowed aspect ratios.
   const double in_ratio = static_cast<double>(width) / static_cast<double>(height);
   int64_t w = width, h = height;
-  if (in_ratio < a.ratio_min) h = std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(w) / a.ratio_min)));
-  else if (in_ratio > a.ratio_max) w = std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(h) * a.ratio_max)));
+  if (in_ratio < a.ratio_min)
+    h = std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(w) / a.ratio_min)));
+  else if (in_ratio > a.ratio_max)
+    w = std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(h) * a.ratio_max)));
   return CropBox{(height - h) / 2, (width - w) / 2, h, w};
 }
 

@@ -23,7 +23,7 @@ struct AugmentConfig {
   int64_t crop_size = 0;     // output side; 0 = the image's side
   int64_t crop_padding = 0;  // black pixels added on each side before cropping
   bool random_resized_crop = false;
-  double scale_min = 0.08, scale_max = 1.0;            // fraction of the image area
+  double scale_min = 0.08, scale_max = 1.0;             // fraction of the image area
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;  // width / height
   bool horizontal_flip = false;
 

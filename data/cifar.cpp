@@ -118,9 +118,10 @@ std::unique_ptr<Dataset> open_cifar(const std::string& folder, Split split, cons
     const std::vector<uint8_t> bytes = read_file_bytes(path);
     const auto n = static_cast<int64_t>(bytes.size());
     if (n == 0 || n % record != 0)
-      input_error("{}: truncated or not a {} file: {} bytes is not a whole number of {}-byte records ({} label "
-                  "byte{} + {} pixel bytes)",
-                  path, l.name, n, record, l.label_bytes, l.label_bytes == 1 ? "" : "s", kPixels);
+      input_error(
+          "{}: truncated or not a {} file: {} bytes is not a whole number of {}-byte records ({} label "
+          "byte{} + {} pixel bytes)",
+          path, l.name, n, record, l.label_bytes, l.label_bytes == 1 ? "" : "s", kPixels);
     for (int64_t r = 0; r < n / record; ++r) {
       const uint8_t* rec = bytes.data() + r * record;
       // CIFAR-100 records carry both labels; both are checked whichever is used.
@@ -128,7 +129,10 @@ std::unique_ptr<Dataset> open_cifar(const std::string& folder, Split split, cons
       for (int b = 0; b < l.label_bytes; ++b)
         if (rec[b] >= limits[b])
           input_error("{}: record {} has {}label {}, out of range for {} classes (0..{})", path, r,
-                      l.label_bytes == 1 ? "" : b == 0 ? "coarse " : "fine ", rec[b], limits[b], limits[b] - 1);
+                      l.label_bytes == 1 ? ""
+                      : b == 0           ? "coarse "
+                                         : "fine ",
+                      rec[b], limits[b], limits[b] - 1);
       if (options.limit > 0 && static_cast<int64_t>(labels.size()) >= options.limit) continue;
       labels.push_back(rec[label_index]);
       pixels.insert(pixels.end(), rec + l.label_bytes, rec + record);

@@ -49,7 +49,8 @@ DataConfig parse_data_config(ConfigNode& section) {
   constexpr int64_t kMaxBatch = 1 << 20;
   constexpr int64_t kMaxSamples = std::numeric_limits<int32_t>::max();
   DataConfig c;
-  c.dataset = section.get_choice("dataset", c.dataset, {"mnist", "fashion_mnist", "cifar10", "cifar100", "imagefolder", "an4"});
+  c.dataset =
+      section.get_choice("dataset", c.dataset, {"mnist", "fashion_mnist", "cifar10", "cifar100", "imagefolder", "an4"});
   c.path = section.require<std::string>("path");
   if (c.path.empty()) section.fail("path", "must name the folder with the dataset's files");
   c.batch_size = section.get_int("batch_size", c.batch_size, 1, kMaxBatch);
@@ -77,8 +78,8 @@ DataConfig parse_data_config(ConfigNode& section) {
   // The default keeps ImageNet's ratio 256 / 224 for other image sizes.
   c.eval_resize = section.get_int("eval_resize", (c.image_size * 256 + 112) / 224, 1, 8192);
   if (c.eval_resize < c.image_size)
-    section.fail("eval_resize", fmt::format("must be >= image_size ({}) for the center crop, got {}", c.image_size,
-                                            c.eval_resize));
+    section.fail("eval_resize",
+                 fmt::format("must be >= image_size ({}) for the center crop, got {}", c.image_size, c.eval_resize));
   if (c.dataset == "an4") {
     // Speech keys exist only for speech datasets, so a typo'd image config still fails finish().
     c.speech.byte_order = section.get_choice("byte_order", c.speech.byte_order, {"big", "little"});
@@ -149,9 +150,13 @@ std::unique_ptr<Dataset> open_dataset(const DataConfig& config, Split split) {
     return open_an4(config.path, split, a);
   }
   MnistOptions o;
-  if (config.dataset == "mnist") o.variant = MnistVariant::mnist;
-  else if (config.dataset == "fashion_mnist") o.variant = MnistVariant::fashion_mnist;
-  else input_error("data.dataset must be one of mnist, fashion_mnist, cifar10, cifar100, imagefolder, an4, got '{}'", config.dataset);
+  if (config.dataset == "mnist")
+    o.variant = MnistVariant::mnist;
+  else if (config.dataset == "fashion_mnist")
+    o.variant = MnistVariant::fashion_mnist;
+  else
+    input_error("data.dataset must be one of mnist, fashion_mnist, cifar10, cifar100, imagefolder, an4, got '{}'",
+                config.dataset);
   if (!config.mean.empty()) o.mean = config.mean[0];
   if (!config.std.empty()) o.std = config.std[0];
   o.limit = limit;

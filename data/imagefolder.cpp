@@ -20,7 +20,8 @@ constexpr double kImageNetStd[3] = {0.229, 0.224, 0.225};
 
 bool is_jpeg_name(const fs::path& p) {
   std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return ext == ".jpg" || ext == ".jpeg";
 }
 
@@ -30,9 +31,10 @@ bool hidden(const fs::path& p) { return !p.filename().empty() && p.filename().st
 std::vector<std::string> class_folders(const fs::path& folder, const std::string& what) {
   std::error_code ec;
   if (!fs::is_directory(folder, ec))
-    input_error("{}: {} folder not found; an imagefolder data.path holds train/<class>/*.JPEG and "
-                "val/<class>/*.JPEG",
-                folder.string(), what);
+    input_error(
+        "{}: {} folder not found; an imagefolder data.path holds train/<class>/*.JPEG and "
+        "val/<class>/*.JPEG",
+        folder.string(), what);
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(folder))
     if (entry.is_directory() && !hidden(entry.path())) names.push_back(entry.path().filename().string());
@@ -44,7 +46,10 @@ class ImageFolderDataset final : public Dataset {
  public:
   ImageFolderDataset(std::vector<std::string> files, std::vector<int32_t> labels, int classes,
                      const ImageFolderOptions& o, const double mean[3], const double std[3])
-      : files_(std::move(files)), labels_(std::move(labels)), classes_(classes), options_(o),
+      : files_(std::move(files)),
+        labels_(std::move(labels)),
+        classes_(classes),
+        options_(o),
         norm_(make_normalization(mean, std)) {}
 
   int64_t size() const override { return static_cast<int64_t>(files_.size()); }
@@ -62,8 +67,8 @@ class ImageFolderDataset final : public Dataset {
     const auto left = static_cast<int64_t>(std::nearbyint(static_cast<double>(rw - size) / 2));
     const double sy = static_cast<double>(h) / static_cast<double>(rh);
     const double sx = static_cast<double>(w) / static_cast<double>(rw);
-    const SourceRect rect{static_cast<double>(top) * sy, static_cast<double>(left) * sx,
-                          static_cast<double>(size) * sy, static_cast<double>(size) * sx};
+    const SourceRect rect{static_cast<double>(top) * sy, static_cast<double>(left) * sx, static_cast<double>(size) * sy,
+                          static_cast<double>(size) * sx};
     resample_rgb(image, rect, CropBox{0, 0, h, w}, size, size, false, norm_, x);
   }
 
@@ -81,8 +86,8 @@ class ImageFolderDataset final : public Dataset {
     const RgbImage image = load(index, label);
     const CropBox box = draw_random_resized_crop(words, image.height, image.width, a);
     const bool flip = a.horizontal_flip && draw_flip(words);
-    const SourceRect rect{static_cast<double>(box.top), static_cast<double>(box.left),
-                          static_cast<double>(box.height), static_cast<double>(box.width)};
+    const SourceRect rect{static_cast<double>(box.top), static_cast<double>(box.left), static_cast<double>(box.height),
+                          static_cast<double>(box.width)};
     resample_rgb(image, rect, box, options_.image_size, options_.image_size, flip, norm_, x);
   }
 
@@ -112,9 +117,10 @@ namespace {
 std::unique_ptr<Dataset> index_and_open(const std::string& root, Split split, const ImageFolderOptions& options) {
   std::error_code ec;
   if (!fs::is_directory(root, ec))
-    input_error("data folder '{}' for dataset imagefolder does not exist; it should hold train/<class>/*.JPEG and "
-                "val/<class>/*.JPEG (ImageNet's layout)",
-                root);
+    input_error(
+        "data folder '{}' for dataset imagefolder does not exist; it should hold train/<class>/*.JPEG and "
+        "val/<class>/*.JPEG (ImageNet's layout)",
+        root);
   const std::vector<std::string> classes = class_folders(fs::path(root) / "train", "the training");
   if (classes.empty())
     input_error("{}: no class folders; each class is a sub-folder holding its JPEG files",

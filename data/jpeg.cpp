@@ -99,9 +99,10 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& path) 
   // every loader thread allocate and clear gigabytes before the missing data is noticed.
   const uint64_t declared = static_cast<uint64_t>(d.cinfo.image_width) * d.cinfo.image_height;
   if (declared > kMaxJpegPixels)
-    input_error("{}: the JPEG header declares {}x{} pixels, more than the {} an image may have (PIL's "
-                "decompression-bomb limit); the file is damaged or not a photograph",
-                path, d.cinfo.image_width, d.cinfo.image_height, kMaxJpegPixels);
+    input_error(
+        "{}: the JPEG header declares {}x{} pixels, more than the {} an image may have (PIL's "
+        "decompression-bomb limit); the file is damaged or not a photograph",
+        path, d.cinfo.image_width, d.cinfo.image_height, kMaxJpegPixels);
   if (!start(&d.cinfo, &d.err)) input_error("{}: cannot decode JPEG: {}", path, d.err.message);
   const int components = d.cinfo.output_components;
   RgbImage image;

@@ -1,6 +1,6 @@
 // Loader: the epoch permutation (Philox-driven Fisher-Yates), this rank's shard of it, and a prefetch
-// thread that assembles batches ahead of the trainer (with a WorkerPool sharing each batch's samples). The thread is stopped and joined before a new
-// epoch starts and in the destructor; a reader exception travels to next().
+// thread that assembles batches ahead of the trainer (with a WorkerPool sharing each batch's samples). The thread is
+// stopped and joined before a new epoch starts and in the destructor; a reader exception travels to next().
 #include "data/loader.h"
 
 #include <algorithm>
@@ -88,8 +88,8 @@ Batch Loader::assemble(const std::vector<int64_t>& permutation, int64_t epoch, i
   x_shape.insert(x_shape.end(), sample.begin(), sample.end());
   if (dataset_.is_sequence()) return assemble_sequences(permutation, epoch, index);
   Batch batch;
-  batch.x = Tensor::empty(x_shape, DType::f32);        // (B, sample...)
-  batch.labels = Tensor::empty({rows}, DType::i32);   // (B)
+  batch.x = Tensor::empty(x_shape, DType::f32);      // (B, sample...)
+  batch.labels = Tensor::empty({rows}, DType::i32);  // (B)
   batch.epoch = epoch;
   batch.index = index;
   float* x = batch.x.data<float>();

@@ -25,13 +25,13 @@ namespace qtrain {
 struct LoaderOptions {
   int64_t batch_size = 128;  // per rank
   bool shuffle = true;
-  bool drop_last = false;    // drop a final partial batch (training under data parallelism uses true)
+  bool drop_last = false;  // drop a final partial batch (training under data parallelism uses true)
   uint64_t seed = 1;
   int rank = 0;
   int world_size = 1;
-  int prefetch = 2;          // batches assembled ahead
-  bool augment = false;      // read samples through Dataset::read_augmented (the training loader)
-  int workers = 1;           // threads assembling one batch (the prefetch thread included)
+  int prefetch = 2;      // batches assembled ahead
+  bool augment = false;  // read samples through Dataset::read_augmented (the training loader)
+  int workers = 1;       // threads assembling one batch (the prefetch thread included)
 };
 
 struct Batch {

@@ -67,9 +67,10 @@ std::string find_idx_file(const std::string& folder, const std::string& base, Mn
   if (fs::is_regular_file(plain, ec)) return plain.string();
   const fs::path gz = fs::path(folder) / (base + ".gz");
   if (fs::is_regular_file(gz, ec)) return gz.string();
-  input_error("{}: missing {} (or {}.gz); a {} folder holds train-images-idx3-ubyte, train-labels-idx1-ubyte, "
-              "t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, each optionally gzipped; {}",
-              folder, base, base, variant_name(variant), how_to_get(variant));
+  input_error(
+      "{}: missing {} (or {}.gz); a {} folder holds train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+      "t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, each optionally gzipped; {}",
+      folder, base, base, variant_name(variant), how_to_get(variant));
 }
 
 std::unique_ptr<Dataset> open_mnist(const std::string& folder, Split split, const MnistOptions& options) {

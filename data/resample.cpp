@@ -50,7 +50,8 @@ AxisTaps axis_taps(double begin, double length, int64_t out, int64_t lo, int64_t
     }
     t.first[static_cast<size_t>(i)] = xmin;
     for (int64_t x = xmin; x < xmax; ++x)
-      t.weights[static_cast<size_t>(i * t.taps + x - xmin)] = static_cast<float>(w[static_cast<size_t>(x - xmin)] / sum);
+      t.weights[static_cast<size_t>(i * t.taps + x - xmin)] =
+          static_cast<float>(w[static_cast<size_t>(x - xmin)] / sum);
   }
   return t;
 }

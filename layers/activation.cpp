@@ -44,7 +44,8 @@ void forward_reference(ActivationKind kind, const T* __restrict x, T* __restrict
 }
 
 template <typename T>
-void backward_reference(ActivationKind kind, const T* __restrict y, const T* __restrict dy, T* __restrict dx, int64_t n) {
+void backward_reference(ActivationKind kind, const T* __restrict y, const T* __restrict dy, T* __restrict dx,
+                        int64_t n) {
   switch (kind) {
     case ActivationKind::relu:
       for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
@@ -86,8 +87,8 @@ void Activation::backward_cpu(Context& ctx, const Tensor&, const Tensor& y, cons
     const T* out = y.data<T>();
     const T* g = dy.data<T>();
     T* gx = dx.data<T>();
-    ctx.cpu_pool().parallel_for(y.numel(), kGrain,
-                                [&](int64_t b, int64_t e) { backward_reference<T>(kind_, out + b, g + b, gx + b, e - b); });
+    ctx.cpu_pool().parallel_for(
+        y.numel(), kGrain, [&](int64_t b, int64_t e) { backward_reference<T>(kind_, out + b, g + b, gx + b, e - b); });
   });
 }
 

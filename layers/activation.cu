@@ -11,17 +11,23 @@ constexpr int kThreads = 256;
 
 template <ActivationKind K>
 __device__ __forceinline__ float activate(float x) {
-  if constexpr (K == ActivationKind::relu) return x > 0.0f ? x : 0.0f;
-  else if constexpr (K == ActivationKind::tanh) return tanhf(x);
-  else return 1.0f / (1.0f + expf(-x));
+  if constexpr (K == ActivationKind::relu)
+    return x > 0.0f ? x : 0.0f;
+  else if constexpr (K == ActivationKind::tanh)
+    return tanhf(x);
+  else
+    return 1.0f / (1.0f + expf(-x));
 }
 
 // The derivative from the output y (see activation.h).
 template <ActivationKind K>
 __device__ __forceinline__ float derivative_times(float y, float dy) {
-  if constexpr (K == ActivationKind::relu) return y > 0.0f ? dy : 0.0f;
-  else if constexpr (K == ActivationKind::tanh) return dy * (1.0f - y * y);
-  else return dy * (y * (1.0f - y));
+  if constexpr (K == ActivationKind::relu)
+    return y > 0.0f ? dy : 0.0f;
+  else if constexpr (K == ActivationKind::tanh)
+    return dy * (1.0f - y * y);
+  else
+    return dy * (y * (1.0f - y));
 }
 
 template <ActivationKind K>
@@ -49,8 +55,8 @@ void launch_forward(const Tensor& x, Tensor& y, cudaStream_t stream) {
 template <ActivationKind K>
 void launch_backward(const Tensor& y, const Tensor& dy, Tensor& dx, cudaStream_t stream) {
   const long long n = y.numel();
-  backward_kernel<K><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(y.data<float>(), dy.data<float>(),
-                                                                      dx.data<float>(), n);
+  backward_kernel<K>
+      <<<blocks_for(n, kThreads), kThreads, 0, stream>>>(y.data<float>(), dy.data<float>(), dx.data<float>(), n);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -18,7 +18,6 @@ class Activation : public Layer {
   const char* type() const override { return activation_name(kind_); }
   ActivationKind kind() const { return kind_; }
 
-
  protected:
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;

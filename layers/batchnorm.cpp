@@ -124,7 +124,7 @@ void forward_inference_cpu(CpuPool& pool, const Dims& d, double eps, const T* x,
 // dx = w invstd (dy - dbias / n - xhat dweight / n), written as one scale-and-shift of dy and x.
 template <typename T>
 void backward_reference(CpuPool& pool, const Dims& d, const T* x, const T* dy, const T* w, const double* saved_mean,
-                  const double* saved_invstd, T* dweight, T* dbias, T* dx) {
+                        const double* saved_invstd, T* dweight, T* dbias, T* dx) {
   const double n = static_cast<double>(d.n());
   pool.parallel_for(d.channels, channel_grain(d), [&](int64_t c_begin, int64_t c_end) {
     for (int64_t c = c_begin; c < c_end; ++c) {
@@ -176,7 +176,8 @@ Shape BatchNorm::configure(const Shape& input) {
 std::vector<ParamSpec> BatchNorm::param_specs() const {
   QT_CHECK(channels_ > 0, "{}: param_specs() before setup()", describe());
   if (!affine_) return {};
-  return {{"weight", {channels_}, Init::ones, channels_, channels_}, {"bias", {channels_}, Init::zeros, channels_, channels_}};
+  return {{"weight", {channels_}, Init::ones, channels_, channels_},
+          {"bias", {channels_}, Init::zeros, channels_, channels_}};
 }
 
 std::vector<ParamSpec> BatchNorm::buffer_specs() const {
@@ -199,8 +200,8 @@ void BatchNorm::ensure_cuda_state(Context& ctx, const Tensor& like, int64_t batc
     batchnorm_fill_cuda(ctx, cuda_zeros_, 0.0f);
     batchnorm_fill_cuda(ctx, cuda_ones_, 1.0f);
   }
-  if (batch > 0 && (!cuda_dx_scratch_.defined() || cuda_dx_scratch_.device() != dev ||
-                    cuda_dx_scratch_.numel() < like.numel()))
+  if (batch > 0 &&
+      (!cuda_dx_scratch_.defined() || cuda_dx_scratch_.device() != dev || cuda_dx_scratch_.numel() < like.numel()))
     cuda_dx_scratch_ = Tensor::empty({like.numel()}, DType::f32, dev);
 }
 #endif
@@ -225,8 +226,8 @@ void BatchNorm::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool train
       forward_training_cpu<T>(ctx.cpu_pool(), d, eps_, momentum_, x.data<T>(), w, b, buffers_[0].data<T>(),
                               buffers_[1].data<T>(), y.data<T>(), saved_mean_.data(), saved_invstd_.data());
     else
-      forward_inference_cpu<T>(ctx.cpu_pool(), d, eps_, x.data<T>(), w, b, buffers_[0].data<T>(),
-                               buffers_[1].data<T>(), y.data<T>());
+      forward_inference_cpu<T>(ctx.cpu_pool(), d, eps_, x.data<T>(), w, b, buffers_[0].data<T>(), buffers_[1].data<T>(),
+                               y.data<T>());
   });
 }
 
@@ -239,8 +240,8 @@ void BatchNorm::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool trai
   if (training)
     return batchnorm_forward_training_cuda(ctx, x.dim(0), channels_, spatial_, eps_, momentum_, x, scale, bias,
                                            buffers_[0], buffers_[1], cuda_saved_mean_, cuda_saved_invstd_, y);
-  batchnorm_forward_inference_cuda(ctx, x.dim(0), channels_, spatial_, eps_, x, scale, bias, buffers_[0],
-                                   buffers_[1], y);
+  batchnorm_forward_inference_cuda(ctx, x.dim(0), channels_, spatial_, eps_, x, scale, bias, buffers_[0], buffers_[1],
+                                   y);
 }
 #endif
 

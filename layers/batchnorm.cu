@@ -45,8 +45,8 @@ void batchnorm_fill_cuda(Context& ctx, Tensor& t, float value) {
 
 void batchnorm_forward_training_cuda(Context& ctx, int64_t batch, int64_t channels, int64_t spatial, double eps,
                                      double momentum, const Tensor& x, const Tensor& scale, const Tensor& bias,
-                                     Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
-                                     Tensor& save_invstd, Tensor& y) {
+                                     Tensor& running_mean, Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
+                                     Tensor& y) {
   Descriptors d(batch, channels, spatial);
   const float one = 1.0f, zero = 0.0f;
   CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
@@ -60,10 +60,9 @@ void batchnorm_forward_inference_cuda(Context& ctx, int64_t batch, int64_t chann
                                       const Tensor& running_mean, const Tensor& running_var, Tensor& y) {
   Descriptors d(batch, channels, spatial);
   const float one = 1.0f, zero = 0.0f;
-  CUDNN_CHECK(cudnnBatchNormalizationForwardInference(ctx.cuda().cudnn, kMode, &one, &zero, d.data, x.data<float>(),
-                                                      d.data, y.data<float>(), d.channel, scale.data<float>(),
-                                                      bias.data<float>(), running_mean.data<float>(),
-                                                      running_var.data<float>(), eps));
+  CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+      ctx.cuda().cudnn, kMode, &one, &zero, d.data, x.data<float>(), d.data, y.data<float>(), d.channel,
+      scale.data<float>(), bias.data<float>(), running_mean.data<float>(), running_var.data<float>(), eps));
 }
 
 void batchnorm_backward_cuda(Context& ctx, int64_t batch, int64_t channels, int64_t spatial, double eps,
@@ -74,9 +73,8 @@ void batchnorm_backward_cuda(Context& ctx, int64_t batch, int64_t channels, int6
   // beta = 0 for dx and the parameter gradients: overwrite, as the layer contract requires.
   CUDNN_CHECK(cudnnBatchNormalizationBackward(ctx.cuda().cudnn, kMode, &one, &zero, &one, &zero, d.data,
                                               x.data<float>(), d.data, dy.data<float>(), d.data, dx->data<float>(),
-                                              d.channel, scale.data<float>(), dscale.data<float>(),
-                                              dbias.data<float>(), eps, save_mean.data<float>(),
-                                              save_invstd.data<float>()));
+                                              d.channel, scale.data<float>(), dscale.data<float>(), dbias.data<float>(),
+                                              eps, save_mean.data<float>(), save_invstd.data<float>()));
 }
 
 }  // namespace qtrain

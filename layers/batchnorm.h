@@ -73,8 +73,8 @@ std::unique_ptr<Layer> make_batchnorm1d(ConfigNode& cfg);
 // statistics; backward writes dscale, dbias and (when non-null) dx.
 void batchnorm_forward_training_cuda(Context& ctx, int64_t batch, int64_t channels, int64_t spatial, double eps,
                                      double momentum, const Tensor& x, const Tensor& scale, const Tensor& bias,
-                                     Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
-                                     Tensor& save_invstd, Tensor& y);
+                                     Tensor& running_mean, Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
+                                     Tensor& y);
 void batchnorm_forward_inference_cuda(Context& ctx, int64_t batch, int64_t channels, int64_t spatial, double eps,
                                       const Tensor& x, const Tensor& scale, const Tensor& bias,
                                       const Tensor& running_mean, const Tensor& running_var, Tensor& y);

@@ -74,7 +74,8 @@ void centered_and_denominator(const ContrastNormOptions& o, const T* x, T* d, T*
 }
 
 template <typename T>
-void forward_reference(const ContrastNormOptions& o, const T* x, T* y, int64_t planes, int64_t h, int64_t w, T* scratch) {
+void forward_reference(const ContrastNormOptions& o, const T* x, T* y, int64_t planes, int64_t h, int64_t w,
+                       T* scratch) {
   const int64_t n = h * w;
   T* d = scratch;
   T* den = scratch + n;
@@ -89,8 +90,8 @@ void forward_reference(const ContrastNormOptions& o, const T* x, T* y, int64_t p
 }
 
 template <typename T>
-void backward_reference(const ContrastNormOptions& o, const T* x, const T* dy, T* dx, int64_t planes, int64_t h, int64_t w,
-                  T* scratch) {
+void backward_reference(const ContrastNormOptions& o, const T* x, const T* dy, T* dx, int64_t planes, int64_t h,
+                        int64_t w, T* scratch) {
   const int64_t n = h * w, before = o.size / 2, after = o.size - 1 - o.size / 2;
   T* d = scratch;
   T* den = scratch + n;

@@ -38,7 +38,7 @@ struct Square {
   __device__ float operator()(float v) const { return v * v; }
 };
 
-#define QT_GRID_STRIDE(i, n)                                                                       \
+#define QT_GRID_STRIDE(i, n)                                                                 \
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<long long>(gridDim.x) * blockDim.x)
 
@@ -67,8 +67,8 @@ __global__ void denominator_grad_kernel(Plane g, float k, float s, float beta, c
 }
 
 // h = 2 s d box'(g): dL/dd
-__global__ void centered_grad_kernel(Plane g, float two_s, const float* __restrict__ d,
-                                     const float* __restrict__ grad, float* __restrict__ h, long long n) {
+__global__ void centered_grad_kernel(Plane g, float two_s, const float* __restrict__ d, const float* __restrict__ grad,
+                                     float* __restrict__ h, long long n) {
   QT_GRID_STRIDE(i, n) { h[i] = two_s * d[i] * window_sum(grad, i, g, g.after, g.before, Identity{}); }
 }
 

@@ -33,6 +33,7 @@ class ContrastNorm : public Layer {
   explicit ContrastNorm(ContrastNormOptions options);
 
   const char* type() const override { return "contrast_norm"; }
+
  protected:
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;

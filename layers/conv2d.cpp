@@ -65,7 +65,8 @@ void run_lanes(Context& ctx, int lanes, F&& fn) {
 
 }  // namespace
 
-Conv2d::Conv2d(int64_t out_channels, Window2d window, bool bias) : out_channels_(out_channels), win_(window), bias_(bias) {
+Conv2d::Conv2d(int64_t out_channels, Window2d window, bool bias)
+    : out_channels_(out_channels), win_(window), bias_(bias) {
   QT_CHECK(out_channels > 0, "conv2d: out_channels must be > 0, got {}", out_channels);
   QT_CHECK(win_.kh > 0 && win_.kw > 0 && win_.sh > 0 && win_.sw > 0 && win_.ph >= 0 && win_.pw >= 0,
            "conv2d: invalid window kernel [{}, {}] stride [{}, {}] padding [{}, {}]", win_.kh, win_.kw, win_.sh,
@@ -94,7 +95,8 @@ int64_t Conv2d::block_samples(int64_t per_sample, int64_t samples) {
 template <typename T>
 void Conv2d::forward_reference(Context& ctx, const T* x, T* y, int64_t batch) {
   if (use_winograd()) return forward_winograd<T>(ctx, x, y, batch);
-  const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p = geom_.out_plane(), in = geom_.c * geom_.in_plane();
+  const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p = geom_.out_plane(),
+                in = geom_.c * geom_.in_plane();
   const T* w = params_[0].data<T>();
   const T* b = bias_ ? params_[1].data<T>() : nullptr;
   const int lanes = lanes_for(ctx, batch);

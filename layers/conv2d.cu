@@ -77,8 +77,9 @@ Conv2dCudnn& prepare(Context& ctx, Conv2dCudnnPtr& state, const ImageGeometry& g
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&s.bias));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&s.w));
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&s.conv));
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(s.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, as_int(out_channels, "out_channels"),
-                                           as_int(g.c, "channels"), as_int(win.kh, "kernel"), as_int(win.kw, "kernel")));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(s.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                           as_int(out_channels, "out_channels"), as_int(g.c, "channels"),
+                                           as_int(win.kh, "kernel"), as_int(win.kw, "kernel")));
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(s.conv, as_int(win.ph, "padding"), as_int(win.pw, "padding"),
                                                 as_int(win.sh, "stride"), as_int(win.sw, "stride"), 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
@@ -106,19 +107,24 @@ Conv2dCudnn& prepare(Context& ctx, Conv2dCudnnPtr& state, const ImageGeometry& g
     int count = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, s.x, s.w, s.conv, s.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                        &count, perf));
-    s.fwd = pick_algorithm<cudnnConvolutionFwdAlgo_t>(perf, count, "forward", [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
-      return cudnnGetConvolutionForwardWorkspaceSize(h, s.x, s.w, s.conv, s.y, algo, bytes);
-    }, need);
+    s.fwd = pick_algorithm<cudnnConvolutionFwdAlgo_t>(
+        perf, count, "forward",
+        [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(h, s.x, s.w, s.conv, s.y, algo, bytes);
+        },
+        need);
   }
   {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int count = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, s.w, s.y, s.conv, s.x,
                                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf));
-    s.bwd_data = pick_algorithm<cudnnConvolutionBwdDataAlgo_t>(perf, count, "backward-data",
-                                                               [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
-      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, s.w, s.y, s.conv, s.x, algo, bytes);
-    }, need);
+    s.bwd_data = pick_algorithm<cudnnConvolutionBwdDataAlgo_t>(
+        perf, count, "backward-data",
+        [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(h, s.w, s.y, s.conv, s.x, algo, bytes);
+        },
+        need);
   }
   {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
@@ -126,9 +132,11 @@ Conv2dCudnn& prepare(Context& ctx, Conv2dCudnnPtr& state, const ImageGeometry& g
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, s.x, s.y, s.conv, s.w,
                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf));
     s.bwd_filter = pick_algorithm<cudnnConvolutionBwdFilterAlgo_t>(
-        perf, count, "backward-filter", [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+        perf, count, "backward-filter",
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, s.x, s.y, s.conv, s.w, algo, bytes);
-        }, need);
+        },
+        need);
   }
   if (need > s.workspace_bytes) {
     // The old workspace may still be in use by queued work; let it finish before it is freed.
@@ -170,9 +178,8 @@ void conv2d_backward_cuda(Context& ctx, Conv2dCudnnPtr& state, const ImageGeomet
   cudnnHandle_t h = ctx.cuda().cudnn;
   const float one = 1.0f, zero = 0.0f;
   if (db) CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &one, s.y, dy.data<float>(), &zero, s.bias, db->data<float>()));
-  CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, s.x, x.data<float>(), s.y, dy.data<float>(), s.conv,
-                                             s.bwd_filter, workspace_ptr(s), s.workspace_bytes, &zero, s.w,
-                                             dw.data<float>()));
+  CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, s.x, x.data<float>(), s.y, dy.data<float>(), s.conv, s.bwd_filter,
+                                             workspace_ptr(s), s.workspace_bytes, &zero, s.w, dw.data<float>()));
   if (dx)
     CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, s.w, w.data<float>(), s.y, dy.data<float>(), s.conv, s.bwd_data,
                                              workspace_ptr(s), s.workspace_bytes, &zero, s.x, dx->data<float>()));

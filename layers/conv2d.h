@@ -53,11 +53,15 @@ class Conv2d : public Layer {
 #endif
 
  private:
-  template <typename T> void forward_reference(Context& ctx, const T* x, T* y, int64_t batch);
-  template <typename T> void backward_reference(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
+  template <typename T>
+  void forward_reference(Context& ctx, const T* x, T* y, int64_t batch);
+  template <typename T>
+  void backward_reference(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
   bool use_winograd() const { return cpu_algorithm_ == Conv2dCpuAlgorithm::automatic && winograd_fits(win_); }
-  template <typename T> void forward_winograd(Context& ctx, const T* x, T* y, int64_t batch);
-  template <typename T> void backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
+  template <typename T>
+  void forward_winograd(Context& ctx, const T* x, T* y, int64_t batch);
+  template <typename T>
+  void backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
   // Samples per im2col block of one lane: as many as keep its column matrix near kLaneColumnBudget
   // elements (per_sample each), at most `samples`.
   static int64_t block_samples(int64_t per_sample, int64_t samples);

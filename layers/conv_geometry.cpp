@@ -15,8 +15,7 @@ int64_t window_output_size(int64_t in, int64_t k, int64_t s, int64_t p, bool cei
 
 void check_image_input(const std::string& who, const Shape& input) {
   if (input.size() != 3)
-    input_error("{} expects one image (channels, height, width) per sample, got input shape {}", who,
-                shape_str(input));
+    input_error("{} expects one image (channels, height, width) per sample, got input shape {}", who, shape_str(input));
   for (int64_t d : input)
     if (d <= 0) input_error("{} got an input of shape {} with an empty dimension", who, shape_str(input));
 }
@@ -48,8 +47,8 @@ IntPair read_int_pair(ConfigNode& cfg, const std::string& key, IntPair fallback,
   }
   if (cfg.yaml()[key].IsSequence()) {
     const std::vector<int64_t> v = cfg.get_int_list(key, {}, min, kMax);
-    if (v.size() != 2) cfg.fail(key, fmt::format("must be an integer or a list [height, width], got {} entries",
-                                                 v.size()));
+    if (v.size() != 2)
+      cfg.fail(key, fmt::format("must be an integer or a list [height, width], got {} entries", v.size()));
     return {v[0], v[1]};
   }
   const int64_t v = cfg.get_int(key, 0, min, kMax);

@@ -16,7 +16,7 @@ class CpuScratch {
   T* get(size_t count) {
     const size_t bytes = count * sizeof(T);
     if (bytes > bytes_) {
-      data_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64})));
+      data_.reset(static_cast<std::byte*>(::operator new (bytes, std::align_val_t{64})));
       bytes_ = bytes;
     }
     return reinterpret_cast<T*>(data_.get());
@@ -24,7 +24,7 @@ class CpuScratch {
 
  private:
   struct Free {
-    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
+    void operator()(std::byte* p) const noexcept { ::operator delete (p, std::align_val_t{64}); }
   };
   std::unique_ptr<std::byte, Free> data_;
   size_t bytes_ = 0;

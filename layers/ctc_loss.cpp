@@ -99,8 +99,10 @@ void CtcLoss::add_sample(LossStats& stats, int64_t b, double log_p, int64_t fram
                          const std::vector<int32_t>& hyp, const int32_t* target) const {
   const bool impossible = log_p == kNegInf;
   if (impossible && !options_.zero_infinity)
-    input_error("ctc: sample {} cannot be aligned: {} frames for a target of {} classes (set zero_infinity: true "
-                "to ignore such samples)", b, frames, target_length);
+    input_error(
+        "ctc: sample {} cannot be aligned: {} frames for a target of {} classes (set zero_infinity: true "
+        "to ignore such samples)",
+        b, frames, target_length);
   if (!impossible) stats.loss_sum += -log_p;
   const std::vector<int32_t> ref(target, target + target_length);
   stats.char_errors += edit_distance(hyp, ref);
@@ -226,7 +228,8 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
             for (int64_t s = 0; s < states; ++s) {
               double v = next[s] + lpn[ext(s)];
               if (s + 1 < states) v = log_add(v, next[s + 1] + lpn[ext(s + 1)]);
-              if (s + 2 < states && ext(s + 2) != 0 && ext(s + 2) != ext(s)) v = log_add(v, next[s + 2] + lpn[ext(s + 2)]);
+              if (s + 2 < states && ext(s + 2) != 0 && ext(s + 2) != ext(s))
+                v = log_add(v, next[s + 2] + lpn[ext(s + 2)]);
               cur[s] = v;
             }
           }

@@ -77,8 +77,8 @@ void ctc_loss_cuda(Context& ctx, const Tensor& logits, const int32_t* input_leng
 
   scratch.host_log_p.resize(static_cast<size_t>(batch));
   scratch.host_best.resize(static_cast<size_t>(batch * frames));
-  CUDA_CHECK(cudaMemcpyAsync(scratch.host_log_p.data(), scratch.log_p.raw(), static_cast<size_t>(batch) * sizeof(double),
-                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(scratch.host_log_p.data(), scratch.log_p.raw(),
+                             static_cast<size_t>(batch) * sizeof(double), cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaMemcpyAsync(scratch.host_best.data(), scratch.best.raw(),
                              static_cast<size_t>(batch * frames) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));

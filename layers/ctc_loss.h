@@ -33,11 +33,11 @@ struct CtcOptions {
 
 // Buffers of the CUDA path, grown only when a larger batch arrives (ctc_loss.cu).
 struct CtcCudaScratch {
-  Tensor meta;                      // u8 on the GPU holding (5B) i64: per sample T_b, L_b and 3 offsets
-  Tensor targets;                   // i32 on the GPU
-  Tensor log_probs, alpha, beta;    // f64 on the GPU
-  Tensor log_p;                     // (B) f64 on the GPU: log p(target | x), -inf when impossible
-  Tensor best;                      // (B*T) i32 on the GPU: arg-max class per frame
+  Tensor meta;                    // u8 on the GPU holding (5B) i64: per sample T_b, L_b and 3 offsets
+  Tensor targets;                 // i32 on the GPU
+  Tensor log_probs, alpha, beta;  // f64 on the GPU
+  Tensor log_p;                   // (B) f64 on the GPU: log p(target | x), -inf when impossible
+  Tensor best;                    // (B*T) i32 on the GPU: arg-max class per frame
   std::vector<int64_t> host_meta;
   std::vector<double> host_log_p;
   std::vector<int32_t> host_best;

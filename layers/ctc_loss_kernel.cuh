@@ -22,9 +22,7 @@ __device__ inline double log_add(double a, double b) {
 }
 
 // Blank-extended target l': blank (0) at even states, target[s / 2] at odd ones.
-__device__ inline int extended(const int* __restrict__ target, long long s) {
-  return (s & 1) ? target[s / 2] : 0;
-}
+__device__ inline int extended(const int* __restrict__ target, long long s) { return (s & 1) ? target[s / 2] : 0; }
 
 // One block per utterance b = blockIdx.x. meta holds kMetaFields values per utterance: its valid frames
 // T_b, its target length L_b and its offsets into targets, alpha/beta (T_b (2 L_b + 1) doubles each)

@@ -16,8 +16,8 @@ using layer_detail::dispatch_float;
 namespace {
 
 template <typename T>
-void forward_reference(const T* __restrict x, const T* __restrict w, const T* __restrict b, T* __restrict y, int64_t batch,
-                 int64_t in, int64_t out) {
+void forward_reference(const T* __restrict x, const T* __restrict w, const T* __restrict b, T* __restrict y,
+                       int64_t batch, int64_t in, int64_t out) {
   if (batch == 0) return;
   if (b) {
     for (int64_t r = 0; r < batch; ++r) std::copy_n(b, out, y + r * out);
@@ -28,7 +28,7 @@ void forward_reference(const T* __restrict x, const T* __restrict w, const T* __
 
 template <typename T>
 void backward_reference(const T* __restrict x, const T* __restrict w, const T* __restrict dy, T* __restrict dw,
-                  T* __restrict db, T* __restrict dx, int64_t batch, int64_t in, int64_t out) {
+                        T* __restrict db, T* __restrict dx, int64_t batch, int64_t in, int64_t out) {
   if (batch == 0) {
     // An empty batch contributes nothing; the gradients are still overwritten.
     std::fill_n(dw, out * in, T(0));
@@ -57,9 +57,10 @@ Dense::Dense(int64_t units, bool bias) : units_(units), bias_(bias) {
 
 Shape Dense::configure(const Shape& input) {
   if (input.size() != 1)
-    input_error("dense expects one feature dimension per sample, got input shape {}; add a {{type: flatten}} layer "
-                "before it",
-                shape_str(input));
+    input_error(
+        "dense expects one feature dimension per sample, got input shape {}; add a {{type: flatten}} layer "
+        "before it",
+        shape_str(input));
   if (input[0] <= 0) input_error("dense got an input with {} features", input[0]);
   in_ = input[0];
   return {units_};

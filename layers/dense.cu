@@ -43,7 +43,7 @@ void add_bias(const Tensor& b, Tensor& y, cudaStream_t stream) {
   QT_CHECK(b.numel() == out, "dense: bias of {} for {} outputs", b.numel(), out);
   if (rows * out == 0) return;
   add_bias_kernel<<<blocks_for(rows * out, kThreads), kThreads, 0, stream>>>(y.data<float>(), b.data<float>(), rows,
-                                                                            out);
+                                                                             out);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -25,8 +25,10 @@ uint64_t keep_threshold(float p) {
   uint64_t lo = 0, hi = uint64_t{1} << 32;
   while (lo < hi) {
     const uint64_t mid = lo + (hi - lo) / 2;
-    if (uniform_from_bits(static_cast<uint32_t>(mid)) > p) hi = mid;
-    else lo = mid + 1;
+    if (uniform_from_bits(static_cast<uint32_t>(mid)) > p)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   return lo;
 }
@@ -70,9 +72,7 @@ void apply_mask_cpu(PhiloxKey key, float p, T scale, const T* __restrict in, T* 
 
 }  // namespace
 
-Dropout::Dropout(double p) : p_(p) {
-  QT_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got {}", p);
-}
+Dropout::Dropout(double p) : p_(p) { QT_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got {}", p); }
 
 Shape Dropout::configure(const Shape& input) {
   for (int64_t d : input)
@@ -90,8 +90,8 @@ void Dropout::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool trainin
     return;
   }
   dispatch_float(x.dtype(), [&]<typename T>() {
-    apply_mask_cpu<T>(mask_key(ctx), static_cast<float>(p_), static_cast<T>(1.0 / (1.0 - p_)), x.data<T>(),
-                      y.data<T>(), x.numel());
+    apply_mask_cpu<T>(mask_key(ctx), static_cast<float>(p_), static_cast<T>(1.0 / (1.0 - p_)), x.data<T>(), y.data<T>(),
+                      x.numel());
   });
 }
 

@@ -38,16 +38,16 @@ __global__ void broadcast_rows_kernel(const float* __restrict__ dy, float* __res
 void global_avgpool_forward_cuda(Context& ctx, const Tensor& x, Tensor& y, int64_t rows, int64_t plane) {
   if (rows == 0) return;
   const long long blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  mean_rows_kernel<<<static_cast<unsigned>(std::min<long long>(blocks, 65535LL * 8)), kThreads, 0,
-                     ctx.cuda().stream>>>(x.data<float>(), y.data<float>(), rows, plane);
+  mean_rows_kernel<<<static_cast<unsigned>(std::min<long long>(blocks, 65535LL * 8)), kThreads, 0, ctx.cuda().stream>>>(
+      x.data<float>(), y.data<float>(), rows, plane);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void global_avgpool_backward_cuda(Context& ctx, const Tensor& dy, Tensor& dx, int64_t rows, int64_t plane) {
   const long long n = rows * plane;
   if (n == 0) return;
-  broadcast_rows_kernel<<<blocks_for(n, kThreads), kThreads, 0, ctx.cuda().stream>>>(dy.data<float>(),
-                                                                                     dx.data<float>(), rows, plane);
+  broadcast_rows_kernel<<<blocks_for(n, kThreads), kThreads, 0, ctx.cuda().stream>>>(dy.data<float>(), dx.data<float>(),
+                                                                                     rows, plane);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -102,8 +102,8 @@ void LocallyConnected2d::forward_reference(const T* x, T* y, int64_t batch) {
   const T* w = params_[0].data<T>();
   for (int64_t p = 0; p < p_total; ++p)
     // outs_p (OC, B) = W_p (OC, K) . cols_p^T (K, B)
-    blas_gemm<T>(false, true, oc, batch, k, w + p * oc * k, k, cols + p * batch * k, k, T(0),
-                 outs + p * oc * batch, batch);
+    blas_gemm<T>(false, true, oc, batch, k, w + p * oc * k, k, cols + p * batch * k, k, T(0), outs + p * oc * batch,
+                 batch);
   const T* b = bias_ ? params_[1].data<T>() : nullptr;
   for (int64_t s = 0; s < batch; ++s)
     for (int64_t o = 0; o < oc; ++o) {
@@ -144,8 +144,9 @@ void LocallyConnected2d::backward_reference(const T* x, const T* dy, T* dx, int6
     blas_gemm<T>(false, false, oc, k, batch, dys + p * oc * batch, batch, cols + p * batch * k, k, T(0),
                  dw + p * oc * k, k);
     // dcols_p (B, K) = dY_p^T (B, OC) . W_p (OC, K), over cols (no longer needed)
-    if (dx) blas_gemm<T>(true, false, batch, k, oc, dys + p * oc * batch, batch, w + p * oc * k, k, T(0),
-                         cols + p * batch * k, k);
+    if (dx)
+      blas_gemm<T>(true, false, batch, k, oc, dys + p * oc * batch, batch, w + p * oc * k, k, T(0),
+                   cols + p * batch * k, k);
   }
   if (dx) scatter_windows(cols, geom_, win_, batch, dx);
 }
@@ -156,8 +157,7 @@ void LocallyConnected2d::forward_cpu(Context&, const Tensor& x, Tensor& y, bool)
 
 #if QTRAIN_HAS_CUDA
 void LocallyConnected2d::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
-  locally_connected2d_forward_cuda(ctx, geom_, win_, x, params_[0], bias_ ? &params_[1] : nullptr, y,
-                                   device_scratch_);
+  locally_connected2d_forward_cuda(ctx, geom_, win_, x, params_[0], bias_ ? &params_[1] : nullptr, y, device_scratch_);
 }
 #endif
 

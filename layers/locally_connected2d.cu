@@ -21,7 +21,7 @@ struct Dims {
   __host__ __device__ int p() const { return oh * ow; }
 };
 
-#define QT_GRID_STRIDE(i, n)                                                                       \
+#define QT_GRID_STRIDE(i, n)                                                                 \
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<long long>(gridDim.x) * blockDim.x)
 
@@ -98,10 +98,19 @@ int as_int(int64_t v, const char* what) {
 }
 
 Dims make_dims(const ImageGeometry& g, const Window2d& win, int64_t batch, int64_t out_channels) {
-  Dims d{as_int(batch, "batch"), as_int(g.c, "channels"), as_int(g.h, "height"), as_int(g.w, "width"),
-         as_int(g.oh, "output height"), as_int(g.ow, "output width"), as_int(win.kh, "kernel"),
-         as_int(win.kw, "kernel"), as_int(win.sh, "stride"), as_int(win.sw, "stride"), as_int(win.ph, "padding"),
-         as_int(win.pw, "padding"), as_int(out_channels, "out_channels")};
+  Dims d{as_int(batch, "batch"),
+         as_int(g.c, "channels"),
+         as_int(g.h, "height"),
+         as_int(g.w, "width"),
+         as_int(g.oh, "output height"),
+         as_int(g.ow, "output width"),
+         as_int(win.kh, "kernel"),
+         as_int(win.kw, "kernel"),
+         as_int(win.sh, "stride"),
+         as_int(win.sw, "stride"),
+         as_int(win.ph, "padding"),
+         as_int(win.pw, "padding"),
+         as_int(out_channels, "out_channels")};
   // Element counts of the scratch matrices must fit the 64-bit indices, and one matrix cuBLAS's ints.
   as_int(static_cast<int64_t>(d.k()) * d.b, "window matrix size");
   return d;
@@ -123,7 +132,8 @@ void locally_connected2d_forward_cuda(Context& ctx, const ImageGeometry& g, cons
   const int64_t batch = x.dim(0);
   if (batch == 0) return;
   const Dims d = make_dims(g, win, batch, w.dim(1));
-  const long long ncols = static_cast<long long>(d.p()) * d.k() * d.b, nouts = static_cast<long long>(d.p()) * d.oc * d.b;
+  const long long ncols = static_cast<long long>(d.p()) * d.k() * d.b,
+                  nouts = static_cast<long long>(d.p()) * d.oc * d.b;
   float* cols = ensure_scratch(ctx, scratch, ncols + nouts, x.device());
   float* outs = cols + ncols;
   CudaHandles& h = ctx.cuda();
@@ -153,7 +163,8 @@ void locally_connected2d_backward_cuda(Context& ctx, const ImageGeometry& g, con
     return;
   }
   const Dims d = make_dims(g, win, batch, w.dim(1));
-  const long long ncols = static_cast<long long>(d.p()) * d.k() * d.b, nouts = static_cast<long long>(d.p()) * d.oc * d.b;
+  const long long ncols = static_cast<long long>(d.p()) * d.k() * d.b,
+                  nouts = static_cast<long long>(d.p()) * d.oc * d.b;
   float* cols = ensure_scratch(ctx, scratch, ncols + nouts, x.device());
   float* dys = cols + ncols;
   if (db) {

@@ -39,8 +39,10 @@ class LocallyConnected2d : public Layer {
 #endif
 
  private:
-  template <typename T> void forward_reference(const T* x, T* y, int64_t batch);
-  template <typename T> void backward_reference(const T* x, const T* dy, T* dx, int64_t batch);
+  template <typename T>
+  void forward_reference(const T* x, T* y, int64_t batch);
+  template <typename T>
+  void backward_reference(const T* x, const T* dy, T* dx, int64_t batch);
 
   int64_t out_channels_;
   Window2d win_;

@@ -58,7 +58,7 @@ void forward_reference(const LrnOptions& o, const T* x, T* y, int64_t batch, int
 
 template <typename T>
 void backward_reference(const LrnOptions& o, const T* x, const T* dy, T* dx, int64_t batch, int64_t channels, int64_t p,
-                  T* scratch) {
+                        T* scratch) {
   T* sq = scratch;  // then g
   T* d = scratch + channels * p;
   T* acc = scratch + 2 * channels * p;

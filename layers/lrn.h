@@ -30,6 +30,7 @@ class Lrn : public Layer {
   explicit Lrn(LrnOptions options);
 
   const char* type() const override { return "lrn"; }
+
  protected:
   Shape configure(const Shape& input) override;
   void forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool training) override;

@@ -14,9 +14,13 @@ using layer_detail::dispatch_float;
 
 namespace {
 
-template <typename T> inline T sigmoid(T v) { return T(1) / (T(1) + std::exp(-v)); }
+template <typename T>
+inline T sigmoid(T v) {
+  return T(1) / (T(1) + std::exp(-v));
+}
 
-template <typename T> void grow(std::vector<T>& v, size_t n) {
+template <typename T>
+void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
@@ -69,15 +73,13 @@ void Lstm::set_sequence_lengths(const Tensor& lengths) {
 
 int64_t Lstm::frames_of(const Tensor& x) const {
   const int64_t batch = static_cast<int64_t>(lengths_.size());
-  QT_CHECK(batch > 0, "{}: no sequence lengths; an lstm runs on sequence batches (a speech dataset)",
-           describe());
+  QT_CHECK(batch > 0, "{}: no sequence lengths; an lstm runs on sequence batches (a speech dataset)", describe());
   QT_CHECK(x.ndim() == 2 && x.dim(0) % batch == 0, "{}: {} rows are not {} sequences of equal padded length",
            describe(), x.ndim() > 0 ? x.dim(0) : 0, batch);
   const int64_t frames = x.dim(0) / batch;
   for (int64_t b = 0; b < batch; ++b)
     QT_CHECK(lengths_[static_cast<size_t>(b)] >= 0 && lengths_[static_cast<size_t>(b)] <= frames,
-             "{}: sample {} has length {}, outside [0, {}]", describe(), b, lengths_[static_cast<size_t>(b)],
-             frames);
+             "{}: sample {} has length {}, outside [0, {}]", describe(), b, lengths_[static_cast<size_t>(b)], frames);
   return frames;
 }
 
@@ -280,8 +282,10 @@ void Lstm::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool) {
   const int64_t frames = frames_of(x);
   const int64_t batch = static_cast<int64_t>(lengths_.size());
   dispatch_float(x.dtype(), [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float>) forward_reference<T>(ctx, x.data<T>(), y.data<T>(), batch, frames, ws_f_);
-    else forward_reference<T>(ctx, x.data<T>(), y.data<T>(), batch, frames, ws_d_);
+    if constexpr (std::is_same_v<T, float>)
+      forward_reference<T>(ctx, x.data<T>(), y.data<T>(), batch, frames, ws_f_);
+    else
+      forward_reference<T>(ctx, x.data<T>(), y.data<T>(), batch, frames, ws_d_);
   });
 }
 

@@ -80,8 +80,8 @@ struct LstmCudnn {
   int32_t max_length = 0;
   bool has_empty = false;  // a sample of length 0: cuDNN runs it for one step on x_masked
   bool reserve_valid = false;
-  std::vector<int32_t> host_lengths;  // [the lengths (B) | cuDNN's lengths (B): 0 raised to 1]
-  Tensor lengths;                     // i32 on the device, host_lengths' copy (capacity >= 2B)
+  std::vector<int32_t> host_lengths;         // [the lengths (B) | cuDNN's lengths (B): 0 raised to 1]
+  Tensor lengths;                            // i32 on the device, host_lengths' copy (capacity >= 2B)
   size_t work_bytes = 0, reserve_bytes = 0;  // what the last forward needed
   Tensor workspace, reserve;                 // u8, grown only
   Tensor dy_masked, dx_scratch, x_masked;    // f32, grown only
@@ -134,8 +134,7 @@ void zero_padding(const LstmCudnn& s, float* data, int64_t width, cudaStream_t s
 void masked_copy(const LstmCudnn& s, float* dst, const float* src, int64_t width, cudaStream_t stream) {
   const long long n = s.batch * s.frames * width;
   if (n == 0) return;
-  masked_copy_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst, src, s.true_lengths(), s.frames, width,
-                                                                       n);
+  masked_copy_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst, src, s.true_lengths(), s.frames, width, n);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -153,8 +152,8 @@ int64_t packed_numel(cudnnTensorDescriptor_t desc, const char* what) {
   int nb = 0;
   int dims[8] = {}, strides[8] = {};
   CUDNN_CHECK(cudnnGetTensorNdDescriptor(desc, 8, &type, &nb, dims, strides));
-  QT_CHECK(type == CUDNN_DATA_FLOAT && nb >= 1 && nb <= 8, "lstm: cuDNN describes a {} as {} dims of type {}", what,
-           nb, static_cast<int>(type));
+  QT_CHECK(type == CUDNN_DATA_FLOAT && nb >= 1 && nb <= 8, "lstm: cuDNN describes a {} as {} dims of type {}", what, nb,
+           static_cast<int>(type));
   int64_t numel = 1;
   for (int d = nb - 1; d >= 0; --d) {
     QT_CHECK(dims[d] == 1 || strides[d] == numel,
@@ -197,8 +196,8 @@ std::vector<WeightSegment> build_segments(cudnnHandle_t handle, LstmCudnn& s) {
                                             s.weights.raw(), id, m_desc, &m, b_desc, &b));
         QT_CHECK(packed_numel(m_desc, "gate matrix") == H * cols,
                  "lstm: cuDNN's gate matrix {} of pseudo-layer {} is not {} x {}", id, pseudo, H, cols);
-        QT_CHECK(packed_numel(b_desc, "gate bias") == H, "lstm: cuDNN's gate bias {} of pseudo-layer {} is not {}",
-                 id, pseudo, H);
+        QT_CHECK(packed_numel(b_desc, "gate bias") == H, "lstm: cuDNN's gate bias {} of pseudo-layer {} is not {}", id,
+                 pseudo, H);
         segments.push_back({first + (recurrent ? 1 : 0), gate * H * cols, space_offset(m, "gate matrix"), H * cols});
         segments.push_back({first + (recurrent ? 3 : 2), gate * H, space_offset(b, "gate bias"), H});
       }
@@ -216,9 +215,10 @@ std::vector<WeightSegment> build_segments(cudnnHandle_t handle, LstmCudnn& s) {
   for (size_t i = 1; i < segments.size(); ++i)
     QT_CHECK(segments[i - 1].space_offset + segments[i - 1].count <= segments[i].space_offset,
              "lstm: cuDNN's weight blocks overlap");
-  QT_CHECK(segments.empty() || static_cast<size_t>(segments.back().space_offset + segments.back().count) *
-                                       sizeof(float) <= s.weight_bytes,
-           "lstm: cuDNN's weight blocks exceed its weight space");
+  QT_CHECK(
+      segments.empty() ||
+          static_cast<size_t>(segments.back().space_offset + segments.back().count) * sizeof(float) <= s.weight_bytes,
+      "lstm: cuDNN's weight blocks exceed its weight space");
   // Merge neighbours that are contiguous on both sides (the four gates of one matrix usually are).
   std::sort(segments.begin(), segments.end(), [](const WeightSegment& a, const WeightSegment& b) {
     return std::tie(a.param, a.param_offset) < std::tie(b.param, b.param_offset);
@@ -260,8 +260,7 @@ LstmCudnn& prepare(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& shape
       s.rnn, CUDNN_RNN_ALGO_STANDARD, CUDNN_LSTM, CUDNN_RNN_DOUBLE_BIAS,
       shape.dirs == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT,
       CUDNN_DATA_FLOAT, CUDNN_FMA_MATH, as_int(shape.input, "input size"), as_int(shape.hidden, "hidden_size"),
-      as_int(shape.hidden, "hidden_size"), as_int(shape.layers, "num_layers"), s.dropout,
-      CUDNN_RNN_PADDED_IO_ENABLED));
+      as_int(shape.hidden, "hidden_size"), as_int(shape.layers, "num_layers"), s.dropout, CUDNN_RNN_PADDED_IO_ENABLED));
   CUDNN_CHECK(cudnnCreateRNNDataDescriptor(&s.x_desc));
   CUDNN_CHECK(cudnnCreateRNNDataDescriptor(&s.y_desc));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&s.h_desc));
@@ -379,10 +378,9 @@ void lstm_forward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& s
   grow(s.reserve, static_cast<int64_t>(reserve), DType::u8, device, stream);
   s.work_bytes = work;
   s.reserve_bytes = reserve;
-  CUDNN_CHECK(cudnnRNNForward(handle, s.rnn, mode, s.cudnn_lengths(), s.x_desc, x_ptr, s.y_desc,
-                              y.data<float>(), s.h_desc, nullptr, nullptr, s.h_desc, nullptr, nullptr, s.weight_bytes,
-                              s.weights.raw(), work, or_null(s.workspace, work), reserve,
-                              or_null(s.reserve, reserve)));
+  CUDNN_CHECK(cudnnRNNForward(handle, s.rnn, mode, s.cudnn_lengths(), s.x_desc, x_ptr, s.y_desc, y.data<float>(),
+                              s.h_desc, nullptr, nullptr, s.h_desc, nullptr, nullptr, s.weight_bytes, s.weights.raw(),
+                              work, or_null(s.workspace, work), reserve, or_null(s.reserve, reserve)));
   // cuDNN fills y's padding with padding_fill (0) already; zeroing it here keeps the CPU semantics
   // whatever a cuDNN version does there, for one pass over y.
   zero_padding(s, y.data<float>(), shape.dirs * shape.hidden, stream);
@@ -390,8 +388,8 @@ void lstm_forward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& s
 }
 
 void lstm_backward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& shape,
-                        const std::vector<Tensor>& params, std::vector<Tensor>& grads, const Tensor& x,
-                        const Tensor& y, const Tensor& dy, Tensor* dx) {
+                        const std::vector<Tensor>& params, std::vector<Tensor>& grads, const Tensor& x, const Tensor& y,
+                        const Tensor& dy, Tensor* dx) {
   // cuDNN's backward reads what the training-mode forward left in the reserve space, and backward data
   // may overwrite it for backward weights: one backward per training forward, of the same batch.
   QT_CHECK(state && state->reserve_valid && state->batch == shape.batch && state->frames == shape.frames,
@@ -422,19 +420,18 @@ void lstm_backward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& 
     grow(s.dx_scratch, rows * shape.input, DType::f32, device, stream);
     dx_ptr = s.dx_scratch.data<float>();
   }
-  CUDNN_CHECK(cudnnRNNBackwardData_v8(handle, s.rnn, s.cudnn_lengths(), s.y_desc, y.data<float>(),
-                                      s.dy_masked.data<float>(), s.x_desc, dx_ptr, s.h_desc, nullptr, nullptr, nullptr,
-                                      s.h_desc, nullptr, nullptr, nullptr, s.weight_bytes, s.weights.raw(),
-                                      s.work_bytes, or_null(s.workspace, s.work_bytes), s.reserve_bytes,
-                                      or_null(s.reserve, s.reserve_bytes)));
+  CUDNN_CHECK(cudnnRNNBackwardData_v8(
+      handle, s.rnn, s.cudnn_lengths(), s.y_desc, y.data<float>(), s.dy_masked.data<float>(), s.x_desc, dx_ptr,
+      s.h_desc, nullptr, nullptr, nullptr, s.h_desc, nullptr, nullptr, nullptr, s.weight_bytes, s.weights.raw(),
+      s.work_bytes, or_null(s.workspace, s.work_bytes), s.reserve_bytes, or_null(s.reserve, s.reserve_bytes)));
   if (dx) zero_padding(s, dx_ptr, shape.input, stream);
   CUDA_CHECK(cudaMemsetAsync(s.dweights.raw(), 0, s.weight_bytes, stream));
   // The x of the forward: the masked copy when the batch has an empty sample.
   const float* x_ptr = s.has_empty ? s.x_masked.data<float>() : x.data<float>();
   CUDNN_CHECK(cudnnRNNBackwardWeights_v8(handle, s.rnn, CUDNN_WGRAD_MODE_ADD, s.cudnn_lengths(), s.x_desc, x_ptr,
-                                         s.h_desc, nullptr, s.y_desc, y.data<float>(), s.weight_bytes,
-                                         s.dweights.raw(), s.work_bytes, or_null(s.workspace, s.work_bytes),
-                                         s.reserve_bytes, or_null(s.reserve, s.reserve_bytes)));
+                                         s.h_desc, nullptr, s.y_desc, y.data<float>(), s.weight_bytes, s.dweights.raw(),
+                                         s.work_bytes, or_null(s.workspace, s.work_bytes), s.reserve_bytes,
+                                         or_null(s.reserve, s.reserve_bytes)));
   unpack_gradients(s, grads, stream);
 }
 

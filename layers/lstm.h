@@ -89,12 +89,15 @@ class Lstm : public Layer {
   template <typename T>
   void backward_reference(Context& ctx, const T* x, const T* y, const T* dy, T* dx, int64_t batch, int64_t frames,
                           Workspace<T>& ws);
-  template <typename F> void for_each_direction(Context& ctx, F&& fn);
+  template <typename F>
+  void for_each_direction(Context& ctx, F&& fn);
   int64_t layer_input(int64_t layer) const { return layer == 0 ? input_ : dirs_ * options_.hidden_size; }
   const Tensor& param(int64_t layer, int dir, int which) const {
     return params_[static_cast<size_t>((layer * dirs_ + dir) * 4 + which)];
   }
-  Tensor& grad(int64_t layer, int dir, int which) { return grads_[static_cast<size_t>((layer * dirs_ + dir) * 4 + which)]; }
+  Tensor& grad(int64_t layer, int dir, int which) {
+    return grads_[static_cast<size_t>((layer * dirs_ + dir) * 4 + which)];
+  }
   int64_t frames_of(const Tensor& x) const;
   LstmCudaShape cuda_shape(int64_t batch, int64_t frames) const;
 
@@ -117,7 +120,7 @@ void lstm_forward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& s
                        const std::vector<int32_t>& lengths, const std::vector<Tensor>& params, const Tensor& x,
                        Tensor& y, bool training);
 void lstm_backward_cuda(Context& ctx, LstmCudnnPtr& state, const LstmCudaShape& shape,
-                        const std::vector<Tensor>& params, std::vector<Tensor>& grads, const Tensor& x,
-                        const Tensor& y, const Tensor& dy, Tensor* dx);
+                        const std::vector<Tensor>& params, std::vector<Tensor>& grads, const Tensor& x, const Tensor& y,
+                        const Tensor& dy, Tensor* dx);
 
 }  // namespace qtrain

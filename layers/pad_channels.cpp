@@ -53,7 +53,8 @@ PadChannels::PadChannels(int64_t channels, int64_t stride) {
 }
 
 Shape PadChannels::configure(const Shape& input) {
-  if (input.size() != 3) input_error("pad_channels expects (channels, height, width) per sample, got {}", shape_str(input));
+  if (input.size() != 3)
+    input_error("pad_channels expects (channels, height, width) per sample, got {}", shape_str(input));
   if (input[0] > g_.c_out)
     input_error("pad_channels: the input has {} channels, more than channels: {}", input[0], g_.c_out);
   g_.c_in = input[0];

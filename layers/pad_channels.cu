@@ -13,8 +13,7 @@ __global__ void pad_forward_kernel(PadChannels::Geometry g, const float* __restr
     const long long j = k % g.w_out, i = (k / g.w_out) % g.h_out, c = (k / (g.w_out * g.h_out)) % g.c_out;
     const long long b = k / (g.w_out * g.h_out * g.c_out);
     const long long ci = c - g.before;
-    y[k] = ci < 0 || ci >= g.c_in ? 0.0f
-                                  : x[((b * g.c_in + ci) * g.h_in + i * g.stride) * g.w_in + j * g.stride];
+    y[k] = ci < 0 || ci >= g.c_in ? 0.0f : x[((b * g.c_in + ci) * g.h_in + i * g.stride) * g.w_in + j * g.stride];
   }
 }
 

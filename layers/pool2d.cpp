@@ -127,8 +127,8 @@ void forward_reference(PoolKind kind, const PoolOptions& o, const ImageGeometry&
 
 // y is the forward output for x: for max, it names each window's maximum.
 template <typename T>
-void backward_reference(PoolKind kind, const PoolOptions& o, const ImageGeometry& g, const T* x, const T* y, const T* dy,
-                  T* dx, int64_t planes) {
+void backward_reference(PoolKind kind, const PoolOptions& o, const ImageGeometry& g, const T* x, const T* y,
+                        const T* dy, T* dx, int64_t planes) {
   std::fill_n(dx, planes * g.in_plane(), T(0));
   const bool max_inside = kind == PoolKind::max && windows_inside(o);
   for (int64_t pl = 0; pl < planes; ++pl) {
@@ -181,8 +181,8 @@ void Pool2d::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
 
 void Pool2d::backward_cpu(Context&, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_reference<T>(kind_, opt_, geom_, x.data<T>(), kind_ == PoolKind::max ? y.data<T>() : nullptr,
-                          dy.data<T>(), dx.data<T>(), x.dim(0) * geom_.c);
+    backward_reference<T>(kind_, opt_, geom_, x.data<T>(), kind_ == PoolKind::max ? y.data<T>() : nullptr, dy.data<T>(),
+                          dx.data<T>(), x.dim(0) * geom_.c);
   });
 }
 

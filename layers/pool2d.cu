@@ -100,8 +100,8 @@ Geo make_geo(const PoolOptions& o, const ImageGeometry& g) {
     QT_CHECK(v >= 0 && v <= 0x7fffffffLL, "pooling: dimension {} exceeds int range", v);
     return static_cast<int>(v);
   };
-  return {i32(g.h), i32(g.w), i32(g.oh), i32(g.ow), i32(w.kh), i32(w.kw), i32(w.sh), i32(w.sw), i32(w.ph), i32(w.pw),
-          o.count_include_pad};
+  return {i32(g.h),  i32(g.w),  i32(g.oh), i32(g.ow), i32(w.kh),          i32(w.kw),
+          i32(w.sh), i32(w.sw), i32(w.ph), i32(w.pw), o.count_include_pad};
 }
 
 }  // namespace

@@ -60,10 +60,10 @@ LossStats SoftmaxCrossEntropy::compute(Context& ctx, const Tensor& logits, const
   QT_CHECK(logits.ndim() == 2 && logits.dim(1) > 0, "{}: logits must be (batch, classes), got {}", who,
            shape_str(logits.shape()));
   const int64_t batch = logits.dim(0), classes = logits.dim(1);
-  QT_CHECK(labels.defined() && labels.dtype() == DType::i32 && labels.numel() == batch &&
-               labels.device() == logits.device(),
-           "{}: labels must be {} i32 values on {}, got {} {} on {}", who, batch, logits.device().str(),
-           labels.numel(), dtype_name(labels.dtype()), labels.device().str());
+  QT_CHECK(
+      labels.defined() && labels.dtype() == DType::i32 && labels.numel() == batch && labels.device() == logits.device(),
+      "{}: labels must be {} i32 values on {}, got {} {} on {}", who, batch, logits.device().str(), labels.numel(),
+      dtype_name(labels.dtype()), labels.device().str());
   if (dlogits) {
     layer_detail::check_float(who, "dlogits", *dlogits, ctx);
     layer_detail::check_batch(who, "dlogits", *dlogits, batch, classes, logits.dtype());

@@ -19,8 +19,7 @@ __global__ void softmax_ce_kernel(const float* __restrict__ z, const int* __rest
                                   int classes, float inv_batch) {
   const int lane = threadIdx.x % kWarp;
   const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x / kWarp);
-  for (long long r = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / kWarp; r < batch;
-       r += warps) {
+  for (long long r = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) / kWarp; r < batch; r += warps) {
     const float* __restrict__ row = z + r * classes;
     // First arg-max: each lane scans its classes in increasing order (strict >), then the warp keeps the
     // larger value and, on ties, the lower class, which is the CPU's left-to-right scan.

@@ -11,9 +11,9 @@ namespace qtrain {
 
 // Per-call buffers of the CUDA path, sized on first use and grown only when a larger batch arrives.
 struct SoftmaxCrossEntropyScratch {
-  Tensor row_loss;     // (B) f32 on the GPU: per-sample loss
-  Tensor row_status;   // (B) i32 on the GPU: 1 correct, 0 wrong, -1 label out of range
-  Tensor host_loss;    // host copies of the two above
+  Tensor row_loss;    // (B) f32 on the GPU: per-sample loss
+  Tensor row_status;  // (B) i32 on the GPU: 1 correct, 0 wrong, -1 label out of range
+  Tensor host_loss;   // host copies of the two above
   Tensor host_status;
 };
 

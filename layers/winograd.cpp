@@ -231,8 +231,7 @@ void multiply_output(const WinogradConv& g, const T* u, const T* v, int64_t ldv,
     for (int j = 0; j < nt;) {
       const int64_t s = (t0 + j) / tiles, in_sample = (t0 + j) % tiles, ty = in_sample / g.tw, tx = in_sample % g.tw;
       const int count = static_cast<int>(std::min<int64_t>(nt - j, g.tw - tx));
-      runs[nruns++] = {j, count, s * g.oc * plane + 2 * ty * g.ow + 2 * tx, 2 * ty + 1 < g.oh,
-                       2 * (tx + count) > g.ow};
+      runs[nruns++] = {j, count, s * g.oc * plane + 2 * ty * g.ow + 2 * tx, 2 * ty + 1 < g.oh, 2 * (tx + count) > g.ow};
       j += count;
     }
     for (int64_t o0 = 0; o0 < g.oc; o0 += kRows) {
@@ -509,8 +508,8 @@ void winograd_weight_grad(const WinogradConv& g, const T* x, const T* dy, int64_
       for (int64_t c0 = 0; c0 < g.c; c0 += kRows) {
         const int rows_here = static_cast<int>(std::min<int64_t>(kRows, g.c - c0));
         for (int64_t o0 = 0; o0 < ldo; o0 += kCols<T>)
-          product(rows_here, v + xi * vs + c0 * t, t, d + xi * ds + o0, ldo, t, dwt + (xi * g.c + c0) * ldo + o0,
-                  ldo, s0 > 0);
+          product(rows_here, v + xi * vs + c0 * t, t, d + xi * ds + o0, ldo, t, dwt + (xi * g.c + c0) * ldo + o0, ldo,
+                  s0 > 0);
       }
   }
 }
@@ -546,11 +545,11 @@ void winograd_weight_grad_output(const T* dwt, int64_t oc, int64_t c, T* dw) {
   }
 }
 
-#define QTRAIN_WINOGRAD_INSTANTIATE(T)                                                                               \
-  template void winograd_weights<T>(const T*, int64_t, int64_t, bool, T*);                                        \
-  template void winograd_conv<T>(const WinogradConv&, const T*, const T*, const T*, T*, int64_t, int64_t, T*);    \
-  template void winograd_weight_grad<T>(const WinogradConv&, const T*, const T*, int64_t, int64_t, T*, T*);       \
-  template void winograd_weight_grad_transform<T>(const WinogradConv&, const T*, int64_t, T*, bool);             \
+#define QTRAIN_WINOGRAD_INSTANTIATE(T)                                                                         \
+  template void winograd_weights<T>(const T*, int64_t, int64_t, bool, T*);                                     \
+  template void winograd_conv<T>(const WinogradConv&, const T*, const T*, const T*, T*, int64_t, int64_t, T*); \
+  template void winograd_weight_grad<T>(const WinogradConv&, const T*, const T*, int64_t, int64_t, T*, T*);    \
+  template void winograd_weight_grad_transform<T>(const WinogradConv&, const T*, int64_t, T*, bool);           \
   template void winograd_weight_grad_output<T>(const T*, int64_t, int64_t, T*);
 QTRAIN_WINOGRAD_INSTANTIATE(float)
 QTRAIN_WINOGRAD_INSTANTIATE(double)

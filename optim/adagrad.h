@@ -11,7 +11,7 @@ namespace qtrain {
 
 struct AdagradOptions {
   double lr = 0.01;
-  double lr_decay = 0;                   // >= 0: the step's lr is lr / (1 + (t - 1) * lr_decay)
+  double lr_decay = 0;  // >= 0: the step's lr is lr / (1 + (t - 1) * lr_decay)
   double weight_decay = 0;
   double initial_accumulator_value = 0;  // >= 0: the sum of squares every value starts from
   double eps = 1e-10;                    // added after the square root, as in PyTorch

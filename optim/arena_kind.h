@@ -27,10 +27,10 @@ struct ArenaKind {
   // init() was called and the arenas match it.
   void check_step(const char* type, const Tensor& params, const Tensor& grads) const {
     QT_CHECK(numel >= 0, "{}: step() before init()", type);
-    QT_CHECK(params.numel() == numel && grads.numel() == numel,
-             "{}: initialized for {} values, got params {} grads {}", type, numel, params.numel(), grads.numel());
-    QT_CHECK(params.dtype() == dtype && grads.dtype() == dtype, "{}: initialized for {}, got params {} grads {}",
-             type, dtype_name(dtype), dtype_name(params.dtype()), dtype_name(grads.dtype()));
+    QT_CHECK(params.numel() == numel && grads.numel() == numel, "{}: initialized for {} values, got params {} grads {}",
+             type, numel, params.numel(), grads.numel());
+    QT_CHECK(params.dtype() == dtype && grads.dtype() == dtype, "{}: initialized for {}, got params {} grads {}", type,
+             dtype_name(dtype), dtype_name(params.dtype()), dtype_name(grads.dtype()));
     QT_CHECK(params.device() == device && grads.device() == device,
              "{}: initialized on {}, got params on {} grads on {}", type, device.str(), params.device().str(),
              grads.device().str());

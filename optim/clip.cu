@@ -60,7 +60,7 @@ double clip_grad_norm_cuda(Context& ctx, Tensor& grads, double max_norm) {
   // Room for every level: the chunk sums of the values, then of those, ... (each level a 4096th of
   // the one before), from the stream-ordered pool, so a step allocates nothing new after the first.
   int64_t slots = 0;
-  for (int64_t m = clip_order::chunks_of(n); ; m = clip_order::chunks_of(m)) {
+  for (int64_t m = clip_order::chunks_of(n);; m = clip_order::chunks_of(m)) {
     slots += m;
     if (m == 1) break;
   }

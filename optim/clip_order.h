@@ -43,8 +43,8 @@ double ordered_sum(int64_t n, const Value& value) {
     const auto m = static_cast<int64_t>(level.size());
     std::vector<double> next(static_cast<size_t>(chunks_of(m)));
     for (int64_t c = 0; c < chunks_of(m); ++c)
-      next[static_cast<size_t>(c)] =
-          chunk_sum(c * kChunk, std::min(m, (c + 1) * kChunk), [&](int64_t i) { return level[static_cast<size_t>(i)]; });
+      next[static_cast<size_t>(c)] = chunk_sum(c * kChunk, std::min(m, (c + 1) * kChunk),
+                                               [&](int64_t i) { return level[static_cast<size_t>(i)]; });
     level.swap(next);
   }
   return level[0];

@@ -7,8 +7,8 @@
 namespace qtrain::optim_detail {
 namespace {
 [[noreturn]] void no_cuda(const char* optimizer) {
-  throw Error(fmt::format("{}: a CUDA step was requested but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)",
-                          optimizer));
+  throw Error(
+      fmt::format("{}: a CUDA step was requested but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", optimizer));
 }
 }  // namespace
 

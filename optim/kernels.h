@@ -32,7 +32,7 @@ struct RmsPropCoeffs {
 template <typename T>
 struct AdamCoeffs {
   T weight_decay = 0, beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0, eps = 0;
-  T step_size = 0;         // lr / (1 - beta1^t)
+  T step_size = 0;              // lr / (1 - beta1^t)
   T bias_correction2_sqrt = 0;  // sqrt(1 - beta2^t)
   bool decay = false, amsgrad = false;
 };
@@ -68,10 +68,11 @@ QT_OPTIM_HD double flush_subnormal(double x) { return x < DBL_MIN && x > -DBL_MI
 // so the CPU loops carry no per-element branches and vectorize.
 template <typename F>
 void with_flag(bool flag, F&& f) {
-  if (flag) f(std::true_type{});
-  else f(std::false_type{});
+  if (flag)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
 }
-
 
 // CUDA launchers (f32 arenas, on ctx's stream, asynchronous). `buf`/`grad_avg`/`max_sq` may be null
 // when the corresponding option is off.

@@ -77,10 +77,14 @@ std::unique_ptr<Optimizer> make_optimizer(ConfigNode& section) {
   const double weight_decay = section.get_double("weight_decay", 0.0, 0.0, kInf);
   section.accept("schedule");
   std::unique_ptr<Optimizer> out;
-  if (type == "sgd") out = parse_sgd(section, lr, weight_decay);
-  else if (type == "rmsprop") out = parse_rmsprop(section, lr, weight_decay);
-  else if (type == "adam") out = parse_adam(section, lr, weight_decay);
-  else out = parse_adagrad(section, lr, weight_decay);
+  if (type == "sgd")
+    out = parse_sgd(section, lr, weight_decay);
+  else if (type == "rmsprop")
+    out = parse_rmsprop(section, lr, weight_decay);
+  else if (type == "adam")
+    out = parse_adam(section, lr, weight_decay);
+  else
+    out = parse_adagrad(section, lr, weight_decay);
   out->set_clip_norm(section.get_double("clip_norm", 0.0, 0.0, kInf));
   section.finish();
   return out;

@@ -9,9 +9,9 @@
 namespace qtrain {
 namespace {
 
-using optim_detail::RmsPropCoeffs;
 using optim_detail::data_or_null;
 using optim_detail::flush_subnormal;
+using optim_detail::RmsPropCoeffs;
 using optim_detail::with_flag;
 
 template <typename T>
@@ -30,8 +30,8 @@ RmsPropCoeffs<T> rmsprop_coeffs(const RmsPropOptions& o, double lr) {
 }
 
 template <typename T, bool kDecay, bool kCentered, bool kMomentum>
-void rmsprop_loop(const RmsPropCoeffs<T> c, T* __restrict p, const T* __restrict g, T* __restrict sq,
-                  T* __restrict ga, T* __restrict buf, int64_t n) {
+void rmsprop_loop(const RmsPropCoeffs<T> c, T* __restrict p, const T* __restrict g, T* __restrict sq, T* __restrict ga,
+                  T* __restrict buf, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     T d = g[i];
     if constexpr (kDecay) d = d + c.weight_decay * p[i];
@@ -61,7 +61,7 @@ void rmsprop_step_cpu(const RmsPropCoeffs<T>& c, T* p, const T* g, T* sq, T* ga,
     with_flag(c.centered, [&](auto centered) {
       with_flag(c.use_momentum, [&](auto momentum) {
         rmsprop_loop<T, decltype(decay)::value, decltype(centered)::value, decltype(momentum)::value>(c, p, g, sq, ga,
-                                                                                                     buf, n);
+                                                                                                      buf, n);
       });
     });
   });
@@ -88,13 +88,13 @@ void RmsProp::init(int64_t numel, DType dtype, Device device) {
 void RmsProp::step(Context& ctx, Tensor& params, const Tensor& grads, double lr) {
   arena_.check_step(type(), params, grads);
   if (arena_.device.is_cuda()) {
-    optim_detail::rmsprop_step_cuda(ctx, rmsprop_coeffs<float>(options_, lr), params.data<float>(),
-                                    grads.data<float>(), square_avg_.data<float>(), data_or_null<float>(grad_avg_),
+    optim_detail::rmsprop_step_cuda(ctx, rmsprop_coeffs<float>(options_, lr), params.data<float>(), grads.data<float>(),
+                                    square_avg_.data<float>(), data_or_null<float>(grad_avg_),
                                     data_or_null<float>(momentum_buffer_), arena_.numel);
   } else if (arena_.dtype == DType::f32) {
     rmsprop_step_cpu(rmsprop_coeffs<float>(options_, lr), params.data<float>(), grads.data<float>(),
-                     square_avg_.data<float>(), data_or_null<float>(grad_avg_),
-                     data_or_null<float>(momentum_buffer_), arena_.numel);
+                     square_avg_.data<float>(), data_or_null<float>(grad_avg_), data_or_null<float>(momentum_buffer_),
+                     arena_.numel);
   } else {
     rmsprop_step_cpu(rmsprop_coeffs<double>(options_, lr), params.data<double>(), grads.data<double>(),
                      square_avg_.data<double>(), data_or_null<double>(grad_avg_),

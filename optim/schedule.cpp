@@ -55,8 +55,8 @@ class SpecSchedule final : public Schedule {
 bool is_schedule_node(const ConfigNode& node) {
   const std::string& p = node.path();
   const std::string suffix = "schedule";
-  return p == suffix || (p.size() > suffix.size() && p.compare(p.size() - suffix.size() - 1, std::string::npos,
-                                                               "." + suffix) == 0);
+  return p == suffix ||
+         (p.size() > suffix.size() && p.compare(p.size() - suffix.size() - 1, std::string::npos, "." + suffix) == 0);
 }
 
 }  // namespace
@@ -103,8 +103,9 @@ std::unique_ptr<Schedule> make_schedule(ConfigNode& section, int64_t steps_per_e
     spec.gamma = node.get_double("gamma", 0.1, 0.0, 1.0, /*min_exclusive=*/true);
     const bool every = node.has("step_epochs"), list = node.has("milestones");
     if (every == list)
-      node.fail("type", "is step, which needs exactly one of step_epochs (decay every k epochs) or milestones (a "
-                        "list of epochs)");
+      node.fail("type",
+                "is step, which needs exactly one of step_epochs (decay every k epochs) or milestones (a "
+                "list of epochs)");
     if (every) {
       spec.step_every = node.get_int("step_epochs", 1, 1, kMaxInt) * steps_per_epoch;
     } else {
@@ -124,12 +125,12 @@ std::unique_ptr<Schedule> make_schedule(ConfigNode& section, int64_t steps_per_e
   // for its decay; the other schedules may warm up over the whole run.
   const int64_t room = spec.kind == ScheduleSpec::Kind::cosine ? total_steps / 2 : total_steps;
   const bool too_long = spec.kind == ScheduleSpec::Kind::cosine ? spec.warmup_steps >= total_steps
-                                                               : total_steps > 0 && spec.warmup_steps > total_steps;
+                                                                : total_steps > 0 && spec.warmup_steps > total_steps;
   if (too_long) {
     if (note)
       *note = fmt::format(
-          "{}.{} is {} steps, {} this run's {} steps: the warm-up is shortened to the first {} step{}{}",
-          node.path(), node.has("warmup_epochs") ? "warmup_epochs" : "warmup_steps", spec.warmup_steps,
+          "{}.{} is {} steps, {} this run's {} steps: the warm-up is shortened to the first {} step{}{}", node.path(),
+          node.has("warmup_epochs") ? "warmup_epochs" : "warmup_steps", spec.warmup_steps,
           spec.warmup_steps == total_steps ? "as long as" : "longer than", total_steps, room, room == 1 ? "" : "s",
           spec.kind == ScheduleSpec::Kind::cosine ? ", the cosine decay takes the rest" : "");
     spec.warmup_steps = room;

@@ -7,9 +7,9 @@
 namespace qtrain {
 namespace {
 
-using optim_detail::SgdCoeffs;
 using optim_detail::data_or_null;
 using optim_detail::flush_subnormal;
+using optim_detail::SgdCoeffs;
 using optim_detail::with_flag;
 
 template <typename T>
@@ -34,8 +34,10 @@ void sgd_loop(const SgdCoeffs<T> c, T* __restrict p, const T* __restrict g, T* _
     if constexpr (kMomentum) {
       const T b = flush_subnormal(c.buf_scale * buf[i] + c.grad_scale * d);
       buf[i] = b;
-      if constexpr (kNesterov) d = d + c.momentum * b;
-      else d = b;
+      if constexpr (kNesterov)
+        d = d + c.momentum * b;
+      else
+        d = b;
     }
     p[i] = p[i] - c.lr * d;
   }
@@ -78,8 +80,7 @@ void Sgd::step(Context& ctx, Tensor& params, const Tensor& grads, double lr) {
   double& steps = *step_.data<double>();
   const bool first = steps == 0;
   if (arena_.device.is_cuda()) {
-    optim_detail::sgd_step_cuda(ctx, sgd_coeffs<float>(options_, lr, first), params.data<float>(),
-                                grads.data<float>(),
+    optim_detail::sgd_step_cuda(ctx, sgd_coeffs<float>(options_, lr, first), params.data<float>(), grads.data<float>(),
                                 data_or_null<float>(momentum_buffer_), arena_.numel);
   } else if (arena_.dtype == DType::f32) {
     sgd_step_cpu(sgd_coeffs<float>(options_, lr, first), params.data<float>(), grads.data<float>(),

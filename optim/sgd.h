@@ -11,7 +11,7 @@ namespace qtrain {
 
 struct SgdOptions {
   double lr = 0.01;
-  double momentum = 0;  // [0, 1)
+  double momentum = 0;   // [0, 1)
   double dampening = 0;  // [0, 1]
   double weight_decay = 0;
   bool nesterov = false;  // needs momentum > 0 and dampening 0 (as in PyTorch)

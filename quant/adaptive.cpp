@@ -44,7 +44,8 @@ template <bool Ef>
 Thresholds thresholds(const Span<Ef>& v, int64_t n, double proportion, int64_t sample, PhiloxKey key, void* ws) {
   Thresholds th;
   if (sample == 0 || n <= sample) {
-    const Selection s = select_kth_largest_abs(v, n, wire::count_for_proportion(proportion, n), static_cast<uint32_t*>(ws));
+    const Selection s =
+        select_kth_largest_abs(v, n, wire::count_for_proportion(proportion, n), static_cast<uint32_t*>(ws));
     th.non_finite = s.non_finite;
     th.pos = bits_float(s.threshold_bits);
     th.neg = -th.pos;
@@ -140,8 +141,9 @@ int64_t encode_columns(const EncodeArgs& a, const wire::AdaptiveLayout& l, Thres
     const int64_t base = c * l.column;
     float sums[2];
     ColumnTotals totals;
-    det_sums<2>([&](int64_t first, int64_t len, float* s) { candidate_sums_chunk(v, base + first, len, th, s, totals); },
-                l.column, sums);
+    det_sums<2>(
+        [&](int64_t first, int64_t len, float* s) { candidate_sums_chunk(v, base + first, len, th, s, totals); },
+        l.column, sums);
     if (totals.non_finite)
       throw NonFiniteInputError(fmt::format("adaptive encode: the input of {} values holds NaN or Inf", a.n));
     const float mu_pos = totals.count_pos > 0 ? sums[0] / static_cast<float>(totals.count_pos) : th.pos;
@@ -149,9 +151,9 @@ int64_t encode_columns(const EncodeArgs& a, const wire::AdaptiveLayout& l, Thres
     // Finite values near the float maximum can sum beyond it: an Inf mean would make a payload that
     // decode rejects (and NaN residuals).
     if (abs_bits(mu_pos) >= kNonFinite || abs_bits(mu_neg) >= kNonFinite)
-      throw NonFiniteInputError(fmt::format(
-          "adaptive encode: the sum of the {} values sent from column {} exceeds the float range",
-          abs_bits(mu_pos) >= kNonFinite ? "positive" : "negative", c));
+      throw NonFiniteInputError(
+          fmt::format("adaptive encode: the sum of the {} values sent from column {} exceeds the float range",
+                      abs_bits(mu_pos) >= kNonFinite ? "positive" : "negative", c));
     uint8_t* head = a.out + wire::kHeaderBytes + 12 * static_cast<size_t>(c);
     const auto first = static_cast<uint32_t>(sent);
     std::memcpy(head, &first, 4);
@@ -233,9 +235,11 @@ class AdaptiveQuantizer final : public Quantizer {
     const wire::AdaptiveLayout bound = wire::adaptive_layout(a.n, a.column, cap);
     int64_t sent = 0;
     if (bound.entry_bytes == 2) {
-      sent = a.residual ? encode_columns<true, uint16_t>(a, bound, th, cap) : encode_columns<false, uint16_t>(a, bound, th, cap);
+      sent = a.residual ? encode_columns<true, uint16_t>(a, bound, th, cap)
+                        : encode_columns<false, uint16_t>(a, bound, th, cap);
     } else {
-      sent = a.residual ? encode_columns<true, uint32_t>(a, bound, th, cap) : encode_columns<false, uint32_t>(a, bound, th, cap);
+      sent = a.residual ? encode_columns<true, uint32_t>(a, bound, th, cap)
+                        : encode_columns<false, uint32_t>(a, bound, th, cap);
     }
     const wire::AdaptiveLayout l = wire::adaptive_layout(a.n, a.column, sent);
     const auto count = static_cast<uint32_t>(sent);
@@ -248,8 +252,7 @@ class AdaptiveQuantizer final : public Quantizer {
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const int64_t cap = entry_cap(proportion_, a.n);
     const wire::AdaptiveLayout bound = wire::adaptive_layout(a.n, a.column, cap);
-    const int64_t sent = adaptive_encode_cuda(ctx, a, bound, proportion_, sample_, cap,
-                                              workspace_bytes(a.n, sample_));
+    const int64_t sent = adaptive_encode_cuda(ctx, a, bound, proportion_, sample_, cap, workspace_bytes(a.n, sample_));
     return wire::adaptive_layout(a.n, a.column, sent).body_end;
   }
 #endif
@@ -257,11 +260,15 @@ class AdaptiveQuantizer final : public Quantizer {
   void decode_cpu(const WireHeader& h, std::span<const uint8_t> in, float* out, bool add) const override {
     const wire::AdaptiveLayout l = check_body(h, in.data());
     if (l.entry_bytes == 2) {
-      if (add) decode_columns<true, uint16_t>(l, in.data(), out);
-      else decode_columns<false, uint16_t>(l, in.data(), out);
+      if (add)
+        decode_columns<true, uint16_t>(l, in.data(), out);
+      else
+        decode_columns<false, uint16_t>(l, in.data(), out);
     } else {
-      if (add) decode_columns<true, uint32_t>(l, in.data(), out);
-      else decode_columns<false, uint32_t>(l, in.data(), out);
+      if (add)
+        decode_columns<true, uint32_t>(l, in.data(), out);
+      else
+        decode_columns<false, uint32_t>(l, in.data(), out);
     }
   }
 
@@ -296,7 +303,8 @@ class AdaptiveQuantizer final : public Quantizer {
     if (h.c > h.n) wire::bad_payload(method(), fmt::format("{} entries for {} values", h.c, h.n));
     const wire::AdaptiveLayout l = wire::adaptive_layout(n, h.b, h.c);
     if (h.total != wire::pad8(l.body_end))
-      wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
+      wire::bad_payload(method(),
+                        fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
     return l;
   }
 
@@ -328,11 +336,13 @@ class AdaptiveQuantizer final : public Quantizer {
       int64_t last_row = -1;
       for (uint32_t j = first; j < next; ++j) {
         uint32_t e = 0;
-        std::memcpy(&e, in + l.entries_offset + static_cast<size_t>(j) * l.entry_bytes, static_cast<size_t>(l.entry_bytes));
+        std::memcpy(&e, in + l.entries_offset + static_cast<size_t>(j) * l.entry_bytes,
+                    static_cast<size_t>(l.entry_bytes));
         const int64_t row = e >> 1;
         if (row >= l.column || row <= last_row)
-          wire::bad_payload(method(), fmt::format("entry {} (column {}) has row {}: rows must increase and stay below {}",
-                                                  j, c, row, l.column));
+          wire::bad_payload(
+              method(), fmt::format("entry {} (column {}) has row {}: rows must increase and stay below {}", j, c, row,
+                                    l.column));
         last_row = row;
       }
     }
@@ -354,7 +364,11 @@ const QuantMethodInfo& adaptive_method_info() {
     m.id = QuantMethod::adaptive;
     m.name = "adaptive";
     m.params = {
-        {.key = "proportion", .kind = QuantParamDef::Kind::real, .fallback = 1.0 / 32, .min = 0, .max = 1,
+        {.key = "proportion",
+         .kind = QuantParamDef::Kind::real,
+         .fallback = 1.0 / 32,
+         .min = 0,
+         .max = 1,
          .min_exclusive = true},
         {.key = "sample", .fallback = 0, .min = 0, .max = 1 << 24, .shown_at_default = false},
     };
@@ -370,7 +384,9 @@ const QuantMethodInfo& adaptive_method_info() {
     // The sent values decode to their column's mean of their side, the others to 0.
     m.within_bound = onebit_like_within_bound;
     m.variants = {"adaptive", "adaptive:sample=256"};
-    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<AdaptiveQuantizer>(spec); };
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> {
+      return std::make_unique<AdaptiveQuantizer>(spec);
+    };
     return m;
   }();
   return info;

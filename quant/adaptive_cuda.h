@@ -1,6 +1,6 @@
 // The CUDA launchers of adaptive (sparse.cu), called from adaptive.cpp where the build has them
-// (QTRAIN_QUANT_CUDA, quant/kernels.h). adaptive: returns the number of entries sent; `bound` is the layout with the entry cap.
-// They follow the CPU loops' arithmetic exactly. Internal to quant/.
+// (QTRAIN_QUANT_CUDA, quant/kernels.h). adaptive: returns the number of entries sent; `bound` is the layout with the
+// entry cap. They follow the CPU loops' arithmetic exactly. Internal to quant/.
 #pragma once
 
 #include "quant/kernels.h"

@@ -57,10 +57,14 @@ class CastQuantizer final : public Quantizer {
     } else {
       auto* h = reinterpret_cast<uint16_t*>(body);
       const bool bf16 = method() == QuantMethod::bf16;
-      if (bf16 && a.residual) encode_half_loop<true, true>(a.in, a.residual, h, a.n);
-      else if (bf16) encode_half_loop<true, false>(a.in, nullptr, h, a.n);
-      else if (a.residual) encode_half_loop<false, true>(a.in, a.residual, h, a.n);
-      else encode_half_loop<false, false>(a.in, nullptr, h, a.n);
+      if (bf16 && a.residual)
+        encode_half_loop<true, true>(a.in, a.residual, h, a.n);
+      else if (bf16)
+        encode_half_loop<true, false>(a.in, nullptr, h, a.n);
+      else if (a.residual)
+        encode_half_loop<false, true>(a.in, a.residual, h, a.n);
+      else
+        encode_half_loop<false, false>(a.in, nullptr, h, a.n);
     }
     return max_body_bytes(a.n, 1);
   }
@@ -89,10 +93,14 @@ class CastQuantizer final : public Quantizer {
     const auto* v = reinterpret_cast<const uint16_t*>(body);
     const bool bf16 = method() == QuantMethod::bf16;
     decode_tiled(out, n, add, [&](int64_t b, int64_t e, float* dst) {
-      if (bf16 && add) decode_half_loop<true, true>(v + b, dst, e - b);
-      else if (bf16) decode_half_loop<true, false>(v + b, dst, e - b);
-      else if (add) decode_half_loop<false, true>(v + b, dst, e - b);
-      else decode_half_loop<false, false>(v + b, dst, e - b);
+      if (bf16 && add)
+        decode_half_loop<true, true>(v + b, dst, e - b);
+      else if (bf16)
+        decode_half_loop<true, false>(v + b, dst, e - b);
+      else if (add)
+        decode_half_loop<false, true>(v + b, dst, e - b);
+      else
+        decode_half_loop<false, false>(v + b, dst, e - b);
     });
   }
 
@@ -162,7 +170,9 @@ const QuantMethodInfo& bf16_method_info() {
     m.algorithm = "allreduce";
     m.cast_bits = 16;
     m.brain_float = true;
-    m.within_bound = [](const QuantSpec&, const RoundTripValue& v) { return std::fabs(v.y - v.x) <= std::fabs(v.x) * 0x1p-8; };
+    m.within_bound = [](const QuantSpec&, const RoundTripValue& v) {
+      return std::fabs(v.y - v.x) <= std::fabs(v.x) * 0x1p-8;
+    };
     m.variants = {"bf16"};
     m.make = make_cast;
     return m;

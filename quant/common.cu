@@ -14,8 +14,8 @@ __global__ void write_header_kernel(uint8_t* out, WireHeaderFields h) {
 }
 
 template <int Kind, bool Ef>  // Kind: 0 fp32, 1 fp16, 2 bf16
-__global__ void cast_encode_kernel(const float* __restrict__ in, float* __restrict__ residual, uint8_t* __restrict__ body,
-                                   int64_t n) {
+__global__ void cast_encode_kernel(const float* __restrict__ in, float* __restrict__ residual,
+                                   uint8_t* __restrict__ body, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = Ef ? in[i] + residual[i] : in[i];
@@ -34,9 +34,12 @@ __global__ void cast_decode_kernel(const uint8_t* __restrict__ body, float* __re
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float v;
-    if (Kind == 0) v = reinterpret_cast<const float*>(body)[i];
-    else if (Kind == 2) v = bf16_to_float(reinterpret_cast<const uint16_t*>(body)[i]);
-    else v = half_to_float(reinterpret_cast<const uint16_t*>(body)[i]);
+    if (Kind == 0)
+      v = reinterpret_cast<const float*>(body)[i];
+    else if (Kind == 2)
+      v = bf16_to_float(reinterpret_cast<const uint16_t*>(body)[i]);
+    else
+      v = half_to_float(reinterpret_cast<const uint16_t*>(body)[i]);
     out[i] = Add ? out[i] + v : v;
   }
 }
@@ -123,11 +126,16 @@ void cast_encode_cuda(Context& ctx, QuantMethod method, const float* in, float* 
   const int grid = grid_for(n, kThreads);
   cudaStream_t s = stream_of(ctx);
   const int kind = kind_of(method);
-  if (kind == 0) cast_encode_kernel<0, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
-  else if (kind == 1 && residual) cast_encode_kernel<1, true><<<grid, kThreads, 0, s>>>(in, residual, body, n);
-  else if (kind == 1) cast_encode_kernel<1, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
-  else if (residual) cast_encode_kernel<2, true><<<grid, kThreads, 0, s>>>(in, residual, body, n);
-  else cast_encode_kernel<2, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
+  if (kind == 0)
+    cast_encode_kernel<0, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
+  else if (kind == 1 && residual)
+    cast_encode_kernel<1, true><<<grid, kThreads, 0, s>>>(in, residual, body, n);
+  else if (kind == 1)
+    cast_encode_kernel<1, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
+  else if (residual)
+    cast_encode_kernel<2, true><<<grid, kThreads, 0, s>>>(in, residual, body, n);
+  else
+    cast_encode_kernel<2, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -29,8 +29,7 @@ void qsgd_pack_codes(CpuPath path, int bits, const uint32_t* codes, int64_t coun
 // scale `inv` and the 16-bit uniforms u, packed into n * bits / 8 bytes. Returns false when a value's
 // uniform tied (it needs stage 2): the bytes are then incomplete and the caller encodes the values on
 // the staged path (codes, stage 2, qsgd_pack_codes).
-bool qsgd_stage1_packed(CpuPath path, int bits, const float* in, int64_t n, float inv, const uint16_t* u,
-                        uint8_t* out);
+bool qsgd_stage1_packed(CpuPath path, int bits, const float* in, int64_t n, float inv, const uint16_t* u, uint8_t* out);
 // qsgd: values [first, first + count) of one bucket whose codes start at `bytes`, decoded as
 // sign * level * step into out[0..count) (or added to it).
 void qsgd_decode_codes(CpuPath path, int bits, const uint8_t* bytes, int64_t first, int64_t count, float step,

@@ -73,8 +73,9 @@ void encode_tree_avx2(const float* __restrict in, float* __restrict residual, ui
   auto lookup8 = [](const uint32_t* table, __m256i index) {
     alignas(32) uint32_t k[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(k), index);
-    return _mm256_setr_epi32(static_cast<int>(table[k[0]]), static_cast<int>(table[k[1]]), static_cast<int>(table[k[2]]),
-                             static_cast<int>(table[k[3]]), static_cast<int>(table[k[4]]), static_cast<int>(table[k[5]]),
+    return _mm256_setr_epi32(static_cast<int>(table[k[0]]), static_cast<int>(table[k[1]]),
+                             static_cast<int>(table[k[2]]), static_cast<int>(table[k[3]]),
+                             static_cast<int>(table[k[4]]), static_cast<int>(table[k[5]]),
                              static_cast<int>(table[k[6]]), static_cast<int>(table[k[7]]));
   };
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kAbsMask)));
@@ -132,29 +133,34 @@ void decode_loop(const uint8_t* __restrict codes, float* __restrict out, int64_t
   for (int64_t i = 0; i < n; ++i) out[i] = Add ? out[i] + d[codes[i]] : d[codes[i]];
 }
 
-
 }  // namespace
 
 void dettmers8_tree_codes(CpuPath path, const float* in, float* residual, uint8_t* out, int64_t n, float r,
                           const float* d) {
 #if defined(__AVX2__)
   if (path == CpuPath::fast) {
-    if (residual) encode_tree_avx2<true>(in, residual, out, n, r, d);
-    else encode_tree_avx2<false>(in, nullptr, out, n, r, d);
+    if (residual)
+      encode_tree_avx2<true>(in, residual, out, n, r, d);
+    else
+      encode_tree_avx2<false>(in, nullptr, out, n, r, d);
     return;
   }
 #endif
   (void)path;
-  if (residual) encode_tree<true>(in, residual, out, n, r, d);
-  else encode_tree<false>(in, nullptr, out, n, r, d);
+  if (residual)
+    encode_tree<true>(in, residual, out, n, r, d);
+  else
+    encode_tree<false>(in, nullptr, out, n, r, d);
 }
 
 void dettmers8_decode_values(CpuPath path, const uint8_t* codes, float* out, int64_t n, const float* d, bool add) {
   // One loop for both paths: GCC's version (eight scalar loads assembled into a vector) is faster on
   // Zen 3 than an AVX2 gather (0.7 against 1.0 cycles per value, measured).
   (void)path;
-  if (add) decode_loop<true>(codes, out, n, d);
-  else decode_loop<false>(codes, out, n, d);
+  if (add)
+    decode_loop<true>(codes, out, n, d);
+  else
+    decode_loop<false>(codes, out, n, d);
 }
 
 namespace {
@@ -189,8 +195,10 @@ class Dettmers8Quantizer final : public Quantizer {
       dettmers8_tree_codes(CpuPath::fast, a.in, a.residual, codes, a.n, r, d);
     } else {
       const float r127 = inverse_scale(m, 127.0f);
-      if (a.residual) encode_linear<true>(a.in, a.residual, codes, a.n, r127, d);
-      else encode_linear<false>(a.in, nullptr, codes, a.n, r127, d);
+      if (a.residual)
+        encode_linear<true>(a.in, a.residual, codes, a.n, r127, d);
+      else
+        encode_linear<false>(a.in, nullptr, codes, a.n, r127, d);
     }
     return max_body_bytes(a.n, 1);
   }
@@ -216,8 +224,8 @@ class Dettmers8Quantizer final : public Quantizer {
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const auto variant = check_body(h);
-    dettmers8_decode_cuda(ctx, variant, bits_float(h.b), in.data() + wire::kHeaderBytes, out,
-                          static_cast<int64_t>(h.n), add);
+    dettmers8_decode_cuda(ctx, variant, bits_float(h.b), in.data() + wire::kHeaderBytes, out, static_cast<int64_t>(h.n),
+                          add);
   }
 #endif
 
@@ -253,7 +261,9 @@ const QuantMethodInfo& dettmers8_method_info() {
       return std::fabs(v.y - v.x) <= 0.0171875 / 2 * v.max_abs * (1 + 1e-5) && std::signbit(v.y) == std::signbit(v.x);
     };
     m.variants = {"dettmers8", "dettmers8:variant=linear"};
-    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<Dettmers8Quantizer>(spec); };
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> {
+      return std::make_unique<Dettmers8Quantizer>(spec);
+    };
     return m;
   }();
   return info;

@@ -49,13 +49,16 @@ __global__ void max_bits_kernel(const float* __restrict__ in, const float* __res
 __device__ __forceinline__ float decoded(const float* value, bool linear, float m, float step, uint32_t c) {
   const uint32_t idx = c & 127u;
   float mag;
-  if (linear) mag = static_cast<float>(idx) * step;
-  else mag = idx < DettmersTables::kZeroCode ? value[idx] * m : (idx == DettmersTables::kZeroCode ? 0.0f : m);
+  if (linear)
+    mag = static_cast<float>(idx) * step;
+  else
+    mag = idx < DettmersTables::kZeroCode ? value[idx] * m : (idx == DettmersTables::kZeroCode ? 0.0f : m);
   return c & 128u ? -mag : mag;
 }
 
-__global__ void encode_kernel(DeviceTables tables, bool linear, const float* __restrict__ in, float* __restrict__ residual,
-                              int64_t n, const uint32_t* max_bits_ptr, uint8_t* __restrict__ out, WireHeaderFields h) {
+__global__ void encode_kernel(DeviceTables tables, bool linear, const float* __restrict__ in,
+                              float* __restrict__ residual, int64_t n, const uint32_t* max_bits_ptr,
+                              uint8_t* __restrict__ out, WireHeaderFields h) {
   __shared__ float value[DettmersTables::kEntries];
   __shared__ uint32_t mid[DettmersTables::kEntries];
   for (int i = threadIdx.x; i < DettmersTables::kEntries; i += blockDim.x) {
@@ -92,8 +95,10 @@ __global__ void encode_kernel(DeviceTables tables, bool linear, const float* __r
       int lo = 0, hi = DettmersTables::kEntries - 1;
       while (lo < hi) {
         const int mm = (lo + hi) / 2;
-        if (mid[mm] < a) lo = mm + 1;
-        else hi = mm;
+        if (mid[mm] < a)
+          lo = mm + 1;
+        else
+          hi = mm;
       }
       code = a < tables.zero_bits ? DettmersTables::kZeroCode
                                   : (a > tables.sat_bits ? DettmersTables::kSatCode : static_cast<uint32_t>(lo));
@@ -109,7 +114,8 @@ __global__ void decode_kernel(DeviceTables tables, bool linear, float m, const u
                               float* __restrict__ out, int64_t n) {
   __shared__ float d[256];
   const float step = m / 127.0f;
-  for (int c = threadIdx.x; c < 256; c += blockDim.x) d[c] = decoded(tables.value, linear, m, step, static_cast<uint32_t>(c));
+  for (int c = threadIdx.x; c < 256; c += blockDim.x)
+    d[c] = decoded(tables.value, linear, m, step, static_cast<uint32_t>(c));
   __syncthreads();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -135,7 +141,7 @@ void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, const EncodeA
   h.n = static_cast<uint64_t>(a.n);
   h.total = wire::pad8(wire::kHeaderBytes + static_cast<size_t>(a.n));
   encode_kernel<<<grid_for(a.n, kThreads), kThreads, 0, s>>>(device_tables(), variant == Dettmers8Variant::linear, a.in,
-                                                              a.residual, a.n, max_bits, a.out, fields_of(h));
+                                                             a.residual, a.n, max_bits, a.out, fields_of(h));
   CUDA_CHECK(cudaGetLastError());
   if (read_status(ctx, status).non_finite)
     throw NonFiniteInputError(fmt::format("dettmers8 encode: the input of {} values holds NaN or Inf", a.n));
@@ -146,8 +152,12 @@ void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, float scale, 
   if (n == 0) return;
   constexpr int kThreads = 256;
   const bool linear = variant == Dettmers8Variant::linear;
-  if (add) decode_kernel<true><<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(device_tables(), linear, scale, codes, out, n);
-  else decode_kernel<false><<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(device_tables(), linear, scale, codes, out, n);
+  if (add)
+    decode_kernel<true>
+        <<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(device_tables(), linear, scale, codes, out, n);
+  else
+    decode_kernel<false>
+        <<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(device_tables(), linear, scale, codes, out, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,6 +1,6 @@
 // The CUDA launchers of dettmers8 (dettmers8.cu), called from dettmers8.cpp where the build has them
-// (QTRAIN_QUANT_CUDA, quant/kernels.h). dettmers8: the encoder writes header and body (the scale is computed on the device).
-// They follow the CPU loops' arithmetic exactly. Internal to quant/.
+// (QTRAIN_QUANT_CUDA, quant/kernels.h). dettmers8: the encoder writes header and body (the scale is computed on the
+// device). They follow the CPU loops' arithmetic exactly. Internal to quant/.
 #pragma once
 
 #include "quant/kernels.h"

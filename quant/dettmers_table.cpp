@@ -55,8 +55,10 @@ int DettmersTables::nearest_by_search(uint32_t a_bits) const {
   int lo = 0, hi = kEntries - 1;
   while (lo < hi) {
     const int m = (lo + hi) / 2;
-    if (mid_bits[m] < a_bits) lo = m + 1;
-    else hi = m;
+    if (mid_bits[m] < a_bits)
+      lo = m + 1;
+    else
+      hi = m;
   }
   return lo;
 }

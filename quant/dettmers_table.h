@@ -21,11 +21,11 @@ struct DettmersTables {
   static constexpr uint32_t kLowMask = (1u << kLutShift) - 1;
   static constexpr int kLutMax = 1280;
 
-  float value[kEntries];         // T, ascending, in (0, 1)
-  uint32_t mid_bits[kEntries];   // float bits of (T[i] + T[i+1]) / 2; entry 125 is 0x7fffffff (never below)
-  uint32_t zero_bits;            // a below 1.5e-6 encodes as the zero code
-  uint32_t sat_bits;             // a above (T[125] + 1) / 2 encodes as the saturation code
-  uint32_t lut_first;            // bucket of zero_bits
+  float value[kEntries];        // T, ascending, in (0, 1)
+  uint32_t mid_bits[kEntries];  // float bits of (T[i] + T[i+1]) / 2; entry 125 is 0x7fffffff (never below)
+  uint32_t zero_bits;           // a below 1.5e-6 encodes as the zero code
+  uint32_t sat_bits;            // a above (T[125] + 1) / 2 encodes as the saturation code
+  uint32_t lut_first;           // bucket of zero_bits
   int32_t lut_size;
   uint32_t lut[kLutMax];
 

@@ -87,8 +87,10 @@ class EfsignQuantizer final : public Quantizer {
     const float scale = check_body(h);
     const auto* words = reinterpret_cast<const uint32_t*>(in.data() + wire::kHeaderBytes);
     decode_tiled(out, static_cast<int64_t>(h.n), add, [&](int64_t b, int64_t e, float* dst) {
-      if (add) unpack_signs<true>(words, b, e, scale, -scale, dst);
-      else unpack_signs<false>(words, b, e, scale, -scale, dst);
+      if (add)
+        unpack_signs<true>(words, b, e, scale, -scale, dst);
+      else
+        unpack_signs<false>(words, b, e, scale, -scale, dst);
     });
   }
 
@@ -107,7 +109,8 @@ class EfsignQuantizer final : public Quantizer {
     if (h.b >= kNonFinite)
       wire::bad_payload(method(), fmt::format("scale field {:#010x} is not a finite value >= 0", h.b));
     const size_t want = wire::pad8(wire::sign_body_end(static_cast<int64_t>(h.n)));
-    if (h.total != want) wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, want));
+    if (h.total != want)
+      wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, want));
     return bits_float(h.b);
   }
 };
@@ -128,7 +131,9 @@ const QuantMethodInfo& efsign_method_info() {
       return std::fabs(v.y) == scale && (v.x == 0 || (v.y < 0) == (v.x < 0));
     };
     m.variants = {"efsign"};
-    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<EfsignQuantizer>(spec); };
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> {
+      return std::make_unique<EfsignQuantizer>(spec);
+    };
     return m;
   }();
   return info;

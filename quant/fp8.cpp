@@ -21,8 +21,10 @@ namespace {
 
 template <typename Fn>
 void with_fp8_format(Fp8Format format, Fn&& f) {
-  if (format == Fp8Format::e4m3) f(FloatE4M3{});
-  else f(FloatE5M2{});
+  if (format == Fp8Format::e4m3)
+    f(FloatE4M3{});
+  else
+    f(FloatE5M2{});
 }
 
 template <class F>
@@ -34,8 +36,8 @@ float max_value() {
 // Codes are staged as 32-bit words a tile at a time, so that the rounding loop has only 32-bit types
 // (full-width vectors), then narrowed.
 template <class F, bool Ef, bool Sr>
-void encode_range(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n,
-                  float inv, float scale, const uint32_t* __restrict words) {
+void encode_range(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n, float inv,
+                  float scale, const uint32_t* __restrict words) {
   constexpr int64_t kTile = 256;
   alignas(64) uint32_t wide[kTile];
   for (int64_t c = 0; c < n; c += kTile) {
@@ -106,7 +108,8 @@ class Fp8Quantizer final : public Quantizer {
 
   size_t encode_cpu(const EncodeArgs& a) const override {
     const uint32_t m = a.residual ? max_abs_bits<true>(a.in, a.residual, a.n) : max_abs_bits<false>(a.in, nullptr, a.n);
-    if (m >= kNonFinite) throw NonFiniteInputError(fmt::format("fp8 encode: the input of {} values holds NaN or Inf", a.n));
+    if (m >= kNonFinite)
+      throw NonFiniteInputError(fmt::format("fp8 encode: the input of {} values holds NaN or Inf", a.n));
     with_fp8_format(format_, [&](auto f) {
       using F = decltype(f);
       const float scale = bits_float(m) / max_value<F>();
@@ -115,11 +118,15 @@ class Fp8Quantizer final : public Quantizer {
       const float inv = inverse_scale(m, max_value<F>());
       wire::write_header(a.out, header(a.n, float_bits(scale)));
       if (a.residual) {
-        if (stochastic_) encode_all<F, true, true>(a, inv, scale);
-        else encode_all<F, true, false>(a, inv, scale);
+        if (stochastic_)
+          encode_all<F, true, true>(a, inv, scale);
+        else
+          encode_all<F, true, false>(a, inv, scale);
       } else {
-        if (stochastic_) encode_all<F, false, true>(a, inv, scale);
-        else encode_all<F, false, false>(a, inv, scale);
+        if (stochastic_)
+          encode_all<F, false, true>(a, inv, scale);
+        else
+          encode_all<F, false, false>(a, inv, scale);
       }
     });
     return wire::fp8_body_end(a.n);
@@ -139,10 +146,13 @@ class Fp8Quantizer final : public Quantizer {
     with_fp8_format(format, [&](auto f) {
       using F = decltype(f);
       if (any_invalid_code<F>(codes, static_cast<int64_t>(h.n)))
-        wire::bad_payload(method(), fmt::format("a code is {}, which the encoder never writes", invalid_codes_name(format)));
+        wire::bad_payload(method(),
+                          fmt::format("a code is {}, which the encoder never writes", invalid_codes_name(format)));
       decode_tiled(out, static_cast<int64_t>(h.n), add, [&](int64_t b, int64_t e, float* dst) {
-        if (add) decode_range<F, true>(codes + b, dst, e - b, scale);
-        else decode_range<F, false>(codes + b, dst, e - b, scale);
+        if (add)
+          decode_range<F, true>(codes + b, dst, e - b, scale);
+        else
+          decode_range<F, false>(codes + b, dst, e - b, scale);
       });
     });
   }
@@ -165,9 +175,10 @@ class Fp8Quantizer final : public Quantizer {
   template <class F>
   static void check_scale_range(float scale, uint32_t max_bits) {
     if (!(max_value<F>() * scale <= FLT_MAX))
-      throw NonFiniteInputError(fmt::format(
-          "fp8 encode: the largest |value| {:g} is too close to the float maximum to scale (its decoded "
-          "value would be beyond the float range)", bits_float(max_bits)));
+      throw NonFiniteInputError(
+          fmt::format("fp8 encode: the largest |value| {:g} is too close to the float maximum to scale (its decoded "
+                      "value would be beyond the float range)",
+                      bits_float(max_bits)));
   }
 
   Fp8Format check_body(const WireHeader& h) const {

@@ -95,8 +95,9 @@ struct QuantMethodInfo {
   // Fills parameters whose default is derived from others (qsgd's bucket from its bits).
   std::function<void(QuantSpec&)> resolve = [](QuantSpec&) {};
   // Rules between parameters or special values a range cannot say: the key and what is wrong.
-  std::function<std::optional<std::pair<std::string, std::string>>(const QuantSpec&)> check =
-      [](const QuantSpec&) { return std::nullopt; };
+  std::function<std::optional<std::pair<std::string, std::string>>(const QuantSpec&)> check = [](const QuantSpec&) {
+    return std::nullopt;
+  };
   // Whether one decoded value is within what the method allows (quantizers.md part A: a rounding
   // bound, a sign rule, topk's "dropped or exact"); tests and bench-quant check every method with it.
   std::function<bool(const QuantSpec&, const RoundTripValue&)> within_bound;

@@ -34,8 +34,8 @@ const auto& table() {
       QT_CHECK(!methods[i]->variants.empty(), "quant/methods.def: method '{}' lacks its variants", methods[i]->name);
       // A payload quantizer has a factory and a round-trip bound; a method the exchange runs has neither.
       const bool factory = static_cast<bool>(methods[i]->make), bound = static_cast<bool>(methods[i]->within_bound);
-      QT_CHECK(methods[i]->payload ? factory && bound : !factory && !bound,
-               "quant/methods.def: method '{}' {}", methods[i]->name,
+      QT_CHECK(methods[i]->payload ? factory && bound : !factory && !bound, "quant/methods.def: method '{}' {}",
+               methods[i]->name,
                methods[i]->payload ? "lacks a factory or a round-trip bound"
                                    : "has no payload (payload = false) but a factory or a round-trip bound");
     }

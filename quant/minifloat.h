@@ -104,8 +104,8 @@ QT_HD float minifloat_abs_value(uint32_t mag) {
   const uint32_t e = mag >> kM;
   const uint32_t m = mag & ((1u << kM) - 1u);
   // Subnormal: m * 2^(1 - B - M), a power of two times a small integer (exact).
-  const float sub = static_cast<float>(static_cast<int32_t>(m)) *
-                    bits_float(static_cast<uint32_t>(127 + 1 - F::kBias - kM) << 23);
+  const float sub =
+      static_cast<float>(static_cast<int32_t>(m)) * bits_float(static_cast<uint32_t>(127 + 1 - F::kBias - kM) << 23);
   const float normal = bits_float(((e + static_cast<uint32_t>(127 - F::kBias)) << 23) | (m << (23 - kM)));
   return e == 0 ? sub : normal;
 }

@@ -96,14 +96,16 @@ void encode_all(const EncodeArgs& a, const wire::MxLayout& l) {
       maxes[full] = max_abs_bits<Ef, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full));
       top = maxes[full] > top ? maxes[full] : top;
     }
-    if (top >= kNonFinite) throw NonFiniteInputError(fmt::format("mx encode: the input of {} values holds NaN or Inf", a.n));
+    if (top >= kNonFinite)
+      throw NonFiniteInputError(fmt::format("mx encode: the input of {} values holds NaN or Inf", a.n));
     for (int64_t k = 0; k < nb; ++k) scales[b0 + k] = static_cast<uint8_t>(mx_scale_code<F>(maxes[k]));
     for (int64_t k = 0; k < full; ++k)
       block_codes<F, Ef, Sr, kBlock>(g + k * kBlock, Ef ? e + k * kBlock : nullptr, kBlock, scales[b0 + k],
                                      Sr ? words + k * kBlock : nullptr, a.out + l.elements_offset(b0 + k));
     if (full < nb)
-      block_codes<F, Ef, Sr, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full), scales[b0 + full],
-                                Sr ? words + full * kBlock : nullptr, a.out + l.elements_offset(b0 + full));
+      block_codes<F, Ef, Sr, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full),
+                                scales[b0 + full], Sr ? words + full * kBlock : nullptr,
+                                a.out + l.elements_offset(b0 + full));
   }
 }
 
@@ -199,11 +201,15 @@ class MxQuantizer final : public Quantizer {
     with_mx_element(static_cast<uint32_t>(element_), [&](auto f) {
       using F = decltype(f);
       if (a.residual) {
-        if (stochastic_) encode_all<F, true, true>(a, l);
-        else encode_all<F, true, false>(a, l);
+        if (stochastic_)
+          encode_all<F, true, true>(a, l);
+        else
+          encode_all<F, true, false>(a, l);
       } else {
-        if (stochastic_) encode_all<F, false, true>(a, l);
-        else encode_all<F, false, false>(a, l);
+        if (stochastic_)
+          encode_all<F, false, true>(a, l);
+        else
+          encode_all<F, false, false>(a, l);
       }
     });
     return l.body_end;
@@ -224,8 +230,10 @@ class MxQuantizer final : public Quantizer {
       using F = decltype(f);
       check_values<F>(l, payload);
       decode_tiled(out, l.n, add, [&](int64_t b, int64_t e, float* dst) {
-        if (add) decode_range<F, true>(l, payload, b, e, dst);
-        else decode_range<F, false>(l, payload, b, e, dst);
+        if (add)
+          decode_range<F, true>(l, payload, b, e, dst);
+        else
+          decode_range<F, false>(l, payload, b, e, dst);
       });
     });
   }
@@ -260,13 +268,15 @@ class MxQuantizer final : public Quantizer {
   wire::MxLayout check_body(const WireHeader& h) const {
     if (h.a > 4)
       wire::bad_payload(method(), fmt::format("element field {} (0 fp8_e4m3, 1 fp8_e5m2, 2 fp6_e3m2, 3 fp6_e2m3, "
-                                              "4 fp4_e2m1)", h.a));
+                                              "4 fp4_e2m1)",
+                                              h.a));
     if (h.b != static_cast<uint32_t>(wire::kMxBlock))
       wire::bad_payload(method(), fmt::format("block size field {} (MX blocks are {})", h.b, wire::kMxBlock));
     if (h.c != 0) wire::bad_payload(method(), "reserved field c must be zero");
     const wire::MxLayout l = wire::mx_layout(static_cast<int64_t>(h.n), element_bits(static_cast<MxElement>(h.a)));
     if (h.total != wire::pad8(l.body_end))
-      wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
+      wire::bad_payload(method(),
+                        fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
     return l;
   }
 
@@ -284,7 +294,8 @@ class MxQuantizer final : public Quantizer {
       while (scales[b] <= kTop) ++b;
       if (scales[b] == 0xff) wire::bad_payload(method(), fmt::format("block {} has the NaN scale 0xff", b));
       wire::bad_payload(method(), fmt::format("block {} has scale 2^{}, above 2^{}, the largest a finite block "
-                                              "has with this element format", b, scales[b] - 127, kTop - 127));
+                                              "has with this element format",
+                                              b, scales[b] - 127, kTop - 127));
     }
     if (any_invalid_element<F>(payload + wire::kHeaderBytes, l.n))
       wire::bad_payload(method(), "an element is a NaN or Inf code, which the encoder never writes");

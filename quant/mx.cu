@@ -87,9 +87,11 @@ void mx_encode_cuda(Context& ctx, const EncodeArgs& a, MxElement element, bool s
     with_mx_element(static_cast<uint32_t>(element), [&](auto f) {
       using F = decltype(f);
       if (stochastic)
-        encode_kernel<F, true><<<grid_for(l.blocks, kThreads), kThreads, 0, s>>>(a.in, a.residual, l, a.key, a.out, status);
+        encode_kernel<F, true>
+            <<<grid_for(l.blocks, kThreads), kThreads, 0, s>>>(a.in, a.residual, l, a.key, a.out, status);
       else
-        encode_kernel<F, false><<<grid_for(l.blocks, kThreads), kThreads, 0, s>>>(a.in, a.residual, l, a.key, a.out, status);
+        encode_kernel<F, false>
+            <<<grid_for(l.blocks, kThreads), kThreads, 0, s>>>(a.in, a.residual, l, a.key, a.out, status);
     });
     CUDA_CHECK(cudaGetLastError());
   }
@@ -107,10 +109,13 @@ void mx_decode_cuda(Context& ctx, MxElement element, const wire::MxLayout& l, co
     check_kernel<F><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, status.get());
     CUDA_CHECK(cudaGetLastError());
     if (read_status(ctx, status.get()).bad)
-      wire::bad_payload(QuantMethod::mx, "a block scale is NaN or above what a finite block has, an element is a NaN "
-                                         "or Inf code, or bits after the last element are set");
-    if (add) decode_kernel<F, true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
-    else decode_kernel<F, false><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
+      wire::bad_payload(QuantMethod::mx,
+                        "a block scale is NaN or above what a finite block has, an element is a NaN "
+                        "or Inf code, or bits after the last element are set");
+    if (add)
+      decode_kernel<F, true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
+    else
+      decode_kernel<F, false><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
     CUDA_CHECK(cudaGetLastError());
   });
 }

@@ -107,8 +107,8 @@ inline float fold_used_lanes(float* lanes, int64_t used) {
 // fix-up.
 constexpr uint32_t kStage1 = 0;
 constexpr uint32_t kStage2 = 1;
-constexpr uint32_t kTagQsgd = 0x51534744u;      // "QSGD"
-constexpr uint32_t kTagSample = 0x53414d50u;    // "SAMP": adaptive's sampled thresholds
+constexpr uint32_t kTagQsgd = 0x51534744u;    // "QSGD"
+constexpr uint32_t kTagSample = 0x53414d50u;  // "SAMP": adaptive's sampled thresholds
 constexpr int kValuesPerBlock = 8;
 
 // The stage-1 uniform of element i, from its Philox block (the CPU batches blocks, kernels call this).
@@ -123,8 +123,7 @@ QT_HD PhiloxBlock stage1_block(PhiloxKey key, uint64_t block, uint32_t tag) {
 
 // The stage-2 decision for element i whose scaled fraction is f = 65536 p - floor(65536 p) in [0, 1).
 QT_HD bool stage2_up(PhiloxKey key, uint64_t i, uint32_t tag, float f) {
-  const PhiloxBlock b =
-      philox4x32_10(static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), kStage2, tag, key);
+  const PhiloxBlock b = philox4x32_10(static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), kStage2, tag, key);
   // Both sides exact: a float times 2^32 and a 32-bit integer are exact doubles.
   return static_cast<double>(b.v[0]) < static_cast<double>(f) * 4294967296.0;
 }
@@ -167,7 +166,9 @@ QT_HD float efsign_scale(uint32_t max_bits, float sum, int64_t n) {
 // overflows them. A bucket whose c * sigma is 0 (all values equal) is not clipped (the clip would
 // zero it), and nor is one whose M is below FLT_MIN (1 / M would overflow).
 constexpr uint32_t kTagTerngrad = 0x5445524eu;  // "TERN"
-QT_HD float terngrad_inverse_max(uint32_t max_bits) { return max_bits < 0x00800000u ? 0.0f : 1.0f / bits_float(max_bits); }
+QT_HD float terngrad_inverse_max(uint32_t max_bits) {
+  return max_bits < 0x00800000u ? 0.0f : 1.0f / bits_float(max_bits);
+}
 QT_HD float terngrad_scale(uint32_t max_bits, float squares, int64_t len, float clip) {
   const float m = bits_float(max_bits);
   if (clip == 0.0f || max_bits < 0x00800000u) return m;
@@ -194,6 +195,8 @@ QT_HD bool terngrad_bad_codes(uint32_t word) { return ((word >> 1) & ~word & 0x5
 
 // ---- signsgd's momentum (signum) ----------------------------------------------------------------
 // m = beta m + (1 - beta) g, with 1 - beta computed once in float by the caller.
-QT_HD float signum_momentum(float m, float g, float beta, float one_minus_beta) { return beta * m + one_minus_beta * g; }
+QT_HD float signum_momentum(float m, float g, float beta, float one_minus_beta) {
+  return beta * m + one_minus_beta * g;
+}
 
 }  // namespace qtrain::quant_detail

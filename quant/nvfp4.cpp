@@ -63,8 +63,10 @@ void encode_all(const EncodeArgs& a, const wire::Nvfp4Layout& l, float t) {
     }
     const float* g = a.in + b0 * kBlock;
     float* e = Ef ? a.residual + b0 * kBlock : nullptr;
-    for (int64_t k = 0; k < full; ++k) maxes[k] = max_abs_bits<Ef, kBlock>(g + k * kBlock, Ef ? e + k * kBlock : nullptr, kBlock);
-    if (full < nb) maxes[full] = max_abs_bits<Ef, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full));
+    for (int64_t k = 0; k < full; ++k)
+      maxes[k] = max_abs_bits<Ef, kBlock>(g + k * kBlock, Ef ? e + k * kBlock : nullptr, kBlock);
+    if (full < nb)
+      maxes[full] = max_abs_bits<Ef, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full));
     for (int64_t k = 0; k < nb; ++k) {
       const uint32_t sc = nvfp4_block_scale_code(maxes[k], t);
       scales[b0 + k] = static_cast<uint8_t>(sc);
@@ -121,7 +123,8 @@ bool tensor_scale_in_range(float t) { return 6.0f * nvfp4_decode_scale(FloatE4M3
 
 class Nvfp4Quantizer final : public Quantizer {
  public:
-  explicit Nvfp4Quantizer(const QuantSpec& spec) : Quantizer(spec), stochastic_(spec.choice("rounding") == "stochastic") {}
+  explicit Nvfp4Quantizer(const QuantSpec& spec)
+      : Quantizer(spec), stochastic_(spec.choice("rounding") == "stochastic") {}
 
  protected:
   size_t max_body_bytes(int64_t n, int64_t) const override { return wire::nvfp4_layout(n).body_end; }
@@ -139,19 +142,25 @@ class Nvfp4Quantizer final : public Quantizer {
   size_t encode_cpu(const EncodeArgs& a) const override {
     const wire::Nvfp4Layout l = wire::nvfp4_layout(a.n);
     const uint32_t m = a.residual ? max_abs_bits<true>(a.in, a.residual, a.n) : max_abs_bits<false>(a.in, nullptr, a.n);
-    if (m >= kNonFinite) throw NonFiniteInputError(fmt::format("nvfp4 encode: the input of {} values holds NaN or Inf", a.n));
+    if (m >= kNonFinite)
+      throw NonFiniteInputError(fmt::format("nvfp4 encode: the input of {} values holds NaN or Inf", a.n));
     const float t = bits_float(m) / kNvfp4TensorDivisor;
     if (!tensor_scale_in_range(t))
-      throw NonFiniteInputError(fmt::format(
-          "nvfp4 encode: the largest |value| {:g} is too close to the float maximum to scale (its decoded "
-          "value would be beyond the float range)", bits_float(m)));
+      throw NonFiniteInputError(
+          fmt::format("nvfp4 encode: the largest |value| {:g} is too close to the float maximum to scale (its decoded "
+                      "value would be beyond the float range)",
+                      bits_float(m)));
     wire::write_header(a.out, header(l, float_bits(t)));
     if (a.residual) {
-      if (stochastic_) encode_all<true, true>(a, l, t);
-      else encode_all<true, false>(a, l, t);
+      if (stochastic_)
+        encode_all<true, true>(a, l, t);
+      else
+        encode_all<true, false>(a, l, t);
     } else {
-      if (stochastic_) encode_all<false, true>(a, l, t);
-      else encode_all<false, false>(a, l, t);
+      if (stochastic_)
+        encode_all<false, true>(a, l, t);
+      else
+        encode_all<false, false>(a, l, t);
     }
     return l.body_end;
   }
@@ -169,8 +178,10 @@ class Nvfp4Quantizer final : public Quantizer {
     check_values(l, in.data());
     const float t = bits_float(h.b);
     decode_tiled(out, l.n, add, [&](int64_t b, int64_t e, float* dst) {
-      if (add) decode_range<true>(l, in.data(), t, b, e, dst);
-      else decode_range<false>(l, in.data(), t, b, e, dst);
+      if (add)
+        decode_range<true>(l, in.data(), t, b, e, dst);
+      else
+        decode_range<false>(l, in.data(), t, b, e, dst);
     });
   }
 
@@ -193,7 +204,8 @@ class Nvfp4Quantizer final : public Quantizer {
     if (h.c != 0) wire::bad_payload(method(), "reserved field c must be zero");
     const wire::Nvfp4Layout l = wire::nvfp4_layout(static_cast<int64_t>(h.n));
     if (h.total != wire::pad8(l.body_end))
-      wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
+      wire::bad_payload(method(),
+                        fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
     return l;
   }
 
@@ -207,7 +219,8 @@ class Nvfp4Quantizer final : public Quantizer {
       int64_t b = 0;
       while (scales[b] <= FloatE4M3::kMaxCode) ++b;
       wire::bad_payload(method(), fmt::format("block {} has scale code {:#04x}: a block scale is a positive E4M3 "
-                                              "value (sign 0, not NaN)", b, scales[b]));
+                                              "value (sign 0, not NaN)",
+                                              b, scales[b]));
     }
     if (l.n % 2 == 1 && (payload[l.scales_offset - 1] >> 4) != 0)
       wire::bad_payload(method(), "the bits after the last element must be zero");

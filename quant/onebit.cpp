@@ -143,9 +143,9 @@ void encode_groups(const EncodeArgs& a, const wire::OnebitLayout& l) {
     if (len < kSumLanes) {
       side_sums_short<Ef>(g, e, len, sums, totals);
     } else {
-      det_sums<2>([&](int64_t base, int64_t chunk, float* s) {
-        side_sums_chunk<Ef>(g + base, Ef ? e + base : nullptr, chunk, s, totals);
-      }, len, sums);
+      det_sums<2>([&](int64_t base, int64_t chunk,
+                      float* s) { side_sums_chunk<Ef>(g + base, Ef ? e + base : nullptr, chunk, s, totals); },
+                  len, sums);
     }
     if (totals.non_finite)
       throw NonFiniteInputError(fmt::format("onebit encode: the input of {} values holds NaN or Inf", a.n));
@@ -155,9 +155,9 @@ void encode_groups(const EncodeArgs& a, const wire::OnebitLayout& l) {
     // Finite values near the float maximum can sum beyond it: an Inf mean would make a payload that
     // decode rejects (and NaN residuals).
     if (abs_bits(m0) >= kNonFinite || abs_bits(m1) >= kNonFinite)
-      throw NonFiniteInputError(fmt::format(
-          "onebit encode: the sum of the {} values of group {} exceeds the float range", abs_bits(m0) >= kNonFinite ?
-          "negative" : "non-negative", grp));
+      throw NonFiniteInputError(
+          fmt::format("onebit encode: the sum of the {} values of group {} exceeds the float range",
+                      abs_bits(m0) >= kNonFinite ? "negative" : "non-negative", grp));
     uint8_t* p = a.out + l.offset(grp);
     auto* means = reinterpret_cast<float*>(p);
     means[0] = m0;
@@ -192,8 +192,10 @@ class OnebitQuantizer final : public Quantizer {
   size_t encode_cpu(const EncodeArgs& a) const override {
     const wire::OnebitLayout l = wire::onebit_layout(a.n, group_length(a.n, a.column));
     wire::write_header(a.out, header(l));
-    if (a.residual) encode_groups<true>(a, l);
-    else encode_groups<false>(a, l);
+    if (a.residual)
+      encode_groups<true>(a, l);
+    else
+      encode_groups<false>(a, l);
     return l.body_end;
   }
 
@@ -214,8 +216,10 @@ class OnebitQuantizer final : public Quantizer {
         wire::bad_payload(method(), fmt::format("group {} has a non-finite mean", grp));
     }
     decode_tiled(out, l.n, add, [&](int64_t b, int64_t e, float* dst) {
-      if (add) decode_range<true>(l, in.data(), b, e, dst);
-      else decode_range<false>(l, in.data(), b, e, dst);
+      if (add)
+        decode_range<true>(l, in.data(), b, e, dst);
+      else
+        decode_range<false>(l, in.data(), b, e, dst);
     });
   }
 
@@ -239,7 +243,8 @@ class OnebitQuantizer final : public Quantizer {
       wire::bad_payload(method(), fmt::format("column length {} does not divide {} values", h.b, n));
     const wire::OnebitLayout l = wire::onebit_layout(n, h.b);
     if (h.total != wire::pad8(l.body_end))
-      wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
+      wire::bad_payload(method(),
+                        fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
     return l;
   }
 };
@@ -260,15 +265,21 @@ const QuantMethodInfo& onebit_method_info() {
     const auto bucket_mode = [](const QuantSpec& s) { return s.choice("mode") == "bucket"; };
     m.params = {
         {.key = "mode", .kind = QuantParamDef::Kind::name, .choices = {"column", "bucket"}},
-        {.key = "bucket", .fallback = 64, .min = 1, .max = static_cast<double>(wire::kMaxValues),
-         .applies = bucket_mode, .why_not = "applies to onebit mode: bucket only (mode: column uses the tensor's columns)"},
+        {.key = "bucket",
+         .fallback = 64,
+         .min = 1,
+         .max = static_cast<double>(wire::kMaxValues),
+         .applies = bucket_mode,
+         .why_not = "applies to onebit mode: bucket only (mode: column uses the tensor's columns)"},
     };
     m.error_feedback = true;
     m.algorithm = "reduce_scatter_allgather";
     m.columnar = [bucket_mode](const QuantSpec& s) { return !bucket_mode(s); };
     m.within_bound = onebit_like_within_bound;
     m.variants = {"onebit", "onebit:mode=bucket"};
-    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<OnebitQuantizer>(spec); };
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> {
+      return std::make_unique<OnebitQuantizer>(spec);
+    };
     return m;
   }();
   return info;

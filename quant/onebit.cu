@@ -21,7 +21,8 @@ struct OnebitMeans {
   uint8_t* out;
   size_t group_bytes;
   EncodeStatus* status;
-  __device__ void operator()(int64_t g, float negatives, float positives, long long count_neg, long long count_pos) const {
+  __device__ void operator()(int64_t g, float negatives, float positives, long long count_neg,
+                             long long count_pos) const {
     float* means = reinterpret_cast<float*>(out + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes);
     means[0] = count_neg > 0 ? negatives / static_cast<float>(count_neg) : 0.0f;
     means[1] = count_pos > 0 ? positives / static_cast<float>(count_pos) : 0.0f;
@@ -58,7 +59,8 @@ __global__ void check_means_kernel(const uint8_t* __restrict__ payload, int64_t 
                                    EncodeStatus* status) {
   for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
        g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float* means = reinterpret_cast<const float*>(payload + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes);
+    const float* means =
+        reinterpret_cast<const float*>(payload + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes);
     if (abs_bits(means[0]) >= kNonFinite || abs_bits(means[1]) >= kNonFinite) atomicOr(&status->bad, 1u);
   }
 }
@@ -97,7 +99,8 @@ void onebit_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::OnebitLay
   if (done.non_finite)
     throw NonFiniteInputError(fmt::format("onebit encode: the input of {} values holds NaN or Inf", a.n));
   if (done.overflow)
-    throw NonFiniteInputError(fmt::format("onebit encode: the sum of a group of the {} values exceeds the float range", a.n));
+    throw NonFiniteInputError(
+        fmt::format("onebit encode: the sum of a group of the {} values exceeds the float range", a.n));
 }
 
 void onebit_decode_cuda(Context& ctx, const wire::OnebitLayout& l, const uint8_t* payload, float* out, bool add) {
@@ -105,11 +108,15 @@ void onebit_decode_cuda(Context& ctx, const wire::OnebitLayout& l, const uint8_t
   constexpr int kThreads = 256;
   DecodeStatus status(ctx);
   check_means_kernel<<<grid_for(l.groups, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l.groups, l.group_bytes,
-                                                                                       status.get());
+                                                                                    status.get());
   CUDA_CHECK(cudaGetLastError());
   if (read_status(ctx, status.get()).bad) wire::bad_payload(QuantMethod::onebit, "a group has a non-finite mean");
-  if (add) decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l.n, l.group, l.group_bytes, out);
-  else decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l.n, l.group, l.group_bytes, out);
+  if (add)
+    decode_kernel<true>
+        <<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l.n, l.group, l.group_bytes, out);
+  else
+    decode_kernel<false>
+        <<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l.n, l.group, l.group_bytes, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

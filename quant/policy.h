@@ -43,7 +43,7 @@ struct QuantOverride {
   std::string type_pattern;  // glob on the layer type; empty = any type
   QuantSpec spec;
   int64_t min_numel = 10000;
-  std::string where;         // config location, for logs
+  std::string where;  // config location, for logs
   bool matches(const std::string& layer_name, const std::string& layer_type) const;
 };
 

@@ -18,7 +18,11 @@ const QuantMethodInfo& powersgd_method_info() {
         // The rank r of the approximation M ~ P Q^T (matrix_approximation_rank; min(rows, cols, r) per matrix).
         {.key = "rank", .kind = Kind::integer, .fallback = 1, .min = 1, .max = 64},
         // Steps 0 .. start_iter-1 all-reduce every gradient uncompressed (start_powerSGD_iter).
-        {.key = "start_iter", .kind = Kind::integer, .fallback = 1000, .min = 0, .max = static_cast<double>(int64_t{1} << 40)},
+        {.key = "start_iter",
+         .kind = Kind::integer,
+         .fallback = 1000,
+         .min = 0,
+         .max = static_cast<double>(int64_t{1} << 40)},
         // A matrix is compressed only when (rows + cols) * r * min_compression_rate < rows * cols.
         {.key = "min_compression_rate", .kind = Kind::real, .fallback = 2, .min = 0, .max = 1e9},
         // Reuse the previous step's Q (true), or draw a fresh random Q every step (false).

@@ -80,10 +80,12 @@ struct Bucket {
     if (max_bits < 0x00800000u) return bits_float(max_bits);
     const float m = bits_float(max_bits);
     const float r = 1.0f / m;
-    const float sum = det_sum_of([this, r](int64_t i) {
-      const float x = value(i) * r;
-      return x * x;
-    }, len);
+    const float sum = det_sum_of(
+        [this, r](int64_t i) {
+          const float x = value(i) * r;
+          return x * x;
+        },
+        len);
     return m * std::sqrt(sum);
   }
 
@@ -204,11 +206,11 @@ bool stage1_packed_avx2(const float* __restrict g, int64_t n, float inv, const u
   // q = trunc(|v| * (inv * 2^16)): q = l * 2^16 + h, because a * 2^16 only moves the exponent (exact,
   // and below 2^31 since a <= levels for values within the scale), a - l is exact, and multiplying by
   // inv * 2^16 rounds like multiplying by inv then scaling (a subnormal a, where it would not, gives
-  // q = 0 = l = h either way). Hence l + [r < h] = (q - r + 0xffff) >> 16, and r == h exactly when q - r is 0 modulo 2^16:
-  // three integer operations instead of five conversions and float operations. inv * 2^16 must be
-  // finite (a bucket scale above about 2e-32): other buckets take the reference loop. (A value far
-  // above the scale, which the encoder never passes, converts to 0x80000000 and still gets the top
-  // level; it may report a tie that is not one, which only sends its chunk to the staged path.)
+  // q = 0 = l = h either way). Hence l + [r < h] = (q - r + 0xffff) >> 16, and r == h exactly when q - r is 0 modulo
+  // 2^16: three integer operations instead of five conversions and float operations. inv * 2^16 must be finite (a
+  // bucket scale above about 2e-32): other buckets take the reference loop. (A value far above the scale, which the
+  // encoder never passes, converts to 0x80000000 and still gets the top level; it may report a tie that is not one,
+  // which only sends its chunk to the staged path.)
   if (!(inv <= FLT_MAX / 65536.0f)) return stage1_packed<Bits>(g, n, inv, u, out);
   const __m256 inv16 = _mm256_set1_ps(inv * 65536.0f);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -312,9 +314,9 @@ void encode_all(const EncodeArgs& a, const wire::QsgdLayout& l, QsgdNorm norm) {
     // Finite values near the float maximum can have an l2 norm beyond it: an Inf scale would make a
     // payload that decode rejects (and NaN residuals).
     if (float_bits(scale) >= kNonFinite)
-      throw NonFiniteInputError(fmt::format(
-          "qsgd encode: bucket {} has an l2 norm beyond the float range (its largest |value| is {:g})", b,
-          bits_float(max_bits)));
+      throw NonFiniteInputError(
+          fmt::format("qsgd encode: bucket {} has an l2 norm beyond the float range (its largest |value| is {:g})", b,
+                      bits_float(max_bits)));
     scales[b] = scale;
     // A bucket of zeros (or of values below FLT_MIN, or too small to invert) encodes as level 0 everywhere.
     const float inv = inverse_scale(float_bits(scale), static_cast<float>(B::kLevels));
@@ -365,9 +367,12 @@ void decode_bucket(const uint8_t* __restrict bytes, int64_t first, int64_t count
   } else {
     constexpr int kPer = 8 / Bits;
     constexpr uint32_t kMask = (1u << Bits) - 1;
-    auto code_at = [bytes](int64_t j) { return (static_cast<uint32_t>(bytes[j / kPer]) >> ((j % kPer) * Bits)) & kMask; };
+    auto code_at = [bytes](int64_t j) {
+      return (static_cast<uint32_t>(bytes[j / kPer]) >> ((j % kPer) * Bits)) & kMask;
+    };
     int64_t i = 0;
-    for (; i < count && (first + i) % kPer != 0; ++i) out[i] = Add ? out[i] + value(code_at(first + i)) : value(code_at(first + i));
+    for (; i < count && (first + i) % kPer != 0; ++i)
+      out[i] = Add ? out[i] + value(code_at(first + i)) : value(code_at(first + i));
     const uint8_t* b = bytes + (first + i) / kPer;
     float* o = out + i;
     const int64_t full = (count - i) / kPer;
@@ -378,7 +383,8 @@ void decode_bucket(const uint8_t* __restrict bytes, int64_t first, int64_t count
         o[kPer * t + j] = Add ? o[kPer * t + j] + v : v;
       }
     }
-    for (i += full * kPer; i < count; ++i) out[i] = Add ? out[i] + value(code_at(first + i)) : value(code_at(first + i));
+    for (i += full * kPer; i < count; ++i)
+      out[i] = Add ? out[i] + value(code_at(first + i)) : value(code_at(first + i));
   }
 }
 
@@ -394,7 +400,8 @@ void decode_bucket_avx2(const uint8_t* __restrict bytes, int64_t first, int64_t 
   const __m256i sign_mask = _mm256_set1_epi32(static_cast<int>(0x80000000u));
   auto emit = [&](__m256i code, float* o) {
     const __m256 mag = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(code, mag_mask)), stepv);
-    __m256 v = _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(code, kSignShift), sign_mask)));
+    __m256 v =
+        _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(code, kSignShift), sign_mask)));
     if (Add) v = _mm256_add_ps(_mm256_loadu_ps(o), v);
     _mm256_storeu_ps(o, v);
   };
@@ -451,14 +458,18 @@ void qsgd_decode_codes(CpuPath path, int bits, const uint8_t* bytes, int64_t fir
   with_bits(bits, [&](auto b) {
 #if defined(__AVX2__)
     if (path == CpuPath::fast && (b() == 4 || b() == 8)) {
-      if (add) decode_bucket_avx2<b(), true>(bytes, first, count, step, out);
-      else decode_bucket_avx2<b(), false>(bytes, first, count, step, out);
+      if (add)
+        decode_bucket_avx2<b(), true>(bytes, first, count, step, out);
+      else
+        decode_bucket_avx2<b(), false>(bytes, first, count, step, out);
       return;
     }
 #endif
     (void)path;
-    if (add) decode_bucket<b(), true>(bytes, first, count, step, out);
-    else decode_bucket<b(), false>(bytes, first, count, step, out);
+    if (add)
+      decode_bucket<b(), true>(bytes, first, count, step, out);
+    else
+      decode_bucket<b(), false>(bytes, first, count, step, out);
   });
 }
 
@@ -504,8 +515,10 @@ class QsgdQuantizer final : public Quantizer {
     const wire::QsgdLayout l = wire::qsgd_layout(a.n, bucket_, bits_);
     wire::write_header(a.out, header(l));
     with_bits(bits_, [&](auto bits) {
-      if (a.residual) encode_all<bits(), true>(a, l, norm_);
-      else encode_all<bits(), false>(a, l, norm_);
+      if (a.residual)
+        encode_all<bits(), true>(a, l, norm_);
+      else
+        encode_all<bits(), false>(a, l, norm_);
     });
     return l.body_end;
   }
@@ -526,8 +539,10 @@ class QsgdQuantizer final : public Quantizer {
         wire::bad_payload(method(), fmt::format("bucket {} has scale {}, not a finite value >= 0", b, scales[b]));
     with_bits(l.bits, [&](auto bits) {
       decode_tiled(out, l.n, add, [&](int64_t b, int64_t e, float* dst) {
-        if (add) decode_range<bits(), true>(l, in.data(), b, e, dst);
-        else decode_range<bits(), false>(l, in.data(), b, e, dst);
+        if (add)
+          decode_range<bits(), true>(l, in.data(), b, e, dst);
+        else
+          decode_range<bits(), false>(l, in.data(), b, e, dst);
       });
     });
   }
@@ -548,7 +563,8 @@ class QsgdQuantizer final : public Quantizer {
     if (h.c > 1) wire::bad_payload(method(), fmt::format("norm field {} (0 max, 1 l2)", h.c));
     const wire::QsgdLayout l = wire::qsgd_layout(static_cast<int64_t>(h.n), h.b, static_cast<int>(h.a));
     if (h.total != wire::pad8(l.body_end))
-      wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
+      wire::bad_payload(method(),
+                        fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
     return l;
   }
 
@@ -585,10 +601,7 @@ const QuantMethodInfo& qsgd_method_info() {
       const double levels = static_cast<double>((1 << (s.integer("bits") - 1)) - 1);
       return std::fabs(v.y - v.x) <= scale / levels * (1 + levels * 0x1p-22);
     };
-    m.variants = {"qsgd",
-                  "qsgd:bits=2",
-                  "qsgd:bits=8",
-                  "qsgd:bits=16",
+    m.variants = {"qsgd", "qsgd:bits=2", "qsgd:bits=8", "qsgd:bits=16",
                   // A bucket that is not a multiple of 8: buckets start mid-block in the random stream.
                   "qsgd:norm=l2:bucket=100",
                   // Buckets of 8192: the l2 sums span two chunks of the deterministic order.

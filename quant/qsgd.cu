@@ -116,7 +116,8 @@ void with_bits(int bits, F&& f) {
 
 }  // namespace
 
-void qsgd_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout& l, QsgdNorm norm, const WireHeader& h) {
+void qsgd_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout& l, QsgdNorm norm,
+                      const WireHeader& h) {
   const size_t need = 256 + Carver::bytes<uint32_t>(static_cast<size_t>(l.buckets)) + group_sums_bytes(l.n, l.bucket);
   Carver carver(a.state->workspace(ctx.device(), need));
   EncodeStatus* status = fresh_status(ctx, carver);
@@ -143,7 +144,8 @@ void qsgd_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout&
   if (done.non_finite)
     throw NonFiniteInputError(fmt::format("qsgd encode: the input of {} values holds NaN or Inf", a.n));
   if (done.overflow)
-    throw NonFiniteInputError(fmt::format("qsgd encode: a bucket of the {} values has an l2 norm beyond the float range", a.n));
+    throw NonFiniteInputError(
+        fmt::format("qsgd encode: a bucket of the {} values has an l2 norm beyond the float range", a.n));
 }
 
 void qsgd_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* payload, float* out, bool add) {
@@ -153,10 +155,13 @@ void qsgd_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* pa
   check_scales_kernel<<<grid_for(l.buckets, kThreads), kThreads, 0, stream_of(ctx)>>>(
       reinterpret_cast<const float*>(payload + wire::kHeaderBytes), l.buckets, status.get());
   CUDA_CHECK(cudaGetLastError());
-  if (read_status(ctx, status.get()).bad) wire::bad_payload(QuantMethod::qsgd, "a bucket scale is not a finite value >= 0");
+  if (read_status(ctx, status.get()).bad)
+    wire::bad_payload(QuantMethod::qsgd, "a bucket scale is not a finite value >= 0");
   with_bits(l.bits, [&](auto bits) {
-    if (add) decode_kernel<bits(), true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
-    else decode_kernel<bits(), false><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
+    if (add)
+      decode_kernel<bits(), true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
+    else
+      decode_kernel<bits(), false><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
   });
   CUDA_CHECK(cudaGetLastError());
 }

@@ -28,8 +28,8 @@ namespace {
 // A CUDA span reached a quantizer whose kernels this build does not link: a clear error, never a
 // silent CPU fallback.
 [[noreturn]] void no_cuda_kernels(const QuantSpec& spec) {
-  throw Error(fmt::format("{}: a CUDA span was given but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)",
-                          spec.str()));
+  throw Error(
+      fmt::format("{}: a CUDA span was given but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", spec.str()));
 }
 
 const QuantParamDef& param_of(QuantMethod method, std::string_view key) {
@@ -115,8 +115,8 @@ void QuantSpec::validate() const {
     }
     const bool whole = p.kind != QuantParamDef::Kind::integer || v == static_cast<double>(static_cast<int64_t>(v));
     if (!whole || !(p.min_exclusive ? v > p.min : v >= p.min) || !(v <= p.max))
-      input_error("{}: {} must be in {}{}, {}], got {}", name, key, p.min_exclusive ? "(" : "[", format_number(p, p.min),
-                  format_number(p, p.max), got);
+      input_error("{}: {} must be in {}{}, {}], got {}", name, key, p.min_exclusive ? "(" : "[",
+                  format_number(p, p.min), format_number(p, p.max), got);
   }
   if (auto problem = info->check(*this)) input_error("{}: {} {}", name, problem->first, problem->second);
 }
@@ -184,8 +184,8 @@ size_t Quantizer::encode(Context& ctx, std::span<const float> in, int64_t column
                          std::span<uint8_t> out) const {
   const int64_t n = static_cast<int64_t>(in.size());
   const size_t need = max_encoded_bytes(n, column);
-  QT_CHECK(!method_info(spec_.method).columnar(spec_) || n % column == 0, "{}: the column length {} must divide the span's {} values",
-           spec_.str(), column, n);
+  QT_CHECK(!method_info(spec_.method).columnar(spec_) || n % column == 0,
+           "{}: the column length {} must divide the span's {} values", spec_.str(), column, n);
   QT_CHECK(out.size() >= need, "{}: output buffer of {} bytes, max_encoded_bytes({}, {}) is {}", spec_.str(),
            out.size(), n, column, need);
   QT_CHECK(reinterpret_cast<uintptr_t>(out.data()) % wire::kAlign == 0, "{}: output buffer must be {}-byte aligned",
@@ -264,12 +264,13 @@ void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n
     no_cuda_kernels(spec_);
 #endif
   }
-  const WireHeader h =
-      wire::check_header(std::span<const uint8_t>(head, head_bytes), in.size(), spec_.method, n);
+  const WireHeader h = wire::check_header(std::span<const uint8_t>(head, head_bytes), in.size(), spec_.method, n);
   const std::span<const uint8_t> payload = in.first(h.total);
   float empty_span = 0;  // for an empty span, whose data() may be null (see encode)
-  if (ctx.device().is_cpu()) decode_cpu(h, payload, out.empty() ? &empty_span : out.data(), add);
-  else decode_cuda(ctx, h, payload, out.data(), add);
+  if (ctx.device().is_cpu())
+    decode_cpu(h, payload, out.empty() ? &empty_span : out.data(), add);
+  else
+    decode_cuda(ctx, h, payload, out.data(), add);
 }
 
 std::unique_ptr<Quantizer> make_quantizer(const QuantSpec& spec_in) {

@@ -129,14 +129,14 @@ class QuantState {
 
 // Arguments of one encode after the entry checks; what the method implementations see.
 struct EncodeArgs {
-  const float* in = nullptr;   // n values
+  const float* in = nullptr;  // n values
   int64_t n = 0;
-  int64_t column = 1;          // the tensor's innermost dimension (divides n for column methods)
-  float* residual = nullptr;   // n values when error feedback is on, else null
-  uint8_t* out = nullptr;      // at least max_encoded_bytes(n, column) bytes, 8-byte aligned
-  float* momentum = nullptr;   // n values when the method keeps a momentum buffer, else null
-  PhiloxKey key{0, 0};         // this rank's stream (QuantState::rng_key)
-  PhiloxKey shared_key{0, 0};  // the stream every rank shares (QuantState::shared_rng_key)
+  int64_t column = 1;           // the tensor's innermost dimension (divides n for column methods)
+  float* residual = nullptr;    // n values when error feedback is on, else null
+  uint8_t* out = nullptr;       // at least max_encoded_bytes(n, column) bytes, 8-byte aligned
+  float* momentum = nullptr;    // n values when the method keeps a momentum buffer, else null
+  PhiloxKey key{0, 0};          // this rank's stream (QuantState::rng_key)
+  PhiloxKey shared_key{0, 0};   // the stream every rank shares (QuantState::shared_rng_key)
   QuantState* state = nullptr;  // for workspace()
 };
 

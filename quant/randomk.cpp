@@ -115,7 +115,11 @@ const QuantMethodInfo& randomk_method_info() {
     QuantMethodInfo m;
     m.id = QuantMethod::randomk;
     m.name = "randomk";
-    m.params = {{.key = "fraction", .kind = QuantParamDef::Kind::real, .fallback = 0.01, .min = 0, .max = 1,
+    m.params = {{.key = "fraction",
+                 .kind = QuantParamDef::Kind::real,
+                 .fallback = 0.01,
+                 .min = 0,
+                 .max = 1,
                  .min_exclusive = true}};
     m.error_feedback = true;
     m.algorithm = "allreduce_compact";
@@ -123,7 +127,9 @@ const QuantMethodInfo& randomk_method_info() {
     // A value is dropped (0) or sent exactly.
     m.within_bound = [](const QuantSpec&, const RoundTripValue& v) { return v.y == 0 || v.y == v.x; };
     m.variants = {"randomk", "randomk:fraction=0.3"};
-    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<RandomkQuantizer>(spec); };
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> {
+      return std::make_unique<RandomkQuantizer>(spec);
+    };
     return m;
   }();
   return info;

@@ -61,13 +61,16 @@ void randomk_encode_cuda(Context& ctx, const EncodeArgs& a, int64_t k, const Wir
   CUDA_CHECK(cudaGetLastError());
 }
 
-void randomk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, PhiloxKey key, float* out, bool add) {
+void randomk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, PhiloxKey key, float* out,
+                         bool add) {
   if (!add && n > 0) CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(n), stream_of(ctx)));
   if (k == 0) return;
   constexpr int kThreads = 256;
   const auto* values = reinterpret_cast<const float*>(payload + wire::kHeaderBytes);
-  if (add) scatter_kernel<true><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(values, n, k, key, out);
-  else scatter_kernel<false><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(values, n, k, key, out);
+  if (add)
+    scatter_kernel<true><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(values, n, k, key, out);
+  else
+    scatter_kernel<false><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(values, n, k, key, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -8,6 +8,7 @@
 namespace qtrain::quant_detail {
 
 void randomk_encode_cuda(Context& ctx, const EncodeArgs& a, int64_t k, const WireHeader& h);
-void randomk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, PhiloxKey key, float* out, bool add);
+void randomk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, PhiloxKey key, float* out,
+                         bool add);
 
 }  // namespace qtrain::quant_detail

@@ -23,8 +23,10 @@ void sign_decode_cuda(Context& ctx, const uint8_t* words, int64_t n, float pos, 
   if (n == 0) return;
   constexpr int kThreads = 256;
   const auto* w = reinterpret_cast<const uint32_t*>(words);
-  if (add) unpack_signs_kernel<true><<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(w, n, pos, neg, out);
-  else unpack_signs_kernel<false><<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(w, n, pos, neg, out);
+  if (add)
+    unpack_signs_kernel<true><<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(w, n, pos, neg, out);
+  else
+    unpack_signs_kernel<false><<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(w, n, pos, neg, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -58,8 +58,10 @@ class SignsgdQuantizer final : public Quantizer {
     if (bad) throw NonFiniteInputError(fmt::format("signsgd encode: the input of {} values holds NaN or Inf", a.n));
     wire::write_header(a.out, header(a.n));
     auto* words = reinterpret_cast<uint32_t*>(a.out + wire::kHeaderBytes);
-    if (a.momentum) pack_signs<true>(a.in, a.momentum, a.n, beta_, one_minus_beta_, words);
-    else pack_signs<false>(a.in, nullptr, a.n, beta_, one_minus_beta_, words);
+    if (a.momentum)
+      pack_signs<true>(a.in, a.momentum, a.n, beta_, one_minus_beta_, words);
+    else
+      pack_signs<false>(a.in, nullptr, a.n, beta_, one_minus_beta_, words);
     return wire::sign_body_end(a.n);
   }
 
@@ -74,8 +76,10 @@ class SignsgdQuantizer final : public Quantizer {
     check_body(h);
     const auto* words = reinterpret_cast<const uint32_t*>(in.data() + wire::kHeaderBytes);
     decode_tiled(out, static_cast<int64_t>(h.n), add, [&](int64_t b, int64_t e, float* dst) {
-      if (add) unpack_signs<true>(words, b, e, 1.0f, -1.0f, dst);
-      else unpack_signs<false>(words, b, e, 1.0f, -1.0f, dst);
+      if (add)
+        unpack_signs<true>(words, b, e, 1.0f, -1.0f, dst);
+      else
+        unpack_signs<false>(words, b, e, 1.0f, -1.0f, dst);
     });
   }
 
@@ -91,7 +95,8 @@ class SignsgdQuantizer final : public Quantizer {
   void check_body(const WireHeader& h) const {
     if (h.a != 0 || h.b != 0 || h.c != 0) wire::bad_payload(method(), "reserved fields must be zero");
     const size_t want = wire::pad8(wire::sign_body_end(static_cast<int64_t>(h.n)));
-    if (h.total != want) wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, want));
+    if (h.total != want)
+      wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, want));
   }
 
   float beta_, one_minus_beta_;
@@ -107,7 +112,8 @@ const QuantMethodInfo& signsgd_method_info() {
     // 0: signSGD; 0.9: signum (Bernstein et al. 2018's setting).
     m.params = {{.key = "momentum", .kind = QuantParamDef::Kind::real, .fallback = 0, .min = 0, .max = 1}};
     m.check = [](const QuantSpec& s) -> std::optional<std::pair<std::string, std::string>> {
-      if (s.number("momentum") >= 1) return std::pair{std::string("momentum"), std::string("must be below 1 (1 never lets a gradient in)")};
+      if (s.number("momentum") >= 1)
+        return std::pair{std::string("momentum"), std::string("must be below 1 (1 never lets a gradient in)")};
       return std::nullopt;
     };
     // The sign is the whole message; efsign is the method that carries what it loses.
@@ -125,7 +131,9 @@ const QuantMethodInfo& signsgd_method_info() {
       return std::fabs(v.y) == 1.0 && (v.x == 0 || (v.y < 0) == (v.x < 0));
     };
     m.variants = {"signsgd", "signsgd:momentum=0.9"};
-    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<SignsgdQuantizer>(spec); };
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> {
+      return std::make_unique<SignsgdQuantizer>(spec);
+    };
     return m;
   }();
   return info;

@@ -44,9 +44,12 @@ __global__ void select_hist_kernel(V v, int64_t n, const SelectState* state, uns
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint32_t bits = abs_bits(v(i));
-    if (Level == 1) atomicAdd(&h[bits >> 20], 1u);
-    else if (Level == 2 && (bits >> 20) == b1) atomicAdd(&h[(bits >> 9) & 0x7ffu], 1u);
-    else if (Level == 3 && (bits & ~0x1ffu) == prefix) atomicAdd(&h[bits & 0x1ffu], 1u);
+    if (Level == 1)
+      atomicAdd(&h[bits >> 20], 1u);
+    else if (Level == 2 && (bits >> 20) == b1)
+      atomicAdd(&h[(bits >> 9) & 0x7ffu], 1u);
+    else if (Level == 3 && (bits & ~0x1ffu) == prefix)
+      atomicAdd(&h[bits & 0x1ffu], 1u);
   }
   __syncthreads();
   const int bins = Level == 3 ? 512 : kBins;
@@ -308,8 +311,8 @@ __global__ void sample_kernel(SpanValues v, int64_t n, int64_t sample, PhiloxKey
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < sample;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint64_t block = static_cast<uint64_t>(j) / 4;
-    const PhiloxBlock b = philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), kStage1,
-                                        kTagSample, key);
+    const PhiloxBlock b =
+        philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), kStage1, kTagSample, key);
     const uint32_t word = b.v[j % 4];
     pool[j] = v(static_cast<int64_t>((static_cast<uint64_t>(word) * static_cast<uint64_t>(n)) >> 32));
   }
@@ -435,8 +438,8 @@ __global__ void adaptive_check_kernel(const uint8_t* payload, wire::AdaptiveLayo
     const uint32_t next = c + 1 < l.columns ? column_first(payload, c + 1) : static_cast<uint32_t>(l.entries);
     const uint32_t mu_pos = *reinterpret_cast<const uint32_t*>(head + 4);
     const uint32_t mu_neg = *reinterpret_cast<const uint32_t*>(head + 8);
-    bool bad = (c == 0 && first != 0) || first < previous || first > l.entries || next < first ||
-               next > l.entries || (mu_pos & kAbsMask) >= kNonFinite || (mu_neg & kAbsMask) >= kNonFinite;
+    bool bad = (c == 0 && first != 0) || first < previous || first > l.entries || next < first || next > l.entries ||
+               (mu_pos & kAbsMask) >= kNonFinite || (mu_neg & kAbsMask) >= kNonFinite;
     if (!bad) {
       int64_t last_row = -1;
       for (uint32_t j = first; j < next && !bad; ++j) {
@@ -458,8 +461,10 @@ __global__ void adaptive_scatter_kernel(const uint8_t* payload, wire::AdaptiveLa
     int64_t lo = 0, hi = l.columns - 1;
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
-      if (column_first(payload, mid) <= static_cast<uint32_t>(j)) lo = mid;
-      else hi = mid - 1;
+      if (column_first(payload, mid) <= static_cast<uint32_t>(j))
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     const uint32_t e = entries[j];
     const float* head = reinterpret_cast<const float*>(payload + wire::kHeaderBytes + 12 * static_cast<size_t>(lo));
@@ -506,8 +511,10 @@ void topk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k
   }
   if (!add && n > 0) CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(n), stream_of(ctx)));
   if (k == 0) return;
-  if (add) topk_scatter_kernel<true><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(indices, values, k, out);
-  else topk_scatter_kernel<false><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(indices, values, k, out);
+  if (add)
+    topk_scatter_kernel<true><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(indices, values, k, out);
+  else
+    topk_scatter_kernel<false><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(indices, values, k, out);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -520,7 +527,8 @@ int64_t adaptive_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::Adap
   h.n = static_cast<uint64_t>(a.n);
   const bool sampled = sample > 0 && a.n > sample;
   const size_t need = 256 + Carver::bytes<Thresholds>(1) + select_bytes() + tiles_bytes(a.n) +
-                      group_sums_bytes(a.n, bound.column) + (sampled ? Carver::bytes<float>(static_cast<size_t>(sample)) : 0);
+                      group_sums_bytes(a.n, bound.column) +
+                      (sampled ? Carver::bytes<float>(static_cast<size_t>(sample)) : 0);
   Carver carver(a.state->workspace(ctx.device(), need));
   EncodeStatus* status = fresh_status(ctx, carver);
   auto* th = carver.take<Thresholds>(1);
@@ -534,8 +542,8 @@ int64_t adaptive_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::Adap
     } else {
       auto* pool = carver.take<float>(static_cast<size_t>(sample));
       sample_kernel<<<grid_for(sample, kThreads), kThreads, 0, s>>>(v, a.n, sample, a.key, pool);
-      const SelectState* state = select_kth(ctx, carver, ArrayValues{pool}, sample,
-                                            wire::count_for_proportion(proportion, sample), status);
+      const SelectState* state =
+          select_kth(ctx, carver, ArrayValues{pool}, sample, wire::count_for_proportion(proportion, sample), status);
       CUDA_CHECK(cudaMemsetAsync(&th->pos_min_bits, 0xff, 2 * sizeof(uint32_t), s));
       refine_kernel<<<grid_for(sample, kThreads), kThreads, 0, s>>>(pool, sample, state, th);
       sampled_thresholds_kernel<<<1, 1, 0, s>>>(state, th);
@@ -563,8 +571,8 @@ int64_t adaptive_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::Adap
   if (done.non_finite)
     throw NonFiniteInputError(fmt::format("adaptive encode: the input of {} values holds NaN or Inf", a.n));
   if (done.overflow)
-    throw NonFiniteInputError(
-        fmt::format("adaptive encode: the sum of the values sent from a column of the {} values exceeds the float range", a.n));
+    throw NonFiniteInputError(fmt::format(
+        "adaptive encode: the sum of the values sent from a column of the {} values exceeds the float range", a.n));
   return static_cast<int64_t>(done.count);
 }
 
@@ -573,18 +581,24 @@ void adaptive_decode_cuda(Context& ctx, const wire::AdaptiveLayout& l, const uin
   DecodeStatus status(ctx);
   cudaStream_t s = stream_of(ctx);
   const int grid = grid_for(l.columns > 0 ? l.columns : 1, kThreads);
-  if (l.entry_bytes == 2) adaptive_check_kernel<uint16_t><<<grid, kThreads, 0, s>>>(payload, l, status.get());
-  else adaptive_check_kernel<uint32_t><<<grid, kThreads, 0, s>>>(payload, l, status.get());
+  if (l.entry_bytes == 2)
+    adaptive_check_kernel<uint16_t><<<grid, kThreads, 0, s>>>(payload, l, status.get());
+  else
+    adaptive_check_kernel<uint32_t><<<grid, kThreads, 0, s>>>(payload, l, status.get());
   CUDA_CHECK(cudaGetLastError());
   if (read_status(ctx, status.get()).bad)
     wire::bad_payload(QuantMethod::adaptive, "column offsets, means or entries are out of range");
   if (!add && l.n > 0) CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(l.n), s));
   if (l.entries == 0) return;
   const int egrid = grid_for(l.entries, kThreads);
-  if (l.entry_bytes == 2 && add) adaptive_scatter_kernel<uint16_t, true><<<egrid, kThreads, 0, s>>>(payload, l, out);
-  else if (l.entry_bytes == 2) adaptive_scatter_kernel<uint16_t, false><<<egrid, kThreads, 0, s>>>(payload, l, out);
-  else if (add) adaptive_scatter_kernel<uint32_t, true><<<egrid, kThreads, 0, s>>>(payload, l, out);
-  else adaptive_scatter_kernel<uint32_t, false><<<egrid, kThreads, 0, s>>>(payload, l, out);
+  if (l.entry_bytes == 2 && add)
+    adaptive_scatter_kernel<uint16_t, true><<<egrid, kThreads, 0, s>>>(payload, l, out);
+  else if (l.entry_bytes == 2)
+    adaptive_scatter_kernel<uint16_t, false><<<egrid, kThreads, 0, s>>>(payload, l, out);
+  else if (add)
+    adaptive_scatter_kernel<uint32_t, true><<<egrid, kThreads, 0, s>>>(payload, l, out);
+  else
+    adaptive_scatter_kernel<uint32_t, false><<<egrid, kThreads, 0, s>>>(payload, l, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -41,10 +41,12 @@ struct TernBucket {
     if (clip == 0.0f || max_bits < 0x00800000u) return terngrad_scale(max_bits, 0.0f, len, clip);
     const float r = terngrad_inverse_max(max_bits);
     const float mean = det_sum_of([&](int64_t i) { return value(i) * r; }, len) / static_cast<float>(len);
-    const float squares = det_sum_of([&](int64_t i) {
-      const float x = value(i) * r - mean;
-      return x * x;
-    }, len);
+    const float squares = det_sum_of(
+        [&](int64_t i) {
+          const float x = value(i) * r - mean;
+          return x * x;
+        },
+        len);
     return terngrad_scale(max_bits, squares, len, clip);
   }
 
@@ -185,8 +187,10 @@ class TerngradQuantizer final : public Quantizer {
   size_t encode_cpu(const EncodeArgs& a) const override {
     const wire::QsgdLayout l = wire::terngrad_layout(a.n, bucket_for(a.n));
     wire::write_header(a.out, header(l));
-    if (a.residual) encode_buckets<true>(a, l, clip_);
-    else encode_buckets<false>(a, l, clip_);
+    if (a.residual)
+      encode_buckets<true>(a, l, clip_);
+    else
+      encode_buckets<false>(a, l, clip_);
     return l.body_end;
   }
 
@@ -207,11 +211,14 @@ class TerngradQuantizer final : public Quantizer {
       const auto* words = reinterpret_cast<const uint32_t*>(in.data() + l.words_offset(b));
       for (int64_t w = 0; w < wire::ceil_div(l.len(b), 16); ++w)
         if (terngrad_bad_codes(words[w]))
-          wire::bad_payload(method(), fmt::format("bucket {} word {} holds code 2 (the codes are 0, 1 = +s, 3 = -s)", b, w));
+          wire::bad_payload(method(),
+                            fmt::format("bucket {} word {} holds code 2 (the codes are 0, 1 = +s, 3 = -s)", b, w));
     }
     decode_tiled(out, l.n, add, [&](int64_t b, int64_t e, float* dst) {
-      if (add) decode_range<true>(l, in.data(), b, e, dst);
-      else decode_range<false>(l, in.data(), b, e, dst);
+      if (add)
+        decode_range<true>(l, in.data(), b, e, dst);
+      else
+        decode_range<false>(l, in.data(), b, e, dst);
     });
   }
 
@@ -229,7 +236,8 @@ class TerngradQuantizer final : public Quantizer {
     if (h.b == 0) wire::bad_payload(method(), "bucket size 0");
     const wire::QsgdLayout l = wire::terngrad_layout(static_cast<int64_t>(h.n), h.b);
     if (h.total != wire::pad8(l.body_end))
-      wire::bad_payload(method(), fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
+      wire::bad_payload(method(),
+                        fmt::format("length field {} bytes, the layout takes {}", h.total, wire::pad8(l.body_end)));
     return l;
   }
 
@@ -259,7 +267,9 @@ const QuantMethodInfo& terngrad_method_info() {
       return v.y == 0 || (std::fabs(v.y) == scale && (v.y < 0) == (v.x < 0));
     };
     m.variants = {"terngrad", "terngrad:clip=0", "terngrad:bucket=100"};
-    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> { return std::make_unique<TerngradQuantizer>(spec); };
+    m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> {
+      return std::make_unique<TerngradQuantizer>(spec);
+    };
     return m;
   }();
   return info;

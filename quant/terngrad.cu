@@ -75,7 +75,8 @@ __global__ void encode_words_kernel(const float* __restrict__ in, float* __restr
         block = stage1_block(key, bi, kTagTerngrad);
         block_index = bi;
       }
-      const uint32_t code = terngrad_code(v, s, inv, key, static_cast<uint64_t>(i), stage1_u16(block, static_cast<uint64_t>(i)));
+      const uint32_t code =
+          terngrad_code(v, s, inv, key, static_cast<uint64_t>(i), stage1_u16(block, static_cast<uint64_t>(i)));
       packed |= code << (2 * j);
       if (residual) residual[i] = v - (code == 0 ? 0.0f : (code == 1 ? s : -s));
     }
@@ -92,7 +93,8 @@ __global__ void check_kernel(const uint8_t* __restrict__ payload, wire::QsgdLayo
     const int64_t b = w / l.words_full, word = w % l.words_full;
     if (word == 0 && float_bits(scales[b]) >= kNonFinite) atomicOr(&status->bad, 1u);
     if (word * 16 >= l.len(b)) continue;
-    if (terngrad_bad_codes(reinterpret_cast<const uint32_t*>(payload + l.words_offset(b))[word])) atomicOr(&status->bad, 1u);
+    if (terngrad_bad_codes(reinterpret_cast<const uint32_t*>(payload + l.words_offset(b))[word]))
+      atomicOr(&status->bad, 1u);
   }
 }
 
@@ -102,7 +104,8 @@ __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::QsgdLay
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t b = i / l.bucket, o = i - b * l.bucket;
-    const uint32_t code = (reinterpret_cast<const uint32_t*>(payload + l.words_offset(b))[o / 16] >> (2 * (o % 16))) & 3u;
+    const uint32_t code =
+        (reinterpret_cast<const uint32_t*>(payload + l.words_offset(b))[o / 16] >> (2 * (o % 16))) & 3u;
     const float v = code == 0 ? 0.0f : (code == 1 ? scales[b] : -scales[b]);
     out[i] = Add ? out[i] + v : v;
   }
@@ -110,8 +113,10 @@ __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::QsgdLay
 
 }  // namespace
 
-void terngrad_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout& l, float clip, const WireHeader& h) {
-  const size_t need = 256 + 2 * Carver::bytes<uint32_t>(static_cast<size_t>(l.buckets)) + group_sums_bytes(l.n, l.bucket);
+void terngrad_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout& l, float clip,
+                          const WireHeader& h) {
+  const size_t need =
+      256 + 2 * Carver::bytes<uint32_t>(static_cast<size_t>(l.buckets)) + group_sums_bytes(l.n, l.bucket);
   Carver carver(a.state->workspace(ctx.device(), need));
   EncodeStatus* status = fresh_status(ctx, carver);
   auto* max_bits = carver.take<uint32_t>(static_cast<size_t>(l.buckets));
@@ -147,8 +152,10 @@ void terngrad_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t
   CUDA_CHECK(cudaGetLastError());
   if (read_status(ctx, status.get()).bad)
     wire::bad_payload(QuantMethod::terngrad, "a bucket scale is not a finite value >= 0, or a word holds code 2");
-  if (add) decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
-  else decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
+  if (add)
+    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
+  else
+    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -7,7 +7,8 @@
 
 namespace qtrain::quant_detail {
 
-void terngrad_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout& l, float clip, const WireHeader& h);
+void terngrad_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout& l, float clip,
+                          const WireHeader& h);
 void terngrad_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* payload, float* out, bool add);
 
 }  // namespace qtrain::quant_detail

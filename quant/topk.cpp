@@ -59,8 +59,9 @@ class TopkQuantizer final : public Quantizer {
     auto* candidates = static_cast<uint32_t*>(a.state->workspace(Device::cpu(), 4 * static_cast<size_t>(a.n)));
     const float* in = a.in;
     const float* res = a.residual;
-    const Selection sel = res ? select_kth_largest_abs([in, res](int64_t i) { return in[i] + res[i]; }, a.n, k, candidates)
-                              : select_kth_largest_abs([in](int64_t i) { return in[i]; }, a.n, k, candidates);
+    const Selection sel =
+        res ? select_kth_largest_abs([in, res](int64_t i) { return in[i] + res[i]; }, a.n, k, candidates)
+            : select_kth_largest_abs([in](int64_t i) { return in[i]; }, a.n, k, candidates);
     if (sel.non_finite)
       throw NonFiniteInputError(fmt::format("topk encode: the input of {} values holds NaN or Inf", a.n));
     auto* indices = reinterpret_cast<uint32_t*>(a.out + wire::kHeaderBytes);
@@ -86,9 +87,11 @@ class TopkQuantizer final : public Quantizer {
     const auto n = static_cast<int64_t>(h.n);
     // Indices must increase strictly and stay below n: checked in full before anything is written.
     for (int64_t j = 0; j < k; ++j) {
-      if (indices[j] >= n) wire::bad_payload(method(), fmt::format("index {} of entry {} is outside [0, {})", indices[j], j, n));
+      if (indices[j] >= n)
+        wire::bad_payload(method(), fmt::format("index {} of entry {} is outside [0, {})", indices[j], j, n));
       if (j > 0 && indices[j] <= indices[j - 1])
-        wire::bad_payload(method(), fmt::format("indices must increase: entry {} is {} after {}", j, indices[j], indices[j - 1]));
+        wire::bad_payload(method(),
+                          fmt::format("indices must increase: entry {} is {} after {}", j, indices[j], indices[j - 1]));
     }
     if (add) {
       for (int64_t j = 0; j < k; ++j) out[indices[j]] += values[j];
@@ -127,7 +130,11 @@ const QuantMethodInfo& topk_method_info() {
     QuantMethodInfo m;
     m.id = QuantMethod::topk;
     m.name = "topk";
-    m.params = {{.key = "fraction", .kind = QuantParamDef::Kind::real, .fallback = 0.01, .min = 0, .max = 1,
+    m.params = {{.key = "fraction",
+                 .kind = QuantParamDef::Kind::real,
+                 .fallback = 0.01,
+                 .min = 0,
+                 .max = 1,
                  .min_exclusive = true}};
     m.error_feedback = true;
     m.algorithm = "allgather";

@@ -61,11 +61,11 @@ void bad_payload(QuantMethod method, const std::string& what) {
 
 WireHeader check_header(std::span<const uint8_t> in, size_t in_size, QuantMethod expected, int64_t expected_n) {
   if (in_size < kHeaderBytes || in.size() < kHeaderBytes)
-    bad_payload(expected, fmt::format("truncated: {} bytes, a payload has at least a {}-byte header", in_size,
-                                      kHeaderBytes));
+    bad_payload(expected,
+                fmt::format("truncated: {} bytes, a payload has at least a {}-byte header", in_size, kHeaderBytes));
   if (in[0] != 'Q' || in[1] != 'T')
-    bad_payload(expected, fmt::format("not a qtrain quantizer payload (magic {:#04x} {:#04x}, expected 'Q' 'T')",
-                                      in[0], in[1]));
+    bad_payload(expected,
+                fmt::format("not a qtrain quantizer payload (magic {:#04x} {:#04x}, expected 'Q' 'T')", in[0], in[1]));
   const WireHeader h = read_header(in.data());
   if (static_cast<QuantMethod>(in[2]) != expected)
     bad_payload(expected, fmt::format("the payload is method {} ({}), this decoder is {}",
@@ -77,8 +77,8 @@ WireHeader check_header(std::span<const uint8_t> in, size_t in_size, QuantMethod
   if (h.n != static_cast<uint64_t>(expected_n))
     bad_payload(expected, fmt::format("holds {} values, the receiver expects {}", h.n, expected_n));
   if (h.total < kHeaderBytes || h.total % kAlign != 0)
-    bad_payload(expected, fmt::format("length field {} is not a multiple of {} of at least {}", h.total, kAlign,
-                                      kHeaderBytes));
+    bad_payload(expected,
+                fmt::format("length field {} is not a multiple of {} of at least {}", h.total, kAlign, kHeaderBytes));
   if (h.total > in_size)
     bad_payload(expected, fmt::format("truncated: the header says {} bytes, the buffer holds {}", h.total, in_size));
   return h;

@@ -70,9 +70,9 @@ size_t cast_value_bytes(QuantMethod method);
 // shorter), each [m0 f32][m1 f32][ceil(len/32) u32 words], bit j of word w = value 32w + j >= 0.
 struct OnebitLayout {
   int64_t n = 0, group = 1, groups = 0;
-  int64_t words_full = 0;     // words of a full group
-  size_t group_bytes = 0;     // bytes of a full group (header + words)
-  size_t body_end = 0;        // unpadded payload size
+  int64_t words_full = 0;  // words of a full group
+  size_t group_bytes = 0;  // bytes of a full group (header + words)
+  size_t body_end = 0;     // unpadded payload size
   QT_HD int64_t len(int64_t g) const { return g + 1 < groups ? group : n - g * group; }
   QT_HD size_t offset(int64_t g) const { return kHeaderBytes + static_cast<size_t>(g) * group_bytes; }
 };
@@ -98,7 +98,7 @@ QsgdLayout qsgd_layout(int64_t n, int64_t bucket, int bits);
 struct AdaptiveLayout {
   int64_t n = 0, column = 1, columns = 0, entries = 0;
   int entry_bytes = 2;
-  size_t count_offset = 0;    // the u32 E
+  size_t count_offset = 0;  // the u32 E
   size_t entries_offset = 0;
   size_t body_end = 0;
 };
@@ -184,8 +184,8 @@ constexpr uint32_t kTagRandomk = 0x524e444bu;  // "RNDK"
 QT_HD int64_t randomk_index(PhiloxKey key, int64_t j, int64_t n, int64_t k) {
   const int64_t lo = j * n / k, hi = (j + 1) * n / k;
   const auto block = static_cast<uint64_t>(j / 4);
-  const PhiloxBlock b = philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u,
-                                      kTagRandomk, key);
+  const PhiloxBlock b =
+      philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u, kTagRandomk, key);
   const uint64_t r = b.v[j % 4];
   return lo + static_cast<int64_t>((r * static_cast<uint64_t>(hi - lo)) >> 32);
 }

@@ -39,13 +39,12 @@ void reduce_allgather(Workspace& w, const std::vector<int>& ids) {
   double decode_s = 0;
   const auto exchange_start = Clock::now();
   w.capacity.assign(static_cast<size_t>(P), capacity);
-  w.comm.all_gather_streamed(ctx, {w.send_host.data(), used}, w.capacity, w.recv_host,
-                             [&](int r, std::span<const uint8_t> bytes) {
-                               const auto t0 = Clock::now();
-                               w.decode_from(r, bytes, ids, /*add=*/r > 0,
-                                             [&](int t) { return Span{0, w.tensor(t).numel}; });
-                               decode_s += since(t0);
-                             });
+  w.comm.all_gather_streamed(
+      ctx, {w.send_host.data(), used}, w.capacity, w.recv_host, [&](int r, std::span<const uint8_t> bytes) {
+        const auto t0 = Clock::now();
+        w.decode_from(r, bytes, ids, /*add=*/r > 0, [&](int t) { return Span{0, w.tensor(t).numel}; });
+        decode_s += since(t0);
+      });
   const auto t0 = Clock::now();
   for (size_t i = 0; i < ids.size(); ++i) {
     const int t = ids[i];

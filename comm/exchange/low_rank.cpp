@@ -32,7 +32,8 @@ double ortho_dot(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-void project_low_rank(Context& ctx, const float* m, int64_t rows, int64_t cols, const float* q_t, int rank, float* p_t) {
+void project_low_rank(Context& ctx, const float* m, int64_t rows, int64_t cols, const float* q_t, int rank,
+                      float* p_t) {
   if (ctx.device().is_cuda()) return low_rank_cuda::project(ctx, m, rows, cols, q_t, rank, p_t);
   for (int64_t i = 0; i < rows; ++i)
     for (int k = 0; k < rank; ++k) p_t[k * rows + i] = dot(m + i * cols, q_t + k * cols, cols);

@@ -13,13 +13,14 @@ int as_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-__global__ void expand_kernel(const float* p_t, const float* q_t, long long rows, long long cols, int rank,
-                              float* out, float* residual) {
+__global__ void expand_kernel(const float* p_t, const float* q_t, long long rows, long long cols, int rank, float* out,
+                              float* residual) {
   const long long n = rows * cols;
   for (long long at = blockIdx.x * 1LL * blockDim.x + threadIdx.x; at < n; at += 1LL * gridDim.x * blockDim.x) {
     const long long i = at / cols, j = at % cols;
     double acc = 0.0;
-    for (int k = 0; k < rank; ++k) acc += static_cast<double>(p_t[k * rows + i]) * static_cast<double>(q_t[k * cols + j]);
+    for (int k = 0; k < rank; ++k)
+      acc += static_cast<double>(p_t[k * rows + i]) * static_cast<double>(q_t[k * cols + j]);
     const float o = static_cast<float>(acc);
     out[at] = o;
     if (residual) residual[at] -= o;
@@ -27,7 +28,8 @@ __global__ void expand_kernel(const float* p_t, const float* q_t, long long rows
 }
 
 __global__ void add_kernel(float* y, const float* x, long long n) {
-  for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n; i += 1LL * gridDim.x * blockDim.x) y[i] += x[i];
+  for (long long i = blockIdx.x * 1LL * blockDim.x + threadIdx.x; i < n; i += 1LL * gridDim.x * blockDim.x)
+    y[i] += x[i];
 }
 
 // a . b over len floats in kOrthoLanes double lanes (thread l sums elements l, l + kOrthoLanes, ...),
@@ -71,15 +73,17 @@ void project(Context& ctx, const float* m, int64_t rows, int64_t cols, const flo
   const float one = 1.0f, zero = 0.0f;
   // Row-major M (rows x cols) is column-major M^T (cols x rows); q_t (rank x cols) is column-major Q
   // (cols x rank) and p_t column-major P (rows x rank): P = op_T(M^T) Q.
-  CUBLAS_CHECK(cublasSgemm(ctx.cuda().cublas, CUBLAS_OP_T, CUBLAS_OP_N, as_int(rows, "rows"), rank, as_int(cols, "cols"),
-                           &one, m, as_int(cols, "cols"), q_t, as_int(cols, "cols"), &zero, p_t, as_int(rows, "rows")));
+  CUBLAS_CHECK(cublasSgemm(ctx.cuda().cublas, CUBLAS_OP_T, CUBLAS_OP_N, as_int(rows, "rows"), rank,
+                           as_int(cols, "cols"), &one, m, as_int(cols, "cols"), q_t, as_int(cols, "cols"), &zero, p_t,
+                           as_int(rows, "rows")));
 }
 
 void back_project(Context& ctx, const float* m, int64_t rows, int64_t cols, const float* p_t, int rank, float* q_t) {
   const float one = 1.0f, zero = 0.0f;
   // Q (cols x rank, column-major) = M^T (column-major cols x rows) P (rows x rank).
-  CUBLAS_CHECK(cublasSgemm(ctx.cuda().cublas, CUBLAS_OP_N, CUBLAS_OP_N, as_int(cols, "cols"), rank, as_int(rows, "rows"),
-                           &one, m, as_int(cols, "cols"), p_t, as_int(rows, "rows"), &zero, q_t, as_int(cols, "cols")));
+  CUBLAS_CHECK(cublasSgemm(ctx.cuda().cublas, CUBLAS_OP_N, CUBLAS_OP_N, as_int(cols, "cols"), rank,
+                           as_int(rows, "rows"), &one, m, as_int(cols, "cols"), p_t, as_int(rows, "rows"), &zero, q_t,
+                           as_int(cols, "cols")));
 }
 
 void expand(Context& ctx, const float* p_t, const float* q_t, int64_t rows, int64_t cols, int rank, float* out,

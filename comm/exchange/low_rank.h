@@ -26,8 +26,8 @@ void back_project_low_rank(Context& ctx, const float* m, int64_t rows, int64_t c
                            float* q_t);
 // out (rows x cols) = P Q^T, out[i][j] = sum_k p_t[k][i] q_t[k][j] (in double, k ascending, rounded
 // once); then, when `residual` is not null, residual[i] -= out[i] (float).
-void expand_low_rank(Context& ctx, const float* p_t, const float* q_t, int64_t rows, int64_t cols, int rank,
-                     float* out, float* residual);
+void expand_low_rank(Context& ctx, const float* p_t, const float* q_t, int64_t rows, int64_t cols, int rank, float* out,
+                     float* residual);
 // Gram-Schmidt over the `count` rows of x (each `len` values), as powerSGD_hook's
 // _orthogonalize_gram_schmidt: row i /= (||row i|| + epsilon), then every later row r -= (row i . r) row i.
 // A row whose norm plus epsilon is 0 (all zero, epsilon 0) stays zero (the hook would divide by zero).

@@ -22,18 +22,20 @@ uint64_t GradientExchange::state_id(int t, int role, int stripe) {
 uint64_t GradientExchange::piece_state_id(int t, bool owner, int stripe, int piece, int world_size) {
   if (piece == 0) return owner ? state_id(t, 2, 0) : state_id(t, 1, stripe);
   const int64_t index = owner ? piece : int64_t{piece} * world_size + stripe;
-  QT_CHECK(index < (int64_t{1} << 20), "{} pieces of {} stripes exceed the random-stream ids; raise communication.piece_mb",
-           piece + 1, world_size);
+  QT_CHECK(index < (int64_t{1} << 20),
+           "{} pieces of {} stripes exceed the random-stream ids; raise communication.piece_mb", piece + 1, world_size);
   return state_id(t, owner ? 4 : 3, static_cast<int>(index));
 }
 
 int GradientExchange::piece_count(const std::vector<int64_t>& stripe_begin, int64_t unit, int64_t piece_values) {
   int64_t widest = 0;  // units
-  for (size_t s = 0; s + 1 < stripe_begin.size(); ++s) widest = std::max(widest, (stripe_begin[s + 1] - stripe_begin[s]) / unit);
+  for (size_t s = 0; s + 1 < stripe_begin.size(); ++s)
+    widest = std::max(widest, (stripe_begin[s + 1] - stripe_begin[s]) / unit);
   const int64_t per_piece = std::max<int64_t>(1, piece_values / unit);
   if (piece_values <= 0 || widest <= per_piece) return 1;
   const int64_t pieces = (widest + per_piece - 1) / per_piece;
-  QT_CHECK(pieces < Communicator::kMaxPointToPointTag / 2, "{} pieces per stripe; raise communication.piece_mb", pieces);
+  QT_CHECK(pieces < Communicator::kMaxPointToPointTag / 2, "{} pieces per stripe; raise communication.piece_mb",
+           pieces);
   return static_cast<int>(pieces);
 }
 
@@ -116,7 +118,8 @@ TensorPlan make_plan(const ExchangeTensor& x, int index, const QuantSpec& spec, 
   const QuantSpec owner_spec = method_info(p.spec.method).owner_spec(p.spec);
   if (!(owner_spec == p.spec)) p.owner_quantizer = make_quantizer(owner_spec);
   for (int k = 0; k < K; ++k) {
-    QuantState& st = p.owner.emplace_back(pc.seed, pc.rank, GradientExchange::piece_state_id(index, true, pc.rank, k, P));
+    QuantState& st =
+        p.owner.emplace_back(pc.seed, pc.rank, GradientExchange::piece_state_id(index, true, pc.rank, k, P));
     p.owner_q().init_state(st, p.piece_len(pc.rank, k), pc.device);
   }
   return p;

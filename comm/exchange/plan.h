@@ -28,7 +28,7 @@ struct Span {
 struct LowRankState {
   LowRankShape shape;
   uint64_t seed = 0;  // the run's seed: Q's draws use derive_philox_key(seed, step, kEveryRank, state_id(t, 5, 0))
-  Tensor q_t;       // rank x cols: the mean Q of the last compressed step (zero before the first), identical on every rank
+  Tensor q_t;  // rank x cols: the mean Q of the last compressed step (zero before the first), identical on every rank
   Tensor residual;  // numel values: this rank's M - M_hat (error feedback on), else undefined
   // Whether q_t has been looked at since this process built the plan: the first compressed step reads
   // it once (all zero: no Q yet, draw one), as a checkpoint may have restored it in between.
@@ -43,13 +43,13 @@ struct TensorPlan {
   // owner_spec differs from its spec (signsgd without momentum); else null and `quantizer` does it.
   std::unique_ptr<Quantizer> owner_quantizer;
   QuantCombine combine = QuantCombine::sum;  // how the summed decodes are finished (quant/method.h)
-  int64_t unit = 1;                      // stripe boundaries are multiples of this (the column for column methods)
-  std::vector<int64_t> stripe_begin;     // P + 1 boundaries (reduce_scatter_allgather)
+  int64_t unit = 1;                          // stripe boundaries are multiples of this (the column for column methods)
+  std::vector<int64_t> stripe_begin;         // P + 1 boundaries (reduce_scatter_allgather)
   std::vector<std::vector<int64_t>> piece_begin;  // per stripe: pieces + 1 boundaries
   QuantState whole;                               // allgather
   std::vector<std::vector<QuantState>> stripes;   // reduce_scatter_allgather, first quantization, [stripe][piece]
-  std::vector<QuantState> owner;                  // reduce_scatter_allgather, re-quantization of the own stripe, [piece]
-  LowRankState low_rank;                          // powersgd
+  std::vector<QuantState> owner;  // reduce_scatter_allgather, re-quantization of the own stripe, [piece]
+  LowRankState low_rank;          // powersgd
 
   const Quantizer& owner_q() const { return owner_quantizer ? *owner_quantizer : *quantizer; }
   int pieces() const { return static_cast<int>(owner.size()); }

@@ -24,8 +24,8 @@ namespace {
 // Standard normal values (Box-Muller on two words of the stream per value, in double) for Q^T.
 void draw_q(Workspace& w, int t, LowRankState& l) {
   const int64_t n = l.q_t.numel();
-  const PhiloxKey key = derive_philox_key(l.seed, w.ctx->step(), GradientExchange::kEveryRank,
-                                          GradientExchange::state_id(t, 5, 0));
+  const PhiloxKey key =
+      derive_philox_key(l.seed, w.ctx->step(), GradientExchange::kEveryRank, GradientExchange::state_id(t, 5, 0));
   std::vector<float> values(static_cast<size_t>(n));
   auto uniform = [&](int64_t i) {  // (0, 1]
     const PhiloxBlock b = philox_subsequence_block(key, static_cast<uint64_t>(i) / 4);
@@ -62,7 +62,8 @@ void check_finite(Workspace& w, const std::vector<int>& compressed, const float*
       if (!std::isfinite(p_all[at + i]))
         throw NonFiniteInputError(fmt::format(
             "powersgd: the gradient of {} (plus its error-feedback residual) holds NaN or Inf on some rank: its "
-            "summed P = M Q is not finite", w.tensor(t).name));
+            "summed P = M Q is not finite",
+            w.tensor(t).name));
     at += s.rows * s.rank;
   }
 }

@@ -68,13 +68,12 @@ void reduce_scatter_allgather_piece(Workspace& w, const std::vector<int>& ids, i
   // ... and the owners' payloads go to everyone, who decode every piece from the same bytes as
   // they arrive.
   for (int s = 0; s < P; ++s) w.capacity[static_cast<size_t>(s)] = w.piece_capacity(ids, s, k);
-  w.comm.all_gather_streamed(ctx, {w.send_host.data(), used}, w.capacity, w.recv_host,
-                             [&](int owner, std::span<const uint8_t> bytes) {
-                               const auto t1 = Clock::now();
-                               w.decode_from(owner, bytes, ids, /*add=*/false,
-                                             [&](int t) { return w.piece(t, owner, k); });
-                               tally.decode_s += since(t1);
-                             });
+  w.comm.all_gather_streamed(
+      ctx, {w.send_host.data(), used}, w.capacity, w.recv_host, [&](int owner, std::span<const uint8_t> bytes) {
+        const auto t1 = Clock::now();
+        w.decode_from(owner, bytes, ids, /*add=*/false, [&](int t) { return w.piece(t, owner, k); });
+        tally.decode_s += since(t1);
+      });
 }
 
 }  // namespace

@@ -94,7 +94,8 @@ size_t Workspace::encode_piece(const std::vector<int>& ids, int s, int k, bool o
     const auto [b, len] = piece(t, s, k);
     if (len == 0) continue;
     const int64_t col = p.column_for(len, tensor(t).column);
-    QuantState& state = owner ? p.owner[static_cast<size_t>(k)] : p.stripes[static_cast<size_t>(s)][static_cast<size_t>(k)];
+    QuantState& state =
+        owner ? p.owner[static_cast<size_t>(k)] : p.stripes[static_cast<size_t>(s)][static_cast<size_t>(k)];
     const Quantizer& q = owner ? p.owner_q() : *p.quantizer;
     const size_t bytes = q.encode(*ctx, {grad(t) + b, static_cast<size_t>(len)}, col, state,
                                   {out + used, q.max_encoded_bytes(len, col)});
@@ -105,8 +106,10 @@ size_t Workspace::encode_piece(const std::vector<int>& ids, int s, int k, bool o
 }
 
 void Workspace::finish_sum(int t, float* x, int64_t n) {
-  if (plan(t).combine == QuantCombine::vote) vote_buffer(*ctx, x, n);
-  else if (scale != 1.0f) scale_buffer(*ctx, x, n, scale);
+  if (plan(t).combine == QuantCombine::vote)
+    vote_buffer(*ctx, x, n);
+  else if (scale != 1.0f)
+    scale_buffer(*ctx, x, n, scale);
 }
 
 void Workspace::scale_piece(const std::vector<int>& ids, int k) {

@@ -39,7 +39,7 @@ struct Workspace {
   std::vector<uint8_t> send_host, recv_host;
   std::vector<size_t> send_offsets, capacity;
   std::vector<std::vector<uint8_t>> pipeline_buffers;  // the pipelined reduce-scatter's messages
-  Tensor low_rank_p, low_rank_q;  // powersgd: the P and the Q matrices of a bucket, back to back
+  Tensor low_rank_p, low_rank_q;                       // powersgd: the P and the Q matrices of a bucket, back to back
 
   TensorPlan& plan(int t) { return plans[static_cast<size_t>(t)]; }
   const TensorPlan& plan(int t) const { return plans[static_cast<size_t>(t)]; }

@@ -29,14 +29,13 @@ void set_error_origin(int rank, const std::string& host) {
 }
 
 void fail(const char* file, int line, const char* expr, const std::string& message) {
-  throw Error(fmt::format("{} (check `{}` failed at {}:{}{})", message, expr, basename_of(file), line,
-                          origin()));
+  throw Error(fmt::format("{} (check `{}` failed at {}:{}{})", message, expr, basename_of(file), line, origin()));
 }
 
 void fail_library(const char* library, const char* file, int line, const char* expr,
                   const std::string& library_message) {
-  throw Error(fmt::format("{} error: {} in `{}` at {}:{}{}", library, library_message, expr,
-                          basename_of(file), line, origin()));
+  throw Error(fmt::format("{} error: {} in `{}` at {}:{}{}", library, library_message, expr, basename_of(file), line,
+                          origin()));
 }
 
 std::string mpi_error_string(int code) {

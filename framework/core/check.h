@@ -48,27 +48,26 @@ template <typename... Args>
 }  // namespace qtrain
 
 // QT_CHECK(cond, "fmt", args...): an internal precondition; the message says what was expected.
-#define QT_CHECK(cond, ...)                                                              \
-  do {                                                                                   \
+#define QT_CHECK(cond, ...)                                                                   \
+  do {                                                                                        \
     if (!(cond)) ::qtrain::detail::fail(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
   } while (0)
 
 // QT_CHECK_EQ(a, b, "fmt", args...): prints both values.
-#define QT_CHECK_EQ(a, b, ...)                                                                \
-  do {                                                                                        \
-    const auto& qt_a_ = (a);                                                                  \
-    const auto& qt_b_ = (b);                                                                  \
-    if (!(qt_a_ == qt_b_))                                                                    \
-      ::qtrain::detail::fail(__FILE__, __LINE__, #a " == " #b,                                \
+#define QT_CHECK_EQ(a, b, ...)                                                                      \
+  do {                                                                                              \
+    const auto& qt_a_ = (a);                                                                        \
+    const auto& qt_b_ = (b);                                                                        \
+    if (!(qt_a_ == qt_b_))                                                                          \
+      ::qtrain::detail::fail(__FILE__, __LINE__, #a " == " #b,                                      \
                              fmt::format("{} ({} vs {})", fmt::format(__VA_ARGS__), qt_a_, qt_b_)); \
   } while (0)
 
-#define QT_LIBRARY_CHECK_(library, ok_value, to_string, call)                               \
-  do {                                                                                      \
-    const int qt_code_ = static_cast<int>(call);                                            \
-    if (qt_code_ != (ok_value))                                                             \
-      ::qtrain::detail::fail_library(library, __FILE__, __LINE__, #call,                    \
-                                     ::qtrain::detail::to_string(qt_code_));                \
+#define QT_LIBRARY_CHECK_(library, ok_value, to_string, call)                                                    \
+  do {                                                                                                           \
+    const int qt_code_ = static_cast<int>(call);                                                                 \
+    if (qt_code_ != (ok_value))                                                                                  \
+      ::qtrain::detail::fail_library(library, __FILE__, __LINE__, #call, ::qtrain::detail::to_string(qt_code_)); \
   } while (0)
 
 #define MPI_CHECK(call) QT_LIBRARY_CHECK_("MPI", 0, mpi_error_string, call)

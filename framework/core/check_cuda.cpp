@@ -15,13 +15,9 @@ std::string cuda_error_string(int code) {
   return fmt::format("{} ({})", cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
-std::string cublas_error_string(int code) {
-  return cublasGetStatusString(static_cast<cublasStatus_t>(code));
-}
+std::string cublas_error_string(int code) { return cublasGetStatusString(static_cast<cublasStatus_t>(code)); }
 
-std::string cudnn_error_string(int code) {
-  return cudnnGetErrorString(static_cast<cudnnStatus_t>(code));
-}
+std::string cudnn_error_string(int code) { return cudnnGetErrorString(static_cast<cudnnStatus_t>(code)); }
 
 std::string curand_error_string(int code) {
   switch (static_cast<curandStatus_t>(code)) {

@@ -57,7 +57,9 @@ class NodeMemo {
       if (it->second.first.is(node)) return &it->second.second;
     return nullptr;
   }
-  void add(const YAML::Node& node, V value) { buckets_.emplace(node.Mark().pos, std::make_pair(node, std::move(value))); }
+  void add(const YAML::Node& node, V value) {
+    buckets_.emplace(node.Mark().pos, std::make_pair(node, std::move(value)));
+  }
 
  private:
   std::unordered_multimap<int, std::pair<YAML::Node, V>> buckets_;
@@ -124,8 +126,10 @@ void check_text(const YAML::Node& scalar, const std::string& origin) {
 std::string printable(const std::string& text) {
   std::string out;
   for (const char c : text) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-    else out += c;
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    else
+      out += c;
   }
   return out;
 }
@@ -142,9 +146,10 @@ void check_structure(const YAML::Node& node, const std::string& origin, std::vec
   if (!node.IsMap() && !node.IsSequence()) return;
   for (const YAML::Node& open : path)
     if (open.is(node))
-      input_error("{}: the node anchored here contains an alias of itself (a cycle); an alias may only name a "
-                  "node outside it",
-                  mark_location(origin, node.Mark()));
+      input_error(
+          "{}: the node anchored here contains an alias of itself (a cycle); an alias may only name a "
+          "node outside it",
+          mark_location(origin, node.Mark()));
   if (checked.find(node)) return;
   path.push_back(node);
   if (node.IsMap()) {
@@ -152,7 +157,9 @@ void check_structure(const YAML::Node& node, const std::string& origin, std::vec
     for (const auto& kv : node) {
       if (!kv.first.IsScalar())
         input_error("{}: a key must be a plain name, got {}", mark_location(origin, kv.first.Mark()),
-                    kv.first.IsSequence() ? "a list" : kv.first.IsMap() ? "a mapping" : "an empty key");
+                    kv.first.IsSequence() ? "a list"
+                    : kv.first.IsMap()    ? "a mapping"
+                                          : "an empty key");
       check_text(kv.first, origin);
       const std::string& key = kv.first.Scalar();
       const auto [earlier, fresh] = keys.emplace(key, kv.first.Mark());
@@ -185,8 +192,7 @@ class DocumentProbe : public YAML::EventHandler {
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
   void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
     open(mark);
   }
   void OnSequenceEnd() override { --depth_; }
@@ -210,7 +216,7 @@ class DocumentProbe : public YAML::EventHandler {
   const std::string token = pos < text.size() ? text.substr(pos, 1) : std::string();
   throw YAML::ParserException(
       mark, token == "," ? std::string("unexpected ',' where a value should begin (a comma separates entries only "
-                                     "inside [ ] or { })")
+                                       "inside [ ] or { })")
                          : fmt::format("unexpected '{}' where a value should begin", token));
 }
 
@@ -261,8 +267,7 @@ bool ConfigNode::has(const std::string& key) const {
 std::string ConfigNode::location(const std::string& key) const {
   const std::string full = key.empty() ? path_ : key_path(key);
   for (const auto& o : source_->overridden)
-    if (!full.empty() && (full == o || full.rfind(o + ".", 0) == 0))
-      return fmt::format("command line (--set {})", o);
+    if (!full.empty() && (full == o || full.rfind(o + ".", 0) == 0)) return fmt::format("command line (--set {})", o);
   YAML::Node v = key.empty() ? node_ : lookup(key);
   const YAML::Node& at = v.IsDefined() ? v : node_;
   if (source_->positions && at.IsDefined() && at.Mark().line >= 0)
@@ -299,17 +304,19 @@ T ConfigNode::decimal_integer(const std::string& key, const std::string& text, c
   return x;
 }
 
-template <typename T> T ConfigNode::get(const std::string& key, T fallback) {
+template <typename T>
+T ConfigNode::get(const std::string& key, T fallback) {
   known_.insert(key);
   YAML::Node v = lookup(key);
   if (!v.IsDefined() || v.IsNull()) return fallback;
-  if constexpr (std::is_same_v<T, bool>) return convert<bool>(key, v, "true or false");
-  else if constexpr (std::is_same_v<T, std::string>) return convert<std::string>(key, v, "a string");
+  if constexpr (std::is_same_v<T, bool>)
+    return convert<bool>(key, v, "true or false");
+  else if constexpr (std::is_same_v<T, std::string>)
+    return convert<std::string>(key, v, "a string");
   else if constexpr (std::is_integral_v<T>) {
     // yaml-cpp accepts "1e3" for integers inconsistently; require digits only.
     const std::string& s = v.IsScalar() ? v.Scalar() : std::string();
-    const bool digits = !s.empty() && std::all_of(s.begin() + (s[0] == '-' ? 1 : 0), s.end(), ::isdigit) &&
-                        s != "-";
+    const bool digits = !s.empty() && std::all_of(s.begin() + (s[0] == '-' ? 1 : 0), s.end(), ::isdigit) && s != "-";
     if (!digits) fail(key, fmt::format("must be an integer, got {}", scalar_text(v)));
     return decimal_integer<T>(key, s, "");
   } else {
@@ -317,7 +324,8 @@ template <typename T> T ConfigNode::get(const std::string& key, T fallback) {
   }
 }
 
-template <typename T> T ConfigNode::require(const std::string& key) {
+template <typename T>
+T ConfigNode::require(const std::string& key) {
   known_.insert(key);
   if (!has(key)) fail(key, "is required but missing");
   return get<T>(key, T{});
@@ -448,8 +456,8 @@ void ConfigNode::finish() {
     if (mark.line < 0)
       for (const auto& o : source_->overridden)
         if (o.rfind(key_path(key) + ".", 0) == 0) where = fmt::format("command line (--set {})", o);
-    throw InputError(fmt::format("{}: unknown key '{}'{}; known keys here: {}", where, key_path(key), hint,
-                                 join(known_)));
+    throw InputError(
+        fmt::format("{}: unknown key '{}'{}; known keys here: {}", where, key_path(key), hint, join(known_)));
   }
 }
 
@@ -533,7 +541,8 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
   const std::string& last = parts.back();
   // yaml-cpp assigns through shared nodes, so overriding one use of an alias would silently change
   // every use of it (and the anchor's own entry). Refuse instead: the user edits the file.
-  if (parent.IsMap() && parent[last].IsDefined()) chain.push_back(parent[last]);
+  if (parent.IsMap() && parent[last].IsDefined())
+    chain.push_back(parent[last]);
   else if (parent.IsSequence() && list_index(last, parent.size()) >= 0)
     chain.push_back(parent[static_cast<size_t>(list_index(last, parent.size()))]);
   for (size_t i = 1; i < chain.size(); ++i) {
@@ -542,9 +551,10 @@ void apply_override(YAML::Node root, ConfigSource& source, const std::string& as
     if (uses > 1) {
       std::string prefix = parts[0];
       for (size_t j = 1; j < i; ++j) prefix += "." + parts[j];
-      input_error("--set {}: '{}' is a YAML alias: the node {}:{}:{} is used in {} places, and --set would change "
-                  "all of them. Change the value in the file, or write this entry out instead of the alias",
-                  path, prefix, source.file, chain[i].Mark().line + 1, chain[i].Mark().column + 1, uses);
+      input_error(
+          "--set {}: '{}' is a YAML alias: the node {}:{}:{} is used in {} places, and --set would change "
+          "all of them. Change the value in the file, or write this entry out instead of the alias",
+          path, prefix, source.file, chain[i].Mark().line + 1, chain[i].Mark().column + 1, uses);
     }
   }
   if (parent.IsSequence()) {

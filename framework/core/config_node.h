@@ -39,8 +39,10 @@ class ConfigNode {
   bool has(const std::string& key) const;
 
   // Scalars. get() returns `fallback` when the key is absent; require() makes it mandatory.
-  template <typename T> T get(const std::string& key, T fallback);
-  template <typename T> T require(const std::string& key);
+  template <typename T>
+  T get(const std::string& key, T fallback);
+  template <typename T>
+  T require(const std::string& key);
   std::optional<double> get_optional_double(const std::string& key);
 
   // Range-checked numbers: min <= value (or min < value when min_exclusive) and value <= max.
@@ -75,7 +77,8 @@ class ConfigNode {
 
  private:
   YAML::Node lookup(const std::string& key) const;
-  template <typename T> T convert(const std::string& key, const YAML::Node& value, const char* expected) const;
+  template <typename T>
+  T convert(const std::string& key, const YAML::Node& value, const char* expected) const;
   // `text` (digits with an optional '-') as a base-10 T; `what` prefixes the message ("entry 2 ").
   template <typename T>
   T decimal_integer(const std::string& key, const std::string& text, const std::string& what) const;

@@ -30,7 +30,8 @@ long long free_bytes(const std::filesystem::path& folder) {
   const std::string space =
       error == ENOSPC || error == EDQUOT
           ? fmt::format("; {} has {} bytes free, {} more are needed (free space or write elsewhere)", folder.string(),
-                        room < 0 ? 0 : room, room < 0 ? static_cast<long long>(bytes) : static_cast<long long>(bytes) - room)
+                        room < 0 ? 0 : room,
+                        room < 0 ? static_cast<long long>(bytes) : static_cast<long long>(bytes) - room)
           : std::string();
   input_error("{}: cannot write {} bytes ({} failed: {}){}; {}", path, bytes, step, std::strerror(error), space, kept);
 }

@@ -30,8 +30,8 @@ std::string operand_name(const char* what, int index) {
 }
 }  // namespace
 
-void Layer::check_operand(const Context& ctx, const char* what, const Tensor& t, int64_t batch,
-                          const Shape& per_sample, DType dtype, int index) const {
+void Layer::check_operand(const Context& ctx, const char* what, const Tensor& t, int64_t batch, const Shape& per_sample,
+                          DType dtype, int index) const {
   QT_CHECK(t.defined(), "{}: {} is undefined", describe(), operand_name(what, index));
   QT_CHECK(t.device() == ctx.device(), "{}: {} is on {} but the context is on {}", describe(),
            operand_name(what, index), t.device().str(), ctx.device().str());
@@ -52,8 +52,8 @@ void Layer::check_operand(const Context& ctx, const char* what, const Tensor& t,
 
 int64_t Layer::check_inputs(const Context& ctx, std::span<const Tensor> xs, const char* call) const {
   QT_CHECK(is_set_up_, "{}: {}() before setup()", describe(), call);
-  QT_CHECK(xs.size() == input_shapes_.size(), "{}: {}() with {} input(s), set up for {}", describe(), call,
-           xs.size(), input_shapes_.size());
+  QT_CHECK(xs.size() == input_shapes_.size(), "{}: {}() with {} input(s), set up for {}", describe(), call, xs.size(),
+           input_shapes_.size());
   const bool several = xs.size() > 1;
   check_operand(ctx, "x", xs[0], -1, input_shapes_[0], xs[0].dtype(), several ? 0 : -1);
   QT_CHECK(xs[0].ndim() >= 1, "{}: x has shape {}, expected a batch dimension first", describe(),
@@ -86,8 +86,10 @@ void Layer::forward_inputs(Context& ctx, std::span<const Tensor> xs, Tensor& y, 
   const int64_t batch = check_inputs(ctx, xs, "forward");
   check_operand(ctx, "y", y, batch, output_shape_, xs[0].dtype(), -1);
   check_bound(ctx, xs[0].dtype());
-  if (ctx.device().is_cuda()) forward_inputs_cuda(ctx, xs, y, training);
-  else forward_inputs_cpu(ctx, xs, y, training);
+  if (ctx.device().is_cuda())
+    forward_inputs_cuda(ctx, xs, y, training);
+  else
+    forward_inputs_cpu(ctx, xs, y, training);
 }
 
 void Layer::backward_inputs(Context& ctx, std::span<const Tensor> xs, const Tensor& y, const Tensor& dy,
@@ -105,8 +107,10 @@ void Layer::backward_inputs(Context& ctx, std::span<const Tensor> xs, const Tens
   }
   check_bound(ctx, dtype);
   if (!wants_dx && param_specs_.empty()) return;  // no input gradient and no parameter gradient to write
-  if (ctx.device().is_cuda()) backward_inputs_cuda(ctx, xs, y, dy, dxs);
-  else backward_inputs_cpu(ctx, xs, y, dy, dxs);
+  if (ctx.device().is_cuda())
+    backward_inputs_cuda(ctx, xs, y, dy, dxs);
+  else
+    backward_inputs_cpu(ctx, xs, y, dy, dxs);
 }
 
 void Layer::forward_cuda(Context&, const Tensor&, Tensor&, bool) {

@@ -89,8 +89,8 @@ AvailableMemory available_memory(Device device) {
   return a;
 }
 
-void check_memory_fits(const MemoryFootprint& footprint, const AvailableMemory& available, int processes,
-                       Device device, const std::string& config_file, const std::string& batch_knob) {
+void check_memory_fits(const MemoryFootprint& footprint, const AvailableMemory& available, int processes, Device device,
+                       const std::string& config_file, const std::string& batch_knob) {
   if (available.bytes < 0) return;
   const int64_t each = footprint.total();
   // Compared in double: a footprint near INT64_MAX times the processes must not wrap around.

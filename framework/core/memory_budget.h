@@ -16,7 +16,7 @@
 namespace qtrain {
 
 struct MemoryItem {
-  std::string what;   // "parameters", "adam state", "activations (batch 128)"
+  std::string what;  // "parameters", "adam state", "activations (batch 128)"
   int64_t bytes = 0;
 };
 
@@ -42,9 +42,8 @@ int64_t parse_mem_available(const std::string& meminfo);
 // InputError when `processes` copies of `footprint` (the ranks sharing this host's memory, or 1 per
 // GPU) exceed `available`; the message names `config_file`, each item and the remedies. Does
 // nothing when the available memory is unknown.
-void check_memory_fits(const MemoryFootprint& footprint, const AvailableMemory& available, int processes,
-                       Device device, const std::string& config_file,
-                       const std::string& batch_knob = "data.batch_size");
+void check_memory_fits(const MemoryFootprint& footprint, const AvailableMemory& available, int processes, Device device,
+                       const std::string& config_file, const std::string& batch_knob = "data.batch_size");
 
 // "3.1 GiB", "512.0 MiB", "12 KiB", "2.0 TiB"
 std::string format_bytes(int64_t bytes);

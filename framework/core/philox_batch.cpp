@@ -1,8 +1,8 @@
 // Batched Philox4x32-10 on the CPU (philox_batch.h). Philox is the one place where GCC's auto-vectorizer fails us
 // (it cannot see that the 64-bit products of the round function are 32x32 multiplies and expands
 // them into shift-and-add chains, costing ~27 cycles per block), so with AVX2 eight blocks run in the
-// lanes of a vector explicitly, four vectors interleaved (about 6 cycles per block); the scalar loop is the reference and the
-// fallback, and tests/quant checks that the two agree.
+// lanes of a vector explicitly, four vectors interleaved (about 6 cycles per block); the scalar loop is the reference
+// and the fallback, and tests/quant checks that the two agree.
 #include "framework/core/philox_batch.h"
 
 #if defined(__AVX2__)
@@ -14,8 +14,8 @@ namespace {
 
 // The varying 64-bit counter sits in words 0-1 (`subsequence` false; words 2-3 hold c2, c3) or in
 // words 2-3 (`subsequence` true; words 0-1 are zero).
-void philox_blocks_scalar(PhiloxKey key, uint64_t first_block, uint32_t c2, uint32_t c3, int64_t count,
-                          uint32_t* out, bool subsequence) {
+void philox_blocks_scalar(PhiloxKey key, uint64_t first_block, uint32_t c2, uint32_t c3, int64_t count, uint32_t* out,
+                          bool subsequence) {
   for (int64_t j = 0; j < count; ++j) {
     const uint64_t c = first_block + static_cast<uint64_t>(j);
     const uint32_t lo = static_cast<uint32_t>(c), hi = static_cast<uint32_t>(c >> 32);
@@ -27,8 +27,8 @@ void philox_blocks_scalar(PhiloxKey key, uint64_t first_block, uint32_t c2, uint
 #if defined(__AVX2__)
 // The high 32 bits of the eight lane products a * m (m the same in every lane).
 inline __m256i mulhi_epu32(__m256i a, __m256i m) {
-  const __m256i even = _mm256_mul_epu32(a, m);                          // lanes 0, 2, 4, 6 as 64-bit
-  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);    // lanes 1, 3, 5, 7
+  const __m256i even = _mm256_mul_epu32(a, m);                        // lanes 0, 2, 4, 6 as 64-bit
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);  // lanes 1, 3, 5, 7
   return _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xaa);
 }
 

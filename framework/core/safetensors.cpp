@@ -31,8 +31,8 @@ const char* st_dtype(DType d) {
 }
 
 bool parse_st_dtype(const std::string& s, DType& out) {
-  static const std::map<std::string, DType> table{{"F32", DType::f32}, {"F64", DType::f64}, {"F16", DType::f16},
-                                                  {"BF16", DType::bf16}, {"U8", DType::u8}, {"I32", DType::i32}};
+  static const std::map<std::string, DType> table{{"F32", DType::f32},   {"F64", DType::f64}, {"F16", DType::f16},
+                                                  {"BF16", DType::bf16}, {"U8", DType::u8},   {"I32", DType::i32}};
   auto it = table.find(s);
   if (it == table.end()) return false;
   out = it->second;
@@ -91,7 +91,8 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
     const Tensor host = nt.tensor.device().is_cpu() ? nt.tensor : nt.tensor.to(Device::cpu());
     const size_t begin = data.size();
     data.append(static_cast<const char*>(host.raw()), host.nbytes());
-    header[nt.name] = {{"dtype", st_dtype(host.dtype())}, {"shape", host.shape()}, {"data_offsets", {begin, data.size()}}};
+    header[nt.name] = {
+        {"dtype", st_dtype(host.dtype())}, {"shape", host.shape()}, {"data_offsets", {begin, data.size()}}};
   }
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   for (const auto& [k, v] : metadata) meta[k] = v;
@@ -116,7 +117,8 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
 SafetensorsFile::SafetensorsFile(const std::string& path) : SafetensorsFile(read_checkpoint(path), path) {}
 
 SafetensorsFile::SafetensorsFile(const std::vector<uint8_t>& bytes, const std::string& path) : path_(path) {
-  if (bytes.size() < 8) input_error("{}: corrupt checkpoint: {} bytes, shorter than the 8-byte header length", path, bytes.size());
+  if (bytes.size() < 8)
+    input_error("{}: corrupt checkpoint: {} bytes, shorter than the 8-byte header length", path, bytes.size());
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(bytes[static_cast<size_t>(i)]) << (8 * i);
   if (n > bytes.size() - 8)
@@ -150,8 +152,8 @@ SafetensorsFile::SafetensorsFile(const std::vector<uint8_t>& bytes, const std::s
       if (integers)
         for (const auto& d : shape) integers = integers && d.is_number_integer() && d.get<int64_t>() >= 0;
       if (!integers)
-        input_error("{}: corrupt checkpoint: tensor '{}' has shape {}, expected a list of non-negative integers",
-                    path, it.key(), shape.dump());
+        input_error("{}: corrupt checkpoint: tensor '{}' has shape {}, expected a list of non-negative integers", path,
+                    it.key(), shape.dump());
       e.shape = shape.get<Shape>();
       // Checked like the shape: a conversion to uint64_t would turn 8.5 into 8, -8 into 2^64 - 8, and
       // 1e26 into an undefined value.
@@ -160,9 +162,10 @@ SafetensorsFile::SafetensorsFile(const std::vector<uint8_t>& bytes, const std::s
       if (offsets_ok)
         for (const auto& o : offsets) offsets_ok = offsets_ok && o.is_number_unsigned();
       if (!offsets_ok)
-        input_error("{}: corrupt checkpoint: tensor '{}' has data_offsets {}, expected [begin, end]: two "
-                    "non-negative integers",
-                    path, it.key(), offsets.dump());
+        input_error(
+            "{}: corrupt checkpoint: tensor '{}' has data_offsets {}, expected [begin, end]: two "
+            "non-negative integers",
+            path, it.key(), offsets.dump());
       e.begin = offsets[0].get<uint64_t>();
       e.end = offsets[1].get<uint64_t>();
     } catch (const nlohmann::json::exception& ex) {
@@ -173,8 +176,8 @@ SafetensorsFile::SafetensorsFile(const std::vector<uint8_t>& bytes, const std::s
     const bool empty = std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end();
     for (int64_t d : e.shape) {
       if (!empty && expected > std::numeric_limits<size_t>::max() / static_cast<size_t>(d))
-        input_error("{}: corrupt checkpoint: tensor '{}' has shape {}, more bytes than any file holds", path,
-                    it.key(), shape_str(e.shape));
+        input_error("{}: corrupt checkpoint: tensor '{}' has shape {}, more bytes than any file holds", path, it.key(),
+                    shape_str(e.shape));
       expected *= static_cast<size_t>(d);
     }
     if (e.begin > e.end || e.end > data_.size() || e.end - e.begin != expected)

@@ -78,9 +78,7 @@ int64_t Tensor::dim(int i) const {
 }
 
 void* Tensor::raw() { return storage_ ? static_cast<char*>(storage_->ptr) + byte_offset_ : nullptr; }
-const void* Tensor::raw() const {
-  return storage_ ? static_cast<const char*>(storage_->ptr) + byte_offset_ : nullptr;
-}
+const void* Tensor::raw() const { return storage_ ? static_cast<const char*>(storage_->ptr) + byte_offset_ : nullptr; }
 
 Tensor Tensor::view(int64_t element_offset, Shape shape) const {
   const int64_t n = shape_numel(shape);

@@ -21,16 +21,39 @@ size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 
 // 16-bit storage types on the host; conversions belong to quant/.
-struct f16_t { uint16_t bits; };
-struct bf16_t { uint16_t bits; };
+struct f16_t {
+  uint16_t bits;
+};
+struct bf16_t {
+  uint16_t bits;
+};
 
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<double>() { return DType::f64; }
-template <> constexpr DType dtype_of<f16_t>() { return DType::f16; }
-template <> constexpr DType dtype_of<bf16_t>() { return DType::bf16; }
-template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+template <>
+constexpr DType dtype_of<f16_t>() {
+  return DType::f16;
+}
+template <>
+constexpr DType dtype_of<bf16_t>() {
+  return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::u8;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
 
 using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& shape);
@@ -53,11 +76,13 @@ class Tensor {
 
   void* raw();
   const void* raw() const;
-  template <typename T> T* data() {
+  template <typename T>
+  T* data() {
     QT_CHECK(dtype_ == dtype_of<T>(), "tensor is {}, accessed as {}", dtype_name(dtype_), dtype_name(dtype_of<T>()));
     return static_cast<T*>(raw());
   }
-  template <typename T> const T* data() const {
+  template <typename T>
+  const T* data() const {
     QT_CHECK(dtype_ == dtype_of<T>(), "tensor is {}, accessed as {}", dtype_name(dtype_), dtype_name(dtype_of<T>()));
     return static_cast<const T*>(raw());
   }

@@ -12,11 +12,11 @@ constexpr size_t kMaxLayers = 1 << 16;
 
 // The names visible in one block repetition (or the top level) and where its layers read from.
 struct Scope {
-  std::string prefix;                        // "stage1_block3." ("" at the top level)
-  int input = kNetInput;                     // what `input` means here
-  int last = kNetInput;                      // the latest entry's output: the default input
-  std::map<std::string, int> names;          // names relative to this scope -> node index
-  std::map<std::string, int> type_counts;    // for default names: dense1, dense2, ...
+  std::string prefix;                      // "stage1_block3." ("" at the top level)
+  int input = kNetInput;                   // what `input` means here
+  int last = kNetInput;                    // the latest entry's output: the default input
+  std::map<std::string, int> names;        // names relative to this scope -> node index
+  std::map<std::string, int> type_counts;  // for default names: dense1, dense2, ...
   Scope* parent = nullptr;
 };
 
@@ -44,8 +44,10 @@ class Expander {
   void expand(const std::vector<ConfigNode>& items, Scope& scope) {
     for (const ConfigNode& item : items) {
       ConfigNode cfg = item;
-      if (cfg.has("repeat") || cfg.has("layers")) add_block(cfg, scope);
-      else add_layer(cfg, scope);
+      if (cfg.has("repeat") || cfg.has("layers"))
+        add_block(cfg, scope);
+      else
+        add_layer(cfg, scope);
     }
   }
 

@@ -26,7 +26,7 @@ namespace qtrain {
 inline constexpr int kNetInput = -1;  // in GraphNode::inputs: the net's input
 
 struct GraphNode {
-  ConfigNode cfg;           // the layer's own block ("type", "name", "inputs" already marked as read)
+  ConfigNode cfg;  // the layer's own block ("type", "name", "inputs" already marked as read)
   std::string type;
   std::string name;         // full name, e.g. "stage1_block3.conv1"
   std::vector<int> inputs;  // indices of earlier nodes, or kNetInput

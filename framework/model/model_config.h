@@ -11,7 +11,7 @@
 namespace qtrain {
 
 struct ModelConfig {
-  Shape input;                    // per-sample input shape, e.g. [1, 28, 28]
+  Shape input;                     // per-sample input shape, e.g. [1, 28, 28]
   std::vector<ConfigNode> layers;  // each parsed by its layer's factory (Net)
   ConfigNode loss_section;         // `loss: {type: softmax_cross_entropy}` or the short form below
   std::string loss = "softmax_cross_entropy";

@@ -51,7 +51,8 @@ void initialize_values(std::vector<double>& values, const ParamSpec& spec, uint6
       break;
     }
   }
-  for (int64_t i = std::max<int64_t>(spec.fill_begin, 0); i < std::min(spec.fill_end, n); ++i) values[i] = spec.fill_value;
+  for (int64_t i = std::max<int64_t>(spec.fill_begin, 0); i < std::min(spec.fill_end, n); ++i)
+    values[i] = spec.fill_value;
 }
 
 // A layer whose output (per sample) or parameter tensor holds more than 2^40 values is a config
@@ -69,8 +70,8 @@ void check_size(const Shape& shape, const std::string& what) {
 }
 }  // namespace
 
-Net::Net(const ModelConfig& config, DType dtype, Device device, const LayerRegistry& layers,
-         const LossRegistry& losses, const std::function<void(const NetSizes&)>& before_allocation)
+Net::Net(const ModelConfig& config, DType dtype, Device device, const LayerRegistry& layers, const LossRegistry& losses,
+         const std::function<void(const NetSizes&)>& before_allocation)
     : dtype_(dtype), device_(device), input_shape_(config.input) {
   std::vector<GraphNode> nodes = expand_layer_graph(config.layers);
   int64_t cursor = 0, buffer_cursor = 0;
@@ -216,8 +217,10 @@ void Net::init_parameters(uint64_t seed) {
     std::vector<double> values(static_cast<size_t>(buffer_entries_[k].numel));
     initialize_values(values, buffer_specs_[k], mix64(seed ^ mix64(0xB0F + k)));
     Tensor host = Tensor::empty(buffer_entries_[k].shape, dtype_);
-    if (dtype_ == DType::f64) std::copy(values.begin(), values.end(), host.data<double>());
-    else std::copy(values.begin(), values.end(), host.data<float>());
+    if (dtype_ == DType::f64)
+      std::copy(values.begin(), values.end(), host.data<double>());
+    else
+      std::copy(values.begin(), values.end(), host.data<float>());
     buffers_.view(buffer_entries_[k].offset, buffer_entries_[k].shape).copy_from(host);
   }
 }
@@ -252,10 +255,10 @@ const Tensor& Net::forward(Context& ctx, const Tensor& x, bool training,
   QT_CHECK(x.ndim() == static_cast<int>(input_shape_.size()) + 1, "input {} does not match the model input {}",
            shape_str(x.shape()), shape_str(input_shape_));
   for (size_t d = 0; d < input_shape_.size(); ++d)
-    QT_CHECK(x.shape()[d + 1] == input_shape_[d], "input {} does not match the model input {}",
-             shape_str(x.shape()), shape_str(input_shape_));
-  QT_CHECK(x.device() == device_ && x.dtype() == dtype_, "input on {} {} but the net is on {} {}",
-           x.device().str(), dtype_name(x.dtype()), device_.str(), dtype_name(dtype_));
+    QT_CHECK(x.shape()[d + 1] == input_shape_[d], "input {} does not match the model input {}", shape_str(x.shape()),
+             shape_str(input_shape_));
+  QT_CHECK(x.device() == device_ && x.dtype() == dtype_, "input on {} {} but the net is on {} {}", x.device().str(),
+           dtype_name(x.dtype()), device_.str(), dtype_name(dtype_));
   batch_ = x.dim(0);
   ensure_batch_capacity(batch_);
   input_ = x;
@@ -274,9 +277,9 @@ const Tensor& Net::forward(Context& ctx, const Tensor& x, bool training,
 
 const Tensor& Net::forward_sequence(Context& ctx, const Tensor& x, const Tensor& lengths, bool training) {
   QT_CHECK(x.ndim() >= 2, "a sequence batch must be (batch, time, frame...), got {}", shape_str(x.shape()));
-  QT_CHECK(lengths.defined() && lengths.dtype() == DType::i32 && lengths.device().is_cpu() &&
-               lengths.numel() == x.dim(0),
-           "a sequence batch of {} needs {} i32 lengths on the CPU", shape_str(x.shape()), x.dim(0));
+  QT_CHECK(
+      lengths.defined() && lengths.dtype() == DType::i32 && lengths.device().is_cpu() && lengths.numel() == x.dim(0),
+      "a sequence batch of {} needs {} i32 lengths on the CPU", shape_str(x.shape()), x.dim(0));
   sequence_batch_ = x.dim(0);
   sequence_frames_ = x.dim(1);
   Shape rows{sequence_batch_ * sequence_frames_};
@@ -310,16 +313,19 @@ void Net::backward(Context& ctx, const std::function<void(int)>& on_layer_done) 
       const int k = in[s];
       const bool is_input = k == kNetInput;
       xs_[s] = is_input ? input_ : acts_[static_cast<size_t>(k)].narrow_rows(batch_);
-      if (is_input && !want_input) dxs_[s] = Tensor();  // the net input needs no gradient
-      else if (accumulate_[u][s]) dxs_[s] = scratch_[s].view(0, xs_[s].shape());
-      else dxs_[s] = is_input ? dinput_.narrow_rows(batch_) : dacts_[static_cast<size_t>(k)].narrow_rows(batch_);
+      if (is_input && !want_input)
+        dxs_[s] = Tensor();  // the net input needs no gradient
+      else if (accumulate_[u][s])
+        dxs_[s] = scratch_[s].view(0, xs_[s].shape());
+      else
+        dxs_[s] = is_input ? dinput_.narrow_rows(batch_) : dacts_[static_cast<size_t>(k)].narrow_rows(batch_);
     }
     layers_[u]->backward_inputs(ctx, std::span<const Tensor>(xs_.data(), in.size()), acts_[u].narrow_rows(batch_),
                                 dacts_[u].narrow_rows(batch_), std::span<Tensor>(dxs_.data(), in.size()));
     for (size_t s = 0; s < in.size(); ++s) {
       if (!accumulate_[u][s] || !dxs_[s].defined()) continue;
-      Tensor sum = in[s] == kNetInput ? dinput_.narrow_rows(batch_)
-                                      : dacts_[static_cast<size_t>(in[s])].narrow_rows(batch_);
+      Tensor sum =
+          in[s] == kNetInput ? dinput_.narrow_rows(batch_) : dacts_[static_cast<size_t>(in[s])].narrow_rows(batch_);
       const Tensor operands[] = {sum, dxs_[s]};
       gradient_sums_[static_cast<size_t>(in[s] + 1)]->forward_inputs(ctx, operands, sum, false);
     }
@@ -340,7 +346,9 @@ std::string Net::summary() const {
     std::string from;
     const std::vector<int>& in = inputs_[i];
     if (in.size() != 1 || in[0] != static_cast<int>(i) - 1)
-      for (int k : in) from += (from.empty() ? "  <- " : ", ") + (k == kNetInput ? std::string("input") : layers_[static_cast<size_t>(k)]->name());
+      for (int k : in)
+        from += (from.empty() ? "  <- " : ", ") +
+                (k == kNetInput ? std::string("input") : layers_[static_cast<size_t>(k)]->name());
     s += fmt::format("{:<{}} {:<22} {:<18} {:>12}{}\n", layers_[i]->name(), width, layers_[i]->type(),
                      shape_str(shapes_[i]), n, from);
   }

@@ -24,7 +24,7 @@ struct ParamEntry {
   std::string layer_name;  // "dense1"
   std::string layer_type;  // "dense"
   int layer_index = 0;
-  int64_t offset = 0;      // in elements, 64-byte aligned
+  int64_t offset = 0;  // in elements, 64-byte aligned
   int64_t numel = 0;
   Shape shape;
 };
@@ -42,8 +42,8 @@ class Net {
  public:
   // `before_allocation`, if given, sees the sizes before the arenas are allocated, and may throw
   // (the trainer's start-up memory check, framework/core/memory_budget.h).
-  Net(const ModelConfig& config, DType dtype, Device device, const LayerRegistry& layers,
-      const LossRegistry& losses, const std::function<void(const NetSizes&)>& before_allocation = {});
+  Net(const ModelConfig& config, DType dtype, Device device, const LayerRegistry& layers, const LossRegistry& losses,
+      const std::function<void(const NetSizes&)>& before_allocation = {});
 
   // Deterministic initialization from `seed` (identical on every rank and device).
   void init_parameters(uint64_t seed);
@@ -103,14 +103,14 @@ class Net {
   std::vector<ParamEntry> entries_;
   std::vector<ParamSpec> specs_;  // parallel to entries_
   Tensor params_, grads_;
-  int64_t capacity_ = 0;          // batch size the activation buffers hold
-  std::vector<Tensor> acts_;      // acts_[i]: output of layer i, (capacity, shape_i)
-  std::vector<Tensor> dacts_;     // gradient w.r.t. acts_[i]
+  int64_t capacity_ = 0;                  // batch size the activation buffers hold
+  std::vector<Tensor> acts_;              // acts_[i]: output of layer i, (capacity, shape_i)
+  std::vector<Tensor> dacts_;             // gradient w.r.t. acts_[i]
   std::vector<std::vector<int>> inputs_;  // inputs_[i]: the nodes layer i reads
   // accumulate_[i][s]: in backward, layer i's gradient for input s is added to what a later layer
   // already wrote there (through scratch_[s]) instead of being written directly.
   std::vector<std::vector<bool>> accumulate_;
-  std::vector<Tensor> scratch_;   // one per input slot, each as large as the largest activation
+  std::vector<Tensor> scratch_;  // one per input slot, each as large as the largest activation
   // gradient_sums_[k + 1]: the `add` layer that sums node k's gradients (null where none are summed).
   std::vector<std::unique_ptr<Layer>> gradient_sums_;
   std::vector<Tensor> xs_, dxs_;  // per-call input lists, reused across calls
@@ -118,10 +118,10 @@ class Net {
   std::vector<ParamSpec> buffer_specs_;  // parallel to buffer_entries_
   Tensor buffers_;
   bool input_gradient_enabled_ = false;
-  Tensor dinput_;                 // (capacity, input...) when enabled
-  Tensor input_gradient_;         // the last backward's rows of dinput_
-  Tensor input_;                  // the last forward's input (a reference, not a copy)
-  Tensor logits_;                 // view of the last forward's logits
+  Tensor dinput_;          // (capacity, input...) when enabled
+  Tensor input_gradient_;  // the last backward's rows of dinput_
+  Tensor input_;           // the last forward's input (a reference, not a copy)
+  Tensor logits_;          // view of the last forward's logits
   int64_t batch_ = 0;
   int64_t sequence_batch_ = 0, sequence_frames_ = 0;  // B and T of the last forward_sequence
 };

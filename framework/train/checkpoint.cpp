@@ -68,9 +68,10 @@ TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* o
   for (const std::string& name : f.names()) {
     const bool optimizer_state = name.rfind("optimizer/", 0) == 0;
     if (read.count(name) == 0 && !(optimizer_state && optimizer == nullptr))
-      input_error("{}: the checkpoint holds tensor '{}', which this {} does not have; it was written by another "
-                  "model or configuration",
-                  path, name, optimizer_state ? "optimizer configuration" : "model");
+      input_error(
+          "{}: the checkpoint holds tensor '{}', which this {} does not have; it was written by another "
+          "model or configuration",
+          path, name, optimizer_state ? "optimizer configuration" : "model");
   }
   TrainingPosition p;
   p.step = parse_count(f, path, "step");

@@ -39,8 +39,10 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
       at = end + 1;
       const size_t comma = line.find(',');
       const long long step = comma == std::string::npos ? -1 : std::atoll(line.c_str() + comma + 1);
-      if (step >= 0 && step <= keep_through_step) kept += line + "\n";
-      else rewrite = true;
+      if (step >= 0 && step <= keep_through_step)
+        kept += line + "\n";
+      else
+        rewrite = true;
     }
     if (rewrite) write_file_atomically(path, kept);
   }
@@ -49,11 +51,12 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
 
 // One row per call, written whole or not at all (append_to_file): a full disk loses no earlier row.
 void MetricsWriter::append(const MetricsRow& r) {
-  std::string row = fmt::format("{},{},{:.3f},{:.6g},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f}", r.epoch, r.step, r.wall_time_s, r.lr,
-                      r.train_loss, r.train_accuracy, r.test_loss, r.test_accuracy, r.samples_per_s);
+  std::string row =
+      fmt::format("{},{},{:.3f},{:.6g},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f}", r.epoch, r.step, r.wall_time_s, r.lr,
+                  r.train_loss, r.train_accuracy, r.test_loss, r.test_accuracy, r.samples_per_s);
   for (int p = 0; p < PhaseTimers::kCount; ++p) row += fmt::format(",{:.4f}", r.phases.seconds(static_cast<Phase>(p)));
   row += fmt::format(",{:.0f},{:.0f},{:.4f},{:.4f},{:.6f}", r.bytes_sent, r.bytes_sent_per_step, r.hidden_comm_s,
-                      r.exposed_comm_s, r.fraction_quantized);
+                     r.exposed_comm_s, r.fraction_quantized);
   auto optional = [](double v) { return std::isnan(v) ? std::string() : fmt::format("{:.6f}", v); };
   row += fmt::format(",{},{}\n", optional(r.test_cer), optional(r.test_wer));  // fmt: GCC 12's false -Wrestrict on +
   append_to_file(path_, row);

@@ -20,11 +20,11 @@ struct MetricsRow {
   double train_loss = 0, train_accuracy = 0;
   double test_loss = 0, test_accuracy = 0;
   double samples_per_s = 0;
-  PhaseTimers phases;  // seconds spent in each phase since the previous row
+  PhaseTimers phases;     // seconds spent in each phase since the previous row
   double bytes_sent = 0;  // gradient bytes this rank sent since the previous row
   double bytes_sent_per_step = 0;
-  double hidden_comm_s = 0;   // exchange time overlapped with backward (not waited for)
-  double exposed_comm_s = 0;  // time the training loop waited for the exchange after backward
+  double hidden_comm_s = 0;       // exchange time overlapped with backward (not waited for)
+  double exposed_comm_s = 0;      // time the training loop waited for the exchange after backward
   double fraction_quantized = 0;  // of all gradient values, those not sent as fp32
   // Sequence tasks (CTC): character and word error rates on the test set; NaN (an empty cell) for
   // classification and for rows without an evaluation.

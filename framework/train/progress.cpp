@@ -9,10 +9,14 @@
 namespace qtrain {
 
 Progress::Progress(const std::string& mode, int64_t lines_every_steps) : every_(lines_every_steps) {
-  if (mode == "bar") mode_ = Mode::bar;
-  else if (mode == "lines") mode_ = Mode::lines;
-  else if (mode == "none") mode_ = Mode::none;
-  else mode_ = ::isatty(STDERR_FILENO) ? Mode::bar : Mode::lines;
+  if (mode == "bar")
+    mode_ = Mode::bar;
+  else if (mode == "lines")
+    mode_ = Mode::lines;
+  else if (mode == "none")
+    mode_ = Mode::none;
+  else
+    mode_ = ::isatty(STDERR_FILENO) ? Mode::bar : Mode::lines;
 }
 
 void Progress::update(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, int64_t step, double loss,
@@ -22,8 +26,9 @@ void Progress::update(int64_t epoch, int64_t epochs, int64_t batch, int64_t batc
                                         samples_per_s, 100 * comm_share);
   if (mode_ == Mode::lines) {
     if (step % every_ == 0 || batch == batches)
-      std::fprintf(stderr, "%s\n",
-                   fmt::format("epoch {}/{} batch {}/{} step {} {}", epoch + 1, epochs, batch, batches, step, stats).c_str());
+      std::fprintf(
+          stderr, "%s\n",
+          fmt::format("epoch {}/{} batch {}/{} step {} {}", epoch + 1, epochs, batch, batches, step, stats).c_str());
     return;
   }
   const auto now = std::chrono::steady_clock::now();

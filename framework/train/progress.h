@@ -12,8 +12,8 @@ class Progress {
   // mode "auto" picks bar when stderr is a terminal.
   Progress(const std::string& mode, int64_t lines_every_steps);
   // Called after each step.
-  void update(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, int64_t step, double loss,
-              double accuracy, double samples_per_s, double comm_share);
+  void update(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, int64_t step, double loss, double accuracy,
+              double samples_per_s, double comm_share);
   // Ends the current bar line (before a log line is printed).
   void clear();
   Mode mode() const { return mode_; }

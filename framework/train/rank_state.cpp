@@ -58,10 +58,11 @@ SafetensorsFile open_rank_state(const std::string& run_dir, int rank, int64_t st
     input_error("{}: not a qtrain rank state file (format '{}', expected '{}')", path, f.metadata_value("format"),
                 kFormat);
   if (f.metadata_value("rank") != std::to_string(rank) || f.metadata_value("step") != std::to_string(step))
-    input_error("{}: holds the error-feedback state of rank {} at step {}, but rank {} resumes the checkpoint of "
-                "step {}: the files do not belong together (a run interrupted while a version of qtrain before "
-                "the two-phase checkpoint wrote them, or files copied between runs), so it cannot continue exactly",
-                path, f.metadata_value("rank"), f.metadata_value("step"), rank, step);
+    input_error(
+        "{}: holds the error-feedback state of rank {} at step {}, but rank {} resumes the checkpoint of "
+        "step {}: the files do not belong together (a run interrupted while a version of qtrain before "
+        "the two-phase checkpoint wrote them, or files copied between runs), so it cannot continue exactly",
+        path, f.metadata_value("rank"), f.metadata_value("step"), rank, step);
   return f;
 }
 

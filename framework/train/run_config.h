@@ -17,17 +17,17 @@ namespace qtrain {
 
 struct TrainConfig {
   int64_t epochs = 1;
-  int64_t max_steps = 0;           // stop after this many optimizer steps in total (0 = no limit)
-  int64_t log_every_steps = 100;   // plain-text progress lines when stderr is not a terminal
-  int threads = 0;                 // CPU threads for BLAS (0 = all cores)
+  int64_t max_steps = 0;          // stop after this many optimizer steps in total (0 = no limit)
+  int64_t log_every_steps = 100;  // plain-text progress lines when stderr is not a terminal
+  int threads = 0;                // CPU threads for BLAS (0 = all cores)
   bool eval_every_epoch = true;
 };
 
 struct OutputConfig {
-  std::string dir;                  // run directory (default runs/<name>)
+  std::string dir;  // run directory (default runs/<name>)
   int64_t checkpoint_every_epochs = 1;
   int64_t checkpoint_every_steps = 0;  // 0 = only at epoch ends and at the end
-  std::string progress = "auto";    // auto | bar | lines | none
+  std::string progress = "auto";       // auto | bar | lines | none
 };
 
 struct RunConfig {
@@ -39,10 +39,10 @@ struct RunConfig {
   ConfigNode optimizer;  // parsed by make_optimizer / make_schedule
   TrainConfig train;
   OutputConfig output;
-  QuantizationConfig quantization;     // fp32 everywhere when the section is absent
+  QuantizationConfig quantization;  // fp32 everywhere when the section is absent
   CommunicationConfig communication;
-  YAML::Node resolved;   // the config after --set overrides, written to config.resolved.yaml
-  std::string file;      // where it came from
+  YAML::Node resolved;  // the config after --set overrides, written to config.resolved.yaml
+  std::string file;     // where it came from
 };
 
 // Loads `file`, applies `overrides` ("a.b=value"), and validates every section except the layer

@@ -152,8 +152,8 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   // with its sizes instead of being killed by the OOM killer).
   auto check_memory = [&](const NetSizes& sizes) {
     const int64_t batch = std::max(config_.data.batch_size, config_.data.eval_batch_size);
-    const MemoryFootprint f = training_footprint(sizes, config_.model.input, batch,
-                                                 fmt::format("{} state", optimizer_->type()), optimizer_->state_arrays());
+    const MemoryFootprint f = training_footprint(
+        sizes, config_.model.input, batch, fmt::format("{} state", optimizer_->type()), optimizer_->state_arrays());
     // Ranks on one host share its memory; on GPUs each rank has its own.
     const int processes = device_.is_cuda() ? 1 : options_.local_size;
     check_memory_fits(f, available_memory(device_), processes, device_, config_.file);
@@ -201,9 +201,10 @@ void Trainer::open_data() {
   for (int i = 0; i < net_->num_layers(); ++i) {
     const Layer& layer = net_->layer(i);
     if (layer.needs_sequence_batches() && !train_set_->is_sequence())
-      input_error("{}: layer '{}' ({}) runs on sequences, but dataset {} holds fixed-size samples; it needs a "
-                  "sequence dataset (an4) and a sequence loss (ctc)",
-                  config_.file, layer.name(), layer.type(), config_.data.dataset);
+      input_error(
+          "{}: layer '{}' ({}) runs on sequences, but dataset {} holds fixed-size samples; it needs a "
+          "sequence dataset (an4) and a sequence loss (ctc)",
+          config_.file, layer.name(), layer.type(), config_.data.dataset);
   }
   net_->loss_function().set_vocabulary(train_set_->vocabulary());
   if (net_->output_shape()[0] != train_set_->num_classes())
@@ -248,9 +249,10 @@ void Trainer::build_exchange() {
     bool used = false;
     for (const ParamEntry& e : net_->param_entries()) used = used || o.matches(e.layer_name, e.layer_type);
     if (!used)
-      input_error("{}: quantization.overrides.{} (match name '{}', type '{}') matches no layer with parameters in "
-                  "this model",
-                  o.where, i, o.name_pattern, o.type_pattern);
+      input_error(
+          "{}: quantization.overrides.{} (match name '{}', type '{}') matches no layer with parameters in "
+          "this model",
+          o.where, i, o.name_pattern, o.type_pattern);
   }
   exchange_ = std::make_unique<GradientExchange>(*comm_, device_, config_.seed, config_.communication,
                                                  config_.quantization, std::move(tensors));
@@ -288,14 +290,16 @@ void Trainer::resume(int64_t steps_per_epoch) {
     input_error("--resume {}: no checkpoint.safetensors in that run directory", options_.resume_dir);
   start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get());
   if (start_.world_size > 0 && start_.world_size != comm_->size())
-    input_error("{}: the checkpoint was written by {} rank(s) but this run has {}; resume with {} (its position in "
-                "the epoch and the per-rank error-feedback state belong to that many)",
-                checkpoint_path_, start_.world_size, comm_->size(), start_.world_size);
+    input_error(
+        "{}: the checkpoint was written by {} rank(s) but this run has {}; resume with {} (its position in "
+        "the epoch and the per-rank error-feedback state belong to that many)",
+        checkpoint_path_, start_.world_size, comm_->size(), start_.world_size);
   check_resume_config();
   if (start_.batch_in_epoch > steps_per_epoch)
-    input_error("{}: the checkpoint stopped after batch {} of epoch {}, but an epoch now has {} batches; resume "
-                "with the data.batch_size, dataset and number of ranks it was written with",
-                checkpoint_path_, start_.batch_in_epoch, start_.epoch + 1, steps_per_epoch);
+    input_error(
+        "{}: the checkpoint stopped after batch {} of epoch {}, but an epoch now has {} batches; resume "
+        "with the data.batch_size, dataset and number of ranks it was written with",
+        checkpoint_path_, start_.batch_in_epoch, start_.epoch + 1, steps_per_epoch);
   load_rank_state();
 }
 
@@ -326,14 +330,16 @@ void Trainer::check_resume_config() {
       {"seed", {scalar_or(stored["seed"], std::to_string(RunConfig{}.seed)), std::to_string(config_.seed)}},
       {"data.dataset", {scalar_or(data["dataset"], DataConfig{}.dataset), config_.data.dataset}},
       {"data.batch_size",
-       {scalar_or(data["batch_size"], std::to_string(DataConfig{}.batch_size)), std::to_string(config_.data.batch_size)}},
+       {scalar_or(data["batch_size"], std::to_string(DataConfig{}.batch_size)),
+        std::to_string(config_.data.batch_size)}},
       {"model", {flow(stored["model"]), flow(config_.resolved["model"])}},
   };
   for (const auto& [key, values] : keys)
     if (values.first != values.second)
-      input_error("--resume {}: the checkpoint was written with {} {}, this run has {}; a resume continues exactly "
-                  "only with the same {} (--set it back, or start a new run)",
-                  options_.resume_dir, key, values.first, values.second, key);
+      input_error(
+          "--resume {}: the checkpoint was written with {} {}, this run has {}; a resume continues exactly "
+          "only with the same {} (--set it back, or start a new run)",
+          options_.resume_dir, key, values.first, values.second, key);
 }
 
 void Trainer::load_rank_state() {
@@ -344,10 +350,11 @@ void Trainer::load_rank_state() {
     for (auto& [name, t] : state) f.read_into(name, t);
   } catch (const InputError& e) {
     // The residuals' names and shapes follow the stripes and pieces of reduce-scatter + allgather.
-    input_error("{} (error-feedback residuals depend on the quantization, communication.algorithm, "
-                "communication.piece_mb and communication.hierarchy: resume with the settings the checkpoint was "
-                "written with)",
-                e.what());
+    input_error(
+        "{} (error-feedback residuals depend on the quantization, communication.algorithm, "
+        "communication.piece_mb and communication.hierarchy: resume with the settings the checkpoint was "
+        "written with)",
+        e.what());
   }
 }
 
@@ -358,9 +365,10 @@ void Trainer::check_same_config() {
   const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(resolved_yaml_.data(), resolved_yaml_.size()));
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r] != all[0])
-      input_error("rank {} was started with a different config than rank 0 (resolved-config hashes {:016x} vs {:016x}); "
-                  "every rank must get the same config file and --set options",
-                  r, all[r], all[0]);
+      input_error(
+          "rank {} was started with a different config than rank 0 (resolved-config hashes {:016x} vs {:016x}); "
+          "every rank must get the same config file and --set options",
+          r, all[r], all[0]);
 }
 
 // Buffers (batch norm's running statistics) are computed by each rank on its own shard, so replicas'
@@ -416,9 +424,10 @@ void Trainer::check_replicas(int64_t step) {
   const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(host.raw(), host.nbytes()));
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r] != all[0])
-      throw Error(fmt::format("replica check at step {}: the parameters of rank {} differ from rank 0's "
-                              "(checksums {:016x} vs {:016x})",
-                              step, r, all[r], all[0]));
+      throw Error(
+          fmt::format("replica check at step {}: the parameters of rank {} differ from rank 0's "
+                      "(checksums {:016x} vs {:016x})",
+                      step, r, all[r], all[0]));
 }
 
 Trainer::~Trainer() = default;
@@ -428,7 +437,8 @@ void Trainer::log_info(const std::string& line) {
 }
 
 void Trainer::write_checkpoint(const TrainingPosition& position) {
-  const WatchActivity activity(fmt::format("checkpoint at step {} (rank 0 writes while the others wait)", position.step));
+  const WatchActivity activity(
+      fmt::format("checkpoint at step {} (rank 0 writes while the others wait)", position.step));
   sync_buffers();  // in place, so a resumed run continues from the same buffers as one that never stopped
   ctx_->synchronize();
   // Parameters and optimizer state are identical on every rank: rank 0 writes them. Error-feedback
@@ -498,9 +508,10 @@ TrainSummary Trainer::run() {
   if (pos.step == start_.step && start_.step > 0) {
     // A resume of a run that had already reached its last step or epoch: nothing to train, but the
     // summary must still report the checkpoint's accuracy, which only an evaluation gives.
-    log_info(fmt::format("nothing left to train: the checkpoint is at step {} (train.epochs {}, train.max_steps {}); "
-                         "evaluating it",
-                         pos.step, tc.epochs, tc.max_steps));
+    log_info(
+        fmt::format("nothing left to train: the checkpoint is at step {} (train.epochs {}, train.max_steps {}); "
+                    "evaluating it",
+                    pos.step, tc.epochs, tc.max_steps));
     sync_buffers();
     summary.test = evaluate(*net_, *ctx_, *test_loader_);
   }
@@ -515,14 +526,14 @@ TrainSummary Trainer::run() {
 // user sees how a job was placed ("topology: 2 nodes x 2 ranks; node7: rank 0 (local 0, cuda:0), ...").
 void Trainer::log_topology() {
   if (comm_->size() == 1) return;
-  const std::string mine = fmt::format("{}\t{}\t{}", options_.host.empty() ? "?" : options_.host,
-                                       options_.local_rank, device_.str());
+  const std::string mine =
+      fmt::format("{}\t{}\t{}", options_.host.empty() ? "?" : options_.host, options_.local_rank, device_.str());
   std::vector<uint8_t> all;
   std::vector<size_t> sizes, offsets;
   comm_->all_gather_bytes(*ctx_, {reinterpret_cast<const uint8_t*>(mine.data()), mine.size()}, all, sizes, offsets);
   if (options_.rank != 0) return;
-  std::vector<std::string> hosts;                     // in order of first appearance
-  std::vector<std::vector<std::string>> ranks_of;     // per host: "rank 0 (local 0, cpu)"
+  std::vector<std::string> hosts;                  // in order of first appearance
+  std::vector<std::vector<std::string>> ranks_of;  // per host: "rank 0 (local 0, cpu)"
   for (size_t r = 0; r < sizes.size(); ++r) {
     const std::string entry(reinterpret_cast<const char*>(all.data() + offsets[r]), sizes[r]);
     const size_t a = entry.find('\t'), b = entry.find('\t', a + 1);
@@ -533,7 +544,8 @@ void Trainer::log_topology() {
       hosts.push_back(host);
       ranks_of.emplace_back();
     }
-    ranks_of[h].push_back(fmt::format("rank {} (local {}, {})", r, entry.substr(a + 1, b - a - 1), entry.substr(b + 1)));
+    ranks_of[h].push_back(
+        fmt::format("rank {} (local {}, {})", r, entry.substr(a + 1, b - a - 1), entry.substr(b + 1)));
   }
   size_t most = 0, fewest = SIZE_MAX;
   for (const auto& r : ranks_of) most = std::max(most, r.size()), fewest = std::min(fewest, r.size());
@@ -553,10 +565,11 @@ void Trainer::log_start(int64_t steps_per_epoch) {
     log_info("model:\n" + summary);
   }
   log_topology();
-  log_info(fmt::format("data parallel: {} rank(s) over {}, {:.2f}% of gradient values quantized, {} bucket(s), "
-                       "overlap {}",
-                       comm_->size(), comm_->name(), 100 * exchange_->fraction_quantized(), exchange_->num_buckets(),
-                       config_.communication.overlap ? "on" : "off"));
+  log_info(
+      fmt::format("data parallel: {} rank(s) over {}, {:.2f}% of gradient values quantized, {} bucket(s), "
+                  "overlap {}",
+                  comm_->size(), comm_->name(), 100 * exchange_->fraction_quantized(), exchange_->num_buckets(),
+                  config_.communication.overlap ? "on" : "off"));
   if (options_.rank == 0) {
     std::string plan = exchange_->describe();
     if (!plan.empty() && plan.back() == '\n') plan.pop_back();
@@ -611,8 +624,8 @@ void Trainer::train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally
 
 // The end of an epoch (or of a run stopped within one): its metrics row with the exchange's
 // statistics, the evaluation when due, the log lines, and the checkpoint when due.
-void Trainer::end_epoch(int64_t epoch, bool stop, const EpochTally& tally, TrainingPosition& pos,
-                        TrainSummary& summary, MetricsWriter* metrics, std::chrono::steady_clock::time_point t_start) {
+void Trainer::end_epoch(int64_t epoch, bool stop, const EpochTally& tally, TrainingPosition& pos, TrainSummary& summary,
+                        MetricsWriter* metrics, std::chrono::steady_clock::time_point t_start) {
   const TrainConfig& tc = config_.train;
   const bool epoch_done = pos.batch_in_epoch >= train_loader_->batches_per_epoch();
   const double epoch_time = seconds_since(tally.start);
@@ -667,9 +680,9 @@ void Trainer::log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, c
                        timers.seconds(Phase::optimizer), timers.seconds(Phase::encode),
                        timers.seconds(Phase::communicate), timers.seconds(Phase::decode), row.hidden_comm_s,
                        row.exposed_comm_s, row.bytes_sent_per_step / 1e6) +
-           (std::isnan(row.test_cer) ? std::string()
-                                     : fmt::format(" | test CER {:.2f}% WER {:.2f}%", 100 * row.test_cer,
-                                                   100 * row.test_wer)));
+           (std::isnan(row.test_cer)
+                ? std::string()
+                : fmt::format(" | test CER {:.2f}% WER {:.2f}%", 100 * row.test_cer, 100 * row.test_wer)));
   if (options_.rank == 0 && ex.steps > 0 && comm_->size() > 1) {
     std::string per_layer = "bytes sent per step by tensor:";
     for (size_t t = 0; t < exchange_->tensors().size(); ++t)

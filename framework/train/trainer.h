@@ -32,9 +32,9 @@ struct TrainOptions {
   std::string resume_dir;  // continue the run in this directory from its checkpoint
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;      // GPU index on this host
-  int local_size = 1;      // ranks on this host (they share its memory)
-  std::string host;        // this rank's host (node) name, for the topology line of the log
+  int local_rank = 0;                // GPU index on this host
+  int local_size = 1;                // ranks on this host (they share its memory)
+  std::string host;                  // this rank's host (node) name, for the topology line of the log
   int64_t check_replicas_every = 0;  // verify bit-identical parameters on every rank every N steps
 };
 

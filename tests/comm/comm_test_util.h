@@ -17,9 +17,7 @@ inline float f32_value(int rank, size_t i) {
   const float sign = i % 3 == 0 ? -1.0f : 1.0f;
   return sign * k * std::ldexp(1.0f, static_cast<int>(i % 5) - 2) * static_cast<float>(rank + 1);
 }
-inline float f32_sum(int world, size_t i) {
-  return f32_value(0, i) * static_cast<float>(world * (world + 1) / 2);
-}
+inline float f32_sum(int world, size_t i) { return f32_value(0, i) * static_cast<float>(world * (world + 1) / 2); }
 
 // fp64: a large power of two plus a tiny one per rank: every partial sum spans under 46 bits, exact
 // in double (53) for any order and up to 64 ranks.
@@ -33,9 +31,7 @@ inline double f64_sum(int world, size_t i) {
 
 // 16-bit sums of quarters: (i % 9 - 4 + r) / 4. Every partial sum is a multiple of 1/4 below 64 in
 // magnitude: at most 8 significant bits, exact in fp16 (11) and bf16 (8).
-inline float small_value(int rank, size_t i) {
-  return static_cast<float>(static_cast<int>(i % 9) - 4 + rank) * 0.25f;
-}
+inline float small_value(int rank, size_t i) { return static_cast<float>(static_cast<int>(i % 9) - 4 + rank) * 0.25f; }
 inline float small_sum(int world, size_t i) {
   return (static_cast<float>((static_cast<int>(i % 9) - 4) * world) + static_cast<float>(world * (world - 1) / 2)) *
          0.25f;

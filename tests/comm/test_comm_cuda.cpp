@@ -71,7 +71,9 @@ void check_collectives(Communicator& comm, Context& ctx, Device where) {
     for (size_t i = 0; i < n; ++i) {
       const RoundingCase& c = cases[i % cases.size()];
       h[i] = i % 2 ? (bf16 ? float_to_bf16(small_value(r, i)) : float_to_half(small_value(r, i)))
-                   : (r == 0 ? c.a : r == 1 ? c.b : uint16_t{0});
+                   : (r == 0   ? c.a
+                      : r == 1 ? c.b
+                               : uint16_t{0});
     }
     Tensor dh = place(h, where);
     comm.all_reduce_sum(ctx, dh.raw(), static_cast<int64_t>(n), bf16 ? ReduceType::bf16 : ReduceType::f16);
@@ -159,9 +161,9 @@ TEST_CASE("MpiComm stages GPU buffers through pinned host memory", "[cuda][mpi]"
   // GPU memory needs a context on its GPU (the stream orders the staging copies).
   Tensor on_gpu = Tensor::zeros({16}, DType::f32, my_gpu());
   Context cpu = Context::cpu(1);
-  CHECK_THROWS_WITH(comm.all_reduce_sum(cpu, on_gpu.raw(), 16, ReduceType::f32),
-                    Contains("all_reduce_sum: data is in " + my_gpu().str() + " memory; pass a context on " +
-                             my_gpu().str()));
+  CHECK_THROWS_WITH(
+      comm.all_reduce_sum(cpu, on_gpu.raw(), 16, ReduceType::f32),
+      Contains("all_reduce_sum: data is in " + my_gpu().str() + " memory; pass a context on " + my_gpu().str()));
 }
 
 TEST_CASE("LocalComm copies GPU bytes on the context's stream", "[cuda]") {

@@ -127,7 +127,8 @@ TEST_CASE("all_reduce_sum of f16 and bf16 adds in fp32 and rounds to nearest eve
   }
 }
 
-TEST_CASE("reduce_scatter_sum leaves rank r the exact sum of block r, blocks of unequal and zero sizes", "[mpi][ring]") {
+TEST_CASE("reduce_scatter_sum leaves rank r the exact sum of block r, blocks of unequal and zero sizes",
+          "[mpi][ring]") {
   using namespace qtrain::quant_detail;
   MpiComm comm;
   // Segments of the default size, 64 bytes and 7 bytes (one element or less per message).
@@ -163,9 +164,9 @@ TEST_CASE("reduce_scatter_sum leaves rank r the exact sum of block r, blocks of 
   for (int64_t i = 0; i < total; ++i) y[static_cast<size_t>(i)] = f32_value(r, static_cast<size_t>(i));
   comm.Communicator::reduce_scatter_sum(ctx, y.data(), counts, ReduceType::f32);
   CHECK(std::equal(x.begin() + before, x.begin() + before + mine, y.begin() + before));
-  CHECK_THROWS_WITH(comm.reduce_scatter_sum(ctx, x.data(), std::vector<int64_t>(static_cast<size_t>(p) + 1, 1),
-                                            ReduceType::f32),
-                    Contains("counts for"));
+  CHECK_THROWS_WITH(
+      comm.reduce_scatter_sum(ctx, x.data(), std::vector<int64_t>(static_cast<size_t>(p) + 1, 1), ReduceType::f32),
+      Contains("counts for"));
 }
 
 TEST_CASE("the ring allreduce is exact on crafted values for every segment size", "[mpi][ring]") {
@@ -394,8 +395,9 @@ TEST_CASE("MpiComm rejects bad arguments on the entry, before any collective", "
   std::vector<size_t> a, b;
   CHECK_THROWS_WITH(comm.all_reduce_sum(ctx, nullptr, 3, ReduceType::f16), Contains("all_reduce_sum: data is null"));
   CHECK_THROWS_WITH(comm.broadcast_bytes(ctx, bytes, comm.size()), Contains("broadcast_bytes: root"));
-  CHECK_THROWS_WITH(comm.all_to_all_bytes(ctx, bytes, std::vector<size_t>(p + 1), std::vector<size_t>(p + 1), recv, a, b),
-                    Contains("all_to_all_bytes: send_sizes has"));
+  CHECK_THROWS_WITH(
+      comm.all_to_all_bytes(ctx, bytes, std::vector<size_t>(p + 1), std::vector<size_t>(p + 1), recv, a, b),
+      Contains("all_to_all_bytes: send_sizes has"));
   CHECK_THROWS_WITH(comm.all_to_all_bytes(ctx, bytes, std::vector<size_t>(p, 1), std::vector<size_t>(p, 8), recv, a, b),
                     Contains("all_to_all_bytes: the block for rank 0"));
   CHECK_THROWS_WITH(comm.all_gather_bytes(ctx, std::span<const uint8_t>(bytes.data(), 4), bytes, a, b),

@@ -49,7 +49,8 @@ void fill(std::vector<float>& g, int r, int k) {
 // The exchange of one world, simulated in one process with the quantizers and the shared conventions.
 class Simulation {
  public:
-  Simulation(int P, const CommunicationConfig& cc, const QuantizationConfig& qc) : P_(P), cc_(cc), ctx_(Context::cpu(kSeed, 1)) {
+  Simulation(int P, const CommunicationConfig& cc, const QuantizationConfig& qc)
+      : P_(P), cc_(cc), ctx_(Context::cpu(kSeed, 1)) {
     const auto ts = layout();
     for (size_t t = 0; t < ts.size(); ++t) {
       Entry e;
@@ -66,16 +67,19 @@ class Simulation {
       e.bounds = GradientExchange::stripe_bounds(e.x.numel, unit, P);
       const int K = GradientExchange::piece_count(e.bounds, unit, static_cast<int64_t>(cc.piece_mb * 1024 * 1024 / 4));
       for (int s = 0; s < P; ++s)
-        e.pieces.push_back(GradientExchange::piece_bounds(e.bounds[static_cast<size_t>(s)], e.bounds[static_cast<size_t>(s) + 1], unit, K));
+        e.pieces.push_back(GradientExchange::piece_bounds(e.bounds[static_cast<size_t>(s)],
+                                                          e.bounds[static_cast<size_t>(s) + 1], unit, K));
       for (int r = 0; r < P; ++r) {
         e.whole.emplace_back(kSeed, r, GradientExchange::state_id(ti, 0, 0));
         // Owner r's states for its pieces; rank r's first-quantization states for stripe s, piece k.
         e.owner.emplace_back();
-        for (int k = 0; k < K; ++k) e.owner.back().emplace_back(kSeed, r, GradientExchange::piece_state_id(ti, true, r, k, P));
+        for (int k = 0; k < K; ++k)
+          e.owner.back().emplace_back(kSeed, r, GradientExchange::piece_state_id(ti, true, r, k, P));
         e.stripes.emplace_back(static_cast<size_t>(P));
         for (int s = 0; s < P; ++s)
           for (int k = 0; k < K; ++k)
-            e.stripes.back()[static_cast<size_t>(s)].emplace_back(kSeed, r, GradientExchange::piece_state_id(ti, false, s, k, P));
+            e.stripes.back()[static_cast<size_t>(s)].emplace_back(kSeed, r,
+                                                                  GradientExchange::piece_state_id(ti, false, s, k, P));
       }
       entries_.push_back(std::move(e));
     }
@@ -102,10 +106,13 @@ class Simulation {
         const int64_t col = GradientExchange::encode_column(e.spec, n, e.x.column);
         for (int r = 0; r < P_; ++r) {
           std::vector<uint8_t> buf(e.q->max_encoded_bytes(n, col));
-          const size_t len = e.q->encode(ctx_, {grads[static_cast<size_t>(r)].data() + e.x.offset, static_cast<size_t>(n)},
-                                         col, e.whole[static_cast<size_t>(r)], buf);
-          if (r == 0) e.q->decode(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
-          else e.q->decode_add(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
+          const size_t len =
+              e.q->encode(ctx_, {grads[static_cast<size_t>(r)].data() + e.x.offset, static_cast<size_t>(n)}, col,
+                          e.whole[static_cast<size_t>(r)], buf);
+          if (r == 0)
+            e.q->decode(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
+          else
+            e.q->decode_add(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
         }
         finish(e, dst, n, scale);
       } else if (e.algorithm == ReduceAlgorithm::allreduce_compact) {
@@ -114,10 +121,13 @@ class Simulation {
         // the randomk test).
         for (int r = 0; r < P_; ++r) {
           std::vector<uint8_t> buf(e.q->max_encoded_bytes(n, 1));
-          const size_t len = e.q->encode(ctx_, {grads[static_cast<size_t>(r)].data() + e.x.offset, static_cast<size_t>(n)},
-                                         1, e.whole[static_cast<size_t>(r)], buf);
-          if (r == 0) e.q->decode(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
-          else e.q->decode_add(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
+          const size_t len =
+              e.q->encode(ctx_, {grads[static_cast<size_t>(r)].data() + e.x.offset, static_cast<size_t>(n)}, 1,
+                          e.whole[static_cast<size_t>(r)], buf);
+          if (r == 0)
+            e.q->decode(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
+          else
+            e.q->decode_add(ctx_, {buf.data(), len}, n, {dst, static_cast<size_t>(n)});
         }
         finish(e, dst, n, scale);
       } else {
@@ -131,10 +141,13 @@ class Simulation {
             std::vector<float> acc(static_cast<size_t>(len));
             for (int r = 0; r < P_; ++r) {
               std::vector<uint8_t> buf(e.q->max_encoded_bytes(len, col));
-              const size_t bytes = e.q->encode(ctx_, {grads[static_cast<size_t>(r)].data() + e.x.offset + b, static_cast<size_t>(len)},
-                                               col, e.stripes[static_cast<size_t>(r)][static_cast<size_t>(s)][k], buf);
-              if (r == 0) e.q->decode(ctx_, {buf.data(), bytes}, len, acc);
-              else e.q->decode_add(ctx_, {buf.data(), bytes}, len, acc);
+              const size_t bytes =
+                  e.q->encode(ctx_, {grads[static_cast<size_t>(r)].data() + e.x.offset + b, static_cast<size_t>(len)},
+                              col, e.stripes[static_cast<size_t>(r)][static_cast<size_t>(s)][k], buf);
+              if (r == 0)
+                e.q->decode(ctx_, {buf.data(), bytes}, len, acc);
+              else
+                e.q->decode_add(ctx_, {buf.data(), bytes}, len, acc);
             }
             finish(e, acc.data(), len, scale);
             std::vector<uint8_t> buf(e.owner_q->max_encoded_bytes(len, col));
@@ -149,7 +162,8 @@ class Simulation {
 
   // Whether tensor t's values are compared with a tolerance (MPI's sums: fp32 and randomk's bodies).
   bool summed_by_mpi(size_t t) const {
-    return entries_[t].algorithm == ReduceAlgorithm::allreduce || entries_[t].algorithm == ReduceAlgorithm::allreduce_compact;
+    return entries_[t].algorithm == ReduceAlgorithm::allreduce ||
+           entries_[t].algorithm == ReduceAlgorithm::allreduce_compact;
   }
 
  private:
@@ -263,7 +277,8 @@ TEST_CASE("every method and algorithm: identical on all ranks and equal to the s
         // CHECK, not REQUIRE: a rank leaving the test early would leave the others in a collective.
         for (uint64_t other : all) CHECK(other == all[0]);
         if (!simulated) continue;
-        std::vector<std::vector<float>> world(static_cast<size_t>(P), std::vector<float>(static_cast<size_t>(arena_size())));
+        std::vector<std::vector<float>> world(static_cast<size_t>(P),
+                                              std::vector<float>(static_cast<size_t>(arena_size())));
         for (int r = 0; r < P; ++r) fill(world[static_cast<size_t>(r)], r, k);
         const std::vector<float> expected = sim->step(world, static_cast<uint64_t>(k));
         const float* got = grads.data<float>();
@@ -296,7 +311,8 @@ TEST_CASE("every method and algorithm: identical on all ranks and equal to the s
 TEST_CASE("fp32 allreduce is exact on crafted values", "[exchange][mpi]") {
   auto comm = make_communicator("auto", Device::cpu());
   const int P = comm->size(), me = comm->rank();
-  GradientExchange ex(*comm, Device::cpu(), kSeed, communication("auto", true), quantization("{method: fp32}"), layout());
+  GradientExchange ex(*comm, Device::cpu(), kSeed, communication("auto", true), quantization("{method: fp32}"),
+                      layout());
   Tensor grads = Tensor::empty({arena_size()}, DType::f32);
   float* g = grads.data<float>();
   // Small integers times a power of two: every partial sum is exact, so any order gives the same.
@@ -382,7 +398,8 @@ TEST_CASE("two levels: every rank the same bits; fp32 the exact sum; state per l
       std::vector<float> mine(static_cast<size_t>(arena_size()));
       if (std::string(method) == "fp32") {
         // Small integers times a power of two: every order of summation gives the exact mean.
-        for (int64_t i = 0; i < arena_size(); ++i) mine[static_cast<size_t>(i)] = static_cast<float>((i % 89) * (me + 1) + k) * 0.125f;
+        for (int64_t i = 0; i < arena_size(); ++i)
+          mine[static_cast<size_t>(i)] = static_cast<float>((i % 89) * (me + 1) + k) * 0.125f;
       } else {
         fill(mine, me, k);
       }
@@ -425,7 +442,8 @@ TEST_CASE("two levels: unequal nodes and impossible requests are errors naming t
   CHECK_THAT(flat.describe(), !Catch::Contains("two levels"));
 }
 
-TEST_CASE("signsgd: the majority vote of the ranks' signs, +1 on ties, the same on every rank", "[exchange][mpi][vote]") {
+TEST_CASE("signsgd: the majority vote of the ranks' signs, +1 on ties, the same on every rank",
+          "[exchange][mpi][vote]") {
   auto comm = make_communicator("auto", Device::cpu());
   const int P = comm->size(), me = comm->rank();
   // Rank r's value i is positive when bit r of i % 16 is set: with P ranks, i votes +1 when at least
@@ -438,7 +456,8 @@ TEST_CASE("signsgd: the majority vote of the ranks' signs, +1 on ties, the same 
   for (const char* algorithm : {"allgather", "reduce_scatter_allgather"}) {
     for (const char* q : {"{method: signsgd}", "{method: signsgd, momentum: 0.9}"}) {
       INFO(q << " " << algorithm << " on " << P << " ranks");
-      GradientExchange ex(*comm, Device::cpu(), kSeed, communication(algorithm, true, 0.004), quantization(q), layout());
+      GradientExchange ex(*comm, Device::cpu(), kSeed, communication(algorithm, true, 0.004), quantization(q),
+                          layout());
       Context ctx = Context::cpu(kSeed, 1);
       for (int k = 0; k < 2; ++k) {  // with momentum, m keeps each value's sign: the same vote
         Tensor grads = Tensor::empty({arena_size()}, DType::f32);
@@ -462,7 +481,8 @@ TEST_CASE("signsgd: the majority vote of the ranks' signs, +1 on ties, the same 
   }
 }
 
-TEST_CASE("randomk: the compact allreduce sums the k values at the indices every rank shares", "[exchange][mpi][randomk]") {
+TEST_CASE("randomk: the compact allreduce sums the k values at the indices every rank shares",
+          "[exchange][mpi][randomk]") {
   auto comm = make_communicator("auto", Device::cpu());
   const int P = comm->size(), me = comm->rank();
   // Small integers times 1/4: every partial sum is exact, so MPI's order cannot change the result.
@@ -473,7 +493,7 @@ TEST_CASE("randomk: the compact allreduce sums the k values at the indices every
   GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
   for (int t = 0; t < 3; ++t)
     CHECK(ex.algorithm(t) == (layout()[static_cast<size_t>(t)].numel < 10000 ? ReduceAlgorithm::allreduce
-                                                                            : ReduceAlgorithm::allreduce_compact));
+                                                                             : ReduceAlgorithm::allreduce_compact));
   Context ctx = Context::cpu(kSeed, 1);
   for (int k = 0; k < 2; ++k) {
     Tensor grads = Tensor::empty({arena_size()}, DType::f32);
@@ -486,7 +506,8 @@ TEST_CASE("randomk: the compact allreduce sums the k values at the indices every
       const ExchangeTensor& x = layout()[t];
       if (x.numel < 10000) continue;
       // The indices from the stream of (seed, step, tensor) alone (wire::randomk_index).
-      const PhiloxKey key = QuantState(kSeed, 0, GradientExchange::state_id(static_cast<int>(t), 0, 0)).shared_rng_key(k);
+      const PhiloxKey key =
+          QuantState(kSeed, 0, GradientExchange::state_id(static_cast<int>(t), 0, 0)).shared_rng_key(k);
       const int64_t kk = wire::count_for_proportion(0.05, x.numel);
       std::vector<char> chosen(static_cast<size_t>(x.numel), 0);
       for (int64_t j = 0; j < kk; ++j) chosen[static_cast<size_t>(wire::randomk_index(key, j, x.numel, kk))] = 1;

@@ -1,6 +1,6 @@
 // Unit tests of comm/ without MPI: LocalComm (a world of one) and its entry checks,
-// make_communicator's answers in a process without an MpiRuntime, and the Open MPI transport defaults. (The fp16/bf16 conversions of the
-// 16-bit MPI sums are quant/numerics.h's, tested against the CPU's F16C in tests/quant.)
+// make_communicator's answers in a process without an MpiRuntime, and the Open MPI transport defaults. (The fp16/bf16
+// conversions of the 16-bit MPI sums are quant/numerics.h's, tested against the CPU's F16C in tests/quant.)
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -128,8 +128,9 @@ TEST_CASE("make_communicator without MPI: a world of one, clear errors otherwise
 
 TEST_CASE("make_communicator(\"nccl\") without a GPU is a clear InputError", "[comm][factory]") {
   if (QTRAIN_HAS_CUDA && cuda_available()) return;  // a GPU machine: covered by test_comm_cuda
-  const char* expected = QTRAIN_HAS_CUDA ? "communication.backend: nccl needs a CUDA GPU on every rank; this machine has none"
-                                         : "this qtrain was built without CUDA/NCCL";
+  const char* expected = QTRAIN_HAS_CUDA
+                             ? "communication.backend: nccl needs a CUDA GPU on every rank; this machine has none"
+                             : "this qtrain was built without CUDA/NCCL";
   for (Device device : {Device::cpu(), Device::cuda(0)}) {
     CHECK_THROWS_AS(make_communicator("nccl", device), InputError);
     CHECK_THROWS_WITH(make_communicator("nccl", device), Contains(expected));

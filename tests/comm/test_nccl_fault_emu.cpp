@@ -43,9 +43,9 @@ TEST_CASE("NcclComm: a failed NCCL call ends every rank's collective with an err
     Tensor x = Tensor::zeros({64}, DType::f32, my_gpu());
     CHECK_NOTHROW(comm->all_reduce_sum(ctx, x.raw(), 64, ReduceType::f32));
     // The second fails on `failing`; its peer learns of it from the abort.
-    CHECK_THROWS_WITH(comm->all_reduce_sum(ctx, x.raw(), 64, ReduceType::f32),
-                      Contains("all_reduce_sum: NCCL reported an asynchronous error") &&
-                          Contains("a peer failed or a link broke"));
+    CHECK_THROWS_WITH(
+        comm->all_reduce_sum(ctx, x.raw(), 64, ReduceType::f32),
+        Contains("all_reduce_sum: NCCL reported an asynchronous error") && Contains("a peer failed or a link broke"));
     // The communicator is aborted: using it again is an error too, never a wait.
     const auto aborted = Contains("the NCCL communicator was aborted after an earlier asynchronous error");
     CHECK_THROWS_WITH(comm->all_reduce_sum(ctx, x.raw(), 64, ReduceType::f32), aborted);

@@ -31,7 +31,8 @@ QuantizationConfig quantization(const std::string& yaml) {
 double max_error_transposed(const std::vector<float>& got_t, const double* expected, int len, int count) {
   double e = 0;
   for (int i = 0; i < len; ++i)
-    for (int c = 0; c < count; ++c) e = std::max(e, std::abs(got_t[static_cast<size_t>(c * len + i)] - expected[i * count + c]));
+    for (int c = 0; c < count; ++c)
+      e = std::max(e, std::abs(got_t[static_cast<size_t>(c * len + i)] - expected[i * count + c]));
   return e;
 }
 
@@ -149,7 +150,8 @@ TEST_CASE("low_rank_shape: vectors are never compressed; matrices only where (n 
   CHECK(thin.compressed);  // (1 + 1000) * 0.5 < 1000
 }
 
-TEST_CASE("powersgd config: the hook's defaults, its keys checked, its own algorithm, no payload quantizer", "[powersgd]") {
+TEST_CASE("powersgd config: the hook's defaults, its keys checked, its own algorithm, no payload quantizer",
+          "[powersgd]") {
   const QuantizationConfig qc = quantization("{method: powersgd}");
   const QuantSpec& s = qc.base;
   CHECK(s.method == QuantMethod::powersgd);
@@ -160,7 +162,8 @@ TEST_CASE("powersgd config: the hook's defaults, its keys checked, its own algor
   CHECK(s.choice("warm_start") == "true");
   CHECK(s.number("epsilon") == 0.0);
   CHECK_FALSE(method_info(QuantMethod::powersgd).payload);
-  const QuantSpec r2 = quantization("{method: powersgd, rank: 2, start_iter: 10, warm_start: false, epsilon: 1.0e-8}").base;
+  const QuantSpec r2 =
+      quantization("{method: powersgd, rank: 2, start_iter: 10, warm_start: false, epsilon: 1.0e-8}").base;
   CHECK(r2.integer("rank") == 2);
   CHECK(r2.integer("start_iter") == 10);
   CHECK(r2.choice("warm_start") == "false");

@@ -38,13 +38,15 @@ int64_t differing(const Tensor& cuda, const Tensor& cpu) {
 double max_abs_difference(const Tensor& cuda, const Tensor& cpu) {
   const Tensor host = cuda.to(Device::cpu());
   double e = 0;
-  for (int64_t i = 0; i < cpu.numel(); ++i) e = std::max(e, std::abs(static_cast<double>(host.data<float>()[i]) - cpu.data<float>()[i]));
+  for (int64_t i = 0; i < cpu.numel(); ++i)
+    e = std::max(e, std::abs(static_cast<double>(host.data<float>()[i]) - cpu.data<float>()[i]));
   return e;
 }
 
 }  // namespace
 
-TEST_CASE("powersgd arithmetic on CUDA: orthogonalization and expansion bit for bit, products within rounding", "[powersgd][cuda]") {
+TEST_CASE("powersgd arithmetic on CUDA: orthogonalization and expansion bit for bit, products within rounding",
+          "[powersgd][cuda]") {
   const int64_t rows = 300, cols = 77;  // neither a multiple of the 256 lanes nor of a warp
   const int rank = 3;
   Context cpu = Context::cpu(1, 1);
@@ -64,7 +66,8 @@ TEST_CASE("powersgd arithmetic on CUDA: orthogonalization and expansion bit for 
   // Long rows of values spread over 2^-12 .. 2^12: the double sums round, so a different summation
   // order than the CPU's would show.
   Tensor wide = random_values(3 * 5000, 3);
-  for (int64_t i = 0; i < wide.numel(); ++i) wide.data<float>()[i] = std::ldexp(wide.data<float>()[i], static_cast<int>(i % 25) - 12);
+  for (int64_t i = 0; i < wide.numel(); ++i)
+    wide.data<float>()[i] = std::ldexp(wide.data<float>()[i], static_cast<int>(i % 25) - 12);
   Tensor wide_dev = wide.to(dev);
   exchange::orthonormalize_rows(cpu, wide.data<float>(), 3, 5000, 0.0f);
   exchange::orthonormalize_rows(gpu, wide_dev.data<float>(), 3, 5000, 0.0f);
@@ -87,14 +90,16 @@ TEST_CASE("powersgd arithmetic on CUDA: orthogonalization and expansion bit for 
 
   Tensor qb = Tensor::empty({rank * cols}, DType::f32), qb_dev = Tensor::empty({rank * cols}, DType::f32, dev);
   exchange::back_project_low_rank(cpu, m.data<float>(), rows, cols, p.data<float>(), rank, qb.data<float>());
-  exchange::back_project_low_rank(gpu, m_dev.data<float>(), rows, cols, p_dev.data<float>(), rank, qb_dev.data<float>());
+  exchange::back_project_low_rank(gpu, m_dev.data<float>(), rows, cols, p_dev.data<float>(), rank,
+                                  qb_dev.data<float>());
   gpu.synchronize();
   CHECK(max_abs_difference(qb_dev, qb) < 1e-5);
 
   qb_dev = qb.to(dev);
   Tensor out = Tensor::empty({rows * cols}, DType::f32), out_dev = Tensor::empty({rows * cols}, DType::f32, dev);
   Tensor e = m.to(Device::cpu()), e_dev = m.to(dev);
-  exchange::expand_low_rank(cpu, p.data<float>(), qb.data<float>(), rows, cols, rank, out.data<float>(), e.data<float>());
+  exchange::expand_low_rank(cpu, p.data<float>(), qb.data<float>(), rows, cols, rank, out.data<float>(),
+                            e.data<float>());
   exchange::expand_low_rank(gpu, p_dev.data<float>(), qb_dev.data<float>(), rows, cols, rank, out_dev.data<float>(),
                             e_dev.data<float>());
   exchange::add_into(cpu, e.data<float>(), m.data<float>(), rows * cols);

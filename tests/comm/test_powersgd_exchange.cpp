@@ -80,24 +80,25 @@ TEST_CASE("powersgd: the same bits on every rank, fp32 before start_iter, M = M_
   auto comm = make_communicator("auto", Device::cpu());
   const int P = comm->size(), me = comm->rank();
   Context ctx = Context::cpu(kSeed, 1);
-  const char* variants[] = {"{method: powersgd, rank: 2, start_iter: 2, min_numel: 0}",
-                            "{method: powersgd, rank: 3, start_iter: 2, min_numel: 0, warm_start: false, error_feedback: false}"};
+  const char* variants[] = {
+      "{method: powersgd, rank: 2, start_iter: 2, min_numel: 0}",
+      "{method: powersgd, rank: 3, start_iter: 2, min_numel: 0, warm_start: false, error_feedback: false}"};
   for (const char* qyaml : variants)
     for (const bool overlap : {true, false}) {
       INFO(qyaml << " overlap " << overlap << " on " << P << " ranks");
       const QuantizationConfig qc = quantization(qyaml);
       const bool ef = qc.base.error_feedback;
       GradientExchange ex(*comm, Device::cpu(), kSeed, communication(overlap), qc, layout());
-      GradientExchange fp32(*comm, Device::cpu(), kSeed, communication(overlap), quantization("{method: fp32, min_numel: 0}"),
-                            layout());
+      GradientExchange fp32(*comm, Device::cpu(), kSeed, communication(overlap),
+                            quantization("{method: fp32, min_numel: 0}"), layout());
       REQUIRE(ex.algorithm(0) == ReduceAlgorithm::powersgd);
       // Compressed: the conv and dense weights; the bias and the 3 x 4 matrix are not (fp32).
       const double compressed = (432.0 + 19200.0) / kArena;
       CHECK(std::abs(ex.fraction_quantized() - compressed) < 1e-12);
       std::map<std::string, Tensor> state = state_of(ex);
       const std::vector<std::string> expected_names =
-          ef ? std::vector<std::string>{"conv.weight/powersgd/q", "conv.weight/powersgd/residual", "dense.weight/powersgd/q",
-                                        "dense.weight/powersgd/residual"}
+          ef ? std::vector<std::string>{"conv.weight/powersgd/q", "conv.weight/powersgd/residual",
+                                        "dense.weight/powersgd/q", "dense.weight/powersgd/residual"}
              : std::vector<std::string>{"conv.weight/powersgd/q", "dense.weight/powersgd/q"};
       std::vector<std::string> names;
       for (auto& [name, t] : state) names.push_back(name);

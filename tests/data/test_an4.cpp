@@ -26,7 +26,8 @@ namespace {
 
 std::vector<int16_t> sine(double hz, int n, double amplitude = 8000.0, int rate = 16000) {
   std::vector<int16_t> s(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) s[static_cast<size_t>(i)] = static_cast<int16_t>(std::lround(amplitude * std::sin(2 * M_PI * hz * i / rate)));
+  for (int i = 0; i < n; ++i)
+    s[static_cast<size_t>(i)] = static_cast<int16_t>(std::lround(amplitude * std::sin(2 * M_PI * hz * i / rate)));
   return s;
 }
 
@@ -35,8 +36,13 @@ std::string pcm_bytes(const std::vector<int16_t>& s, ByteOrder order) {
   for (int16_t v : s) {
     const uint16_t u = static_cast<uint16_t>(v);
     const char hi = static_cast<char>(u >> 8), lo = static_cast<char>(u & 0xFF);
-    if (order == ByteOrder::big) { b += hi; b += lo; }
-    else { b += lo; b += hi; }
+    if (order == ByteOrder::big) {
+      b += hi;
+      b += lo;
+    } else {
+      b += lo;
+      b += hi;
+    }
   }
   return b;
 }
@@ -53,8 +59,12 @@ std::string sphere_bytes(const std::vector<int16_t>& s, ByteOrder order, const s
   return h + pcm_bytes(s, order);
 }
 
-void put32(std::string& b, uint32_t v) { for (int i = 0; i < 4; ++i) b += static_cast<char>(v >> (8 * i)); }
-void put16(std::string& b, uint16_t v) { for (int i = 0; i < 2; ++i) b += static_cast<char>(v >> (8 * i)); }
+void put32(std::string& b, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b += static_cast<char>(v >> (8 * i));
+}
+void put16(std::string& b, uint16_t v) {
+  for (int i = 0; i < 2; ++i) b += static_cast<char>(v >> (8 * i));
+}
 
 std::string wav_bytes(const std::vector<int16_t>& s, uint16_t channels = 1) {
   const std::string data = pcm_bytes(s, ByteOrder::little);
@@ -101,7 +111,8 @@ TEST_CASE("read_audio: errors name the file and the problem", "[an4][audio]") {
   TempDir dir;
   const AudioOptions o;
   const std::vector<int16_t> s = sine(440, 100);
-  CHECK_THROWS_WITH(read_audio(dir.file("missing.raw"), o), Catch::Contains("missing.raw") && Catch::Contains("cannot open"));
+  CHECK_THROWS_WITH(read_audio(dir.file("missing.raw"), o),
+                    Catch::Contains("missing.raw") && Catch::Contains("cannot open"));
   CHECK_THROWS_WITH(read_audio(dir.write("odd.raw", "abc"), o), Catch::Contains("odd count"));
   CHECK_THROWS_WITH(read_audio(dir.write("s.sph", sphere_bytes(s, ByteOrder::big, "pcm,embedded-shorten-v2.00")), o),
                     Catch::Contains("s.sph") && Catch::Contains("shorten"));
@@ -158,7 +169,8 @@ TEST_CASE("log-mel filterbank: against a direct DFT, and a sine lands in its ban
     std::vector<double> energy(40);
     for (int m = 0; m < 40; ++m)
       for (int k = 0; k < 257; ++k)
-        energy[static_cast<size_t>(m)] += fb.filters()[static_cast<size_t>(m) * 257 + k] * power[static_cast<size_t>(k)];
+        energy[static_cast<size_t>(m)] +=
+            fb.filters()[static_cast<size_t>(m) * 257 + k] * power[static_cast<size_t>(k)];
     const double peak = *std::max_element(energy.begin(), energy.end());
     int best = 0;
     for (int m = 0; m < 40; ++m) {
@@ -180,7 +192,8 @@ TEST_CASE("log-mel filterbank: against a direct DFT, and a sine lands in its ban
 TEST_CASE("log-mel filterbank: per-utterance normalization gives zero mean, unit variance", "[an4][features]") {
   const LogMelFilterbank fb(FilterbankOptions{});
   std::vector<float> x(8000);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(0.3 * std::sin(0.05 * i) + 0.1 * std::sin(0.0007 * i * i));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(0.3 * std::sin(0.05 * i) + 0.1 * std::sin(0.0007 * i * i));
   const std::vector<float> f = fb.compute(x);
   const int64_t frames = fb.num_frames(8000);
   for (int m = 0; m < 40; m += 7) {
@@ -205,7 +218,8 @@ void write_corpus(const TempDir& dir, int train_samples = 3200) {
   dir.write("etc/an4_test.transcription", "BY SET (t1)\nGO (t2)\n");
   const int lengths[] = {train_samples, 4000, 2400};
   for (int i = 0; i < 3; ++i)
-    dir.write("wav/an4_clstk/spk1/a" + std::to_string(i + 1) + ".raw", pcm_bytes(sine(300 + 200 * i, lengths[i]), ByteOrder::big));
+    dir.write("wav/an4_clstk/spk1/a" + std::to_string(i + 1) + ".raw",
+              pcm_bytes(sine(300 + 200 * i, lengths[i]), ByteOrder::big));
   dir.write("wav/an4test_clstk/spk2/t1.raw", pcm_bytes(sine(700, 1600), ByteOrder::big));
   dir.write("wav/an4test_clstk/spk2/t2.sph", sphere_bytes(sine(900, 2000), ByteOrder::big));
 }
@@ -275,7 +289,8 @@ TEST_CASE("an4: clear errors for broken corpora", "[an4]") {
   const std::string root = dir.path().string();
   SECTION("missing audio") {
     fs::remove(dir.path() / "wav/an4_clstk/spk1/a2.raw");
-    CHECK_THROWS_WITH(open_an4(root, Split::train, {}), Catch::Contains("an4_train.fileids:2") && Catch::Contains("a2"));
+    CHECK_THROWS_WITH(open_an4(root, Split::train, {}),
+                      Catch::Contains("an4_train.fileids:2") && Catch::Contains("a2"));
   }
   SECTION("unreadable audio") {
     fs::remove(dir.path() / "wav/an4_clstk/spk1/a2.raw");
@@ -284,7 +299,8 @@ TEST_CASE("an4: clear errors for broken corpora", "[an4]") {
   }
   SECTION("count mismatch") {
     dir.write("etc/an4_train.fileids", "an4_clstk/spk1/a1\nan4_clstk/spk1/a2\n");
-    CHECK_THROWS_WITH(open_an4(root, Split::train, {}), Catch::Contains("lists 2 utterances") && Catch::Contains("3 lines"));
+    CHECK_THROWS_WITH(open_an4(root, Split::train, {}),
+                      Catch::Contains("lists 2 utterances") && Catch::Contains("3 lines"));
   }
   SECTION("id mismatch names both lines") {
     dir.write("etc/an4_train.fileids", "an4_clstk/spk1/a1\nan4_clstk/spk1/a3\nan4_clstk/spk1/a2\n");
@@ -293,7 +309,8 @@ TEST_CASE("an4: clear errors for broken corpora", "[an4]") {
   }
   SECTION("empty transcription") {
     dir.write("etc/an4_train.transcription", "<s> YES </s> (a1)\n<s> </s> (a2)\n<s> GO </s> (a3)\n");
-    CHECK_THROWS_WITH(open_an4(root, Split::train, {}), Catch::Contains(":2") && Catch::Contains("empty transcription"));
+    CHECK_THROWS_WITH(open_an4(root, Split::train, {}),
+                      Catch::Contains(":2") && Catch::Contains("empty transcription"));
   }
   SECTION("malformed transcription line") {
     dir.write("etc/an4_train.transcription", "<s> YES </s> (a1)\nTWO B\n<s> GO </s> (a3)\n");
@@ -305,7 +322,8 @@ TEST_CASE("an4: clear errors for broken corpora", "[an4]") {
   }
   SECTION("test character outside the training vocabulary") {
     dir.write("etc/an4_test.transcription", "BY SET (t1)\nZ (t2)\n");
-    CHECK_THROWS_WITH(open_an4(root, Split::test, {}), Catch::Contains("an4_test.transcription:2") && Catch::Contains("'Z'"));
+    CHECK_THROWS_WITH(open_an4(root, Split::test, {}),
+                      Catch::Contains("an4_test.transcription:2") && Catch::Contains("'Z'"));
   }
   SECTION("a folder where a list is expected") {
     // Not an empty list: the error says it is a folder (not "lists 0 utterances but ... has 3 lines").

@@ -161,9 +161,9 @@ TEST_CASE("idx: wrong magic numbers print found and expected", "[data][idx]") {
   REQUIRE_THROWS_WITH(read_idx_images(dir.file("labels")),
                       Catch::Contains(dir.file("labels")) && Catch::Contains("not an IDX image file") &&
                           Catch::Contains("magic number 0x00000801, expected 0x00000803"));
-  REQUIRE_THROWS_WITH(read_idx_labels(dir.file("images")),
-                      Catch::Contains("not an IDX label file") &&
-                          Catch::Contains("magic number 0x00000803, expected 0x00000801"));
+  REQUIRE_THROWS_WITH(
+      read_idx_labels(dir.file("images")),
+      Catch::Contains("not an IDX label file") && Catch::Contains("magic number 0x00000803, expected 0x00000801"));
 }
 
 TEST_CASE("idx: truncated files say how many bytes were expected and found", "[data][idx]") {
@@ -171,15 +171,16 @@ TEST_CASE("idx: truncated files say how many bytes were expected and found", "[d
   Bytes images = idx_images(3);  // 16 + 3 * 784 = 2368 bytes
   images.resize(2000);
   write_bytes(dir.file("images"), images);
-  REQUIRE_THROWS_WITH(read_idx_images(dir.file("images")),
-                      Catch::Contains(dir.file("images")) && Catch::Contains("truncated") &&
-                          Catch::Contains("3 images of 28x28") && Catch::Contains("2368 bytes are expected, found 2000"));
+  REQUIRE_THROWS_WITH(read_idx_images(dir.file("images")), Catch::Contains(dir.file("images")) &&
+                                                               Catch::Contains("truncated") &&
+                                                               Catch::Contains("3 images of 28x28") &&
+                                                               Catch::Contains("2368 bytes are expected, found 2000"));
   Bytes labels = idx_labels({1, 2, 3, 4});  // 8 + 4 bytes
   labels.pop_back();
   write_bytes(dir.file("labels"), labels);
-  REQUIRE_THROWS_WITH(read_idx_labels(dir.file("labels")),
-                      Catch::Contains("truncated") && Catch::Contains("4 labels") &&
-                          Catch::Contains("12 bytes are expected, found 11"));
+  REQUIRE_THROWS_WITH(read_idx_labels(dir.file("labels")), Catch::Contains("truncated") &&
+                                                               Catch::Contains("4 labels") &&
+                                                               Catch::Contains("12 bytes are expected, found 11"));
   write_bytes(dir.file("header"), Bytes{0, 0, 8, 3, 0, 0});
   REQUIRE_THROWS_WITH(read_idx_images(dir.file("header")),
                       Catch::Contains("truncated: 6 bytes, the IDX image header alone needs 16"));
@@ -291,15 +292,15 @@ TEST_CASE("mnist: missing folder and files", "[data][mnist]") {
                           Catch::Contains("tools/fetch_mnist.sh"));
   MnistOptions fashion;
   fashion.variant = MnistVariant::fashion_mnist;
-  REQUIRE_THROWS_WITH(open_mnist("/nonexistent/f", Split::train, fashion),
-                      Catch::Contains("dataset-fashion-mnist"));
+  REQUIRE_THROWS_WITH(open_mnist("/nonexistent/f", Split::train, fashion), Catch::Contains("dataset-fashion-mnist"));
   TempDir dir;
   write_mnist_folder(dir);
   fs::remove(dir.file("t10k-labels-idx1-ubyte"));
   REQUIRE_NOTHROW(open_mnist(dir.path().string(), Split::train, {}));
   REQUIRE_THROWS_WITH(open_mnist(dir.path().string(), Split::test, {}),
-                      Catch::Contains(dir.path().string()) && Catch::Contains("missing t10k-labels-idx1-ubyte (or "
-                                                                    "t10k-labels-idx1-ubyte.gz)") &&
+                      Catch::Contains(dir.path().string()) &&
+                          Catch::Contains("missing t10k-labels-idx1-ubyte (or "
+                                          "t10k-labels-idx1-ubyte.gz)") &&
                           Catch::Contains("train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte "
                                           "and t10k-labels-idx1-ubyte"));
 }
@@ -348,8 +349,10 @@ TEST_CASE("data config: defaults and values", "[data][config]") {
 
 TEST_CASE("data config: errors", "[data][config]") {
   REQUIRE_THROWS_WITH(data_config_from("data: {batch_size: 8}\n"), Catch::Contains("data.path is required"));
-  REQUIRE_THROWS_WITH(data_config_from("data: {path: x, dataset: imagenet}\n"),
-                      Catch::Contains("data.dataset must be one of mnist, fashion_mnist, cifar10, cifar100, imagefolder, an4, got 'imagenet'"));
+  REQUIRE_THROWS_WITH(
+      data_config_from("data: {path: x, dataset: imagenet}\n"),
+      Catch::Contains(
+          "data.dataset must be one of mnist, fashion_mnist, cifar10, cifar100, imagefolder, an4, got 'imagenet'"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, batch_size: 0}\n"),
                       Catch::Contains("data.batch_size must be >= 1, got 0"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, mean: [0.1, 0.2, 0.3]}\n"),

@@ -100,8 +100,7 @@ std::vector<float> epoch_values(Loader& loader, int64_t epoch, int64_t first_bat
   return all;
 }
 
-void write_jpeg(const std::string& path, const Bytes& pixels, int width, int height, int components,
-                int quality = 95) {
+void write_jpeg(const std::string& path, const Bytes& pixels, int width, int height, int components, int quality = 95) {
   write_file(path, qtrain::testing::encode_jpeg(pixels, width, height, components, quality));
 }
 
@@ -272,9 +271,8 @@ TEST_CASE("augment: random crops are deterministic per key, cover every offset, 
         for (int xx = 0; xx < 32; ++xx) {
           const int64_t sy = box.top + y, sx = box.left + (flip ? 31 - xx : xx);
           const bool inside = sy >= 0 && sy < 32 && sx >= 0 && sx < 32;
-          const uint8_t pixel = inside ? cifar_pixel(static_cast<uint32_t>(index), c, static_cast<int>(sy),
-                                                     static_cast<int>(sx))
-                                       : 0;
+          const uint8_t pixel =
+              inside ? cifar_pixel(static_cast<uint32_t>(index), c, static_cast<int>(sy), static_cast<int>(sx)) : 0;
           padded_checked += !inside;
           REQUIRE(x[static_cast<size_t>((c * 32 + y) * 32 + xx)] == Approx(cifar10_normalized(c, pixel)));
         }
@@ -313,8 +311,8 @@ TEST_CASE("augment: smaller crops are random in training and central in testing"
     const CropBox box = draw_random_crop(words, 32, 28, 0);
     tops.insert(box.top);
     const auto y = read_augmented(*train, 0, augment_key(3, 0, i), &label);
-    REQUIRE(y[0] == Approx(cifar10_normalized(0, cifar_pixel(0, 0, static_cast<int>(box.top),
-                                                              static_cast<int>(box.left)))));
+    REQUIRE(y[0] ==
+            Approx(cifar10_normalized(0, cifar_pixel(0, 0, static_cast<int>(box.top), static_cast<int>(box.left)))));
   }
   REQUIRE(tops == std::set<int64_t>{0, 1, 2, 3, 4});
 }
@@ -412,7 +410,8 @@ TEST_CASE("resample: matches PIL's bilinear resize (antialiased) within one leve
                    const std::vector<int>& golden) {
     std::vector<float> out(static_cast<size_t>(3 * oh * ow));
     resample_rgb(image, rect, bounds, oh, ow, false, identity, out.data());
-    for (int64_t i = 0; i < oh * ow; ++i) REQUIRE(std::abs(out[static_cast<size_t>(c * oh * ow + i)] - golden[i]) <= 1.0f);
+    for (int64_t i = 0; i < oh * ow; ++i)
+      REQUIRE(std::abs(out[static_cast<size_t>(c * oh * ow + i)] - golden[i]) <= 1.0f);
   };
   const SourceRect whole{0, 0, 7, 9};
   const CropBox all{0, 0, 7, 9};
@@ -467,7 +466,8 @@ TEST_CASE("jpeg: RGB, grayscale and CMYK files decode to RGB", "[data][jpeg]") {
   TempDir dir;
   Bytes rgb;
   for (int y = 0; y < 16; ++y)
-    for (int x = 0; x < 24; ++x) rgb.insert(rgb.end(), {static_cast<uint8_t>(x * 10), static_cast<uint8_t>(y * 15), 128});
+    for (int x = 0; x < 24; ++x)
+      rgb.insert(rgb.end(), {static_cast<uint8_t>(x * 10), static_cast<uint8_t>(y * 15), 128});
   write_jpeg(dir.file("rgb.jpg"), rgb, 24, 16, 3, 100);
   const RgbImage a = read_jpeg(dir.file("rgb.jpg"));
   REQUIRE(a.height == 16);
@@ -511,8 +511,9 @@ TEST_CASE("jpeg: malformed files name the file and libjpeg's reason", "[data][jp
   REQUIRE_THROWS_WITH(read_jpeg(dir.file("header.jpg")),
                       Catch::Contains(dir.file("header.jpg") + ": cannot decode JPEG: "));
   write_file(dir.file("png.jpg"), Bytes{0x89, 'P', 'N', 'G', 13, 10, 26, 10});
-  REQUIRE_THROWS_WITH(read_jpeg(dir.file("png.jpg")),
-                      Catch::Contains(dir.file("png.jpg") + ": not a JPEG file (it does not start with the JPEG marker"));
+  REQUIRE_THROWS_WITH(
+      read_jpeg(dir.file("png.jpg")),
+      Catch::Contains(dir.file("png.jpg") + ": not a JPEG file (it does not start with the JPEG marker"));
   Bytes bad_marker = good;
   bad_marker[2] = 0xFF;
   bad_marker[3] = 0xD9;  // an end-of-image marker right after the start: no image
@@ -563,7 +564,8 @@ void require_uniform(const std::vector<float>& x, int64_t side, const int rgb[3]
   for (int c = 0; c < 3; ++c) {
     const double expected = (rgb[c] / 255.0 - kImageNetMean[c]) / kImageNetStd[c];
     const double margin = tolerance_levels / 255.0 / kImageNetStd[c];
-    for (int64_t i = 0; i < side * side; ++i) REQUIRE(x[static_cast<size_t>(c * side * side + i)] == Approx(expected).margin(margin));
+    for (int64_t i = 0; i < side * side; ++i)
+      REQUIRE(x[static_cast<size_t>(c * side * side + i)] == Approx(expected).margin(margin));
   }
 }
 
@@ -595,8 +597,8 @@ TEST_CASE("imagefolder: classes sorted by folder, files sorted, other files igno
   REQUIRE(label == 0);
   read_sample(*val, 1, &label);
   REQUIRE(label == 2);
-  DataConfig limited = data_config_from("data: {dataset: imagefolder, path: " + dir.path().string() +
-                                        ", limit_train: 2}\n");
+  DataConfig limited =
+      data_config_from("data: {dataset: imagefolder, path: " + dir.path().string() + ", limit_train: 2}\n");
   REQUIRE(open_dataset(limited, Split::train)->size() == 2);
   REQUIRE(open_dataset(limited, Split::train)->sample_shape() == Shape{3, 224, 224});
 }
@@ -633,9 +635,12 @@ TEST_CASE("imagefolder: evaluation resizes the shorter side and crops the centre
   Bytes pixels;
   for (int y = 0; y < 32; ++y)
     for (int x = 0; x < 64; ++x) {
-      if (x < 16) pixels.insert(pixels.end(), {255, 0, 0});
-      else if (x < 48) pixels.insert(pixels.end(), {0, 255, 0});
-      else pixels.insert(pixels.end(), {0, 0, 255});
+      if (x < 16)
+        pixels.insert(pixels.end(), {255, 0, 0});
+      else if (x < 48)
+        pixels.insert(pixels.end(), {0, 255, 0});
+      else
+        pixels.insert(pixels.end(), {0, 0, 255});
     }
   write_jpeg(dir.file("train/only/wide.jpg"), pixels, 64, 32, 3, 100);
   ImageFolderOptions o;
@@ -651,7 +656,8 @@ TEST_CASE("imagefolder: evaluation resizes the shorter side and crops the centre
       for (int xx = 2; xx < 14; ++xx) inner.push_back(x[static_cast<size_t>((c * 16 + y) * 16 + xx)]);
   for (int c = 0; c < 3; ++c) {
     const double expected = (green[c] / 255.0 - kImageNetMean[c]) / kImageNetStd[c];
-    for (size_t i = 0; i < 16 * 12; ++i) REQUIRE(inner[c * 16 * 12 + i] == Approx(expected).margin(12 / 255.0 / kImageNetStd[c]));
+    for (size_t i = 0; i < 16 * 12; ++i)
+      REQUIRE(inner[c * 16 * 12 + i] == Approx(expected).margin(12 / 255.0 / kImageNetStd[c]));
   }
 }
 
@@ -788,17 +794,18 @@ TEST_CASE("data config: image dataset errors name the key", "[data][config]") {
                              "(use random_resized_crop)"));
   CHECK_THAT(error("data: {dataset: cifar10, path: x, augment: {random_resized_crop: true}}\n"),
              Catch::Contains("data.augment.random_resized_crop applies to dataset imagefolder only, not cifar10"));
-  CHECK_THAT(error("data: {dataset: cifar10, path: x, augment: {random_crop: {size: 32, pading: 4}}}\n"),
-             Catch::Contains("unknown key 'data.augment.random_crop.pading'") &&
-                 Catch::Contains("did you mean 'padding'"));
+  CHECK_THAT(
+      error("data: {dataset: cifar10, path: x, augment: {random_crop: {size: 32, pading: 4}}}\n"),
+      Catch::Contains("unknown key 'data.augment.random_crop.pading'") && Catch::Contains("did you mean 'padding'"));
   CHECK_THAT(error("data: {dataset: cifar10, path: x, augment: {random_crop: {size: 40}}}\n"),
              Catch::Contains("data.augment.random_crop.size must be <= 32, got 40"));
   CHECK_THAT(error("data: {dataset: cifar10, path: x, augment: {flip: true}}\n"),
              Catch::Contains("unknown key 'data.augment.flip'"));
   CHECK_THAT(error("data: {dataset: cifar10, path: x, augment: {horizontal_flip: maybe}}\n"),
              Catch::Contains("data.augment.horizontal_flip must be true or false"));
-  CHECK_THAT(error("data: {dataset: imagefolder, path: x, augment: {random_resized_crop: {scale: [0.5, 0.2]}}}\n"),
-             Catch::Contains("data.augment.random_resized_crop.scale must satisfy 0 < min <= max <= 1, got [0.5, 0.2]"));
+  CHECK_THAT(
+      error("data: {dataset: imagefolder, path: x, augment: {random_resized_crop: {scale: [0.5, 0.2]}}}\n"),
+      Catch::Contains("data.augment.random_resized_crop.scale must satisfy 0 < min <= max <= 1, got [0.5, 0.2]"));
   CHECK_THAT(error("data: {dataset: imagefolder, path: x, augment: {random_resized_crop: {ratio: [1]}}}\n"),
              Catch::Contains("data.augment.random_resized_crop.ratio must be a pair [min, max], got 1 value(s)"));
   CHECK_THAT(error("data: {dataset: cifar10, path: x, label: coarse}\n"),

@@ -30,7 +30,8 @@ void write_small_mnist(const TempDir& dir) {
 std::string small_config(const TempDir& dir, const std::string& optimizer) {
   return dir.write("run.yaml", R"(name: e2e
 device: cpu
-data: {dataset: mnist, path: )" + dir.file("data") + R"(, batch_size: 32, eval_batch_size: 64}
+data: {dataset: mnist, path: )" + dir.file("data") +
+                                   R"(, batch_size: 32, eval_batch_size: 64}
 model:
   input: [1, 28, 28]
   layers:
@@ -186,8 +187,8 @@ output: {progress: none}
   // initial values, and load back into a net.
   SafetensorsFile f(dir.file("full/checkpoint.safetensors"));
   const std::vector<std::string> names = f.names();
-  for (const char* name : {"bn0.running_mean", "bn0.running_var", "block1.bn.running_mean", "block2.bn.running_var",
-                           "block2.bn.weight"})
+  for (const char* name :
+       {"bn0.running_mean", "bn0.running_var", "block1.bn.running_mean", "block2.bn.running_var", "block2.bn.weight"})
     REQUIRE(std::count(names.begin(), names.end(), std::string(name)) == 1);
   const Tensor mean = f.read("block1.bn.running_mean");
   REQUIRE(mean.numel() == 16);
@@ -423,18 +424,17 @@ TEST_CASE("an unusable output.dir is an error naming it, before training", "[e2e
   for (const char* name : {"metrics.csv", "train.log", "checkpoint.safetensors"}) {
     const std::string run = dir.file(std::string("run_") + name);
     std::filesystem::create_directories(run + "/" + name);
-    REQUIRE_THROWS_WITH(train(config, {"output.dir=" + run}),
-                        Catch::Contains(run + "/" + name + ": is not a file"));
+    REQUIRE_THROWS_WITH(train(config, {"output.dir=" + run}), Catch::Contains(run + "/" + name + ": is not a file"));
   }
 }
 
 TEST_CASE("MNIST subset reaches 95% test accuracy in 2 epochs", "[e2e][mnist][real][real:mnist]") {
   const std::string mnist = qtrain::testing::require_real_data("mnist");
   TempDir dir;
-  const TrainSummary s = train(std::string(QTRAIN_SOURCE_DIR) + "/configs/mnist_mlp.yaml",
-                               {"data.path=" + mnist, "data.limit_train=25600", "data.limit_test=2000",
-                                "train.epochs=2", "output.dir=" + dir.file("run"), "output.progress=none",
-                                "device=cpu"});
+  const TrainSummary s =
+      train(std::string(QTRAIN_SOURCE_DIR) + "/configs/mnist_mlp.yaml",
+            {"data.path=" + mnist, "data.limit_train=25600", "data.limit_test=2000", "train.epochs=2",
+             "output.dir=" + dir.file("run"), "output.progress=none", "device=cpu"});
   INFO("test accuracy " << s.test.accuracy);
   REQUIRE(s.test.samples == 2000);
   REQUIRE(s.test.accuracy >= 0.95);

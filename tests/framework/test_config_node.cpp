@@ -54,11 +54,11 @@ TEST_CASE("integers are base 10 whatever their leading zeros, and out of range i
   REQUIRE(n.get_int("a", 0, 0, 100) == 12);
   REQUIRE(n.get_int("b", 0, 0, 100) == 28);
   REQUIRE(n.get_int_list("c", {}, 0, 100) == std::vector<int64_t>{1, 28, 12});
-  REQUIRE_THROWS_WITH(n.get_int("d", 0, 0, 100),
-                      Catch::Contains("test.yaml:4:4") && Catch::Contains("d must be an integer in [") &&
-                          Catch::Contains("got 99999999999999999999"));
-  REQUIRE_THROWS_WITH(n.get_int_list("e", {}, -100, 100),
-                      Catch::Contains("e entry 1 must be an integer in [") && Catch::Contains("got -99999999999999999999"));
+  REQUIRE_THROWS_WITH(n.get_int("d", 0, 0, 100), Catch::Contains("test.yaml:4:4") &&
+                                                     Catch::Contains("d must be an integer in [") &&
+                                                     Catch::Contains("got 99999999999999999999"));
+  REQUIRE_THROWS_WITH(n.get_int_list("e", {}, -100, 100), Catch::Contains("e entry 1 must be an integer in [") &&
+                                                              Catch::Contains("got -99999999999999999999"));
   ConfigNode u = parse("n: -1\n");
   REQUIRE_THROWS_WITH(u.get<uint64_t>("n", 0), Catch::Contains("n must be an integer"));
 }
@@ -198,8 +198,7 @@ TEST_CASE("text that is not UTF-8 is an error naming its line, in the file and i
                       Catch::Contains("--set name: the text is not valid UTF-8"));
 }
 
-TEST_CASE("a NUL in a value is an error naming its line; control characters in a path are shown escaped",
-          "[config]") {
+TEST_CASE("a NUL in a value is an error naming its line; control characters in a path are shown escaped", "[config]") {
   // A NUL reached open() as the end of the path: data.path "data\0x" opened "data", and messages were
   // cut at it.
   testing::TempDir dir;
@@ -208,7 +207,10 @@ TEST_CASE("a NUL in a value is an error naming its line; control characters in a
   const std::string good = dir.write("good.yaml", "seed: 1\n");
   REQUIRE_THROWS_WITH(load_config_file(good, {"data.path=\"x\\0y\""}),
                       Catch::Contains("--set data.path: the text holds a NUL character"));
-  REQUIRE_THROWS_WITH(load_config_file("a\x01" "b.yaml", {}), Catch::Equals("a\\x01b.yaml: config file not found"));
+  REQUIRE_THROWS_WITH(load_config_file("a\x01"
+                                       "b.yaml",
+                                       {}),
+                      Catch::Equals("a\\x01b.yaml: config file not found"));
 }
 
 TEST_CASE("a file of several YAML documents is an error (only the first used to be read)", "[config]") {
@@ -314,9 +316,9 @@ TEST_CASE("malformed configs end in a located error, within a memory and a time 
   }
   // The same loader reads --set values (yaml-cpp's Load took the value ',' for null without a word).
   const std::string ok = dir.write("ok.yaml", "seed: 1\n");
-  REQUIRE_THAT(outcome_in_child([&] { load_config_file(ok, {"seed=,"}); }),
-               Catch::Contains("error: --set seed: the value ',' is not valid YAML") &&
-                   Catch::Contains("unexpected ','"));
+  REQUIRE_THAT(
+      outcome_in_child([&] { load_config_file(ok, {"seed=,"}); }),
+      Catch::Contains("error: --set seed: the value ',' is not valid YAML") && Catch::Contains("unexpected ','"));
   REQUIRE_THAT(outcome_in_child([&] { load_config_file(ok, {"seed=" + deep}); }),
                Catch::Contains("nested more than 100 levels deep"));
 }

@@ -48,8 +48,7 @@ fs::path fresh_folder(const char* name) {
 
 }  // namespace
 
-TEST_CASE("write_file_atomically: a write that cannot finish leaves the previous file and no temporary",
-          "[file_io]") {
+TEST_CASE("write_file_atomically: a write that cannot finish leaves the previous file and no temporary", "[file_io]") {
   const fs::path dir = fresh_folder("atomic");
   const std::string path = (dir / "checkpoint.safetensors").string();
   write_file_atomically(path, "the previous checkpoint");

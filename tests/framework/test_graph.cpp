@@ -61,10 +61,10 @@ TEST_CASE("repeat blocks expand with per-repetition names and block-local inputs
     - {type: add, name: both, inputs: [stage1_block2.add1, stage1_block3.add1]}
     - {type: dense, units: 2, name: head}
 )");
-  REQUIRE(layer_names(net) == std::vector<std::string>{
-                                  "flatten1", "stage1_block1.fc", "stage1_block1.relu1", "stage1_block1.add1",
-                                  "stage1_block2.fc", "stage1_block2.relu1", "stage1_block2.add1", "stage1_block3.fc",
-                                  "stage1_block3.relu1", "stage1_block3.add1", "both", "head"});
+  REQUIRE(layer_names(net) == std::vector<std::string>{"flatten1", "stage1_block1.fc", "stage1_block1.relu1",
+                                                       "stage1_block1.add1", "stage1_block2.fc", "stage1_block2.relu1",
+                                                       "stage1_block2.add1", "stage1_block3.fc", "stage1_block3.relu1",
+                                                       "stage1_block3.add1", "both", "head"});
   // Repetition 1 reads the entry before the block; `input` inside a repetition is its own input.
   REQUIRE(net.layer_inputs(1) == std::vector<int>{0});
   REQUIRE(net.layer_inputs(3) == std::vector<int>{2, 0});

@@ -16,7 +16,6 @@ using namespace qtrain;
 using qtrain::testing::error_of;
 using qtrain::testing::TempDir;
 
-
 TEST_CASE("memory budget: MemAvailable from /proc/meminfo, and byte formatting", "[memory]") {
   CHECK(parse_mem_available("MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n") ==
         20000000LL * 1024);
@@ -34,7 +33,9 @@ TEST_CASE("memory budget: MemAvailable from /proc/meminfo, and byte formatting",
 
 TEST_CASE("memory budget: a run that cannot fit is refused with its sizes", "[memory]") {
   MemoryFootprint f;
-  f.items = {{"parameters", int64_t{2} << 30}, {"gradients", int64_t{2} << 30}, {"adam state", int64_t{4} << 30},
+  f.items = {{"parameters", int64_t{2} << 30},
+             {"gradients", int64_t{2} << 30},
+             {"adam state", int64_t{4} << 30},
              {"buffers", 0}};
   CHECK(f.total() == int64_t{8} << 30);
   CHECK(f.describe() == "parameters 2.0 GiB, gradients 2.0 GiB, adam state 4.0 GiB");  // empty items left out

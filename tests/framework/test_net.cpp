@@ -95,8 +95,8 @@ TEST_CASE("a checkpoint of another model is rejected even when the shared names 
   net.init_parameters(1);
   std::vector<NamedTensor> tensors;
   for (const ParamEntry& e : net.param_entries()) tensors.push_back({e.name, net.params().view(e.offset, e.shape)});
-  const std::map<std::string, std::string> meta{{"format", "qtrain-checkpoint-1"}, {"step", "1"}, {"epoch", "0"},
-                                                {"batch_in_epoch", "1"}, {"optimizer", "sgd"}};
+  const std::map<std::string, std::string> meta{
+      {"format", "qtrain-checkpoint-1"}, {"step", "1"}, {"epoch", "0"}, {"batch_in_epoch", "1"}, {"optimizer", "sgd"}};
   // This model's own tensors and some optimizer state (not read by evaluation) load.
   std::vector<NamedTensor> with_state = tensors;
   with_state.push_back({"optimizer/velocity", Tensor::zeros({4}, DType::f32)});

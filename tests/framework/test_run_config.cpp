@@ -45,16 +45,18 @@ TEST_CASE("a run name that is not a folder name is refused", "[config]") {
   TempDir dir;
   for (const char* name : {"..", ".", "a/b"}) {
     const std::string f = dir.write("name.yaml", replace(kGood, "name: t", std::string("name: '") + name + "'"));
-    REQUIRE_THROWS_WITH(parse_run_config(f, {}), Catch::Contains(f + ":1:7: name must be a non-empty name without "
-                                                                     "'/', and not '.' or '..', got '" +
-                                                                     name + "'"));
+    REQUIRE_THROWS_WITH(parse_run_config(f, {}), Catch::Contains(f +
+                                                                 ":1:7: name must be a non-empty name without "
+                                                                 "'/', and not '.' or '..', got '" +
+                                                                 name + "'"));
   }
 }
 
 TEST_CASE("a typo in a section name is reported with its line and a suggestion", "[config]") {
   TempDir dir;
   const std::string f = dir.write("typo.yaml", replace(kGood, "optimizer:", "optimiser:"));
-  REQUIRE_THROWS_WITH(parse_run_config(f, {}), Catch::Contains(f + ":9:1") && Catch::Contains("unknown key 'optimiser'") &&
+  REQUIRE_THROWS_WITH(parse_run_config(f, {}), Catch::Contains(f + ":9:1") &&
+                                                   Catch::Contains("unknown key 'optimiser'") &&
                                                    Catch::Contains("did you mean 'optimizer'"));
 }
 
@@ -62,17 +64,17 @@ TEST_CASE("a negative learning rate names optimizer.lr and its line", "[config]"
   TempDir dir;
   const std::string f = dir.write("lr.yaml", replace(kGood, "lr: 0.1", "lr: -0.1"));
   RunConfig rc = parse_run_config(f, {});
-  REQUIRE_THROWS_WITH(make_optimizer(rc.optimizer), Catch::Contains(f + ":9:") && Catch::Contains("optimizer.lr") &&
-                                                        Catch::Contains("-0.1"));
+  REQUIRE_THROWS_WITH(make_optimizer(rc.optimizer),
+                      Catch::Contains(f + ":9:") && Catch::Contains("optimizer.lr") && Catch::Contains("-0.1"));
 }
 
 TEST_CASE("an unknown layer type lists the known ones", "[config]") {
   TempDir dir;
   const std::string f = dir.write("layer.yaml", replace(kGood, "type: dense", "type: dens"));
   RunConfig rc = parse_run_config(f, {});
-  REQUIRE_THROWS_WITH(Net(rc.model, DType::f32, Device::cpu(), layer_registry(), loss_registry()),
-                      Catch::Contains(f + ":7:") && Catch::Contains("unknown layer type 'dens'") &&
-                          Catch::Contains("dense"));
+  REQUIRE_THROWS_WITH(
+      Net(rc.model, DType::f32, Device::cpu(), layer_registry(), loss_registry()),
+      Catch::Contains(f + ":7:") && Catch::Contains("unknown layer type 'dens'") && Catch::Contains("dense"));
 }
 
 TEST_CASE("overrides are validated like the file", "[config]") {

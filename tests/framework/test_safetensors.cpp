@@ -178,19 +178,19 @@ TEST_CASE("every flipped bit and every truncation of a file is caught", "[safete
 
 TEST_CASE("crafted headers: overlapping spans, fractional and overflowing shapes", "[safetensors]") {
   const std::string ok = craft("fine.safetensors",
-                              R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                               R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                                   "z": {"dtype": "F32", "shape": [0], "data_offsets": [8, 8]},
                                   "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
-                              16);
+                               16);
   REQUIRE(SafetensorsFile(ok).names().size() == 3);
   // Two tensors sharing bytes and a gap after them, so that their sizes still add up to the data:
   // b used to load half of a's values.
   const std::string overlap = craft("overlap.safetensors",
-                                   R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                    R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                                        "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
-                                   16);
-  REQUIRE_THROWS_WITH(SafetensorsFile(overlap), Catch::Contains(overlap) &&
-                                                    Catch::Contains("tensors 'a' [0, 8) and 'b' [4, 12) overlap"));
+                                    16);
+  REQUIRE_THROWS_WITH(SafetensorsFile(overlap),
+                      Catch::Contains(overlap) && Catch::Contains("tensors 'a' [0, 8) and 'b' [4, 12) overlap"));
   // A fractional dimension is refused, not truncated (10.7 read as 10).
   const std::string fraction =
       craft("fraction.safetensors", R"({"a": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}})", 8);
@@ -199,13 +199,11 @@ TEST_CASE("crafted headers: overlapping spans, fractional and overflowing shapes
   // Offsets too (fuzz finding: 1.1e26 reached an undefined conversion to uint64_t).
   for (const char* offsets : {"[0, 8.0]", "[0, 1.1e26]", "[-8, 0]", "[0, 8, 16]", "[0]", "\"0-8\""}) {
     CAPTURE(offsets);
-    const std::string bad = craft("offsets.safetensors",
-                                  fmt::format(R"({{"a": {{"dtype": "F32", "shape": [2], "data_offsets": {}}}}})",
-                                              offsets),
-                                  8);
-    REQUIRE_THROWS_WITH(SafetensorsFile(bad),
-                        Catch::Contains(std::string("tensor 'a' has data_offsets ")) &&
-                            Catch::Contains("expected [begin, end]: two non-negative integers"));
+    const std::string bad =
+        craft("offsets.safetensors",
+              fmt::format(R"({{"a": {{"dtype": "F32", "shape": [2], "data_offsets": {}}}}})", offsets), 8);
+    REQUIRE_THROWS_WITH(SafetensorsFile(bad), Catch::Contains(std::string("tensor 'a' has data_offsets ")) &&
+                                                  Catch::Contains("expected [begin, end]: two non-negative integers"));
   }
   // 2^62 x 4 floats wrap around to 0 bytes: the size check must not accept the empty span for that shape.
   const std::string wrap = craft(

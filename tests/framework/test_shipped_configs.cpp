@@ -35,8 +35,10 @@ TEST_CASE("the mixed-precision CIFAR config sends convolutions at 8 bits and the
   for (const ParamEntry& e : net.param_entries()) {
     const QuantSpec spec = config.quantization.resolve(e.layer_name, e.layer_type, e.numel);
     if (spec.method != QuantMethod::qsgd) continue;  // small tensors stay fp32
-    if (e.layer_type == "conv2d") conv8 += spec.integer("bits") == 8;
-    else other4 += spec.integer("bits") == 4;
+    if (e.layer_type == "conv2d")
+      conv8 += spec.integer("bits") == 8;
+    else
+      other4 += spec.integer("bits") == 4;
   }
   CHECK(conv8 == 1);   // conv2d2.weight (conv2d1.weight has 4800 values, under min_numel)
   CHECK(other4 == 3);  // two locally connected weights and the dense weight

@@ -57,8 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   accepts("open_an4", [&] {
     const auto dataset = open_an4(folder.string(), Split::train, options);
     const int64_t step = dataset->sample_shape().at(0);
-    FUZZ_REQUIRE(step == options.features.num_mels * options.stack, "steps of {} values for {} mels x {} frames",
-                 step, options.features.num_mels, options.stack);
+    FUZZ_REQUIRE(step == options.features.num_mels * options.stack, "steps of {} values for {} mels x {} frames", step,
+                 options.features.num_mels, options.stack);
     for (int64_t i = 0; i < dataset->size(); ++i) {
       const int64_t length = dataset->sequence_length(i);
       FUZZ_REQUIRE(length >= 1, "utterance {} has {} steps", i, length);

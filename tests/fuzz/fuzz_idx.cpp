@@ -17,8 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  images.count, images.rows, images.cols);
     using u128 = unsigned __int128;  // three 32-bit counts: no overflow
     FUZZ_REQUIRE(images.pixels.size() == u128(images.count) * u128(images.rows) * u128(images.cols),
-                 "{} pixel bytes for {} images of {}x{}", images.pixels.size(), images.count, images.rows,
-                 images.cols);
+                 "{} pixel bytes for {} images of {}x{}", images.pixels.size(), images.count, images.rows, images.cols);
   });
   accepts("read_idx_labels", [&] { read_idx_labels(file.string()); });
   return 0;

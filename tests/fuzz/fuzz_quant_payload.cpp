@@ -67,8 +67,8 @@ void fuzz_decoders(const Quantizer& q, std::span<const uint8_t> payload_bytes, i
   }
   for (size_t i = 0; i < count; ++i)
     FUZZ_REQUIRE(same_float(acc[i], acc_before[i] + out[i]),
-                 "{}: value {} of n = {}: decode_add turns {} into {}, but decode gives {}", name, i, n,
-                 acc_before[i], acc[i], out[i]);
+                 "{}: value {} of n = {}: decode_add turns {} into {}, but decode gives {}", name, i, n, acc_before[i],
+                 acc[i], out[i]);
 }
 
 // Values from 3 bytes each (see the header comment), repeated to fill n; zeros without any.
@@ -99,8 +99,8 @@ void fuzz_round_trip(const Quantizer& q, const std::vector<float>& x, int64_t co
     std::vector<uint8_t> payload(q.max_encoded_bytes(n, column));
     size_t bytes = 0;
     if (!accepts("encode", [&] { bytes = q.encode(cpu_context(), x, column, state, payload); }))
-      finding(fmt::format("{}: encode refused finite values of magnitude below 2^14 (n = {}, column {})", name, n,
-                          column));
+      finding(
+          fmt::format("{}: encode refused finite values of magnitude below 2^14 (n = {}, column {})", name, n, column));
     FUZZ_REQUIRE(bytes <= payload.size() && bytes % 8 == 0, "{}: encode wrote {} bytes, max_encoded_bytes is {}", name,
                  bytes, payload.size());
     payload.resize(bytes);

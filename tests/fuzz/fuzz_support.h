@@ -32,16 +32,16 @@ namespace qtrain::fuzz {
   std::abort();
 }
 
-#define FUZZ_REQUIRE(cond, ...)                                                                          \
-  do {                                                                                                   \
-    if (!(cond)) ::qtrain::fuzz::finding(fmt::format("{} ({}:{}: {})", fmt::format(__VA_ARGS__), __FILE__, \
-                                                     __LINE__, #cond));                                  \
+#define FUZZ_REQUIRE(cond, ...)                                                                                    \
+  do {                                                                                                             \
+    if (!(cond))                                                                                                   \
+      ::qtrain::fuzz::finding(fmt::format("{} ({}:{}: {})", fmt::format(__VA_ARGS__), __FILE__, __LINE__, #cond)); \
   } while (0)
 
 inline std::string type_name(const std::type_info& type) {
   int status = 0;
   std::unique_ptr<char, decltype(&std::free)> name(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status),
-                                                    &std::free);
+                                                   &std::free);
   return status == 0 && name ? name.get() : type.name();
 }
 

@@ -69,7 +69,8 @@ void quant_payload_seeds() {
       for (const auto& [rows, column] : {std::pair<int64_t, int64_t>{4, 8}, {3, 5}, {0, 1}}) {
         const int64_t n = rows * column;
         std::vector<float> x(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>(std::sin(1.7 * i + 0.3) * (1 + i % 3));
+        for (int64_t i = 0; i < n; ++i)
+          x[static_cast<size_t>(i)] = static_cast<float>(std::sin(1.7 * i + 0.3) * (1 + i % 3));
         QuantState state(5, 0, 1);
         Bytes payload(q->max_encoded_bytes(n, column));
         payload.resize(q->encode(ctx, x, column, state, payload));
@@ -152,8 +153,10 @@ Bytes pcm(int samples, bool big_endian) {
   Bytes b;
   for (int i = 0; i < samples; ++i) {
     const auto v = static_cast<uint16_t>(static_cast<int16_t>(std::lround(6000 * std::sin(0.11 * i))));
-    if (big_endian) b.insert(b.end(), {static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v)});
-    else b.insert(b.end(), {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8)});
+    if (big_endian)
+      b.insert(b.end(), {static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v)});
+    else
+      b.insert(b.end(), {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8)});
   }
   return b;
 }
@@ -173,8 +176,9 @@ void an4_seeds() {
     return b;
   };
   seed("an4", "raw", input(0, "<s> YES </s> (r)\n", "r\n", pcm(480, true)));
-  std::string header = "NIST_1A\n   256\nsample_count -i 600\nsample_rate -i 16000\nchannel_count -i 1\n"
-                       "sample_n_bytes -i 2\nsample_byte_format -s2 10\nsample_coding -s3 pcm\nend_head\n";
+  std::string header =
+      "NIST_1A\n   256\nsample_count -i 600\nsample_rate -i 16000\nchannel_count -i 1\n"
+      "sample_n_bytes -i 2\nsample_byte_format -s2 10\nsample_coding -s3 pcm\nend_head\n";
   header.resize(256, ' ');
   Bytes sphere(header.begin(), header.end());
   const Bytes samples = pcm(600, true);
@@ -205,7 +209,8 @@ void jpeg_seeds() {
   for (int i = 0; i < 16 * 8; ++i) rgb.insert(rgb.end(), {static_cast<uint8_t>(i), static_cast<uint8_t>(255 - i), 90});
   seed("jpeg", "rgb_16x8", encode_jpeg(rgb, 16, 8, 3, 50));
   Bytes cmyk;
-  for (int i = 0; i < 8 * 8; ++i) cmyk.insert(cmyk.end(), {static_cast<uint8_t>(i), 30, 200, static_cast<uint8_t>(i * 3)});
+  for (int i = 0; i < 8 * 8; ++i)
+    cmyk.insert(cmyk.end(), {static_cast<uint8_t>(i), 30, 200, static_cast<uint8_t>(i * 3)});
   seed("jpeg", "cmyk_8x8", encode_jpeg(cmyk, 8, 8, 4, 75));
 }
 

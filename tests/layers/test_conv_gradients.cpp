@@ -76,7 +76,8 @@ TEST_CASE("conv2d gradients", "[layers][gradcheck][conv2d]") {
     Conv2d layer(3, window(3, 3, 1, 1, 1, 1), false);
     require_ok(check(layer, {2, 4, 4}, 5, 38, {}, threads));
   }
-  SECTION("3x3 stride 1 (Winograd): channel counts, odd and even maps, paddings 0..2, batches the lanes do not divide") {
+  SECTION(
+      "3x3 stride 1 (Winograd): channel counts, odd and even maps, paddings 0..2, batches the lanes do not divide") {
     Conv2d a(3, window(3, 3, 1, 1, 1, 1), true);  // 7x6: partial tiles along the rows
     require_ok(check(a, {5, 7, 6}, 4, 51, {}, threads));
     Conv2d b(9, window(3, 3, 1, 1, 0, 0), false);  // 5x5 unpadded: a 3x3 output, dx padded by 2

@@ -83,14 +83,13 @@ TEMPLATE_TEST_CASE("conv2d matches PyTorch's F.conv2d", "[layers][conv2d]", floa
   const Tensor x = seq<T>({2, 2, 4, 3}, sin_input);
   Tensor y = Tensor::empty({2, 2, 2, 4}, dtype_of<T>());
   layer.forward(ctx, x, y, true);
-  require_values<T>(y,
-                    {0.9614542133,  1.9645289,     1.936902472,   0.937434884,   0.158280329,   0.254204666,
-                     -0.3077040841, -0.2731768864, -0.9049050446, -1.801104077,  -2.03011074,   -1.056756481,
-                     -0.4646949445, -0.7708078832, -0.2804361628, -0.09238466474, -0.8781027184, -1.705043447,
-                     -2.079177662,  -1.155027135,  -0.7161577277, -1.173846638,  -0.7074862561, -0.3493134323,
-                     0.4700352326,  1.037519769,   1.604931568,   0.8768922077,  0.7138536444,  1.287221558,
-                     0.9697857319,  0.4557091348},
-                    tolerance<T>());
+  require_values<T>(
+      y, {0.9614542133,  1.9645289,      1.936902472,   0.937434884,  0.158280329,  0.254204666,   -0.3077040841,
+          -0.2731768864, -0.9049050446,  -1.801104077,  -2.03011074,  -1.056756481, -0.4646949445, -0.7708078832,
+          -0.2804361628, -0.09238466474, -0.8781027184, -1.705043447, -2.079177662, -1.155027135,  -0.7161577277,
+          -1.173846638,  -0.7074862561,  -0.3493134323, 0.4700352326, 1.037519769,  1.604931568,   0.8768922077,
+          0.7138536444,  1.287221558,    0.9697857319,  0.4557091348},
+      tolerance<T>());
 }
 
 TEST_CASE("conv2d agrees with a direct convolution across several im2col blocks", "[layers][conv2d]") {
@@ -214,33 +213,30 @@ TEMPLATE_TEST_CASE("pooling matches PyTorch with padding and ceil_mode", "[layer
     Pool2d layer(PoolKind::max, {{3, 3, 2, 2, 1, 1}, true});
     REQUIRE(layer.setup({2, 6, 5}) == Shape{2, 4, 3});
     layer.forward(ctx, x, y, false);
-    require_values<T>(y,
-                      {1.393439573, 1.403424002, 1.49993647,  1.393439573, 1.098347166,   1.123761522,
-                       1.499807563, 1.499807563, 1.123761522, 0.1120624356, -0.4364284358, -1.289963538,
-                       1.130506178, 1.499609006, 1.499609006, 1.130506178, 1.499609006,   1.499609006,
-                       1.499340806, 1.381797163, 1.413955705, 1.499340806, 1.381797163,   0.626871814},
-                      tolerance<T>());
+    require_values<T>(
+        y, {1.393439573, 1.403424002,  1.49993647,    1.393439573,  1.098347166, 1.123761522, 1.499807563, 1.499807563,
+            1.123761522, 0.1120624356, -0.4364284358, -1.289963538, 1.130506178, 1.499609006, 1.499609006, 1.130506178,
+            1.499609006, 1.499609006,  1.499340806,   1.381797163,  1.413955705, 1.499340806, 1.381797163, 0.626871814},
+        tolerance<T>());
   }
   SECTION("avg, count_include_pad") {
     Pool2d layer(PoolKind::avg, {{3, 3, 2, 2, 1, 1}, true, true});
     REQUIRE(layer.setup({2, 6, 5}) == Shape{2, 4, 3});
     layer.forward(ctx, x, y, false);
-    require_values<T>(y,
-                      {0.3689851435,  0.5638796808,  0.2887750145,   -0.1098362964, -0.2111092978, -0.1364206443,
-                       0.1449591022,  0.1985173929,  0.08660950395,  -0.05406100004, -0.4420404566, -0.4615748892,
-                       -0.1000026753, 0.1690777211,  0.297230191,    0.08579762313, 0.01455233285, -0.06882246854,
-                       -0.009486591785, 0.1009322487, 0.1272230773,  0.4801896616,  0.5143171223,  0.1197562544},
+    require_values<T>(y, {0.3689851435,    0.5638796808, 0.2887750145,  -0.1098362964,  -0.2111092978, -0.1364206443,
+                          0.1449591022,    0.1985173929, 0.08660950395, -0.05406100004, -0.4420404566, -0.4615748892,
+                          -0.1000026753,   0.1690777211, 0.297230191,   0.08579762313,  0.01455233285, -0.06882246854,
+                          -0.009486591785, 0.1009322487, 0.1272230773,  0.4801896616,   0.5143171223,  0.1197562544},
                       tolerance<T>());
   }
   SECTION("avg, count_include_pad false") {
     Pool2d layer(PoolKind::avg, {{3, 3, 2, 2, 1, 1}, true, false});
     REQUIRE(layer.setup({2, 6, 5}) == Shape{2, 4, 3});
     layer.forward(ctx, x, y, false);
-    require_values<T>(y,
-                      {0.8302165729,  0.8458195212,  0.6497437827,  -0.1647544445, -0.2111092978, -0.2046309664,
-                       0.2174386533,  0.1985173929,  0.1299142559,  -0.1621830001, -0.8840809133, -1.384724668,
-                       -0.2250060194, 0.2536165817,  0.6687679297,  0.1286964347,  0.01455233285, -0.1032337028,
-                       -0.01422988768, 0.1009322487, 0.190834616,   1.440568985,   1.028634245,   0.3592687633},
+    require_values<T>(y, {0.8302165729,   0.8458195212, 0.6497437827, -0.1647544445, -0.2111092978, -0.2046309664,
+                          0.2174386533,   0.1985173929, 0.1299142559, -0.1621830001, -0.8840809133, -1.384724668,
+                          -0.2250060194,  0.2536165817, 0.6687679297, 0.1286964347,  0.01455233285, -0.1032337028,
+                          -0.01422988768, 0.1009322487, 0.190834616,  1.440568985,   1.028634245,   0.3592687633},
                       tolerance<T>());
   }
 }
@@ -360,16 +356,19 @@ TEST_CASE("the registry builds the image layers from their configs", "[layers][c
   REQUIRE(c.param_specs().size() == 2);
   REQUIRE(c.param_specs()[0].shape == Shape{64, 3, 5, 5});
   REQUIRE(c.param_specs()[0].fan_in == 75);  // PyTorch's bound 1/sqrt(C*kh*kw)
-  auto rect = layer_from_yaml("{type: conv2d, out_channels: 2, kernel: [3, 1], stride: [2, 1], padding: [1, 0], bias: false}");
+  auto rect =
+      layer_from_yaml("{type: conv2d, out_channels: 2, kernel: [3, 1], stride: [2, 1], padding: [1, 0], bias: false}");
   REQUIRE(rect->setup({1, 8, 4}) == Shape{2, 4, 4});
   REQUIRE(rect->param_specs().size() == 1);
   auto pool = layer_from_yaml("{type: maxpool2d, kernel: 3, stride: 2}");
   REQUIRE(pool->setup({64, 32, 32}) == Shape{64, 15, 15});
   REQUIRE(layer_from_yaml("{type: maxpool2d, kernel: 2}")->setup({1, 8, 6}) == Shape{1, 4, 3});  // stride = kernel
-  REQUIRE(layer_from_yaml("{type: avgpool2d, kernel: 3, stride: 2, padding: 1, ceil_mode: true, count_include_pad: false}")
-              ->setup({2, 7, 7}) == Shape{2, 4, 4});
+  REQUIRE(
+      layer_from_yaml("{type: avgpool2d, kernel: 3, stride: 2, padding: 1, ceil_mode: true, count_include_pad: false}")
+          ->setup({2, 7, 7}) == Shape{2, 4, 4});
   REQUIRE(layer_from_yaml("{type: global_avgpool}")->setup({8, 4, 4}) == Shape{8});
-  REQUIRE(layer_from_yaml("{type: lrn, size: 5, alpha: 0.0001, beta: 0.75, k: 2}")->setup({96, 55, 55}) == Shape{96, 55, 55});
+  REQUIRE(layer_from_yaml("{type: lrn, size: 5, alpha: 0.0001, beta: 0.75, k: 2}")->setup({96, 55, 55}) ==
+          Shape{96, 55, 55});
   REQUIRE(layer_from_yaml("{type: contrast_norm, size: 9}")->setup({64, 15, 15}) == Shape{64, 15, 15});
   auto local = layer_from_yaml("{type: locally_connected2d, out_channels: 32, kernel: 3, padding: 1}");
   REQUIRE(local->setup({64, 7, 7}) == Shape{32, 7, 7});
@@ -380,7 +379,8 @@ TEST_CASE("the registry builds the image layers from their configs", "[layers][c
 TEST_CASE("image layer configuration errors name the key and what was expected", "[layers][config]") {
   REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, kernel: 3}"),
                       Catch::Contains("model.layers.0.out_channels is required"));
-  REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, out_channels: 8}"), Catch::Contains("model.layers.0.kernel is required"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, out_channels: 8}"),
+                      Catch::Contains("model.layers.0.kernel is required"));
   REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, out_channels: 8, kernel: 3, padding: -1}"),
                       Catch::Contains("model.layers.0.padding must be >= 0, got -1"));
   REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, out_channels: 8, kernel: [3, 3, 3]}"),
@@ -389,7 +389,8 @@ TEST_CASE("image layer configuration errors name the key and what was expected",
                       Catch::Contains("kernel entry 1 must be in [1,"));
   REQUIRE_THROWS_WITH(layer_from_yaml("{type: conv2d, out_channels: 0, kernel: 3}"),
                       Catch::Contains("out_channels must be >= 1, got 0"));
-  REQUIRE_THROWS_WITH(layer_from_yaml("{type: maxpool2d, kernel: 3, stride: 0}"), Catch::Contains("stride must be >= 1, got 0"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: maxpool2d, kernel: 3, stride: 0}"),
+                      Catch::Contains("stride must be >= 1, got 0"));
   REQUIRE_THROWS_WITH(layer_from_yaml("{type: maxpool2d, kernel: 3, count_include_pad: true}"),
                       Catch::Contains("unknown key 'model.layers.0.count_include_pad'"));
   REQUIRE_THROWS_WITH(layer_from_yaml("{type: lrn}"), Catch::Contains("model.layers.0.size is required"));
@@ -401,8 +402,7 @@ TEST_CASE("image layer configuration errors name the key and what was expected",
 
 TEST_CASE("image layers reject shapes they cannot handle", "[layers][config]") {
   Conv2d conv(4, {5, 5, 1, 1, 0, 0}, true);
-  REQUIRE_THROWS_WITH(conv.setup({3, 4, 8}),
-                      Catch::Contains("kernel [5, 5] is larger than the padded input [4, 8]"));
+  REQUIRE_THROWS_WITH(conv.setup({3, 4, 8}), Catch::Contains("kernel [5, 5] is larger than the padded input [4, 8]"));
   REQUIRE_THROWS_WITH(conv.setup({48}), Catch::Contains("expects one image (channels, height, width) per sample"));
   Conv2d padded(4, {5, 5, 1, 1, 1, 1}, true);
   REQUIRE(padded.setup({3, 3, 3}) == Shape{4, 1, 1});  // the padding makes room for the kernel

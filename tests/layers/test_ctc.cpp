@@ -68,16 +68,15 @@ TEST_CASE("ctc: loss equals brute-force enumeration of all alignments", "[ctc]")
     int64_t frames, classes;
     std::vector<int32_t> target;
   };
-  const std::vector<Case> cases = {
-      {1, 2, {1}}, {3, 2, {1}}, {4, 3, {1, 2}}, {5, 3, {1, 1}}, {5, 3, {2, 1, 2}}, {5, 3, {}}, {3, 3, {1, 1}},
-      {4, 2, {1, 1}}};
+  const std::vector<Case> cases = {{1, 2, {1}},       {3, 2, {1}}, {4, 3, {1, 2}}, {5, 3, {1, 1}},
+                                   {5, 3, {2, 1, 2}}, {5, 3, {}},  {3, 3, {1, 1}}, {4, 2, {1, 1}}};
   uint64_t seed = 3;
   for (const Case& c : cases) {
     const Tensor z = qtrain::testing::random_tensor({1, c.frames, c.classes}, ++seed, -2.0, 2.0);
     CtcLoss loss;
-    const LossStats s = loss.compute_sequence(ctx, z, make_targets({static_cast<int32_t>(c.frames)}, c.target,
-                                                                    {static_cast<int32_t>(c.target.size())}),
-                                              nullptr);
+    const LossStats s = loss.compute_sequence(
+        ctx, z, make_targets({static_cast<int32_t>(c.frames)}, c.target, {static_cast<int32_t>(c.target.size())}),
+        nullptr);
     INFO("T=" << c.frames << " C=" << c.classes << " L=" << c.target.size());
     CHECK(s.loss_sum == Approx(brute_force_loss(z.data<double>(), c.frames, c.classes, c.target)).epsilon(1e-12));
     CHECK(s.count == 1);

@@ -108,14 +108,13 @@ TEST_CASE("dense f32 agrees with f64 on random data", "[layers][dense]") {
   Tensor y64 = Tensor::empty({9, 17}, DType::f64), y32 = Tensor::empty({9, 17}, DType::f32);
   l64.forward(ctx, x64, y64, true);
   l32.forward(ctx, x32, y32, true);
-  for (int64_t i = 0; i < y64.numel(); ++i)
-    REQUIRE(y32.data<float>()[i] == Approx(y64.data<double>()[i]).margin(1e-5));
+  for (int64_t i = 0; i < y64.numel(); ++i) REQUIRE(y32.data<float>()[i] == Approx(y64.data<double>()[i]).margin(1e-5));
 }
 
 TEST_CASE("dense rejects inputs that are not flat", "[layers][dense]") {
   Dense layer(4, true);
-  REQUIRE_THROWS_WITH(layer.setup({1, 28, 28}), Catch::Contains("[1, 28, 28]") &&
-                                                    Catch::Contains("add a {type: flatten} layer before it"));
+  REQUIRE_THROWS_WITH(layer.setup({1, 28, 28}),
+                      Catch::Contains("[1, 28, 28]") && Catch::Contains("add a {type: flatten} layer before it"));
 }
 
 TEST_CASE("dense checks the tensors it is given", "[layers][dense]") {
@@ -205,19 +204,24 @@ TEST_CASE("the registry builds every layer from its config", "[layers][config]")
 }
 
 TEST_CASE("configuration errors name the key and what was expected", "[layers][config]") {
-  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dense}"),
-                      Catch::Contains("model.yaml:1:1") &&
-                          Catch::Contains("model.layers.0.units is required but missing"));
-  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dense, units: 0}"), Catch::Contains("model.layers.0.units must be > 0, got 0"));
-  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dense, units: 1.5}"), Catch::Contains("units must be an integer, got '1.5'"));
-  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dense, units: 4, unitz: 5}"),
-                      Catch::Contains("unknown key 'model.layers.0.unitz'") &&
-                          Catch::Contains("did you mean 'units'?"));
-  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dropout, p: 1.5}"),
-                      Catch::Contains("model.yaml:1:20") && Catch::Contains("model.layers.0.p must be in [0, 1), got 1.5"));
+  REQUIRE_THROWS_WITH(
+      layer_from_yaml("{type: dense}"),
+      Catch::Contains("model.yaml:1:1") && Catch::Contains("model.layers.0.units is required but missing"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dense, units: 0}"),
+                      Catch::Contains("model.layers.0.units must be > 0, got 0"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: dense, units: 1.5}"),
+                      Catch::Contains("units must be an integer, got '1.5'"));
+  REQUIRE_THROWS_WITH(
+      layer_from_yaml("{type: dense, units: 4, unitz: 5}"),
+      Catch::Contains("unknown key 'model.layers.0.unitz'") && Catch::Contains("did you mean 'units'?"));
+  REQUIRE_THROWS_WITH(
+      layer_from_yaml("{type: dropout, p: 1.5}"),
+      Catch::Contains("model.yaml:1:20") && Catch::Contains("model.layers.0.p must be in [0, 1), got 1.5"));
   REQUIRE_THROWS_WITH(layer_from_yaml("{type: dropout, p: 1}"), Catch::Contains("p must be in [0, 1), got 1"));
   REQUIRE_THROWS_WITH(layer_from_yaml("{type: dropout, p: -0.1}"), Catch::Contains("p must be in [0, 1), got -0.1"));
-  REQUIRE_THROWS_WITH(layer_from_yaml("{type: relu, alpha: 0.1}"), Catch::Contains("unknown key 'model.layers.0.alpha'"));
-  REQUIRE_THROWS_WITH(layer_from_yaml("{type: flatten, units: 3}"), Catch::Contains("unknown key 'model.layers.0.units'"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: relu, alpha: 0.1}"),
+                      Catch::Contains("unknown key 'model.layers.0.alpha'"));
+  REQUIRE_THROWS_WITH(layer_from_yaml("{type: flatten, units: 3}"),
+                      Catch::Contains("unknown key 'model.layers.0.units'"));
   REQUIRE_THROWS_AS(layer_from_yaml("{type: dense}"), InputError);
 }

@@ -12,10 +12,10 @@
 #include "tests/support/config_text.h"
 
 using namespace qtrain;
-using qtrain::testing::config_from_text;
 using qtrain::testing::bind_random_params;
 using qtrain::testing::BoundParams;
 using qtrain::testing::check_layer_gradients;
+using qtrain::testing::config_from_text;
 using qtrain::testing::random_tensor;
 
 namespace {
@@ -35,8 +35,8 @@ TEST_CASE("lstm: float64 gradient check", "[lstm][gradcheck]") {
     bool bidirectional;
     std::vector<int32_t> lengths;
   };
-  for (const Case& c : {Case{1, false, {4, 4}}, Case{1, true, {4, 2, 3}}, Case{2, false, {3, 1}},
-                        Case{2, true, {4, 2, 3}}}) {
+  for (const Case& c :
+       {Case{1, false, {4, 4}}, Case{1, true, {4, 2, 3}}, Case{2, false, {3, 1}}, Case{2, true, {4, 2, 3}}}) {
     Lstm lstm({3, c.layers, c.bidirectional, 1.0});
     const int64_t batch = static_cast<int64_t>(c.lengths.size()), frames = 4, features = 2;
     const Shape out = lstm.setup({features});
@@ -85,8 +85,8 @@ TEST_CASE("lstm: the directions side by side on two lanes give one lane's bits",
       CHECK(std::memcmp(one.dx.raw(), two.dx.raw(), one.dx.nbytes()) == 0);
       CHECK(std::memcmp(one.bound.grads.raw(), two.bound.grads.raw(), one.bound.grads.nbytes()) == 0);
     } else {
-      for (const auto& [a, b] : {std::pair{&one.y, &two.y}, std::pair{&one.dx, &two.dx},
-                                 std::pair{&one.bound.grads, &two.bound.grads}}) {
+      for (const auto& [a, b] :
+           {std::pair{&one.y, &two.y}, std::pair{&one.dx, &two.dx}, std::pair{&one.bound.grads, &two.bound.grads}}) {
         int64_t far = 0;
         for (int64_t i = 0; i < a->numel(); ++i) {
           const float x = a->data<float>()[i], y = b->data<float>()[i];
@@ -132,12 +132,38 @@ TEST_CASE("lstm: padding gives zero outputs and receives no gradient", "[lstm]")
 // of lengths [4, 3], with the parameters and inputs set below (every parameter, in named_parameters()
 // order, 0.5 sin(0.37 k + 0.11)). `/usr/bin/python3 tools/reference/lstm.py` prints `expected`.
 TEST_CASE("lstm: matches PyTorch nn.LSTM (2 layers, bidirectional, packed)", "[lstm][pytorch]") {
-  const double expected[] = {
-      -0.031296695871, 0.027399520845,  -0.089522450729, -0.036076476415, -0.025010010239, 0.053292765224,
-      -0.098025189826, -0.012902336979, -0.005381982139, 0.066978295982,  -0.083075272181, -0.000148367428,
-      0.009903489371,  0.065632837187,  -0.050090811553, 0.000945772960,  -0.009700684845, 0.021602518175,
-      -0.068282280095, -0.011082255816, 0.007076332375,  0.035902609615,  -0.059315786207, 0.005153368299,
-      0.016278824206,  0.034937068890,  -0.034161512435, 0.002534000568,  0, 0, 0, 0};
+  const double expected[] = {-0.031296695871,
+                             0.027399520845,
+                             -0.089522450729,
+                             -0.036076476415,
+                             -0.025010010239,
+                             0.053292765224,
+                             -0.098025189826,
+                             -0.012902336979,
+                             -0.005381982139,
+                             0.066978295982,
+                             -0.083075272181,
+                             -0.000148367428,
+                             0.009903489371,
+                             0.065632837187,
+                             -0.050090811553,
+                             0.000945772960,
+                             -0.009700684845,
+                             0.021602518175,
+                             -0.068282280095,
+                             -0.011082255816,
+                             0.007076332375,
+                             0.035902609615,
+                             -0.059315786207,
+                             0.005153368299,
+                             0.016278824206,
+                             0.034937068890,
+                             -0.034161512435,
+                             0.002534000568,
+                             0,
+                             0,
+                             0,
+                             0};
   Context ctx = Context::cpu(1, 1);
   for (DType dtype : {DType::f64, DType::f32}) {
     Lstm lstm({2, 2, true, 1.0});
@@ -153,8 +179,10 @@ TEST_CASE("lstm: matches PyTorch nn.LSTM (2 layers, bidirectional, packed)", "[l
     for (Tensor& p : lstm.params())
       for (int64_t i = 0; i < p.numel(); ++i, ++k) {
         const double v = 0.5 * std::sin(0.37 * static_cast<double>(k) + 0.11);
-        if (dtype == DType::f64) p.data<double>()[i] = v;
-        else p.data<float>()[i] = static_cast<float>(v);
+        if (dtype == DType::f64)
+          p.data<double>()[i] = v;
+        else
+          p.data<float>()[i] = static_cast<float>(v);
       }
     REQUIRE(k == 240);
     lstm.set_sequence_lengths(lengths_tensor({4, 3}));
@@ -163,8 +191,10 @@ TEST_CASE("lstm: matches PyTorch nn.LSTM (2 layers, bidirectional, packed)", "[l
       for (int64_t t = 0; t < 4; ++t)
         for (int64_t f = 0; f < 3; ++f) {
           const double v = std::cos(0.5 * b + 0.3 * t + 0.7 * f);
-          if (dtype == DType::f64) x.data<double>()[(b * 4 + t) * 3 + f] = v;
-          else x.data<float>()[(b * 4 + t) * 3 + f] = static_cast<float>(v);
+          if (dtype == DType::f64)
+            x.data<double>()[(b * 4 + t) * 3 + f] = v;
+          else
+            x.data<float>()[(b * 4 + t) * 3 + f] = static_cast<float>(v);
         }
     lstm.forward(ctx, x, y, false);
     for (int i = 0; i < 32; ++i) {

@@ -172,7 +172,8 @@ TEST_CASE("batchnorm2d statistics follow PyTorch's conventions", "[layers][batch
     for (int64_t s = 0; s < 3; ++s)
       for (int64_t p = 0; p < 4; ++p) {
         const int64_t i = (s * 2 + c) * 4 + p;
-        REQUIRE(y.data<double>()[i] == Approx((x.data<double>()[i] - mean) / std::sqrt(var + 1e-5) * w + bias).epsilon(1e-12));
+        REQUIRE(y.data<double>()[i] ==
+                Approx((x.data<double>()[i] - mean) / std::sqrt(var + 1e-5) * w + bias).epsilon(1e-12));
       }
     // running = 0.9 initial + 0.1 batch statistic; running_var uses the unbiased variance (n - 1 = 11).
     REQUIRE(bn.buffers()[0].data<double>()[c] == Approx(0.1 * mean).epsilon(1e-12));

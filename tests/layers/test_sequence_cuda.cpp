@@ -118,8 +118,8 @@ struct LstmPair {
 }  // namespace
 
 TEST_CASE("lstm: cuDNN matches the CPU reference (outputs, dx, parameter gradients, padding)", "[cuda][lstm][cudnn]") {
-  for (const LstmCase& c : {LstmCase{5, 8, 2, false}, LstmCase{5, 8, 2, true}, LstmCase{1, 3, 1, false},
-                            LstmCase{40, 64, 3, true}}) {
+  for (const LstmCase& c :
+       {LstmCase{5, 8, 2, false}, LstmCase{5, 8, 2, true}, LstmCase{1, 3, 1, false}, LstmCase{40, 64, 3, true}}) {
     INFO("input " << c.input << ", hidden " << c.hidden << ", layers " << c.layers << ", bidirectional "
                   << c.bidirectional);
     Context cpu = Context::cpu(1, 1);
@@ -218,8 +218,8 @@ void compare_ctc(const CtcBatch& c, bool zero_infinity, uint64_t seed) {
   // the CPU rounds a label's entry once per occurrence of the label in the target plus once (the
   // softmax term), each time by at most u/B. So the two differ by at most (L_max + 2) u / B.
   const int64_t longest = *std::max_element(c.target_lengths.begin(), c.target_lengths.end());
-  require_close(download(gpu, dz_gpu), dz, static_cast<double>(longest + 2) * kUnit / static_cast<double>(batch),
-                0.0, "ctc dlogits");
+  require_close(download(gpu, dz_gpu), dz, static_cast<double>(longest + 2) * kUnit / static_cast<double>(batch), 0.0,
+                "ctc dlogits");
 
   const LossStats no_grad = b.compute_sequence(gpu, z_gpu, st, nullptr);
   REQUIRE(no_grad.loss_sum == g.loss_sum);

@@ -66,12 +66,12 @@ TEMPLATE_TEST_CASE("conv2d's Winograd path agrees with its im2col path", "[layer
   using T = TestType;
   const DType dtype = std::is_same_v<T, float> ? DType::f32 : DType::f64;
   const double u = std::numeric_limits<T>::epsilon() / 2;
-  const Case c = GENERATE(Case{3, 5, 7, 9, 1, 1, 5, 2},     // odd maps: partial tiles on both axes
-                          Case{16, 16, 8, 8, 1, 1, 3, 3},   // a ResNet stage's shape, 3 lanes for 3 samples
-                          Case{12, 20, 6, 11, 0, 2, 4, 2},  // padding 0 and 2 (dx's flipped padding 2 and 0)
-                          Case{9, 7, 5, 5, 2, 0, 3, 1},     // one lane
-                          Case{1, 1, 1, 1, 1, 1, 2, 2},     // a 1x1 map: one partial tile
-                          Case{32, 32, 16, 15, 1, 1, 7, 2},  // 2 samples per block: lanes of 4 and 3 samples
+  const Case c = GENERATE(Case{3, 5, 7, 9, 1, 1, 5, 2},       // odd maps: partial tiles on both axes
+                          Case{16, 16, 8, 8, 1, 1, 3, 3},     // a ResNet stage's shape, 3 lanes for 3 samples
+                          Case{12, 20, 6, 11, 0, 2, 4, 2},    // padding 0 and 2 (dx's flipped padding 2 and 0)
+                          Case{9, 7, 5, 5, 2, 0, 3, 1},       // one lane
+                          Case{1, 1, 1, 1, 1, 1, 2, 2},       // a 1x1 map: one partial tile
+                          Case{32, 32, 16, 15, 1, 1, 7, 2},   // 2 samples per block: lanes of 4 and 3 samples
                           Case{16, 24, 32, 32, 1, 1, 3, 2});  // 1 sample per block
   INFO("C " << c.c << " -> OC " << c.oc << ", " << c.h << "x" << c.w << ", padding " << c.ph << "x" << c.pw
             << ", batch " << c.batch << ", threads " << c.threads);

@@ -1,7 +1,7 @@
 // Optimizers against hand-computed values: the first three steps of SGD (plain, momentum, dampening,
 // Nesterov, weight decay), RMSprop (eps, centered + momentum, weight decay), Adam (bias correction,
-// weight decay, AMSGrad) and Adagrad (accumulated squares, lr_decay, initial accumulator, weight decay) on a 3-element arena, in f32 and f64; named state and restoring it; the
-// config parser's defaults and errors.
+// weight decay, AMSGrad) and Adagrad (accumulated squares, lr_decay, initial accumulator, weight decay) on a 3-element
+// arena, in f32 and f64; named state and restoring it; the config parser's defaults and errors.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -91,8 +91,7 @@ TEMPLATE_TEST_CASE("sgd with momentum", "[optim][sgd]", float, double) {
   // step 3: buf = 0.9 buf + g = [2.71, -5.42, 1.355];       p = [0.71 - 0.271, 1.58 + 0.542, 0.855 - 0.1355]
   Sgd opt({.lr = 0.1, .momentum = 0.9});
   const Values g{1, -2, 0.5};
-  run_steps<TestType>(opt, {1, 1, 1}, {g, g, g}, {{0.9, 1.2, 0.95}, {0.71, 1.58, 0.855}, {0.439, 2.122, 0.7195}},
-                      0.1);
+  run_steps<TestType>(opt, {1, 1, 1}, {g, g, g}, {{0.9, 1.2, 0.95}, {0.71, 1.58, 0.855}, {0.439, 2.122, 0.7195}}, 0.1);
 }
 
 TEMPLATE_TEST_CASE("sgd with dampening copies the first gradient (PyTorch)", "[optim][sgd]", float, double) {
@@ -254,16 +253,14 @@ TEMPLATE_TEST_CASE("adam amsgrad keeps the largest second moment", "[optim][adam
 
 // ------------------------------------------------------------------------------------------ Adagrad
 
-TEMPLATE_TEST_CASE("adagrad: a constant gradient moves p by lr / sqrt(t) per step", "[optim][adagrad]", float,
-                   double) {
+TEMPLATE_TEST_CASE("adagrad: a constant gradient moves p by lr / sqrt(t) per step", "[optim][adagrad]", float, double) {
   // lr 0.1, eps 0, g = [3, -4, 0.5] every step: sum_t = t g^2, so step t moves p by -0.1 sign(g) / sqrt(t):
   // p_1 = 1 -+ 0.1, p_2 = p_1 -+ 0.0707107, p_3 = p_2 -+ 0.0577350.
   Adagrad opt({.lr = 0.1, .eps = 0.0});
   const double a1 = 0.1, a2 = a1 + 0.1 / std::sqrt(2.0), a3 = a2 + 0.1 / std::sqrt(3.0);
   const Values g{3, -4, 0.5};
-  run_steps<TestType>(opt, {1, 1, 1}, {g, g, g}, {{1 - a1, 1 + a1, 1 - a1}, {1 - a2, 1 + a2, 1 - a2},
-                                                  {1 - a3, 1 + a3, 1 - a3}},
-                      0.1);
+  run_steps<TestType>(opt, {1, 1, 1}, {g, g, g},
+                      {{1 - a1, 1 + a1, 1 - a1}, {1 - a2, 1 + a2, 1 - a2}, {1 - a3, 1 + a3, 1 - a3}}, 0.1);
 }
 
 TEMPLATE_TEST_CASE("adagrad with lr_decay, initial accumulator and weight decay", "[optim][adagrad]", float, double) {
@@ -301,8 +298,11 @@ std::vector<std::string> state_names(Optimizer& opt) {
 template <typename T>
 void check_restore(Optimizer& a, Optimizer& b) {
   Context ctx = Context::cpu(1, 1);
-  const std::vector<Values> grads{{0.3, -1.2, 0.7, 2.0}, {-0.4, 0.9, 0.1, 1.5}, {0.8, -0.2, -0.6, 0.05},
-                                  {0.1, 0.2, -0.3, -1.0}, {-0.7, 0.4, 0.9, 0.3}};
+  const std::vector<Values> grads{{0.3, -1.2, 0.7, 2.0},
+                                  {-0.4, 0.9, 0.1, 1.5},
+                                  {0.8, -0.2, -0.6, 0.05},
+                                  {0.1, 0.2, -0.3, -1.0},
+                                  {-0.7, 0.4, 0.9, 0.3}};
   Tensor pa = arena<T>({1, -1, 0.5, 2});
   a.init(4, dtype_of<T>(), Device::cpu());
   for (int k = 0; k < 3; ++k) a.step(ctx, pa, arena<T>(grads[k]), 0.05);
@@ -440,8 +440,9 @@ TEST_CASE("make_optimizer errors name the key and the value", "[optim][config]")
                       Catch::Contains("unknown key 'optimizer.momentum'"));
   REQUIRE_THROWS_WITH(optimizer_from("optimizer: {type: sgd, lr: 0.1, nesterov: true}\n"),
                       Catch::Contains("optimizer.nesterov needs momentum > 0"));
-  REQUIRE_THROWS_WITH(optimizer_from("optimizer: {type: sgd, lr: 0.1, momentum: 0.9, dampening: 0.1, nesterov: true}\n"),
-                      Catch::Contains("optimizer.nesterov needs dampening 0"));
+  REQUIRE_THROWS_WITH(
+      optimizer_from("optimizer: {type: sgd, lr: 0.1, momentum: 0.9, dampening: 0.1, nesterov: true}\n"),
+      Catch::Contains("optimizer.nesterov needs dampening 0"));
   REQUIRE_THROWS_WITH(optimizer_from("optimizer: {type: sgd, lr: 0.1, momentum: 1}\n"),
                       Catch::Contains("optimizer.momentum must be < 1, got 1"));
   REQUIRE_THROWS_WITH(optimizer_from("optimizer: {type: adam, lr: 0.1, weight_decay: -0.1}\n"),

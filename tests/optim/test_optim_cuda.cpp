@@ -75,9 +75,10 @@ void check_parity(const Options& options, float grad_scale = 1.0f) {
   REQUIRE(cpu_state.size() == cuda_state.size());
   for (size_t i = 0; i < cpu_state.size(); ++i) {
     REQUIRE(cpu_state[i].first == cuda_state[i].first);
-    if (cpu_state[i].second.dtype() == DType::f32) require_parity(cuda_state[i].second, cpu_state[i].second,
-                                                                  cpu_state[i].first);
-    else REQUIRE(cpu_state[i].second.data<double>()[0] == cuda_state[i].second.data<double>()[0]);
+    if (cpu_state[i].second.dtype() == DType::f32)
+      require_parity(cuda_state[i].second, cpu_state[i].second, cpu_state[i].first);
+    else
+      REQUIRE(cpu_state[i].second.data<double>()[0] == cuda_state[i].second.data<double>()[0]);
   }
 }
 

@@ -33,7 +33,8 @@ TEST_CASE("an absent schedule is constant", "[optim][schedule]") {
 }
 
 TEST_CASE("the schedule child itself may be passed", "[optim][schedule]") {
-  ConfigNode root = config_from_text("optimizer: {type: sgd, lr: 0.1, schedule: {type: step, gamma: 0.5, step_epochs: 1}}\n");
+  ConfigNode root =
+      config_from_text("optimizer: {type: sgd, lr: 0.1, schedule: {type: step, gamma: 0.5, step_epochs: 1}}\n");
   ConfigNode schedule = root.child("optimizer").child("schedule");
   auto s = make_schedule(schedule, 10, 100);
   REQUIRE(s->lr(10, 1.0) == 0.5);
@@ -117,9 +118,9 @@ TEST_CASE("schedule config errors", "[optim][schedule][config]") {
   // gamma belongs to the step type only.
   REQUIRE_THROWS_WITH(schedule_from("{type: cosine, gamma: 0.5}"),
                       Catch::Contains("unknown key 'optimizer.schedule.gamma'"));
-  REQUIRE_THROWS_WITH(schedule_from("{type: cosine, min_factr: 0.5}"),
-                      Catch::Contains("unknown key 'optimizer.schedule.min_factr'") &&
-                          Catch::Contains("did you mean 'min_factor'"));
+  REQUIRE_THROWS_WITH(
+      schedule_from("{type: cosine, min_factr: 0.5}"),
+      Catch::Contains("unknown key 'optimizer.schedule.min_factr'") && Catch::Contains("did you mean 'min_factor'"));
 }
 
 TEST_CASE("make_schedule from a spec", "[optim][schedule]") {
@@ -137,8 +138,9 @@ TEST_CASE("a warm-up longer than a shortened run is cut to fit, with a note", "[
   // train.epochs=1 on a config that warms up over more epochs must train, not be refused.
   std::string note;
   auto s = schedule_from("{type: cosine, warmup_epochs: 10}", 10, 100, &note);
-  CHECK(note == "optimizer.schedule.warmup_epochs is 100 steps, as long as this run's 100 steps: the warm-up is "
-                "shortened to the first 50 steps, the cosine decay takes the rest");
+  CHECK(note ==
+        "optimizer.schedule.warmup_epochs is 100 steps, as long as this run's 100 steps: the warm-up is "
+        "shortened to the first 50 steps, the cosine decay takes the rest");
   CHECK(s->lr(0, 1.0) == 0.0);
   CHECK(s->lr(25, 1.0) == Approx(0.5));
   CHECK(s->lr(50, 1.0) == Approx(1.0));  // the peak, where the decay begins
@@ -146,8 +148,9 @@ TEST_CASE("a warm-up longer than a shortened run is cut to fit, with a note", "[
   // Other schedules warm up over the whole run at most.
   std::string note2;
   auto c = schedule_from("{warmup_steps: 101}", 10, 100, &note2);
-  CHECK(note2 == "optimizer.schedule.warmup_steps is 101 steps, longer than this run's 100 steps: the warm-up is "
-                 "shortened to the first 100 steps");
+  CHECK(note2 ==
+        "optimizer.schedule.warmup_steps is 101 steps, longer than this run's 100 steps: the warm-up is "
+        "shortened to the first 100 steps");
   CHECK(c->lr(50, 1.0) == Approx(0.5));
   // A warm-up that fits is left alone, without a note.
   std::string none;

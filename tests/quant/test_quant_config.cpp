@@ -45,19 +45,22 @@ TEST_CASE("methods and their parameters", "[quant][config]") {
 }
 
 TEST_CASE("invalid values are errors that list what is allowed", "[quant][config]") {
-  REQUIRE_THROWS_WITH(parse("quantization: {method: qsgd, bits: 3}\n"),
-                      Catch::Contains("q.yaml:1:") && Catch::Contains("quantization.bits must be one of 2, 4, 8, 16, got '3'"));
+  REQUIRE_THROWS_WITH(
+      parse("quantization: {method: qsgd, bits: 3}\n"),
+      Catch::Contains("q.yaml:1:") && Catch::Contains("quantization.bits must be one of 2, 4, 8, 16, got '3'"));
   REQUIRE_THROWS_WITH(parse("quantization: {method: qsdg}\n"),
                       Catch::Contains("quantization.method must be one of fp32, fp16, bf16, dettmers8, onebit, qsgd, "
                                       "adaptive, topk, ") &&
                           Catch::Contains("terngrad, signsgd, efsign, randomk") && Catch::Contains(", powersgd") &&
                           Catch::Contains("got 'qsdg'"));
-  REQUIRE_THROWS_WITH(parse("quantization: {method: terngrad, clip: -1}\n"), Catch::Contains("quantization.clip must be >= 0, got -1"));
+  REQUIRE_THROWS_WITH(parse("quantization: {method: terngrad, clip: -1}\n"),
+                      Catch::Contains("quantization.clip must be >= 0, got -1"));
   REQUIRE_THROWS_WITH(parse("quantization: {method: signsgd, momentum: 1}\n"),
                       Catch::Contains("momentum must be below 1"));
   REQUIRE_THROWS_WITH(parse("quantization: {method: signsgd, error_feedback: true}\n"),
                       Catch::Contains("error_feedback does not apply"));
-  REQUIRE_THROWS_WITH(parse("quantization: {method: randomk, fraction: 0}\n"), Catch::Contains("quantization.fraction must be > 0, got 0"));
+  REQUIRE_THROWS_WITH(parse("quantization: {method: randomk, fraction: 0}\n"),
+                      Catch::Contains("quantization.fraction must be > 0, got 0"));
   REQUIRE_THROWS_WITH(parse("quantization: {method: dettmers8, variant: tree}\n"),
                       Catch::Contains("must be one of dynamic_tree, linear"));
   REQUIRE_THROWS_WITH(parse("quantization: {method: qsgd, norm: l1}\n"), Catch::Contains("must be one of max, l2"));

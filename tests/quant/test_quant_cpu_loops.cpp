@@ -67,16 +67,18 @@ TEST_CASE("fast CPU loops: dettmers8 codes and residuals equal the reference", "
   d[DettmersTables::kSatCode] = m;
   for (int i = 0; i < 128; ++i) d[i + 128] = -d[i];
   for (int64_t offset : {0, 1, 7}) {
-    for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{31}, int64_t{32}, int64_t{33}, static_cast<int64_t>(x.size()) - 7}) {
+    for (int64_t n :
+         {int64_t{0}, int64_t{5}, int64_t{31}, int64_t{32}, int64_t{33}, static_cast<int64_t>(x.size()) - 7}) {
       CAPTURE(offset, n);
       for (bool ef : {false, true}) {
         std::vector<float> res_ref(static_cast<size_t>(n)), res_fast(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) res_ref[static_cast<size_t>(i)] = res_fast[static_cast<size_t>(i)] = 1e-3f * static_cast<float>(i % 7 - 3);
+        for (int64_t i = 0; i < n; ++i)
+          res_ref[static_cast<size_t>(i)] = res_fast[static_cast<size_t>(i)] = 1e-3f * static_cast<float>(i % 7 - 3);
         std::vector<uint8_t> ref(static_cast<size_t>(n)), fast(static_cast<size_t>(n));
         dettmers8_tree_codes(CpuPath::reference, x.data() + offset, ef ? res_ref.data() : nullptr, ref.data(), n,
                              1.0f / m, d);
-        dettmers8_tree_codes(CpuPath::fast, x.data() + offset, ef ? res_fast.data() : nullptr, fast.data(), n,
-                             1.0f / m, d);
+        dettmers8_tree_codes(CpuPath::fast, x.data() + offset, ef ? res_fast.data() : nullptr, fast.data(), n, 1.0f / m,
+                             d);
         REQUIRE(same_bits(ref, fast));
         REQUIRE(same_bits(res_ref, res_fast));
       }
@@ -186,7 +188,8 @@ TEST_CASE("fast CPU loops: qsgd decoding equals the reference", "[quant][cpu_loo
         CAPTURE(bits, first, count);
         for (bool add : {false, true}) {
           std::vector<float> ref(static_cast<size_t>(count)), fast(static_cast<size_t>(count));
-          for (int64_t i = 0; i < count; ++i) ref[static_cast<size_t>(i)] = fast[static_cast<size_t>(i)] = 0.5f * static_cast<float>(i);
+          for (int64_t i = 0; i < count; ++i)
+            ref[static_cast<size_t>(i)] = fast[static_cast<size_t>(i)] = 0.5f * static_cast<float>(i);
           qsgd_decode_codes(CpuPath::reference, bits, bytes.data(), first, count, step, ref.data(), add);
           qsgd_decode_codes(CpuPath::fast, bits, bytes.data(), first, count, step, fast.data(), add);
           REQUIRE(same_bits(ref, fast));

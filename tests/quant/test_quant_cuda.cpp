@@ -73,8 +73,9 @@ void check_encoders_match(const std::vector<std::pair<int64_t, int64_t>>& shapes
                                           gs, std::span<uint8_t>(gout.data<uint8_t>(), cap));
           REQUIRE(gbytes == cp.size());
           REQUIRE(bytes_to_host(gout, gbytes) == cp);
-          if (ef) REQUIRE(same_bits(to_host(gs.residual()), std::vector<float>(cs.residual().data<float>(),
-                                                                                cs.residual().data<float>() + n)));
+          if (ef)
+            REQUIRE(same_bits(to_host(gs.residual()),
+                              std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
           // Decode and decode_add of the same payload.
           const auto cd = decode(*q, cpu, cp, n);
           Tensor gd = Tensor::zeros({n}, DType::f32, Device::cuda(0));
@@ -113,7 +114,8 @@ TEST_CASE("CUDA encoders match the CPU on spans too small to invert (levels / ma
   Context gpu = Context::cuda(0, 1);
   const int64_t n = 4096, column = 64;
   std::vector<float> x(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = (i % 3 ? -1.5e-38f : 1.5e-38f) * static_cast<float>(i % 251) / 250;
+  for (int64_t i = 0; i < n; ++i)
+    x[static_cast<size_t>(i)] = (i % 3 ? -1.5e-38f : 1.5e-38f) * static_cast<float>(i % 251) / 250;
   for (bool ef : {false, true}) {
     for (QuantSpec s : all_specs()) {
       if (ef && !method_info(s.method).error_feedback_allowed) continue;
@@ -225,9 +227,9 @@ TEST_CASE("warp_fold_partials: every lane returns det_sum's fold of the chunk su
     // The CPU's fold (quant/det_sum.h, det_sum_of after its level-1 sums).
     std::vector<float> level2;
     for (int64_t first = 0; first < chunks; first += kSumChunk)
-      level2.push_back(chunk_sum([&](int64_t i) { return p[static_cast<size_t>(first + i)]; },
-                                 std::min(kSumChunk, chunks - first)));
-    const float expected = chunks == 1        ? p[0]
+      level2.push_back(
+          chunk_sum([&](int64_t i) { return p[static_cast<size_t>(first + i)]; }, std::min(kSumChunk, chunks - first)));
+    const float expected = chunks == 1          ? p[0]
                            : level2.size() == 1 ? level2[0]
                                                 : chunk_sum([&](int64_t i) { return level2[static_cast<size_t>(i)]; },
                                                             static_cast<int64_t>(level2.size()));

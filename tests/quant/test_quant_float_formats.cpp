@@ -159,26 +159,26 @@ TEST_CASE("element rounding equals a double-precision nearest-even reference eve
 }
 
 TEST_CASE("MX scale: X = floor(log2(max)) - emax_elem, clamped at 2^-127", "[quant][float][mx]") {
-  REQUIRE(mx_scale_code<FloatE4M3>(float_bits(448.0f)) == 127);       // floor(log2 448) = 8 = emax
+  REQUIRE(mx_scale_code<FloatE4M3>(float_bits(448.0f)) == 127);  // floor(log2 448) = 8 = emax
   REQUIRE(mx_scale_code<FloatE4M3>(float_bits(1.0f)) == 127 - 8);
-  REQUIRE(mx_scale_code<FloatE2M1>(float_bits(6.0f)) == 127);         // emax 2
+  REQUIRE(mx_scale_code<FloatE2M1>(float_bits(6.0f)) == 127);  // emax 2
   REQUIRE(mx_scale_code<FloatE2M1>(float_bits(7.99f)) == 127);
   REQUIRE(mx_scale_code<FloatE2M1>(float_bits(8.0f)) == 128);
   REQUIRE(mx_scale_code<FloatE5M2>(float_bits(0.001f)) == static_cast<uint32_t>(127 - 10 - 15));
   REQUIRE(mx_scale_code<FloatE3M2>(float_bits(FLT_MAX)) == 254 - 4);  // the largest a finite block has
-  REQUIRE(mx_scale_code<FloatE4M3>(float_bits(1e-38f)) == 0);        // clamped: 2^-127
+  REQUIRE(mx_scale_code<FloatE4M3>(float_bits(1e-38f)) == 0);         // clamped: 2^-127
   REQUIRE(mx_scale_code<FloatE4M3>(0) == 0);
 
   // Through the quantizer: a block of 32 with max 3.9 (X = 1 - 2 = -1 for FP4), another of 40 (X = 3).
   std::vector<float> x(64, 0.0f);
-  x[0] = 3.9f;   // / 2^-1 = 7.8 -> saturates to 6 -> decodes to 3
-  x[1] = -1.0f;  // -2 -> code 0xc
-  x[2] = 0.3f;   // 0.6 -> 0.5 (code 1) -> 0.25
-  x[3] = 0.375f; // 0.75: the tie between 0.5 and 1 -> 1 (code 2)
-  x[32] = 40.0f; // 5 -> tie between 4 and 6 -> 4 -> 32
-  x[33] = 1.0f;  // 0.125 -> 0 (below half of 0.5)
-  x[16] = 0.5f;  // 1 -> code 2, in the high nibble of byte 0 (the block's second half)
-  x[49] = -24.0f; // -3 -> code 0xd, in the high nibble of byte 1 of block 1
+  x[0] = 3.9f;     // / 2^-1 = 7.8 -> saturates to 6 -> decodes to 3
+  x[1] = -1.0f;    // -2 -> code 0xc
+  x[2] = 0.3f;     // 0.6 -> 0.5 (code 1) -> 0.25
+  x[3] = 0.375f;   // 0.75: the tie between 0.5 and 1 -> 1 (code 2)
+  x[32] = 40.0f;   // 5 -> tie between 4 and 6 -> 4 -> 32
+  x[33] = 1.0f;    // 0.125 -> 0 (below half of 0.5)
+  x[16] = 0.5f;    // 1 -> code 2, in the high nibble of byte 0 (the block's second half)
+  x[49] = -24.0f;  // -3 -> code 0xd, in the high nibble of byte 1 of block 1
   const QuantSpec s = spec(QuantMethod::mx, {{"element", "fp4_e2m1"}});
   const auto p = encode_with(s, x);
   const size_t scales = 32 + 32;  // 64 FP4 elements in 32 bytes
@@ -222,8 +222,8 @@ TEST_CASE("NVFP4 two-level scales: t = max / (6 * 448), block scale max / 6 / t 
   x[1] = -448.0f;  // 448 / 448 = 1 -> code 2 (negative: 0xa)
   x[8] = 896.0f;   // 2 -> code 4, high nibble of byte 0
   x[16] = 6.0f;
-  x[17] = 2.5f;    // tie between 2 and 3 -> 2
-  x[32] = 3.3f;    // 3.3 / 0.5625 = 5.87 -> 6 -> 3.375
+  x[17] = 2.5f;  // tie between 2 and 3 -> 2
+  x[32] = 3.3f;  // 3.3 / 0.5625 = 5.87 -> 6 -> 3.375
   const auto p = encode_with(spec(QuantMethod::nvfp4), x);
   float t;
   std::memcpy(&t, p.data() + 24, 4);

@@ -27,7 +27,8 @@ QuantSpec spec(const std::string& entry) { return parse_method_entry(entry); }
 
 }  // namespace
 
-TEST_CASE("terngrad is unbiased without clipping: the mean of many decodes converges to the input", "[quant][terngrad]") {
+TEST_CASE("terngrad is unbiased without clipping: the mean of many decodes converges to the input",
+          "[quant][terngrad]") {
   Context ctx = Context::cpu(1, 1);
   const int64_t n = 2048;
   const int repeats = 2000;
@@ -170,7 +171,8 @@ TEST_CASE("efsign: the scale is ||v||_1 / n and error feedback keeps v = decode 
   }
 }
 
-TEST_CASE("signum keeps m = beta m + (1 - beta) g in its state, sends sign(m), and restores from a checkpoint", "[quant][signsgd]") {
+TEST_CASE("signum keeps m = beta m + (1 - beta) g in its state, sends sign(m), and restores from a checkpoint",
+          "[quant][signsgd]") {
   Context ctx = Context::cpu(1, 1);
   const int64_t n = 777;
   auto q = make_quantizer(spec("signsgd:momentum=0.9"));
@@ -187,10 +189,12 @@ TEST_CASE("signum keeps m = beta m + (1 - beta) g in its state, sends sign(m), a
   };
   for (int k = 0; k < 4; ++k) {
     const auto g = normal_data(n, 100 + static_cast<uint64_t>(k));
-    for (int64_t i = 0; i < n; ++i) m[static_cast<size_t>(i)] = beta * m[static_cast<size_t>(i)] + omb * g[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < n; ++i)
+      m[static_cast<size_t>(i)] = beta * m[static_cast<size_t>(i)] + omb * g[static_cast<size_t>(i)];
     const auto y = decode(*q, ctx, step(st, k), n);
     REQUIRE(std::memcmp(st.momentum().data<float>(), m.data(), 4 * static_cast<size_t>(n)) == 0);
-    for (int64_t i = 0; i < n; ++i) REQUIRE(y[static_cast<size_t>(i)] == (m[static_cast<size_t>(i)] < 0 ? -1.0f : 1.0f));
+    for (int64_t i = 0; i < n; ++i)
+      REQUIRE(y[static_cast<size_t>(i)] == (m[static_cast<size_t>(i)] < 0 ? -1.0f : 1.0f));
   }
   // A checkpoint of the state (copied into a fresh state's live buffers) continues bit for bit.
   QuantState restored(3, 1, 9);

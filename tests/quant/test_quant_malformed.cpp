@@ -32,8 +32,10 @@ Outcome checked_decode(const Quantizer& q, Context& ctx, const std::vector<uint8
   Outcome outcome = Outcome::decoded;
   try {
     std::span<float> out(buf.data() + kGuard, static_cast<size_t>(n));
-    if (add) q.decode_add(ctx, std::span<const uint8_t>(exact.data(), exact.size()), n, out);
-    else q.decode(ctx, std::span<const uint8_t>(exact.data(), exact.size()), n, out);
+    if (add)
+      q.decode_add(ctx, std::span<const uint8_t>(exact.data(), exact.size()), n, out);
+    else
+      q.decode(ctx, std::span<const uint8_t>(exact.data(), exact.size()), n, out);
   } catch (const InputError&) {
     outcome = Outcome::rejected;
   }
@@ -41,8 +43,7 @@ Outcome checked_decode(const Quantizer& q, Context& ctx, const std::vector<uint8
     REQUIRE(buf[static_cast<size_t>(i)] == kSentinel);
     REQUIRE(buf[static_cast<size_t>(kGuard + n + i)] == kSentinel);
   }
-  if (outcome == Outcome::rejected)
-    REQUIRE(std::memcmp(buf.data(), before.data(), buf.size() * sizeof(float)) == 0);
+  if (outcome == Outcome::rejected) REQUIRE(std::memcmp(buf.data(), before.data(), buf.size() * sizeof(float)) == 0);
   return outcome;
 }
 
@@ -98,15 +99,13 @@ TEST_CASE("malformed: wrong magic, method, version, value count", "[quant][malfo
   REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, e.n), Catch::Contains("not a qtrain quantizer payload"));
   p = e.payload;
   p[2] = static_cast<uint8_t>(QuantMethod::dettmers8);
-  REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, e.n),
-                      Catch::Contains("qsgd payload: the payload is method dettmers8"));
+  REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, e.n), Catch::Contains("qsgd payload: the payload is method dettmers8"));
   p[2] = 200;
   REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, e.n), Catch::Contains("method unknown (200)"));
   p = e.payload;
   p[3] = 2;
   REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, e.n), Catch::Contains("version 2 is not supported"));
-  REQUIRE_THROWS_WITH(dec(*e.q, ctx, e.payload, 601),
-                      Catch::Contains("holds 600 values, the receiver expects 601"));
+  REQUIRE_THROWS_WITH(dec(*e.q, ctx, e.payload, 601), Catch::Contains("holds 600 values, the receiver expects 601"));
   // A decoder of another method refuses the payload.
   auto other = make_quantizer(with(QuantMethod::onebit));
   REQUIRE_THROWS_AS(dec(*other, ctx, e.payload, e.n), InputError);
@@ -202,15 +201,27 @@ TEST_CASE("randomized corruption: thousands of mutated payloads per method", "[q
       const auto pick = [&](size_t size) { return size == 0 ? size_t{0} : static_cast<size_t>(rng() % size); };
       switch (kind) {
         case 0:  // flip a few bits anywhere
-          for (int f = 1 + static_cast<int>(rng() % 4); f > 0; --f) p[pick(p.size())] ^= static_cast<uint8_t>(1u << (rng() % 8));
+          for (int f = 1 + static_cast<int>(rng() % 4); f > 0; --f)
+            p[pick(p.size())] ^= static_cast<uint8_t>(1u << (rng() % 8));
           break;
         case 1:  // random bytes
           for (int f = 1 + static_cast<int>(rng() % 8); f > 0; --f) p[pick(p.size())] = static_cast<uint8_t>(rng());
           break;
         case 2: {  // an interesting 32-bit value at an aligned spot, often in the header
           const size_t at = (rng() % 2 ? pick(32) : pick(p.size())) & ~size_t{3};
-          const uint32_t vals[] = {0u, 1u, 2u, 4u, 16u, 0x7fffu, 0x8000u, 0xffffu, 0x7fffffffu, 0xffffffffu,
-                                   static_cast<uint32_t>(n), static_cast<uint32_t>(n + 1), static_cast<uint32_t>(p.size()),
+          const uint32_t vals[] = {0u,
+                                   1u,
+                                   2u,
+                                   4u,
+                                   16u,
+                                   0x7fffu,
+                                   0x8000u,
+                                   0xffffu,
+                                   0x7fffffffu,
+                                   0xffffffffu,
+                                   static_cast<uint32_t>(n),
+                                   static_cast<uint32_t>(n + 1),
+                                   static_cast<uint32_t>(p.size()),
                                    static_cast<uint32_t>(rng())};
           if (at + 4 <= p.size()) put_u32(p, at, vals[rng() % std::size(vals)]);
           break;

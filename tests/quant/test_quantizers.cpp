@@ -109,8 +109,8 @@ TEST_CASE("payload header fields and documented sizes, every method", "[quant]")
   Context ctx = Context::cpu(1, 1);
   for (const QuantSpec& s : all_specs()) {
     auto q = make_quantizer(s);
-    for (auto [n, column] : {std::pair<int64_t, int64_t>{0, 1}, {1, 1}, {33, 33}, {1000, 40}, {4096, 64},
-                             {10007, 10007}, {20000, 100}}) {
+    for (auto [n, column] :
+         {std::pair<int64_t, int64_t>{0, 1}, {1, 1}, {33, 33}, {1000, 40}, {4096, 64}, {10007, 10007}, {20000, 100}}) {
       CAPTURE(s.str(), n, column);
       QuantState st(7, 0, 3);
       const auto x = normal_data(n, 11);
@@ -237,7 +237,8 @@ TEST_CASE("dettmers8 table and lookup: the clusterNet values, nearest entry ever
     b = std::clamp(b, 0, t.lut_size - 1);
     const uint32_t entry = t.lut[b];
     return static_cast<int32_t>(entry >> quant_detail::DettmersTables::kLutShift) +
-           static_cast<int32_t>((a & quant_detail::DettmersTables::kLowMask) > (entry & quant_detail::DettmersTables::kLowMask));
+           static_cast<int32_t>((a & quant_detail::DettmersTables::kLowMask) >
+                                (entry & quant_detail::DettmersTables::kLowMask));
   };
   std::vector<uint32_t> probes;
   for (int i = 0; i + 1 < 126; ++i)
@@ -443,7 +444,8 @@ TEST_CASE("qsgd bytes equal the contract's per-value model: scale, stage-1 unifo
       for (int64_t i = b * d; i < std::min(n, (b + 1) * d); ++i) {
         const float v = x[static_cast<size_t>(i)];
         const QsgdLevel lv = qsgd_level(v, inv);
-        const uint32_t u = stage1_u16(stage1_block(key, static_cast<uint64_t>(i) / kValuesPerBlock, kTagQsgd), static_cast<uint64_t>(i));
+        const uint32_t u = stage1_u16(stage1_block(key, static_cast<uint64_t>(i) / kValuesPerBlock, kTagQsgd),
+                                      static_cast<uint64_t>(i));
         bool up = static_cast<int32_t>(u) < lv.cut;
         if (static_cast<int32_t>(u) == lv.cut) {
           ++ties;
@@ -457,7 +459,8 @@ TEST_CASE("qsgd bytes equal the contract's per-value model: scale, stage-1 unifo
         if (got != want && mismatches++ == 0) first_mismatch = i;
       }
     }
-    INFO("bits " << bits << ": " << ties << " stage-1 ties, " << mismatches << " codes differ, the first at " << first_mismatch);
+    INFO("bits " << bits << ": " << ties << " stage-1 ties, " << mismatches << " codes differ, the first at "
+                 << first_mismatch);
     REQUIRE(ties > 0);
     REQUIRE(mismatches == 0);
   }
@@ -499,8 +502,9 @@ TEST_CASE("onebit reproduces the two means of each column", "[quant][onebit]") {
   Context ctx = Context::cpu(1, 1);
   const int64_t column = 1000, columns = 6;
   auto x = normal_data(column * columns, 21, 0.5);
-  for (int64_t i = 0; i < column; ++i) x[static_cast<size_t>(i)] = std::fabs(x[static_cast<size_t>(i)]);  // no negatives
-  x[column + 3] = -0.0f;  // v >= 0: bit 1
+  for (int64_t i = 0; i < column; ++i)
+    x[static_cast<size_t>(i)] = std::fabs(x[static_cast<size_t>(i)]);                   // no negatives
+  x[column + 3] = -0.0f;                                                                // v >= 0: bit 1
   for (int64_t i = 2 * column; i < 3 * column; ++i) x[static_cast<size_t>(i)] += 0.3f;  // skewed
   QuantSpec s = spec_of(QuantMethod::onebit);
   s.error_feedback = false;
@@ -513,8 +517,10 @@ TEST_CASE("onebit reproduces the two means of each column", "[quant][onebit]") {
     int64_t cn = 0, cp = 0;
     for (int64_t i = c * column; i < (c + 1) * column; ++i) {
       const float v = x[static_cast<size_t>(i)];
-      if (v < 0) neg += v, ++cn;
-      else pos += v, ++cp;
+      if (v < 0)
+        neg += v, ++cn;
+      else
+        pos += v, ++cp;
     }
     const double m0 = cn ? neg / cn : 0.0, m1 = cp ? pos / cp : 0.0;
     const size_t off = 32 + static_cast<size_t>(c) * (8 + 4 * 32);
@@ -733,7 +739,8 @@ TEST_CASE("decode_add adds exactly what decode writes", "[quant]") {
     auto acc = normal_data(n, 2);
     const auto before = acc;
     q->decode_add(ctx, p, n, acc);
-    for (int64_t i = 0; i < n; ++i) REQUIRE(acc[static_cast<size_t>(i)] == before[static_cast<size_t>(i)] + y[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < n; ++i)
+      REQUIRE(acc[static_cast<size_t>(i)] == before[static_cast<size_t>(i)] + y[static_cast<size_t>(i)]);
   }
 }
 
@@ -801,7 +808,8 @@ TEST_CASE("spans too small to invert encode as zeros and stay in the residual", 
   Context ctx = Context::cpu(1, 1);
   const int64_t n = 256;
   std::vector<float> x(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = (i % 2 ? -1.5e-38f : 1.5e-38f) * static_cast<float>(i) / n;
+  for (int64_t i = 0; i < n; ++i)
+    x[static_cast<size_t>(i)] = (i % 2 ? -1.5e-38f : 1.5e-38f) * static_cast<float>(i) / n;
   x[7] = 1.5e-38f;  // the max; x[0] = 0 and the smaller ones are subnormal
   std::vector<QuantSpec> specs;
   QuantSpec lin = spec_of(QuantMethod::dettmers8);
@@ -830,8 +838,8 @@ TEST_CASE("spans too small to invert encode as zeros and stay in the residual", 
 TEST_CASE("fp16 and bf16 conversions round to nearest even like the hardware", "[quant]") {
   using namespace qtrain::quant_detail;
   std::mt19937 rng(3);
-  std::vector<uint32_t> probes = {0, 0x80000000u, 0x7f800000u, 0xff800000u, 0x477fe000u, 0x477ff000u, 0x477fefffu,
-                                  0x33000000u, 0x33000001u, 0x387fc000u, 0x38800000u, 0x3f800000u};
+  std::vector<uint32_t> probes = {0,           0x80000000u, 0x7f800000u, 0xff800000u, 0x477fe000u, 0x477ff000u,
+                                  0x477fefffu, 0x33000000u, 0x33000001u, 0x387fc000u, 0x38800000u, 0x3f800000u};
   for (int i = 0; i < 200000; ++i) probes.push_back(rng());
   for (uint32_t u : probes) {
     const float f = bits_float(u);
@@ -854,8 +862,10 @@ TEST_CASE("fp16 and bf16 conversions round to nearest even like the hardware", "
     const float f = half_to_float(static_cast<uint16_t>(h));
 #if defined(__F16C__)
     const float ref = _cvtsh_ss(static_cast<uint16_t>(h));
-    if (std::isnan(ref)) REQUIRE(std::isnan(f));
-    else REQUIRE(bits_float(float_bits(f)) == ref);
+    if (std::isnan(ref))
+      REQUIRE(std::isnan(f));
+    else
+      REQUIRE(bits_float(float_bits(f)) == ref);
 #endif
     if (!std::isnan(f)) REQUIRE(float_to_half(f) == h);
   }
@@ -868,8 +878,8 @@ TEST_CASE("batched Philox equals the one-block reference", "[quant]") {
     philox_blocks(key, first, 0, quant_detail::kTagQsgd, 37, out.data());
     for (int j = 0; j < 37; ++j) {
       const uint64_t c = first + static_cast<uint64_t>(j);
-      const PhiloxBlock b = philox4x32_10(static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0,
-                                          quant_detail::kTagQsgd, key);
+      const PhiloxBlock b =
+          philox4x32_10(static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0, quant_detail::kTagQsgd, key);
       for (int w = 0; w < 4; ++w) REQUIRE(out[4 * static_cast<size_t>(j) + static_cast<size_t>(w)] == b.v[w]);
     }
   }

@@ -55,10 +55,10 @@ inline void require_close(const Tensor& got, const Tensor& ref, double atol, dou
     }
   }
   INFO(what << ": " << bad << " of " << ref.numel() << " elements outside atol " << atol << " + rtol " << rtol
-            << (worst >= 0 ? " (worst at " + std::to_string(worst) + ": got " +
-                                 std::to_string(got.data<float>()[worst]) + ", want " +
-                                 std::to_string(ref.data<float>()[worst]) + ")"
-                           : std::string()));
+            << (worst >= 0
+                    ? " (worst at " + std::to_string(worst) + ": got " + std::to_string(got.data<float>()[worst]) +
+                          ", want " + std::to_string(ref.data<float>()[worst]) + ")"
+                    : std::string()));
   REQUIRE(bad == 0);
 }
 

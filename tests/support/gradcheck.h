@@ -38,8 +38,8 @@ struct GradCheckResult {
   int64_t checked = 0;
   int64_t skipped = 0;  // inside the kink window
   int64_t failed = 0;
-  double max_error = 0;       // of |a - n| / max(|a|, |n|, 1)
-  std::string failures;       // the first few, one per line
+  double max_error = 0;  // of |a - n| / max(|a|, |n|, 1)
+  std::string failures;  // the first few, one per line
   bool ok() const { return failed == 0 && checked > 0; }
 };
 
@@ -52,10 +52,13 @@ inline Tensor random_tensor(const Shape& shape, uint64_t seed, double lo = -1.0,
   for (int64_t i = 0; i < t.numel(); ++i) {
     const PhiloxBlock b = philox_subsequence_block(key, static_cast<uint64_t>(i));
     // 53 random bits, as numpy builds a double from two 32-bit words.
-    const double u = static_cast<double>((static_cast<uint64_t>(b.v[0] >> 5) << 26) | (b.v[1] >> 6)) / 9007199254740992.0;
+    const double u =
+        static_cast<double>((static_cast<uint64_t>(b.v[0] >> 5) << 26) | (b.v[1] >> 6)) / 9007199254740992.0;
     const double v = lo + (hi - lo) * u;
-    if (dtype == DType::f64) t.data<double>()[i] = v;
-    else t.data<float>()[i] = static_cast<float>(v);
+    if (dtype == DType::f64)
+      t.data<double>()[i] = v;
+    else
+      t.data<float>()[i] = static_cast<float>(v);
   }
   return t;
 }
@@ -132,8 +135,8 @@ inline void compare(GradCheckResult& res, const std::string& what, int64_t index
   // NaN (an unwritten or garbage gradient) counts as a failure.
   if (std::isnan(err) || err > rtol) {
     if (++res.failed <= 8)
-      res.failures += fmt::format("{}[{}]: analytic {:.12g} numeric {:.12g} (error {:.3g})\n", what, index, analytic,
-                                  numeric, err);
+      res.failures +=
+          fmt::format("{}[{}]: analytic {:.12g} numeric {:.12g} (error {:.3g})\n", what, index, analytic, numeric, err);
   }
   if (!std::isnan(err)) res.max_error = std::max(res.max_error, err);
 }

@@ -46,13 +46,14 @@ RealData real_data(std::string_view name) {
     d.path = dir.string();
     d.present = all_files(dir, {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
                                 "data_batch_5.bin", "test_batch.bin"});
-    d.hint = "the shared real data (QTRAIN_SHARED_DATA, else ../shared/data): 5 training batches and the test "
-             "batch of 1000 CIFAR-10 records each, the binary format";
+    d.hint =
+        "the shared real data (QTRAIN_SHARED_DATA, else ../shared/data): 5 training batches and the test "
+        "batch of 1000 CIFAR-10 records each, the binary format";
   } else if (name == "an4") {
     const fs::path dir = shared_data() / "an4";
     d.path = dir.string();
-    d.present = all_files(dir / "etc", {"an4_train.fileids", "an4_train.transcription", "an4_test.fileids",
-                                        "an4_test.transcription"});
+    d.present = all_files(
+        dir / "etc", {"an4_train.fileids", "an4_train.transcription", "an4_test.fileids", "an4_test.transcription"});
     d.hint = "the shared real data (QTRAIN_SHARED_DATA, else ../shared/data): CMU's AN4 corpus";
   } else {
     throw std::invalid_argument("unknown real dataset '" + std::string(name) +
@@ -75,8 +76,8 @@ int check_real_data(std::string_view name) {
   if (d.present) return 0;
   const std::string n(name);
   if (real_data_required(name)) {
-    std::printf("FAILED: %s is absent from %s, and QTRAIN_REQUIRE_DATA requires it (%s)\n", n.c_str(),
-                d.path.c_str(), d.hint.c_str());
+    std::printf("FAILED: %s is absent from %s, and QTRAIN_REQUIRE_DATA requires it (%s)\n", n.c_str(), d.path.c_str(),
+                d.hint.c_str());
     return 1;
   }
   std::printf("SKIPPED: %s is absent from %s (%s)\n", n.c_str(), d.path.c_str(), d.hint.c_str());

@@ -46,7 +46,8 @@ void write_run(const fs::path& dir, const std::string& quantization, const std::
                int seed = 1) {
   fs::create_directories(dir);
   std::ofstream(dir / "config.resolved.yaml")
-      << "name: synthetic\nseed: " << seed << "\ndevice: cpu\ndata: {dataset: mnist, path: /nonexistent, batch_size: 10}\n"
+      << "name: synthetic\nseed: " << seed
+      << "\ndevice: cpu\ndata: {dataset: mnist, path: /nonexistent, batch_size: 10}\n"
          "model:\n  input: [1, 4, 4]\n  layers:\n    - {type: flatten}\n    - {type: dense, units: 8}\n"
          "    - {type: relu}\n    - {type: dense, units: 3}\n  loss: softmax_cross_entropy\n"
          "optimizer: {type: sgd, lr: 0.1}\ntrain: {epochs: 2}\n"
@@ -155,7 +156,7 @@ TEST_CASE("predict: encode and decode scale with the algorithm", "[predict]") {
 
 TEST_CASE("predict: nodes of several ranks share their link; two levels send the bucket once per node", "[predict]") {
   const predict::Network net{1e9, 0.0, 10e9, 0.0};  // 1 GB/s between nodes, 10 GB/s inside
-  predict::Bucket q;                                   // a reduce-scatter + allgather payload
+  predict::Bucket q;                                // a reduce-scatter + allgather payload
   q.values = 1e6;
   q.rsag_values = 1e6;
   q.rsag_bytes = 0.5e6;
@@ -189,7 +190,8 @@ TEST_CASE("predict: nodes of several ranks share their link; two levels send the
   p.measured_ranks = 4;
   p.encode_s = 1e-3;  // weight at 4 ranks: n (1 + 1/4) = 1.25e6 values
   p.decode_s = 0;
-  const predict::StepPrediction two = predict::predict_step(p, predict::Topology{2, 2}, net, predict::Hierarchy::two_level);
+  const predict::StepPrediction two =
+      predict::predict_step(p, predict::Topology{2, 2}, net, predict::Hierarchy::two_level);
   const double encode = 1e-3 / 1.25e6 * (0.5e6 * (1 + 1.0 / 2));
   CHECK(two.encode_s == Approx(encode));
   CHECK(two.communicate_s == Approx(0.9e-3));
@@ -219,8 +221,10 @@ TEST_CASE("predict: bandwidth and latency parsing", "[predict]") {
              Catch::Contains("'1e400gbit' does not start with a finite non-negative number"));
   CHECK_THAT(error_of([] { predict::parse_latency("infus", "--latency"); }),
              Catch::Contains("'infus' does not start with a finite non-negative number"));
-  CHECK_THAT(error_of([] { predict::parse_bandwidth("1gbyte", "--bandwidth"); }), Catch::Contains("unknown bandwidth unit"));
-  CHECK_THAT(error_of([] { predict::parse_latency("5 parsecs", "--latency"); }), Catch::Contains("unknown latency unit"));
+  CHECK_THAT(error_of([] { predict::parse_bandwidth("1gbyte", "--bandwidth"); }),
+             Catch::Contains("unknown bandwidth unit"));
+  CHECK_THAT(error_of([] { predict::parse_latency("5 parsecs", "--latency"); }),
+             Catch::Contains("unknown latency unit"));
   // Finite but beyond any network: the step times would overflow to inf.
   CHECK_THAT(error_of([] { predict::parse_latency("1e308s", "--latency"); }),
              Catch::Contains("--latency: a per-message latency must be between 0 and 10s, got '1e308s'"));
@@ -235,14 +239,15 @@ TEST_CASE("compare: --methods become config overrides; unknown methods fail firs
   CHECK(v[1].label == "qsgd:bits=2");
   CHECK(v[1].folder == "qsgd_bits2");
   CHECK(v[1].overrides == std::vector<std::string>{"quantization.method=qsgd", "quantization.bits=2"});
-  CHECK(v[2].overrides == std::vector<std::string>{"quantization.method=onebit", "quantization.mode=bucket",
-                                                   "quantization.bucket=64"});
+  CHECK(v[2].overrides ==
+        std::vector<std::string>{"quantization.method=onebit", "quantization.mode=bucket", "quantization.bucket=64"});
   CHECK_THAT(error_of([] { parse_variants("fp32,int3"); }),
              Catch::Contains("--methods int3: quantization.method must be one of fp32, fp16"));
   // The values are parsed one by one: no line:column position (it used to say '--methods qsgd:bits=3:1:1').
   CHECK(error_of([] { parse_variants("qsgd:bits=3"); }) ==
         "--methods qsgd:bits=3: quantization.bits must be one of 2, 4, 8, 16, got '3'");
-  CHECK_THAT(error_of([] { parse_variants("qsgd:bogus=3"); }), Catch::StartsWith("--methods qsgd:bogus=3: unknown key"));
+  CHECK_THAT(error_of([] { parse_variants("qsgd:bogus=3"); }),
+             Catch::StartsWith("--methods qsgd:bogus=3: unknown key"));
   CHECK_THAT(error_of([] { parse_variants("fp32,fp32"); }), Catch::Contains("'fp32' is given twice"));
   // A parameter given twice used to keep the last value, an empty value to fall back to the default,
   // and a value that is not YAML escaped as yaml-cpp's exception ("qtrain: unexpected error").
@@ -295,8 +300,10 @@ TEST_CASE("compare: a run's identity leaves out the qtrain binary, and a replace
   const fs::path run = tmp.path() / "runs" / "fp32";
   write_run(run, "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);
   write_marker(run.string(), "fp32", old_cmd, 1.0);
-  CHECK(run_state(run.string(), "mpirun -np 4 /elsewhere/qtrain train /c.yaml --set a=1", RunLength{1}) == RunState::finished);
-  CHECK(run_state(run.string(), "mpirun -np 4 /old/build/qtrain train /c.yaml --set a=2", RunLength{1}) == RunState::stale);
+  CHECK(run_state(run.string(), "mpirun -np 4 /elsewhere/qtrain train /c.yaml --set a=1", RunLength{1}) ==
+        RunState::finished);
+  CHECK(run_state(run.string(), "mpirun -np 4 /old/build/qtrain train /c.yaml --set a=2", RunLength{1}) ==
+        RunState::stale);
 
   // Moved aside, never deleted; a second replacement gets the next number.
   const std::string kept = set_aside(tmp.path().string(), run.string());
@@ -312,8 +319,8 @@ TEST_CASE("compare report: table values and files from synthetic runs", "[compar
   // fp32: 97.5% at epoch 2 (11 s); samples/s over both epochs: 20 steps / (10/1000 + 10/500) = 666.7.
   write_run(tmp.path() / "fp32", "{method: fp32}", {row(1, 10, 5, 0.95, 1000), row(2, 20, 11, 0.975, 500)}, 2);
   // fp16 (min_numel 0: every tensor in fp16): best 97.2% at epoch 1 (4 s), final 96.8%, 2000 samples/s.
-  write_run(tmp.path() / "fp16", "{method: fp16, min_numel: 0}", {row(1, 10, 4, 0.972, 2000), row(2, 20, 8, 0.968, 2000)},
-            2);
+  write_run(tmp.path() / "fp16", "{method: fp16, min_numel: 0}",
+            {row(1, 10, 4, 0.972, 2000), row(2, 20, 8, 0.968, 2000)}, 2);
   const RunRecord fp32 = load_run((tmp.path() / "fp32").string(), "fp32");
   const RunRecord fp16 = load_run((tmp.path() / "fp16").string(), "fp16");
   // 16-8-3 MLP: (16*8 + 8) + (8*3 + 3) = 163 gradient values in two dense layers.
@@ -341,8 +348,12 @@ TEST_CASE("compare report: table values and files from synthetic runs", "[compar
 
   const std::string table = markdown_table(summarize_methods({fp32, fp16}, 0.97, {}, {}), 0.97, "fp32");
   CHECK_THAT(table, Catch::Contains("| samples/s | speedup over fp32 |"));
-  CHECK_THAT(table, Catch::Contains("| fp32 | 2 | 2 (20) | 97.50% | 97.50% (2) | 11.0 s | 667 | 1.00x | 150.0 | 32.00 | 0.000 MB | 1.000 |"));
-  CHECK_THAT(table, Catch::Contains("| fp16 | 2 | 2 (20) | 96.80% | 97.20% (1) | 4.0 s | 2000 | 3.00x | 150.0 | 16.00 |"));
+  CHECK_THAT(
+      table,
+      Catch::Contains(
+          "| fp32 | 2 | 2 (20) | 97.50% | 97.50% (2) | 11.0 s | 667 | 1.00x | 150.0 | 32.00 | 0.000 MB | 1.000 |"));
+  CHECK_THAT(table,
+             Catch::Contains("| fp16 | 2 | 2 (20) | 96.80% | 97.20% (1) | 4.0 s | 2000 | 3.00x | 150.0 | 16.00 |"));
   CHECK_THAT(markdown_table(summarize_methods({fp16}, 0.99, {}, {}), 0.99, "fp32"), Catch::Contains("| not reached |"));
   // Against the default baseline (bf16), absent here: no speedups.
   CHECK_THAT(markdown_table(summarize_methods({fp32, fp16}, 0.97, {}, {}), 0.97, "bf16"),
@@ -368,7 +379,8 @@ TEST_CASE("compare report: table values and files from synthetic runs", "[compar
   CHECK(fs::exists(report / "data" / "fp16.loss.dat"));
   // One seed per method: the report says that no interval or test can be given.
   CHECK_THAT(text, Catch::Contains("One seed per method: no confidence interval or test can be given"));
-  CHECK_THAT(text, Catch::Contains("- **fp16**: final accuracy -0.70 points against fp32 (no test: it needs two seeds on each side); 3.00x fp32's samples/s."));
+  CHECK_THAT(text, Catch::Contains("- **fp16**: final accuracy -0.70 points against fp32 (no test: it needs two seeds "
+                                   "on each side); 3.00x fp32's samples/s."));
   CHECK_THAT(text, !Catch::Contains("95% confidence intervals over the seeds"));
   if (!have_gnuplot) {
     WARN("gnuplot is not installed: the images were not checked");
@@ -401,11 +413,13 @@ TEST_CASE("predict: a run's shape and two levels come from its log", "[predict]"
   write_run(vote, "{method: signsgd, min_numel: 0}", {row(1, 10, 5, 0.9, 100)}, 4);
   const RunRecord one_per_node = load_run(flat.string(), "qsgd");
   CHECK((one_per_node.nodes == 4 && one_per_node.ranks_per_node == 1 && !one_per_node.two_level));
-  std::ofstream(flat / "train.log", std::ios::app) << "[2026-01-01 00:00:00.000] topology: 2 node(s) x 2 rank(s), "
-                                                      "communicator mpi\n  h0: rank 0 (local 0, cpu), rank 1 (local 1, cpu)\n";
+  std::ofstream(flat / "train.log", std::ios::app)
+      << "[2026-01-01 00:00:00.000] topology: 2 node(s) x 2 rank(s), "
+         "communicator mpi\n  h0: rank 0 (local 0, cpu), rank 1 (local 1, cpu)\n";
   std::ofstream(two / "train.log", std::ios::app)
       << "[2026-01-01 00:00:00.000] topology: 2 node(s) x 2 rank(s), communicator mpi\n"
-         "[2026-01-01 00:00:00.000] gradient exchange:\ntwo levels: 2 node(s) x 2 rank(s); inside a node an bf16 sum, then\n";
+         "[2026-01-01 00:00:00.000] gradient exchange:\ntwo levels: 2 node(s) x 2 rank(s); inside a node an bf16 sum, "
+         "then\n";
   const RunRecord f = load_run(flat.string(), "qsgd"), t = load_run(two.string(), "qsgd");
   CHECK((f.nodes == 2 && f.ranks_per_node == 2 && !f.two_level && f.two_level_unsuited.empty()));
   CHECK((t.nodes == 2 && t.ranks_per_node == 2 && t.two_level && t.intra == "bf16"));
@@ -431,7 +445,8 @@ TEST_CASE("compare and predict: damaged cells and sweep files are named", "[comp
   };
   // These were read as numbers: a NaN or huge step (cast to int64_t, undefined), a negative step and
   // a negative time silently changed every per-step figure of predict and the report.
-  CHECK_THAT(with_cells("1", "nan", "5"), Catch::Contains("metrics.csv:2: column step: expected a non-negative number, got 'nan'"));
+  CHECK_THAT(with_cells("1", "nan", "5"),
+             Catch::Contains("metrics.csv:2: column step: expected a non-negative number, got 'nan'"));
   CHECK_THAT(with_cells("1", "-5", "5"), Catch::Contains("column step: expected a non-negative number, got '-5'"));
   CHECK_THAT(with_cells("1", "1e300", "5"), Catch::Contains("column step: expected a whole number, got '1e300'"));
   CHECK_THAT(with_cells("1.5", "10", "5"), Catch::Contains("column epoch: expected a whole number, got '1.5'"));
@@ -487,8 +502,10 @@ TEST_CASE("compare report: error-rate columns and plots for sequence tasks", "[c
   CHECK(*b.final_wer == Approx(0.45));
   const std::string table = markdown_table(summarize_methods({fp32, q2}, 0.97, {}, {}), 0.97, "fp32");
   CHECK_THAT(table, Catch::Contains("| best accuracy (epoch) | final CER | final WER | best CER (epoch) | time to"));
-  CHECK_THAT(table, Catch::Contains("| fp32 | 4 | 2 (20) | 10.00% | 10.00% (1) | 18.00% | 41.00% | 18.00% (2) | not reached |"));
-  CHECK_THAT(table, Catch::Contains("| qsgd:bits=2 | 4 | 2 (20) | 10.00% | 10.00% (1) | 20.00% | 45.00% | 18.00% (1) |"));
+  CHECK_THAT(table, Catch::Contains(
+                        "| fp32 | 4 | 2 (20) | 10.00% | 10.00% (1) | 18.00% | 41.00% | 18.00% (2) | not reached |"));
+  CHECK_THAT(table,
+             Catch::Contains("| qsgd:bits=2 | 4 | 2 (20) | 10.00% | 10.00% (1) | 20.00% | 45.00% | 18.00% (1) |"));
 
   // Classification runs keep the table without the error-rate columns.
   write_run(tmp.path() / "mlp", "{method: fp32}", {row(1, 10, 5, 0.9, 100)}, 1);
@@ -529,7 +546,8 @@ TEST_CASE("compare: --seeds is a count or a list; anything else is named", "[com
   CHECK(error_of([] { parse_seeds("0"); }) ==
         "--seeds 0: a count of seeds must be in [1, 1000]; expected a count N >= 1 (seeds 1..N) or a comma-separated "
         "list of seeds (whole numbers >= 0), e.g. --seeds 3 or --seeds 1,2,3");
-  CHECK_THAT(error_of([] { parse_seeds("a,b"); }), Catch::StartsWith("--seeds a,b: 'a' is not a whole number >= 0; expected"));
+  CHECK_THAT(error_of([] { parse_seeds("a,b"); }),
+             Catch::StartsWith("--seeds a,b: 'a' is not a whole number >= 0; expected"));
   CHECK_THAT(error_of([] { parse_seeds("1,,2"); }), Catch::StartsWith("--seeds 1,,2: '' is not a whole number"));
   CHECK_THAT(error_of([] { parse_seeds("-1"); }), Catch::StartsWith("--seeds -1: '-1' is not a whole number"));
   CHECK_THAT(error_of([] { parse_seeds("1.5"); }), Catch::StartsWith("--seeds 1.5: '1.5' is not a whole number"));
@@ -570,8 +588,8 @@ namespace {
 void write_seeded_run(const fs::path& sweep, const std::string& folder, const std::string& label,
                       const std::string& quantization, int seed, double final_accuracy, double samples_per_s) {
   const fs::path run = sweep / "runs" / run_folder(folder, seed);
-  write_run(run, quantization, {row(1, 10, 5, 0.90, samples_per_s), row(2, 20, 10 + seed, final_accuracy, samples_per_s)},
-            4, seed);
+  write_run(run, quantization,
+            {row(1, 10, 5, 0.90, samples_per_s), row(2, 20, 10 + seed, final_accuracy, samples_per_s)}, 4, seed);
   write_marker(run.string(), label, "cmd", 1.0);
 }
 
@@ -582,13 +600,15 @@ std::string read_text(const fs::path& path) {
 
 }  // namespace
 
-TEST_CASE("compare report: seeds give means, intervals and Welch's test; a missing seed is marked", "[compare][report][seeds]") {
+TEST_CASE("compare report: seeds give means, intervals and Welch's test; a missing seed is marked",
+          "[compare][report][seeds]") {
   TempDir tmp;
   const fs::path sweep = tmp.path() / "sweep";
   fs::create_directories(sweep);
-  std::ofstream(sweep / "sweep.yaml") << "command: build/qtrain compare x.yaml --seeds 3\nbaseline: fp32\nseeds: [1, 2, 3]\n"
-                                         "variants:\n  - {label: fp32, folder: fp32}\n  - {label: fp16, folder: fp16}\n"
-                                         "  - {label: qsgd:bits=2, folder: qsgd_bits2}\n  - {label: onebit, folder: onebit}\n";
+  std::ofstream(sweep / "sweep.yaml")
+      << "command: build/qtrain compare x.yaml --seeds 3\nbaseline: fp32\nseeds: [1, 2, 3]\n"
+         "variants:\n  - {label: fp32, folder: fp32}\n  - {label: fp16, folder: fp16}\n"
+         "  - {label: qsgd:bits=2, folder: qsgd_bits2}\n  - {label: onebit, folder: onebit}\n";
   // fp32: 97.0 / 97.2 / 97.4 (mean 97.2, sd 0.2 points); 1000 samples/s.
   for (int seed : {1, 2, 3})
     write_seeded_run(sweep, "fp32", "fp32", "{method: fp32}", seed, 0.970 + 0.002 * (seed - 1), 1000);
@@ -597,9 +617,11 @@ TEST_CASE("compare report: seeds give means, intervals and Welch's test; a missi
   for (int seed : {1, 2, 3}) write_seeded_run(sweep, "fp16", "fp16", "{method: fp16}", seed, fp16[seed - 1], 2000);
   // qsgd 2-bit: 95.8 / 96.0 / 96.2: 1.2 points below fp32 with the same spread.
   for (int seed : {1, 2, 3})
-    write_seeded_run(sweep, "qsgd_bits2", "qsgd:bits=2", "{method: qsgd, bits: 2}", seed, 0.958 + 0.002 * (seed - 1), 3000);
+    write_seeded_run(sweep, "qsgd_bits2", "qsgd:bits=2", "{method: qsgd, bits: 2}", seed, 0.958 + 0.002 * (seed - 1),
+                     3000);
   // onebit: seeds 1 and 2 finished, seed 3 unfinished (no marker): reported on two seeds, marked.
-  for (int seed : {1, 2}) write_seeded_run(sweep, "onebit", "onebit", "{method: onebit}", seed, 0.965 + 0.001 * seed, 4000);
+  for (int seed : {1, 2})
+    write_seeded_run(sweep, "onebit", "onebit", "{method: onebit}", seed, 0.965 + 0.001 * seed, 4000);
   write_run(sweep / "runs" / "onebit" / "seed3", "{method: onebit}", {row(1, 10, 5, 0.5, 4000)}, 4, 3);
 
   const SweepRecord record = load_sweep(sweep.string());
@@ -618,31 +640,41 @@ TEST_CASE("compare report: seeds give means, intervals and Welch's test; a missi
   CHECK(methods[0].complete());
 
   const std::string table = markdown_table(methods, 0.97, "fp32");
-  CHECK_THAT(table, Catch::Contains("| method | seeds | ranks | epochs (steps) | final accuracy | best accuracy | time to 97.00% |"));
+  CHECK_THAT(
+      table,
+      Catch::Contains("| method | seeds | ranks | epochs (steps) | final accuracy | best accuracy | time to 97.00% |"));
   // Means ± sample standard deviations; time to 97%: fp32's seeds reach it at 11, 12 and 13 s.
-  CHECK_THAT(table, Catch::Contains("| fp32 | 3 (1, 2, 3) | 4 | 2 (20) | 97.20 ± 0.20% | 97.20 ± 0.20% | 12.0 ± 1.0 s | "
-                                    "1000 ± 0 | 1.00x |"));
+  CHECK_THAT(table,
+             Catch::Contains("| fp32 | 3 (1, 2, 3) | 4 | 2 (20) | 97.20 ± 0.20% | 97.20 ± 0.20% | 12.0 ± 1.0 s | "
+                             "1000 ± 0 | 1.00x |"));
   // fp16's seed 2 (96.9%) never reaches 97%: the time is over seeds 1 and 3 (11 and 13 s), and says so.
   CHECK_THAT(table, Catch::Contains("| fp16 | 3 (1, 2, 3) | 4 | 2 (20) | 97.17 ± 0.31% | 97.17 ± 0.31% | 12.0 ± 1.4 s "
                                     "(2 of 3 seeds reached it) | 2000 ± 0 | 2.00x |"));
-  CHECK_THAT(table, Catch::Contains("| qsgd:bits=2 | 3 (1, 2, 3) | 4 | 2 (20) | 96.00 ± 0.20% | 96.00 ± 0.20% | not reached |"));
+  CHECK_THAT(table, Catch::Contains(
+                        "| qsgd:bits=2 | 3 (1, 2, 3) | 4 | 2 (20) | 96.00 ± 0.20% | 96.00 ± 0.20% | not reached |"));
   CHECK_THAT(table, Catch::Contains("| onebit | 2 of 3 (1, 2; 3 missing) | 4 | 2 (20) | 96.65 ± 0.07% |"));
 
   // 95% intervals: fp32 97.2 -+ t(0.975, 2) 0.2 / sqrt(3) = 97.2 -+ 0.4968.
   const std::string intervals = interval_table(methods, 0.97);
-  CHECK_THAT(intervals, Catch::Contains("| fp32 | 3 (1, 2, 3) | 96.70 to 97.70% | 96.70 to 97.70% | 9.5 to 14.5 s | 1000 to 1000 |"));
+  CHECK_THAT(
+      intervals,
+      Catch::Contains("| fp32 | 3 (1, 2, 3) | 96.70 to 97.70% | 96.70 to 97.70% | 9.5 to 14.5 s | 1000 to 1000 |"));
   CHECK_THAT(intervals, Catch::Contains("| onebit | 2 of 3 (1, 2; 3 missing) | "));
 
   const std::string findings = baseline_findings(methods, "fp32");
   CHECK_THAT(findings, !Catch::Contains("One seed per method"));
   // fp16 - fp32 = -0.033 points; standard error sqrt(0.2^2/3 + 0.3055^2/3) = 0.2108, Welch t = -0.158 on
   // df = 3.45, p = 0.88: within the spread; half-width t(0.975, 3.45) 0.2108 = 2.95 x 0.2108 = 0.62.
-  CHECK_THAT(findings, Catch::Contains("- **fp16**: final accuracy: no detectable difference from fp32 (p=0.88; the "
-                                       "difference, -0.03 ± 0.62 points at 95%, is within the seed-to-seed spread); 2.00x fp32's samples/s."));
+  CHECK_THAT(
+      findings,
+      Catch::Contains(
+          "- **fp16**: final accuracy: no detectable difference from fp32 (p=0.88; the "
+          "difference, -0.03 ± 0.62 points at 95%, is within the seed-to-seed spread); 2.00x fp32's samples/s."));
   // qsgd 2-bit - fp32 = -1.2 points, se = sqrt(2 x 0.2^2 / 3) = 0.1633, t = -7.35 on 4 degrees of freedom:
   // p = 0.0018; half-width t(0.975, 4) x 0.1633 = 2.776 x 0.1633 = 0.45.
-  CHECK_THAT(findings, Catch::Contains("- **qsgd:bits=2**: final accuracy: loses 1.20 ± 0.45 points against fp32 (p=0.0018); "
-                                       "3.00x fp32's samples/s."));
+  CHECK_THAT(findings,
+             Catch::Contains("- **qsgd:bits=2**: final accuracy: loses 1.20 ± 0.45 points against fp32 (p=0.0018); "
+                             "3.00x fp32's samples/s."));
   CHECK_THAT(findings, Catch::Contains("- **onebit** (on 2 of its 3 seeds): final accuracy:"));
 
   // The whole report, through --report-only's path.
@@ -659,7 +691,8 @@ TEST_CASE("compare report: seeds give means, intervals and Welch's test; a missi
   // Curves: mean, min and max over the seeds per epoch (fp32's epoch 2: 97.2, 97.0, 97.4).
   CHECK_THAT(read_text(sweep / "report" / "data" / "fp32.epochs.dat"),
              Catch::Contains("\n2 97.2000 97.0000 97.4000 NaN NaN NaN NaN NaN NaN 12.000\n"));
-  CHECK_THAT(read_text(sweep / "report" / "data" / "tradeoff.dat"), Catch::Contains("\"fp32\" 32.0000 97.2000 0.2000\n"));
+  CHECK_THAT(read_text(sweep / "report" / "data" / "tradeoff.dat"),
+             Catch::Contains("\"fp32\" 32.0000 97.2000 0.2000\n"));
 
   // A baseline without finished runs: no speedups, said so.
   CHECK_THAT(baseline_findings(methods, "bf16"), Catch::Contains("The baseline, bf16, has no finished run"));
@@ -692,8 +725,8 @@ TEST_CASE("compare report: the loss curve is a moving average that runs on acros
   const std::vector<LossPoint> ema = smoothed_loss(run, 1);
   REQUIRE(ema.size() == 4);
   CHECK(ema[0].loss == Approx(4));
-  CHECK(ema[1].loss == Approx(3));    // (4 + 2) / 2
-  CHECK(ema[2].loss == Approx(2));    // (3 + 1) / 2: epoch 2 starts from the average, not afresh
+  CHECK(ema[1].loss == Approx(3));  // (4 + 2) / 2
+  CHECK(ema[2].loss == Approx(2));  // (3 + 1) / 2: epoch 2 starts from the average, not afresh
   CHECK(ema[3].loss == Approx(1.5));
   CHECK(ema[3].wall_s == 4);
   // Records every 2 steps: the interval means (4+2)/2 = 3, then 1 (epoch 2); factor 1 - 0.25.
@@ -708,7 +741,7 @@ TEST_CASE("compare report: the loss curve is a moving average that runs on acros
   one.rows[0].epoch = 1;
   one.rows[0].step = 4;
   one.curve = {{1, 2, 3}, {2, 4, 2}};
-  CHECK(smoothed_loss(one, 1e9)[1].loss == Approx(3).epsilon(1e-6));  // barely moves from 3
+  CHECK(smoothed_loss(one, 1e9)[1].loss == Approx(3).epsilon(1e-6));   // barely moves from 3
   CHECK(smoothed_loss(one, 1e-3)[1].loss == Approx(1).epsilon(1e-6));  // jumps to the interval's 1
   // Without curve.csv: the per-epoch rows (each the mean of its epoch).
   run.curve.clear();

@@ -14,7 +14,8 @@ TEST_CASE("stats: the regularized incomplete beta function against its closed fo
   CHECK(regularized_incomplete_beta(0.3, 1, 4.5) == Approx(1 - std::pow(0.7, 4.5)).epsilon(1e-12));
   CHECK(regularized_incomplete_beta(0.5, 7, 7) == Approx(0.5).epsilon(1e-12));  // symmetric
   // I_x(2, 2) = 3x^2 - 2x^3, on both sides of the switch at x = (a + 1) / (a + b + 2) = 0.5.
-  for (double x : {0.1, 0.45, 0.55, 0.9}) CHECK(regularized_incomplete_beta(x, 2, 2) == Approx(3 * x * x - 2 * x * x * x).epsilon(1e-12));
+  for (double x : {0.1, 0.45, 0.55, 0.9})
+    CHECK(regularized_incomplete_beta(x, 2, 2) == Approx(3 * x * x - 2 * x * x * x).epsilon(1e-12));
   CHECK(regularized_incomplete_beta(0, 3, 4) == 0);
   CHECK(regularized_incomplete_beta(1, 3, 4) == 1);
 }
@@ -69,8 +70,10 @@ TEST_CASE("stats: Welch's t-test against R and Wikipedia", "[stats]") {
   CHECK(w->difference - w->half_width == Approx(-3.3654832).margin(5e-7));
   CHECK(w->difference + w->half_width == Approx(0.2054832).margin(5e-7));
   // Wikipedia, "Welch's t-test", example 1: t = -2.46, df = 25.0, p = 0.021.
-  const std::vector<double> a1{27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4};
-  const std::vector<double> a2{27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0, 24.8, 20.2, 21.9, 22.1, 22.9, 20.5, 24.4};
+  const std::vector<double> a1{27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1,
+                               21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4};
+  const std::vector<double> a2{27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0,
+                               24.8, 20.2, 21.9, 22.1, 22.9, 20.5, 24.4};
   const std::optional<WelchTest> e = welch_test(a1, a2);
   REQUIRE(e);
   CHECK(e->t == Approx(-2.46).margin(5e-3));

@@ -5,9 +5,9 @@
 // mpirun (e.g. tools/netbed.sh run --hosts 4 --rate 1gbit -- build/qtrain bench-allreduce).
 //
 // Per size and variant: time per exchange (median over iterations, every rank synchronized by a
-// barrier before each; the copy that restores the input is not timed), algbw = size / time, busbw = algbw * 2(P-1)/P (the allreduce convention),
-// the bytes this rank put on the wire, the speedup over the baseline of the same size and, when --link-gbit is
-// given, the ideal time (bytes on the wire over the link rate) and the ratio to it. Where the time
+// barrier before each; the copy that restores the input is not timed), algbw = size / time, busbw = algbw * 2(P-1)/P
+// (the allreduce convention), the bytes this rank put on the wire, the speedup over the baseline of the same size and,
+// when --link-gbit is given, the ideal time (bytes on the wire over the link rate) and the ratio to it. Where the time
 // goes on rank 0: its encode and decode time per exchange (wall clock on the exchange thread) and
 // the CPU time of its whole process per exchange (user + system, so MPI's copies and the kernel's
 // TCP work count): cpu near time means the rank computed all along, cpu well below time that it
@@ -73,9 +73,9 @@ double median(std::vector<double> v) {
 
 void run(const Options& o, int local_rank) {
   // The gradient lives where a training run's would: the CPU, or this rank's GPU (by local rank).
-  const Device device =
-      o.device.empty() ? select_device(o.backend == "nccl" ? "cuda" : "cpu", local_rank, "--backend nccl")
-                       : select_device(o.device, local_rank, "--device");
+  const Device device = o.device.empty()
+                            ? select_device(o.backend == "nccl" ? "cuda" : "cpu", local_rank, "--backend nccl")
+                            : select_device(o.device, local_rank, "--device");
   auto comm = make_communicator(o.backend, device);
   const int P = comm->size();
   const bool root = comm->rank() == 0;
@@ -89,8 +89,8 @@ void run(const Options& o, int local_rank) {
                 comm->name(), device.str().c_str(), o.iterations, o.warmup);
     std::printf("# speedup: time of the baseline, %s, at the same size / time of the row\n",
                 baseline ? (baseline->label + " (algorithm auto)").c_str() : "the library's fp32 all-reduce (native)");
-    std::printf("%10s %-24s %-25s %10s %9s %9s %12s %8s %8s %8s %8s%s\n", "size(MB)", "method", "algorithm",
-                "time(ms)", "algbw", "busbw", "wire(MB)", "speedup", "enc(ms)", "dec(ms)", "cpu(ms)",
+    std::printf("%10s %-24s %-25s %10s %9s %9s %12s %8s %8s %8s %8s%s\n", "size(MB)", "method", "algorithm", "time(ms)",
+                "algbw", "busbw", "wire(MB)", "speedup", "enc(ms)", "dec(ms)", "cpu(ms)",
                 o.link_gbit > 0 ? "   ideal(ms) /ideal" : "");
   }
   // CPU seconds (user + system) of this process so far.
@@ -185,15 +185,19 @@ void run(const Options& o, int local_rank) {
       const std::vector<double> times = barrier_time(reset, [&] { ex->exchange(ctx, work, step++); });
       const ExchangeStats st = ex->take_stats();
       const double steps = static_cast<double>(std::max<int64_t>(st.steps, 1));
-      return Timed{median(times), st.bytes_sent / steps, st.phases.seconds(Phase::encode) / steps,
-                   st.phases.seconds(Phase::decode) / steps, cpu_per_iteration,
+      return Timed{median(times),
+                   st.bytes_sent / steps,
+                   st.phases.seconds(Phase::encode) / steps,
+                   st.phases.seconds(Phase::decode) / steps,
+                   cpu_per_iteration,
                    reduce_algorithm_name(ex->algorithm(0))};
     };
     // The baseline first: every row's speedup is over it.
     std::optional<Timed> base;
     if (baseline) {
       base = time_exchange(*baseline, "auto");
-      if (!base) input_error("bench-allreduce --baseline {}: the baseline cannot run here (see the line above)", o.baseline);
+      if (!base)
+        input_error("bench-allreduce --baseline {}: the baseline cannot run here (see the line above)", o.baseline);
     }
     const double t_base = base ? base->time : t_library;
     // enc and dec: rank 0's encode and decode seconds per exchange (0 for the library's all-reduce).
@@ -221,7 +225,9 @@ void run(const Options& o, int local_rank) {
     };
     print(mpi ? "MPI_Allreduce fp32" : fmt::format("{} all-reduce fp32", comm->name()), "native", t_library,
           2.0 * (P - 1) / P * bytes, 0, 0, cpu_library);
-    if (base) print(baseline->label + " (baseline)", base->algorithm, base->time, base->wire, base->encode, base->decode, base->cpu);
+    if (base)
+      print(baseline->label + " (baseline)", base->algorithm, base->time, base->wire, base->encode, base->decode,
+            base->cpu);
 
     for (const MethodChoice& m : methods) {
       for (const std::string& alg : o.algorithms) {
@@ -237,21 +243,24 @@ void run(const Options& o, int local_rank) {
 
 void add_bench_allreduce_command(CLI::App& app, const MpiRuntime& mpi) {
   auto o = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("bench-allreduce",
-                                     "Time the gradient exchange of every method against a baseline (default the bf16 all-reduce; run under mpirun)");
+  CLI::App* cmd = app.add_subcommand(
+      "bench-allreduce",
+      "Time the gradient exchange of every method against a baseline (default the bf16 all-reduce; run under mpirun)");
   cmd->add_option("--sizes", o->sizes_mb, "Gradient sizes in MB of fp32 values")->delimiter(',');
   cmd->add_option("--methods", o->methods, "Comma-separated methods with parameters, e.g. qsgd:bits=4:bucket=512");
   cmd->add_option("--baseline", o->baseline,
                   "What the speedup column is over, at each size: a method (its exchange, algorithm auto; default "
                   "bf16, the bf16 all-reduce; e.g. fp32) or 'library' (the communicator's own fp32 all-reduce)")
       ->type_name("METHOD");
-  cmd->add_option("--algorithms", o->algorithms, "auto, allreduce, allgather, reduce_scatter_allgather")->delimiter(',');
+  cmd->add_option("--algorithms", o->algorithms, "auto, allreduce, allgather, reduce_scatter_allgather")
+      ->delimiter(',');
   cmd->add_option("--iterations", o->iterations, "Timed iterations per case")->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", o->warmup, "Untimed iterations per case")->check(kNonNegative);
   cmd->add_option("--column", o->column, "Column length of the synthetic tensor (for per-column methods)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--link-gbit", o->link_gbit, "Link rate in Gbit/s: report the ideal time (wire bytes / rate)");
-  cmd->add_option("--backend", o->backend, "mpi (default), nccl, local or auto, as communication.backend")->check(CLI::IsMember({"mpi", "nccl", "local", "auto"}));
+  cmd->add_option("--backend", o->backend, "mpi (default), nccl, local or auto, as communication.backend")
+      ->check(CLI::IsMember({"mpi", "nccl", "local", "auto"}));
   cmd->add_option("--device", o->device,
                   "Where the gradient lives: cpu, cuda (this rank's GPU by local rank) or auto; default cuda with "
                   "--backend nccl, else cpu")

@@ -26,8 +26,7 @@ void add_bench_data_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--batches", args->batches, "Timed batches (after one warm-up batch)")->check(CLI::Range(1, 1000000));
   cmd->add_option("--split", args->split, "train (augmented) or test")->check(CLI::IsMember({"train", "test"}));
-  cmd->add_option("--seed", args->seed, "Seed of the shuffle and augmentation")
-      ->check(kNonNegative);
+  cmd->add_option("--seed", args->seed, "Seed of the shuffle and augmentation")->check(kNonNegative);
   cmd->callback([args] {
     LoadedConfig loaded = load_config_file(args->config, args->overrides);
     ConfigNode root(loaded.root, "", loaded.source);
@@ -43,7 +42,8 @@ void add_bench_data_command(CLI::App& app) {
     o.augment = split == Split::train;
     o.workers = loader_workers(config);
     Loader loader(*dataset, o);
-    if (loader.batches_per_epoch() < 1) input_error("bench-data: no batch of {} in {} samples", o.batch_size, dataset->size());
+    if (loader.batches_per_epoch() < 1)
+      input_error("bench-data: no batch of {} in {} samples", o.batch_size, dataset->size());
     double checksum = 0;
     int64_t batches = 0, samples = 0, epoch = 0;
     auto next = [&]() {
@@ -61,11 +61,12 @@ void add_bench_data_command(CLI::App& app) {
     const auto t0 = std::chrono::steady_clock::now();
     for (; batches < args->batches; ++batches) samples += next();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("bench-data: %s %s, %d worker(s), %lld batches of %lld: %.1f samples/s (%.2f ms per batch), "
-                "checksum %.6e\n",
-                config.dataset.c_str(), args->split.c_str(), o.workers, static_cast<long long>(batches),
-                static_cast<long long>(o.batch_size), static_cast<double>(samples) / seconds,
-                1000 * seconds / static_cast<double>(batches), checksum);
+    std::printf(
+        "bench-data: %s %s, %d worker(s), %lld batches of %lld: %.1f samples/s (%.2f ms per batch), "
+        "checksum %.6e\n",
+        config.dataset.c_str(), args->split.c_str(), o.workers, static_cast<long long>(batches),
+        static_cast<long long>(o.batch_size), static_cast<double>(samples) / seconds,
+        1000 * seconds / static_cast<double>(batches), checksum);
   });
 }
 

@@ -4,7 +4,8 @@
 // `model`, `optimizer` (default: sgd, lr 0.01) and `seed` keys of CONFIG, so a run config works as is;
 // there is no gradient exchange (one process, the compute of a step). With --per-layer it also times
 // every layer's forward and backward inside the net (more steps, with the device synchronized and the
-// clock read after each layer), which is where a model's time goes. The last line is JSON for scripts (tools/bench/bench_convnet_cpu.py).
+// clock read after each layer), which is where a model's time goes. The last line is JSON for scripts
+// (tools/bench/bench_convnet_cpu.py).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -133,10 +134,10 @@ void run(const Options& o) {
   }
   const Device device = select_device(o.device, 0, "--device");
   Context ctx = make_context(device, seed, o.threads);
-  std::printf("# qtrain bench-model %s: SYNTHETIC RANDOM INPUT (speed benchmark, no dataset), batch %lld, %s, "
-              "%d threads, median over %d steps after %d warm-up\n",
-              o.config.c_str(), static_cast<long long>(o.batch), device.str().c_str(), ctx.cpu_threads(), o.steps,
-              o.warmup);
+  std::printf(
+      "# qtrain bench-model %s: SYNTHETIC RANDOM INPUT (speed benchmark, no dataset), batch %lld, %s, "
+      "%d threads, median over %d steps after %d warm-up\n",
+      o.config.c_str(), static_cast<long long>(o.batch), device.str().c_str(), ctx.cpu_threads(), o.steps, o.warmup);
 
   // As train does: the large allocations checked before any is made (a batch that cannot fit would be
   // killed by the OOM killer after filling the machine's memory).
@@ -148,9 +149,10 @@ void run(const Options& o) {
   Net net(model, DType::f32, device, layer_registry(), loss_registry(), check_memory);
   for (int i = 0; i < net.num_layers(); ++i)
     if (net.layer(i).needs_sequence_batches())
-      input_error("{}: layer '{}' ({}) runs on sequence batches, which bench-model's fixed-size synthetic input "
-                  "does not provide; time the AN4 LSTM with tools/bench/bench_lstm_cpu.py",
-                  o.config, net.layer(i).name(), net.layer(i).type());
+      input_error(
+          "{}: layer '{}' ({}) runs on sequence batches, which bench-model's fixed-size synthetic input "
+          "does not provide; time the AN4 LSTM with tools/bench/bench_lstm_cpu.py",
+          o.config, net.layer(i).name(), net.layer(i).type());
   net.init_parameters(seed);
   std::unique_ptr<Optimizer> optimizer = make_optimizer(opt_section);
   optimizer->init(net.params().numel(), DType::f32, device);

@@ -74,10 +74,14 @@ int64_t parse_size(const std::string& s) {
   const double v = std::strtod(s.c_str(), &end);
   const std::string unit = end ? std::string(end) : "";
   double mult = 1;
-  if (unit == "K" || unit == "k") mult = 1024;
-  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) input_error("--sizes: '{}' is not a count like 65536, 64K or 16M", s);
+  if (unit == "K" || unit == "k")
+    mult = 1024;
+  else if (unit == "M" || unit == "m")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g")
+    mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty())
+    input_error("--sizes: '{}' is not a count like 65536, 64K or 16M", s);
   const auto n = static_cast<int64_t>(v * mult);
   if (n < 1 || n > wire::kMaxValues) input_error("--sizes: {} must be in [1, {}]", s, wire::kMaxValues);
   return n;
@@ -230,7 +234,8 @@ void bench_cpu(const Options& o, const std::vector<QuantSpec>& specs, const std:
     std::vector<float> copy_dst(static_cast<size_t>(n));
     for (int threads : thread_counts) {
       Team team(threads);
-      fmt::print("\n{} values ({} MB fp32), {} thread{}\n", size_str(n), 4 * n / 1000000, threads, threads > 1 ? "s" : "");
+      fmt::print("\n{} values ({} MB fp32), {} thread{}\n", size_str(n), 4 * n / 1000000, threads,
+                 threads > 1 ? "s" : "");
       fmt::print("{:<40} {:>9} {:>9} {:>7} {:>7} {:>9} {:>9} {:>7}\n", "method", "enc GB/s", "dec GB/s", "bits/v",
                  "ratio", "traffic", "memcpy", "floor");
       for (const QuantSpec& spec : specs) {
@@ -252,17 +257,17 @@ void bench_cpu(const Options& o, const std::vector<QuantSpec>& specs, const std:
           return team.run([&](int t) {
             auto [b, e] = share(n, t, threads, align);
             auto& p = payloads[static_cast<size_t>(t)];
-            bytes[static_cast<size_t>(t)] =
-                q->encode(contexts[static_cast<size_t>(t)], std::span<const float>(x.data() + b, static_cast<size_t>(e - b)),
-                          o.column, states[static_cast<size_t>(t)], p);
+            bytes[static_cast<size_t>(t)] = q->encode(contexts[static_cast<size_t>(t)],
+                                                      std::span<const float>(x.data() + b, static_cast<size_t>(e - b)),
+                                                      o.column, states[static_cast<size_t>(t)], p);
           });
         };
         auto decode_all = [&](std::vector<float>& y) {
           return team.run([&](int t) {
             auto [b, e] = share(n, t, threads, align);
             q->decode(contexts[static_cast<size_t>(t)],
-                      std::span<const uint8_t>(payloads[static_cast<size_t>(t)].data(), bytes[static_cast<size_t>(t)]), e - b,
-                      std::span<float>(y.data() + b, static_cast<size_t>(e - b)));
+                      std::span<const uint8_t>(payloads[static_cast<size_t>(t)].data(), bytes[static_cast<size_t>(t)]),
+                      e - b, std::span<float>(y.data() + b, static_cast<size_t>(e - b)));
           });
         };
         Row row;
@@ -386,11 +391,12 @@ void bench_cuda(const Options& o, const std::vector<QuantSpec>& specs, const std
 }
 
 void print_errors(const std::vector<Row>& rows) {
-  fmt::print("\nErrors of one step (zero residual), normal N(0, 0.01^2) and Student-t(2) data. MRE = mean of\n"
-             "|decoded - x| / |x|, relL2 = ||decoded - x|| / ||x||. Methods that do not keep small values (onebit,\n"
-             "2-bit qsgd, the sparse ones) have an MRE dominated by the smallest |x|; compare them by relL2.\n");
-  fmt::print("{:<8} {:<40} {:>6} {:>7} {:>11} {:>11} {:>11} {:>11}\n", "size", "method", "bits/v", "ratio", "MRE normal",
-             "relL2 norm", "MRE heavy", "relL2 heavy");
+  fmt::print(
+      "\nErrors of one step (zero residual), normal N(0, 0.01^2) and Student-t(2) data. MRE = mean of\n"
+      "|decoded - x| / |x|, relL2 = ||decoded - x|| / ||x||. Methods that do not keep small values (onebit,\n"
+      "2-bit qsgd, the sparse ones) have an MRE dominated by the smallest |x|; compare them by relL2.\n");
+  fmt::print("{:<8} {:<40} {:>6} {:>7} {:>11} {:>11} {:>11} {:>11}\n", "size", "method", "bits/v", "ratio",
+             "MRE normal", "relL2 norm", "MRE heavy", "relL2 heavy");
   for (const Row& r : rows) {
     if (r.threads != 1 || r.device != "cpu") continue;
     auto pct = [](double x) { return x < 10 ? fmt::format("{:.3f}%", 100 * x) : fmt::format("{:.1e}%", 100 * x); };
@@ -407,7 +413,8 @@ void write_json(const std::string& file, const std::vector<Row>& rows) {
     const Row& r = rows[i];
     out << fmt::format(
         "  {{\"device\": \"{}\", \"method\": \"{}\", \"size\": \"{}\", \"threads\": {}, \"encode_gbs\": {:.4f}, "
-        "\"decode_gbs\": {:.4f}, \"copy_gbs\": {:.4f}, \"bits_per_value\": {:.4f}, \"traffic_bytes_per_value\": {:.3f}, "
+        "\"decode_gbs\": {:.4f}, \"copy_gbs\": {:.4f}, \"bits_per_value\": {:.4f}, \"traffic_bytes_per_value\": "
+        "{:.3f}, "
         "\"floor_ratio\": {:.4f}, \"mre_normal\": {:.6g}, \"rel_l2_normal\": {:.6g}, \"mre_heavy\": {:.6g}, "
         "\"rel_l2_heavy\": {:.6g}}}{}\n",
         r.device, r.method, r.size, r.threads, r.encode_gbs, r.decode_gbs, r.copy_gbs, r.bits_per_value, r.traffic,
@@ -420,9 +427,10 @@ void run(const Options& o) {
   std::vector<QuantSpec> specs;
   for (const MethodChoice& m : parse_method_list(o.methods)) {
     if (!method_info(m.config.base.method).payload)
-      input_error("--methods {}: {} is not a payload quantizer (the gradient exchange runs it as its own algorithm); "
-                  "time it with qtrain bench-allreduce",
-                  m.label, quant_method_name(m.config.base.method));
+      input_error(
+          "--methods {}: {} is not a payload quantizer (the gradient exchange runs it as its own algorithm); "
+          "time it with qtrain bench-allreduce",
+          m.label, quant_method_name(m.config.base.method));
     specs.push_back(m.config.base);
   }
   std::vector<int64_t> sizes;
@@ -432,8 +440,8 @@ void run(const Options& o) {
   if (o.column < 1) input_error("--column must be >= 1, got {}", o.column);
   for (int64_t n : sizes)
     if (n % o.column != 0)
-      input_error("--sizes: {} values are not a whole number of columns of --column {} (e.g. use {} values)",
-                  n, o.column, n - n % o.column + o.column);
+      input_error("--sizes: {} values are not a whole number of columns of --column {} (e.g. use {} values)", n,
+                  o.column, n - n % o.column + o.column);
   std::vector<int> thread_counts;
   const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (const auto& t : split(o.threads, ',')) {
@@ -446,9 +454,10 @@ void run(const Options& o) {
   if (o.device == "cuda" && !cuda_available()) input_error("--device cuda: no CUDA GPU is available");
   fmt::print("qtrain bench-quant: {} methods, sizes {}, column length {}, median of {} runs\n", specs.size(), o.sizes,
              o.column, o.repeat);
-  fmt::print("GB/s are of fp32 input (4 bytes per value); traffic = bytes read + written per value by encode +\n"
-             "decode; memcpy = GB/s (read + write) of a memcpy of the span timed in turn with the method;\n"
-             "floor = (traffic / memcpy bandwidth) / (encode + decode time): 100% = the copy's speed\n");
+  fmt::print(
+      "GB/s are of fp32 input (4 bytes per value); traffic = bytes read + written per value by encode +\n"
+      "decode; memcpy = GB/s (read + write) of a memcpy of the span timed in turn with the method;\n"
+      "floor = (traffic / memcpy bandwidth) / (encode + decode time): 100% = the copy's speed\n");
   std::vector<Row> rows;
   if (o.device != "cuda") bench_cpu(o, specs, sizes, thread_counts, rows);
   if (o.device != "cuda") print_errors(rows);
@@ -464,8 +473,10 @@ void add_bench_quant_command(CLI::App& app) {
   cmd->add_option("--methods", o->methods, "Comma-separated methods, each name[:key=value...], e.g. qsgd:bits=8")
       ->capture_default_str();
   cmd->add_option("--sizes", o->sizes, "Comma-separated value counts (K = 1024, M = 1024^2)")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Comma-separated CPU thread counts, 'all' = every core")->capture_default_str();
-  cmd->add_option("--repeat", o->repeat, "Timed runs per configuration (the median is reported)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Comma-separated CPU thread counts, 'all' = every core")
+      ->capture_default_str();
+  cmd->add_option("--repeat", o->repeat, "Timed runs per configuration (the median is reported)")
+      ->capture_default_str();
   cmd->add_option("--column", o->column, "Column length (innermost dimension) for onebit column mode and adaptive")
       ->capture_default_str();
   cmd->add_option("--device", o->device, "cpu, cuda, or auto (the CPU, plus the GPU when one is present)")

@@ -200,9 +200,9 @@ int run_child(const std::vector<std::string>& argv, const std::function<void(con
 struct CompareArgs {
   std::string config;
   std::string methods;
-  std::string seeds;              // --seeds as given; empty: one run per method with the config's seed
+  std::string seeds;  // --seeds as given; empty: one run per method with the config's seed
   std::string baseline = "bf16";
-  bool baseline_given = false;    // --report-only: the sweep's own baseline unless --baseline is given
+  bool baseline_given = false;  // --report-only: the sweep's own baseline unless --baseline is given
   int ranks = 1;
   std::string netbed;
   int ranks_per_host = 1;  // --netbed: ranks on each emulated host (nodes of several ranks)
@@ -270,8 +270,7 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
   std::vector<std::optional<int64_t>> seeds;  // one run per entry; nullopt: the config's own seed
   if (!a.seeds.empty()) {
     for (const std::string& o : a.overrides)
-      if (o.rfind("seed=", 0) == 0)
-        input_error("compare: --set {} and --seeds both set the seed; give one of them", o);
+      if (o.rfind("seed=", 0) == 0) input_error("compare: --set {} and --seeds both set the seed; give one of them", o);
     for (int64_t seed : parse_seeds(a.seeds)) seeds.emplace_back(seed);
   } else {
     seeds.emplace_back(std::nullopt);
@@ -296,7 +295,11 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
   std::vector<Job> jobs;
   for (const Variant& v : variants) {
     for (const std::optional<int64_t>& seed : seeds) {
-      Job job{v, seed ? fmt::format("{} seed {}", v.label, *seed) : v.label, dir / "runs" / run_folder(v.folder, seed), {}, {}};
+      Job job{v,
+              seed ? fmt::format("{} seed {}", v.label, *seed) : v.label,
+              dir / "runs" / run_folder(v.folder, seed),
+              {},
+              {}};
       std::vector<std::string> sets = a.overrides;
       if (seed) sets.push_back(fmt::format("seed={}", *seed));
       if (a.epochs > 0) sets.push_back(fmt::format("train.epochs={}", a.epochs));
@@ -320,10 +323,29 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
   auto launcher = [&]() -> std::vector<std::string> {
     if (a.ranks == 1) return {};
     if (!a.netbed.empty())
-      return {a.netbed_script, "run", "--hosts", std::to_string(a.ranks / a.ranks_per_host), "--ranks-per-host",
-              std::to_string(a.ranks_per_host), "--rate", a.netbed, "--prefix", "qtcmp", "--"};
-    return {"mpirun", "-np", std::to_string(a.ranks), "--oversubscribe", "--bind-to", "none",
-            "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1"};
+      return {a.netbed_script,
+              "run",
+              "--hosts",
+              std::to_string(a.ranks / a.ranks_per_host),
+              "--ranks-per-host",
+              std::to_string(a.ranks_per_host),
+              "--rate",
+              a.netbed,
+              "--prefix",
+              "qtcmp",
+              "--"};
+    return {"mpirun",
+            "-np",
+            std::to_string(a.ranks),
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "--mca",
+            "btl",
+            "self,vader",
+            "--mca",
+            "mpi_yield_when_idle",
+            "1"};
   };
 
   std::error_code ec;
@@ -371,8 +393,8 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
     } else {
       if (state != RunState::absent) {
         const std::string kept = set_aside(dir.string(), job.run_dir.string());
-        progress.message(fmt::format("{}: {} run in {} is started again (the old one is kept in {})",
-                                     job.label, run_state_name(state), job.run_dir.string(), kept));
+        progress.message(fmt::format("{}: {} run in {} is started again (the old one is kept in {})", job.label,
+                                     run_state_name(state), job.run_dir.string(), kept));
       }
       fs::create_directories(job.run_dir, ec);
       if (ec) input_error("{}: cannot create the run directory: {}", job.run_dir.string(), ec.message());
@@ -397,7 +419,8 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
           curve << fmt::format("{:.3f},{},{:.6f}\n", wall_offset + seconds_since(start), p.step, p.loss);
           // Of the whole run: its epochs, or its train.max_steps when that ends it first.
           const double total = static_cast<double>(p.epochs) * static_cast<double>(p.batches);
-          const double steps = job.length.max_steps > 0 ? std::min(total, static_cast<double>(job.length.max_steps)) : total;
+          const double steps =
+              job.length.max_steps > 0 ? std::min(total, static_cast<double>(job.length.max_steps)) : total;
           fraction = std::min(1.0, static_cast<double>(p.step) / steps);
           detail = fmt::format("epoch {}/{} batch {}/{} loss {:.4f}", p.epoch, p.epochs, p.batch, p.batches, p.loss);
         },
@@ -409,17 +432,18 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
     log.close();
     curve.close();
     if (g_signal != 0)
-      throw Error(fmt::format("compare: interrupted (signal {}) during the {} run; run the same command again to "
-                              "continue (finished runs are kept{})",
-                              static_cast<int>(g_signal), job.label, a.resume ? "" : "; add --resume to continue this one from its checkpoint"));
+      throw Error(
+          fmt::format("compare: interrupted (signal {}) during the {} run; run the same command again to "
+                      "continue (finished runs are kept{})",
+                      static_cast<int>(g_signal), job.label,
+                      a.resume ? "" : "; add --resume to continue this one from its checkpoint"));
     if (status != 0)
-      input_error("compare: the {} run failed (exit status {}); its output is in {}; last line: {}", job.label,
-                  status, (job.run_dir / "output.log").string(), last_line);
+      input_error("compare: the {} run failed (exit status {}); its output is in {}; last line: {}", job.label, status,
+                  (job.run_dir / "output.log").string(), last_line);
     const std::vector<MetricsRecord> rows = read_metrics_csv((job.run_dir / "metrics.csv").string());
     if (!job.length.reached_by(rows.back()))
-      input_error("compare: the {} run exited at step {} ({} complete epochs), short of its {} (see {})",
-                  job.label, rows.back().step, rows.back().epoch, job.length.str(),
-                  (job.run_dir / "output.log").string());
+      input_error("compare: the {} run exited at step {} ({} complete epochs), short of its {} (see {})", job.label,
+                  rows.back().step, rows.back().epoch, job.length.str(), (job.run_dir / "output.log").string());
     write_marker(job.run_dir.string(), job.variant.label, command, seconds_since(start));
     progress.message(fmt::format("{}: done in {}, test accuracy {:.2f}%", job.label,
                                  format_duration(seconds_since(start)), 100 * rows.back().test_accuracy));
@@ -476,8 +500,7 @@ void add_compare_command(CLI::App& app, const MpiRuntime& mpi) {
   cmd->add_option("--gnuplot", args->gnuplot, "gnuplot executable for the plots ('' = write the script only)");
   cmd->callback([args, &mpi, cmd] {
     args->baseline_given = cmd->count("--baseline") > 0;
-    if (mpi.size() > 1)
-      input_error("compare: run it without mpirun; it starts mpirun itself for each run (--ranks N)");
+    if (mpi.size() > 1) input_error("compare: run it without mpirun; it starts mpirun itself for each run (--ranks N)");
     if (!args->report_only.empty()) {
       make_report(fs::path(args->report_only), *args);
       return;

@@ -26,7 +26,8 @@ void add_eval_command(CLI::App& app) {
   cmd->callback([args] {
     namespace fs = std::filesystem;
     const std::string config = (fs::path(args->run_dir) / "config.resolved.yaml").string();
-    if (!fs::exists(config)) input_error("eval: {} has no config.resolved.yaml; is it a qtrain run directory?", args->run_dir);
+    if (!fs::exists(config))
+      input_error("eval: {} has no config.resolved.yaml; is it a qtrain run directory?", args->run_dir);
     const std::string checkpoint =
         args->checkpoint.empty() ? (fs::path(args->run_dir) / "checkpoint.safetensors").string() : args->checkpoint;
     RunConfig rc = parse_run_config(config, args->overrides);
@@ -47,7 +48,8 @@ void add_eval_command(CLI::App& app) {
     const EvalResult r = evaluate(net, ctx, loader);
     std::printf("%s: step %lld, %lld test samples, loss %.4f, accuracy %.2f%%\n", checkpoint.c_str(),
                 static_cast<long long>(pos.step), static_cast<long long>(r.samples), r.loss, 100 * r.accuracy);
-    if (!std::isnan(r.cer)) std::printf("character error rate %.2f%%, word error rate %.2f%%\n", 100 * r.cer, 100 * r.wer);
+    if (!std::isnan(r.cer))
+      std::printf("character error rate %.2f%%, word error rate %.2f%%\n", 100 * r.cer, 100 * r.wer);
   });
 }
 

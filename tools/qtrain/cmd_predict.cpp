@@ -92,8 +92,9 @@ std::vector<Shape> shapes_of(const PredictArgs& a) {
     return shapes;
   }
   if (!a.gpus.empty())
-    input_error("--gpus and --nodes/--gpus-per-node both given: use --gpus for one rank per node, or --nodes with "
-                "--gpus-per-node for nodes of several");
+    input_error(
+        "--gpus and --nodes/--gpus-per-node both given: use --gpus for one rank per node, or --nodes with "
+        "--gpus-per-node for nodes of several");
   for (int n : positive_list(a.nodes.empty() ? "1" : a.nodes, "--nodes"))
     for (int g : positive_list(a.gpus_per_node.empty() ? "1" : a.gpus_per_node, "--gpus-per-node"))
       shapes.push_back({{n, g}, fmt::format("{}x{}", n, g)});
@@ -112,9 +113,10 @@ void run_predict(const PredictArgs& a) {
   std::vector<RunRecord> runs = load_runs(a.from);
   for (const RunRecord& r : runs)
     if (r.two_level)
-      input_error("{}: this run exchanged in two levels; predict fits its per-value costs to a flat run (measure one "
-                  "with communication.hierarchy: flat, or on one node)",
-                  r.dir);
+      input_error(
+          "{}: this run exchanged in two levels; predict fits its per-value costs to a flat run (measure one "
+          "with communication.hierarchy: flat, or on one node)",
+          r.dir);
   std::vector<double> bandwidths;
   for (const std::string& b : split(a.bandwidth)) bandwidths.push_back(predict::parse_bandwidth(b, "--bandwidth"));
   if (bandwidths.empty()) input_error("--bandwidth: the list is empty");
@@ -146,14 +148,17 @@ void run_predict(const PredictArgs& a) {
   }
 
   std::string out = fmt::format("# qtrain predict: {}\n\nMeasured inputs (per step):\n\n", a.from);
-  out += "| method | measured on | compute ms (data+fwd+bwd+opt) | encode ms | decode ms | payload MB | bits per value | buckets |\n"
-         "|---|---|---|---|---|---|---|---|\n";
+  out +=
+      "| method | measured on | compute ms (data+fwd+bwd+opt) | encode ms | decode ms | payload MB | bits per value | "
+      "buckets |\n"
+      "|---|---|---|---|---|---|---|---|\n";
   for (const RunRecord& r : runs)
     out += fmt::format("| {} | {} rank(s){} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.2f} | {} |\n", r.label, r.ranks,
                        r.ranks_per_node > 1 ? fmt::format(", {} node(s) x {}", r.nodes, r.ranks_per_node) : "",
                        1e3 * r.profile.compute_s(), 1e3 * r.profile.encode_s, 1e3 * r.profile.decode_s,
                        r.payload_bytes / 1e6, r.bits_per_value(), r.profile.buckets.size());
-  if (runs.size() > 1 && !a.own_compute) out += "\nCompute: the median over the runs (--own-compute to keep each run's).\n";
+  if (runs.size() > 1 && !a.own_compute)
+    out += "\nCompute: the median over the runs (--own-compute to keep each run's).\n";
 
   const RunRecord* fp32 = nullptr;
   for (const RunRecord& r : runs)
@@ -166,10 +171,11 @@ void run_predict(const PredictArgs& a) {
       rows.push_back({&r, predict::Hierarchy::two_level, fmt::format("{}, two levels ({} inside)", r.label, a.intra)});
   }
   if (several_per_node) {
-    out += fmt::format("\nNodes of several ranks: one network link per node shared by its ranks, {} per rank and "
-                       "{:g} us inside a node (--intra-bandwidth, --intra-latency). Two levels: an {} sum inside "
-                       "each node, the method between nodes, an allgather inside (after backward, no overlap).\n",
-                       fmt::format("{:g} GB/s", intra_bandwidth / 1e9), intra_latency * 1e6, a.intra);
+    out += fmt::format(
+        "\nNodes of several ranks: one network link per node shared by its ranks, {} per rank and "
+        "{:g} us inside a node (--intra-bandwidth, --intra-latency). Two levels: an {} sum inside "
+        "each node, the method between nodes, an allgather inside (after backward, no overlap).\n",
+        fmt::format("{:g} GB/s", intra_bandwidth / 1e9), intra_latency * 1e6, a.intra);
     for (const RunRecord& r : runs)
       if (!r.two_level_unsuited.empty())
         out += fmt::format("{}: flat only ({} cannot go in two levels: its result is not a sum of decoded payloads).\n",
@@ -178,8 +184,9 @@ void run_predict(const PredictArgs& a) {
 
   for (double bw : bandwidths) {
     const predict::Network net = network(bw);
-    out += fmt::format("\n## {} per link, latency {:g} us\n\nTime per step in ms (speedup over one replica):\n\n| method |",
-                       predict::format_bandwidth(bw), latency * 1e6);
+    out += fmt::format(
+        "\n## {} per link, latency {:g} us\n\nTime per step in ms (speedup over one replica):\n\n| method |",
+        predict::format_bandwidth(bw), latency * 1e6);
     for (const Shape& s : shapes) out += fmt::format(" {} |", s.label);
     out += "\n|---|";
     for (size_t i = 0; i < shapes.size(); ++i) out += "---|";
@@ -206,7 +213,8 @@ void run_predict(const PredictArgs& a) {
       if (&r == fp32) continue;
       std::vector<std::string> losing;
       for (const Shape& shape : shapes) {
-        const predict::StepPrediction q = predict::predict_step(r.profile, shape.topology, net, predict::Hierarchy::flat);
+        const predict::StepPrediction q =
+            predict::predict_step(r.profile, shape.topology, net, predict::Hierarchy::flat);
         const predict::StepPrediction f =
             predict::predict_step(fp32->profile, shape.topology, net, predict::Hierarchy::flat);
         if (q.step_s < f.step_s) continue;
@@ -214,7 +222,8 @@ void run_predict(const PredictArgs& a) {
                                      shape.label, 1e3 * (q.encode_s + q.decode_s), 1e3 * (f.encode_s + f.decode_s),
                                      1e3 * (f.communicate_s - q.communicate_s)));
       }
-      if (losing.empty()) out += fmt::format("- {}: faster than fp32 at every scale here.\n", r.label);
+      if (losing.empty())
+        out += fmt::format("- {}: faster than fp32 at every scale here.\n", r.label);
       else if (losing.size() == shapes.size())
         out += fmt::format("- {}: does not pay off at this bandwidth (at {}).\n", r.label, losing.back());
       else {
@@ -242,27 +251,29 @@ void run_predict(const PredictArgs& a) {
   // Prediction vs measurement: each --check run predicted from the --from run of the same method.
   for (const std::string& c : a.check) {
     const std::vector<RunRecord> measured = load_runs(c);
-    out += fmt::format("\n## Predicted vs measured: {} ({} Gbit/s, latency {:g} us)\n\n", c, bandwidths.front() * 8 / 1e9,
-                       latency * 1e6);
-    out += "| method | ranks | shape | exchange | predicted ms/step | measured ms/step | error | predicted exposed ms | measured exposed ms |\n"
-           "|---|---|---|---|---|---|---|---|---|\n";
+    out += fmt::format("\n## Predicted vs measured: {} ({} Gbit/s, latency {:g} us)\n\n", c,
+                       bandwidths.front() * 8 / 1e9, latency * 1e6);
+    out +=
+        "| method | ranks | shape | exchange | predicted ms/step | measured ms/step | error | predicted exposed ms | "
+        "measured exposed ms |\n"
+        "|---|---|---|---|---|---|---|---|---|\n";
     for (const RunRecord& m : measured) {
       const RunRecord* source = nullptr;
       for (const RunRecord& r : runs)
         if (r.label == m.label) source = &r;
       if (source == nullptr) continue;
       const predict::Topology topology{m.nodes, m.ranks_per_node};
-      const predict::StepPrediction s =
-          predict::predict_step(source->profile, topology, network(bandwidths.front()),
-                                m.two_level ? predict::Hierarchy::two_level : predict::Hierarchy::flat,
-                                m.intra == "bf16" ? 2 : 4);
+      const predict::StepPrediction s = predict::predict_step(
+          source->profile, topology, network(bandwidths.front()),
+          m.two_level ? predict::Hierarchy::two_level : predict::Hierarchy::flat, m.intra == "bf16" ? 2 : 4);
       const double measured_s = m.measured_step_s();
       double exposed = 0;
       for (const MetricsRecord& row : m.rows) exposed += row.exposed_comm_s;
       exposed /= static_cast<double>(std::max<int64_t>(1, m.steps()));
       out += fmt::format("| {} | {} | {}x{} | {} | {:.1f} | {:.1f} | {:+.0f}% | {:.1f} | {:.1f} |\n", m.label, m.ranks,
-                         m.nodes, m.ranks_per_node, m.two_level ? "two levels, " + m.intra + " inside" : "flat", 1e3 * s.step_s,
-                         1e3 * measured_s, 100 * (s.step_s - measured_s) / measured_s, 1e3 * s.exposed_s, 1e3 * exposed);
+                         m.nodes, m.ranks_per_node, m.two_level ? "two levels, " + m.intra + " inside" : "flat",
+                         1e3 * s.step_s, 1e3 * measured_s, 100 * (s.step_s - measured_s) / measured_s,
+                         1e3 * s.exposed_s, 1e3 * exposed);
     }
   }
   std::fputs(out.c_str(), stdout);
@@ -279,7 +290,8 @@ void add_predict_command(CLI::App& app) {
       ->required();
   cmd->add_option("--gpus", args->gpus, "Replica counts, one per node, comma-separated (default 2,4,8,16,32,96)")
       ->type_name("LIST");
-  cmd->add_option("--nodes", args->nodes, "Node counts, comma-separated, for nodes of several ranks (with --gpus-per-node)")
+  cmd->add_option("--nodes", args->nodes,
+                  "Node counts, comma-separated, for nodes of several ranks (with --gpus-per-node)")
       ->type_name("LIST");
   cmd->add_option("--gpus-per-node", args->gpus_per_node,
                   "Ranks per node, comma-separated: every --nodes x --gpus-per-node shape, flat and in two levels")

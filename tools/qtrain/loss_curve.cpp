@@ -36,8 +36,9 @@ std::vector<LossPoint> smoothed_loss(const RunRecord& run, double half_life_step
     const int64_t e = epoch_start(p.step);
     double interval = p.train_loss;  // the first record of an epoch: the mean over (e, step]
     if (previous_step > e)
-      interval = (p.train_loss * static_cast<double>(p.step - e) - previous_mean * static_cast<double>(previous_step - e)) /
-                 static_cast<double>(p.step - previous_step);
+      interval =
+          (p.train_loss * static_cast<double>(p.step - e) - previous_mean * static_cast<double>(previous_step - e)) /
+          static_cast<double>(p.step - previous_step);
     // The records keep 6 decimals: their rounding can push a near-zero interval mean below zero.
     interval = std::max(interval, 0.0);
     const double keep = std::pow(keep_per_step, static_cast<double>(p.step - previous_step));

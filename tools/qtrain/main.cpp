@@ -36,8 +36,10 @@ void prepare_openblas_environment(char** argv) {
     const std::string name = core;
     const bool weak_core = name == "Prescott" || name == "Core2" || name == "Nehalem" || name == "Sandybridge";
     std::string wanted;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) wanted = "SkylakeX";
-    else if (__builtin_cpu_supports("avx2")) wanted = "Haswell";
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+      wanted = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2"))
+      wanted = "Haswell";
     if (weak_core && !wanted.empty() && wanted != name) {
       setenv("OPENBLAS_CORETYPE", wanted.c_str(), 1);
       changed = true;

@@ -66,7 +66,8 @@ std::string time_cell(const MethodSummary& m) {
   const std::vector<double> reached = m.values(&SummaryRow::time_to_target_s);
   if (reached.empty()) return "not reached";
   std::string cell = number_cell(reached, 1) + " s";
-  if (reached.size() < m.runs.size()) cell += fmt::format(" ({} of {} seeds reached it)", reached.size(), m.runs.size());
+  if (reached.size() < m.runs.size())
+    cell += fmt::format(" ({} of {} seeds reached it)", reached.size(), m.runs.size());
   return cell;
 }
 
@@ -93,9 +94,10 @@ std::string difference_sentence(const std::string& what, bool higher_is_better, 
                        baseline);
   const double half = 100 * w->half_width;
   if (w->p >= kSignificance)
-    return fmt::format("{}: no detectable difference from {} ({}; the difference, {:+.2f} ± {:.2f} points at 95%, is "
-                       "within the seed-to-seed spread)",
-                       what, baseline, p_value(w->p), points, half);
+    return fmt::format(
+        "{}: no detectable difference from {} ({}; the difference, {:+.2f} ± {:.2f} points at 95%, is "
+        "within the seed-to-seed spread)",
+        what, baseline, p_value(w->p), points, half);
   const bool better = (points > 0) == higher_is_better;
   if (higher_is_better)
     return fmt::format("{}: {} {:.2f} ± {:.2f} points against {} ({})", what, better ? "gains" : "loses",
@@ -160,7 +162,8 @@ SummaryRow summarize(const RunRecord& run, double target) {
 }
 
 std::vector<MethodSummary> summarize_methods(const std::vector<RunRecord>& runs, double target,
-                                             const std::vector<int64_t>& seeds, const std::vector<std::string>& labels) {
+                                             const std::vector<int64_t>& seeds,
+                                             const std::vector<std::string>& labels) {
   std::vector<MethodSummary> out;
   auto find = [&](const std::string& label) -> MethodSummary& {
     for (MethodSummary& m : out)
@@ -176,8 +179,10 @@ std::vector<MethodSummary> summarize_methods(const std::vector<RunRecord>& runs,
     for (int64_t seed : seeds) {
       const auto it = std::find_if(m.runs.begin(), m.runs.end(),
                                    [&](const SummaryRow& r) { return r.seed == static_cast<uint64_t>(seed); });
-      if (it == m.runs.end()) m.missing_seeds.push_back(static_cast<uint64_t>(seed));
-      else ordered.push_back(*it);
+      if (it == m.runs.end())
+        m.missing_seeds.push_back(static_cast<uint64_t>(seed));
+      else
+        ordered.push_back(*it);
     }
     if (!seeds.empty()) m.runs = ordered;
   }
@@ -192,11 +197,13 @@ std::string markdown_table(const std::vector<MethodSummary>& methods, double tar
   for (const MethodSummary& m : methods)
     if (m.label == baseline && !m.runs.empty()) base = &m;
   std::string s = fmt::format(
-      "| method | {}ranks | epochs (steps) | final accuracy | best accuracy{} | {}time to {} | samples/s | speedup over "
+      "| method | {}ranks | epochs (steps) | final accuracy | best accuracy{} | {}time to {} | samples/s | speedup "
+      "over "
       "{} | ms per step | bits per value | sent per step per rank | fraction quantized |\n"
       "|---|{}---|---|---|---|{}---|---|---|---|---|---|---|\n",
       seeds ? "seeds | " : "", seeds ? "" : " (epoch)",
-      error_rates ? (seeds ? "final CER | final WER | best CER | " : "final CER | final WER | best CER (epoch) | ") : "",
+      error_rates ? (seeds ? "final CER | final WER | best CER | " : "final CER | final WER | best CER (epoch) | ")
+                  : "",
       percent(target), baseline, seeds ? "---|" : "", error_rates ? "---|---|---|" : "");
   for (const MethodSummary& m : methods) {
     if (m.runs.empty()) continue;  // named below the table
@@ -205,24 +212,23 @@ std::string markdown_table(const std::vector<MethodSummary>& methods, double tar
     std::string rates;
     if (error_rates) {
       const std::vector<double> best_cer = m.values(&SummaryRow::best_cer);
-      rates = best_cer.empty()
-                  ? "- | - | - | "
-                  : fmt::format("{} | {} | {}{} | ", percent_cell(m.values(&SummaryRow::final_cer)),
-                                percent_cell(m.values(&SummaryRow::final_wer)), percent_cell(best_cer),
-                                one ? fmt::format(" ({})", first.best_cer_epoch) : "");
+      rates = best_cer.empty() ? "- | - | - | "
+                               : fmt::format("{} | {} | {}{} | ", percent_cell(m.values(&SummaryRow::final_cer)),
+                                             percent_cell(m.values(&SummaryRow::final_wer)), percent_cell(best_cer),
+                                             one ? fmt::format(" ({})", first.best_cer_epoch) : "");
     }
     const std::vector<double> rate = m.values(&SummaryRow::samples_per_s);
     const double base_rate = base ? stats::mean(base->values(&SummaryRow::samples_per_s)) : 0;
-    s += fmt::format("| {} | {}{} | {} ({}) | {} | {}{} | {}{} | {} | {} | {:.1f} | {:.2f} | {} | {:.3f} |\n", m.label,
-                     seeds ? seeds_cell(m) + " | " : "", first.ranks, first.epochs, first.steps,
-                     percent_cell(m.values(&SummaryRow::final_accuracy)), percent_cell(m.values(&SummaryRow::best_accuracy)),
-                     one ? fmt::format(" ({})", first.best_epoch) : "", rates, time_cell(m), number_cell(rate, 0),
-                     base_rate > 0 ? fmt::format("{:.2f}x", stats::mean(rate) / base_rate) : "-",
-                     stats::mean(m.values(&SummaryRow::step_ms)), stats::mean(m.values(&SummaryRow::bits_per_value)),
-                     first.ranks > 1
-                         ? fmt::format("{:.3f} MB", stats::mean(m.values(&SummaryRow::bytes_sent_per_step)) / 1e6)
-                         : "- (one rank)",
-                     stats::mean(m.values(&SummaryRow::fraction_quantized)));
+    s += fmt::format(
+        "| {} | {}{} | {} ({}) | {} | {}{} | {}{} | {} | {} | {:.1f} | {:.2f} | {} | {:.3f} |\n", m.label,
+        seeds ? seeds_cell(m) + " | " : "", first.ranks, first.epochs, first.steps,
+        percent_cell(m.values(&SummaryRow::final_accuracy)), percent_cell(m.values(&SummaryRow::best_accuracy)),
+        one ? fmt::format(" ({})", first.best_epoch) : "", rates, time_cell(m), number_cell(rate, 0),
+        base_rate > 0 ? fmt::format("{:.2f}x", stats::mean(rate) / base_rate) : "-",
+        stats::mean(m.values(&SummaryRow::step_ms)), stats::mean(m.values(&SummaryRow::bits_per_value)),
+        first.ranks > 1 ? fmt::format("{:.3f} MB", stats::mean(m.values(&SummaryRow::bytes_sent_per_step)) / 1e6)
+                        : "- (one rank)",
+        stats::mean(m.values(&SummaryRow::fraction_quantized)));
   }
   std::string unfinished;
   for (const MethodSummary& m : methods)
@@ -243,14 +249,16 @@ std::string interval_table(const std::vector<MethodSummary>& methods, double tar
     const std::vector<double> times = m.values(&SummaryRow::time_to_target_s);
     std::string time = interval_cell(times, false, 1);
     if (time != "-" && time != "one seed: none") time += " s";
-    if (!times.empty() && times.size() < m.runs.size()) time += fmt::format(" ({} of {} seeds)", times.size(), m.runs.size());
+    if (!times.empty() && times.size() < m.runs.size())
+      time += fmt::format(" ({} of {} seeds)", times.size(), m.runs.size());
     s += fmt::format("| {} | {} | {} | {} | {}{} | {} |\n", m.label, seeds_cell(m),
                      interval_cell(m.values(&SummaryRow::final_accuracy), true, 2),
                      interval_cell(m.values(&SummaryRow::best_accuracy), true, 2),
                      error_rates ? fmt::format("{} | {} | ", interval_cell(m.values(&SummaryRow::final_cer), true, 2),
                                                interval_cell(m.values(&SummaryRow::final_wer), true, 2))
                                  : "",
-                     times.empty() ? "not reached" : time, interval_cell(m.values(&SummaryRow::samples_per_s), false, 0));
+                     times.empty() ? "not reached" : time,
+                     interval_cell(m.values(&SummaryRow::samples_per_s), false, 0));
   }
   return s;
 }
@@ -277,10 +285,9 @@ std::string baseline_findings(const std::vector<MethodSummary>& methods, const s
   };
   // Sequence tasks are judged by their error rates; classification by top-1 accuracy.
   const std::vector<Figure> figures =
-      any_error_rates(methods)
-          ? std::vector<Figure>{{"final CER", &SummaryRow::final_cer, nullptr, false},
-                                {"final WER", &SummaryRow::final_wer, nullptr, false}}
-          : std::vector<Figure>{{"final accuracy", nullptr, &SummaryRow::final_accuracy, true}};
+      any_error_rates(methods) ? std::vector<Figure>{{"final CER", &SummaryRow::final_cer, nullptr, false},
+                                                     {"final WER", &SummaryRow::final_wer, nullptr, false}}
+                               : std::vector<Figure>{{"final accuracy", nullptr, &SummaryRow::final_accuracy, true}};
   const double base_rate = stats::mean(base->values(&SummaryRow::samples_per_s));
   for (const MethodSummary& m : methods) {
     if (&m == base || m.runs.empty()) continue;

@@ -29,8 +29,8 @@ struct SummaryRow {
   double samples_per_s = 0;                // all steps: sum(steps) / sum(steps / samples_per_s of the row)
   double bits_per_value = 0;               // payload bits per gradient value, headers included
   double fraction_quantized = 0;
-  double step_ms = 0;                      // the training loop's time per step
-  double bytes_sent_per_step = 0;          // measured, per rank (0 in a world of one)
+  double step_ms = 0;              // the training loop's time per step
+  double bytes_sent_per_step = 0;  // measured, per rank (0 in a world of one)
   // Sequence tasks: test character / word error rate of the last epoch and the lowest CER.
   std::optional<double> final_cer, final_wer, best_cer;
   int64_t best_cer_epoch = 0;
@@ -40,8 +40,8 @@ SummaryRow summarize(const RunRecord& run, double target);
 // One method over its seeds.
 struct MethodSummary {
   std::string label;
-  std::vector<SummaryRow> runs;          // one per finished seed, in the sweep's seed order
-  std::vector<uint64_t> missing_seeds;   // asked for with --seeds, not finished
+  std::vector<SummaryRow> runs;         // one per finished seed, in the sweep's seed order
+  std::vector<uint64_t> missing_seeds;  // asked for with --seeds, not finished
   size_t seeds_asked() const { return runs.size() + missing_seeds.size(); }
   bool complete() const { return missing_seeds.empty(); }
   // A figure of every finished run, e.g. values(&SummaryRow::final_accuracy).

@@ -147,19 +147,29 @@ double parse_bandwidth(const std::string& text, const std::string& what) {
   std::string unit;
   const double v = parse_number_with_unit(text, what, unit);
   double bytes = 0;  // per unit
-  if (unit == "bit" || unit == "bps") bytes = 1.0 / 8;
-  else if (unit == "kbit" || unit == "kbps") bytes = 1e3 / 8;
-  else if (unit == "mbit" || unit == "mbps") bytes = 1e6 / 8;
-  else if (unit == "gbit" || unit == "gbps") bytes = 1e9 / 8;
-  else if (unit == "tbit" || unit == "tbps") bytes = 1e12 / 8;
-  else if (unit == "b/s") bytes = 1;
-  else if (unit == "mb/s") bytes = 1e6;
-  else if (unit == "gb/s") bytes = 1e9;
+  if (unit == "bit" || unit == "bps")
+    bytes = 1.0 / 8;
+  else if (unit == "kbit" || unit == "kbps")
+    bytes = 1e3 / 8;
+  else if (unit == "mbit" || unit == "mbps")
+    bytes = 1e6 / 8;
+  else if (unit == "gbit" || unit == "gbps")
+    bytes = 1e9 / 8;
+  else if (unit == "tbit" || unit == "tbps")
+    bytes = 1e12 / 8;
+  else if (unit == "b/s")
+    bytes = 1;
+  else if (unit == "mb/s")
+    bytes = 1e6;
+  else if (unit == "gb/s")
+    bytes = 1e9;
   else
-    input_error("{}: unknown bandwidth unit in '{}'; use e.g. 100mbit, 1gbit, 10gbit (bits per second) or 12GB/s (bytes)",
-                what, text);
+    input_error(
+        "{}: unknown bandwidth unit in '{}'; use e.g. 100mbit, 1gbit, 10gbit (bits per second) or 12GB/s (bytes)", what,
+        text);
   // Also for the byte units (0GB/s would divide by zero).
-  if (v <= 0 || !std::isfinite(v * bytes)) input_error("{}: the bandwidth must be > 0 and finite, got '{}'", what, text);
+  if (v <= 0 || !std::isfinite(v * bytes))
+    input_error("{}: the bandwidth must be > 0 and finite, got '{}'", what, text);
   return v * bytes;
 }
 
@@ -167,11 +177,16 @@ double parse_latency(const std::string& text, const std::string& what) {
   std::string unit;
   const double v = parse_number_with_unit(text, what, unit);
   double seconds = 0;
-  if (unit == "s") seconds = v;
-  else if (unit == "ms") seconds = v * 1e-3;
-  else if (unit == "us") seconds = v * 1e-6;
-  else if (unit == "ns") seconds = v * 1e-9;
-  else if (!(unit.empty() && v == 0)) input_error("{}: unknown latency unit in '{}'; use e.g. 5us, 0.5ms, 0", what, text);
+  if (unit == "s")
+    seconds = v;
+  else if (unit == "ms")
+    seconds = v * 1e-3;
+  else if (unit == "us")
+    seconds = v * 1e-6;
+  else if (unit == "ns")
+    seconds = v * 1e-9;
+  else if (!(unit.empty() && v == 0))
+    input_error("{}: unknown latency unit in '{}'; use e.g. 5us, 0.5ms, 0", what, text);
   // A message latency is microseconds to milliseconds; beyond seconds every prediction is meaningless
   // (and 1e308s overflows the step time to inf).
   if (!(seconds >= 0 && seconds <= kMaxLatencySeconds))

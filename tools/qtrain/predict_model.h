@@ -70,7 +70,7 @@ namespace qtrain::predict {
 
 // One bucket of the gradient exchange, in the order backward makes buckets ready.
 struct Bucket {
-  double values = 0;           // gradient values in the bucket (its share of backward)
+  double values = 0;  // gradient values in the bucket (its share of backward)
   // Bytes of one replica's payload, by reduction algorithm.
   double allreduce_bytes = 0;  // native fp32 / fp16 / bf16 values
   double allgather_bytes = 0;  // encoded payloads exchanged by allgather
@@ -90,8 +90,8 @@ struct StepProfile {
 };
 
 struct Network {
-  double bandwidth_bytes_per_s = 125e6;  // per link and direction (1 Gbit/s = 125e6 B/s); per node's link
-  double latency_s = 5e-6;               // per message
+  double bandwidth_bytes_per_s = 125e6;        // per link and direction (1 Gbit/s = 125e6 B/s); per node's link
+  double latency_s = 5e-6;                     // per message
   double intra_bandwidth_bytes_per_s = 100e9;  // inside a node, per rank and direction
   double intra_latency_s = 2e-6;
 };

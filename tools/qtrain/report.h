@@ -19,8 +19,8 @@ namespace qtrain::cli {
 
 struct ReportOptions {
   double target = 0.97;
-  std::string command;         // the command that produced the sweep, shown above the table
-  std::string baseline = "bf16";     // the label of the method every speedup and difference is against
+  std::string command;              // the command that produced the sweep, shown above the table
+  std::string baseline = "bf16";    // the label of the method every speedup and difference is against
   std::vector<int64_t> seeds;       // the sweep's --seeds (empty: one run per method)
   std::vector<std::string> labels;  // every method of the sweep, finished or not (empty: those of the runs)
   std::string gnuplot = "gnuplot";  // empty: write data files and the script, do not run it

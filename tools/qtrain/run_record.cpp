@@ -66,8 +66,9 @@ void read_log_facts(const std::string& path, RunRecord& run) {
     if (at != std::string::npos) run.ranks = std::max(1, std::atoi(line.c_str() + at + 15));
     int nodes = 0, per_node = 0;
     at = line.find("topology: ");
-    if (at != std::string::npos && std::sscanf(line.c_str() + at, "topology: %d node(s) x %d rank(s)", &nodes, &per_node) == 2 &&
-        nodes >= 1 && per_node >= 1) {
+    if (at != std::string::npos &&
+        std::sscanf(line.c_str() + at, "topology: %d node(s) x %d rank(s)", &nodes, &per_node) == 2 && nodes >= 1 &&
+        per_node >= 1) {
       run.nodes = nodes;
       run.ranks_per_node = per_node;
       topology = true;
@@ -94,7 +95,8 @@ std::vector<MetricsRecord> read_metrics_csv(const std::string& path) {
   for (size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
   auto index = [&](const std::string& name) {
     auto it = col.find(name);
-    if (it == col.end()) input_error("{}: the header has no column '{}' (expected {})", path, name, MetricsWriter::header());
+    if (it == col.end())
+      input_error("{}: the header has no column '{}' (expected {})", path, name, MetricsWriter::header());
     return it->second;
   };
   const size_t c_epoch = index("epoch"), c_step = index("step"), c_wall = index("wall_time_s"),
@@ -151,8 +153,7 @@ std::vector<CurvePoint> read_curve_csv(const std::string& path) {
     ++number;
     const std::vector<std::string> cells = split_csv_line(line);
     if (cells.size() != 3) input_error("{}:{}: expected wall_s,step,train_loss", path, number);
-    out.push_back({to_number(cells[0], path, number, "wall_s"),
-                   to_count(cells[1], path, number, "step"),
+    out.push_back({to_number(cells[0], path, number, "wall_s"), to_count(cells[1], path, number, "step"),
                    to_number(cells[2], path, number, "train_loss")});
   }
   return out;
@@ -223,8 +224,7 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
     if (algorithm == ReduceAlgorithm::powersgd) {
       // Steady state (after start_iter): P and Q in two fp32 all-reduces, (rows + cols) * rank values,
       // modelled as one native all-reduce of those bytes; uncompressed tensors in fp32.
-      const LowRankShape s =
-          GradientExchange::low_rank_shape(spec, e.shape.size() >= 2 ? e.shape.front() : 0, e.numel);
+      const LowRankShape s = GradientExchange::low_rank_shape(spec, e.shape.size() >= 2 ? e.shape.front() : 0, e.numel);
       bytes = s.compressed ? 4.0 * static_cast<double>((s.rows + s.cols) * s.rank) : 4.0 * n;
       b.allreduce_bytes += bytes;
       b.allreduce_values += n;

@@ -26,7 +26,8 @@ struct MetricsRecord {
 };
 
 // Reads metrics.csv by column name (the columns MetricsWriter::header() writes; extra columns are
-// ignored; test_cer / test_wer may be absent or empty, as in runs of classification tasks). Throws InputError naming the file when it is missing, empty or malformed.
+// ignored; test_cer / test_wer may be absent or empty, as in runs of classification tasks). Throws InputError naming
+// the file when it is missing, empty or malformed.
 std::vector<MetricsRecord> read_metrics_csv(const std::string& path);
 
 struct CurvePoint {
@@ -49,11 +50,11 @@ struct RunRecord {
   std::string intra = "fp32";
   // A method of this run the two levels cannot carry (comm/hierarchical_exchange.h); empty if none.
   std::string two_level_unsuited;
-  uint64_t seed = 0;          // the config's seed
-  int64_t batch_size = 0;     // per replica
-  std::string method;         // the config's quantization method, e.g. "qsgd(bits=4, bucket=512, norm=max)"
+  uint64_t seed = 0;       // the config's seed
+  int64_t batch_size = 0;  // per replica
+  std::string method;      // the config's quantization method, e.g. "qsgd(bits=4, bucket=512, norm=max)"
   double gradient_values = 0;
-  double payload_bytes = 0;   // one replica's encoded gradient per step (all tensors, headers included)
+  double payload_bytes = 0;  // one replica's encoded gradient per step (all tensors, headers included)
   double fraction_quantized = 0;
   predict::StepProfile profile;  // per-step averages over all rows
 

@@ -38,10 +38,10 @@ Sample describe(const std::vector<double>& values);
 
 // Welch's t-test of mean(a) - mean(b), neither variance assumed equal to the other.
 struct WelchTest {
-  double difference = 0;   // mean(a) - mean(b)
-  double t = 0, df = 0;    // Welch's t and the Welch-Satterthwaite degrees of freedom
-  double p = 1;            // two-sided
-  double half_width = 0;   // of the 95% confidence interval of the difference: t(0.975, df) x its standard error
+  double difference = 0;  // mean(a) - mean(b)
+  double t = 0, df = 0;   // Welch's t and the Welch-Satterthwaite degrees of freedom
+  double p = 1;           // two-sided
+  double half_width = 0;  // of the 95% confidence interval of the difference: t(0.975, df) x its standard error
 };
 // Absent when either side has fewer than two values. When both sides have no spread at all (every
 // seed gave the same value), the difference is exact: p is 1 for equal means and 0 otherwise, df 0.

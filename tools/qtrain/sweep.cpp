@@ -142,7 +142,8 @@ const char* run_state_name(RunState state) {
 std::string RunLength::str() const {
   const std::string e = fmt::format("{} epoch{}", epochs, epochs == 1 ? "" : "s");
   if (max_steps <= 0) return e;
-  return fmt::format("{} or {} step{} (train.max_steps), whichever comes first", e, max_steps, max_steps == 1 ? "" : "s");
+  return fmt::format("{} or {} step{} (train.max_steps), whichever comes first", e, max_steps,
+                     max_steps == 1 ? "" : "s");
 }
 
 RunState run_state(const std::string& run_dir, const std::string& command, const RunLength& length) {
@@ -269,13 +270,13 @@ SweepRecord load_sweep(const std::string& sweep_dir) {
   return record;
 }
 
-
 std::string shell_join(const std::vector<std::string>& argv) {
   std::string out;
   for (const std::string& a : argv) {
     if (!out.empty()) out += ' ';
-    const bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                                         "_-+=./:,@%") == std::string::npos;
+    const bool plain = !a.empty() && a.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                         "_-+=./:,@%") == std::string::npos;
     if (plain) {
       out += a;
       continue;
@@ -294,8 +295,10 @@ std::vector<std::string> shell_split(const std::string& line) {
   for (size_t i = 0; i < line.size(); ++i) {
     const char c = line[i];
     if (quoted) {
-      if (c == '\'') quoted = false;
-      else word += c;
+      if (c == '\'')
+        quoted = false;
+      else
+        word += c;
     } else if (c == '\'') {
       quoted = in_word = true;
     } else if (c == '\\' && i + 1 < line.size()) {

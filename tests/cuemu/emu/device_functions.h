@@ -53,12 +53,16 @@ constexpr int warpSize = 32;
 #define __shfl_down_sync(...) ::cuemu::device::shfl(CUEMU_SITE, ::cuemu::Collective::ShflDown, __VA_ARGS__)
 #define __ballot_sync(mask, p) \
   static_cast<unsigned>(::cuemu::warp_collective(CUEMU_SITE, ::cuemu::Collective::Ballot, mask, (p) != 0, 0, 32))
-#define __any_sync(mask, p) static_cast<int>(::cuemu::warp_collective(CUEMU_SITE, ::cuemu::Collective::Any, mask, (p) != 0, 0, 32))
-#define __all_sync(mask, p) static_cast<int>(::cuemu::warp_collective(CUEMU_SITE, ::cuemu::Collective::All, mask, (p) != 0, 0, 32))
+#define __any_sync(mask, p) \
+  static_cast<int>(::cuemu::warp_collective(CUEMU_SITE, ::cuemu::Collective::Any, mask, (p) != 0, 0, 32))
+#define __all_sync(mask, p) \
+  static_cast<int>(::cuemu::warp_collective(CUEMU_SITE, ::cuemu::Collective::All, mask, (p) != 0, 0, 32))
 
 namespace cuemu::device {
 
-inline void syncwarp(Site site, unsigned mask = 0xffffffffu) { (void)warp_collective(site, Collective::SyncWarp, mask, 0, 0, 32); }
+inline void syncwarp(Site site, unsigned mask = 0xffffffffu) {
+  (void)warp_collective(site, Collective::SyncWarp, mask, 0, 0, 32);
+}
 
 template <typename T>
 T shfl(Site site, Collective op, unsigned mask, T value, int arg, int width = 32) {
@@ -77,23 +81,59 @@ T shfl(Site site, Collective op, unsigned mask, T value, int arg, int width = 32
 // read-modify-write is atomic here; the order of the updates is the schedule's ----
 
 template <typename T>
-inline T atomicAdd(T* p, T v) { const T old = *p; *p = old + v; return old; }
+inline T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
 template <typename T>
-inline T atomicSub(T* p, T v) { const T old = *p; *p = old - v; return old; }
+inline T atomicSub(T* p, T v) {
+  const T old = *p;
+  *p = old - v;
+  return old;
+}
 template <typename T>
-inline T atomicOr(T* p, T v) { const T old = *p; *p = old | v; return old; }
+inline T atomicOr(T* p, T v) {
+  const T old = *p;
+  *p = old | v;
+  return old;
+}
 template <typename T>
-inline T atomicAnd(T* p, T v) { const T old = *p; *p = old & v; return old; }
+inline T atomicAnd(T* p, T v) {
+  const T old = *p;
+  *p = old & v;
+  return old;
+}
 template <typename T>
-inline T atomicXor(T* p, T v) { const T old = *p; *p = old ^ v; return old; }
+inline T atomicXor(T* p, T v) {
+  const T old = *p;
+  *p = old ^ v;
+  return old;
+}
 template <typename T>
-inline T atomicMax(T* p, T v) { const T old = *p; if (v > old) *p = v; return old; }
+inline T atomicMax(T* p, T v) {
+  const T old = *p;
+  if (v > old) *p = v;
+  return old;
+}
 template <typename T>
-inline T atomicMin(T* p, T v) { const T old = *p; if (v < old) *p = v; return old; }
+inline T atomicMin(T* p, T v) {
+  const T old = *p;
+  if (v < old) *p = v;
+  return old;
+}
 template <typename T>
-inline T atomicExch(T* p, T v) { const T old = *p; *p = v; return old; }
+inline T atomicExch(T* p, T v) {
+  const T old = *p;
+  *p = v;
+  return old;
+}
 template <typename T>
-inline T atomicCAS(T* p, T compare, T v) { const T old = *p; if (old == compare) *p = v; return old; }
+inline T atomicCAS(T* p, T compare, T v) {
+  const T old = *p;
+  if (old == compare) *p = v;
+  return old;
+}
 
 // ---- Bit intrinsics ----
 
@@ -109,12 +149,36 @@ inline unsigned __brev(unsigned x) {
   x = ((x >> 4) & 0x0F0F0F0Fu) | ((x & 0x0F0F0F0Fu) << 4);
   return __builtin_bswap32(x);
 }
-inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
-inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline int __float_as_int(float f) { int u; std::memcpy(&u, &f, 4); return u; }
-inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
-inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline int __float_as_int(float f) {
+  int u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __int_as_float(int u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline long long __double_as_longlong(double d) {
+  long long u;
+  std::memcpy(&u, &d, 8);
+  return u;
+}
+inline double __longlong_as_double(long long u) {
+  double d;
+  std::memcpy(&d, &u, 8);
+  return d;
+}
 
 // ---- Conversions: CUDA's cvt saturates to the destination's range and turns NaN into 0 (PTX ISA,
 // "cvt": "saturation ... NaN results are converted to 0"); x86's cvttss2si returns 0x80000000 for
@@ -147,8 +211,10 @@ I saturating_cvt(double x, Round r) {
 
 }  // namespace cuemu::device
 
-#define CUEMU_CVT(name, From, To, mode) \
-  inline To name(From x) { return ::cuemu::device::saturating_cvt<To>(static_cast<double>(x), ::cuemu::device::Round::mode); }
+#define CUEMU_CVT(name, From, To, mode)                                                               \
+  inline To name(From x) {                                                                            \
+    return ::cuemu::device::saturating_cvt<To>(static_cast<double>(x), ::cuemu::device::Round::mode); \
+  }
 CUEMU_CVT(__float2int_rn, float, int, Nearest)
 CUEMU_CVT(__float2int_rz, float, int, Zero)
 CUEMU_CVT(__float2int_rd, float, int, Down)
@@ -192,7 +258,8 @@ inline float __saturatef(float x) { return std::isnan(x) ? 0.0f : x < 0.0f ? 0.0
 // __fdividef: documented as x/y within 2 ulp, and 0 for 2^126 < |y| < 2^128 (approximate elsewhere).
 inline float __fdividef(float x, float y) {
   const float ay = std::fabs(y);
-  if (ay > 8.507059173023462e37f && std::isfinite(ay)) return std::isinf(x) ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+  if (ay > 8.507059173023462e37f && std::isfinite(ay))
+    return std::isinf(x) ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
   return x / y;
 }
 // __expf: the hardware computes ex2.approx(x * log2(e)), the product rounded to float first; the

@@ -59,7 +59,8 @@ const std::size_t kPage = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 
 FiberStacks::FiberStacks() {
   const std::size_t span = kStackBytes + kPage;
-  void* p = mmap(nullptr, span * kMaxFibers, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p =
+      mmap(nullptr, span * kMaxFibers, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     std::fprintf(stderr, "cuemu: cannot map %d fiber stacks\n", kMaxFibers);
     std::abort();

@@ -20,7 +20,8 @@ struct LaunchConfig {
   dim3 grid, block;
   size_t shared_bytes;
   CUstream_st* stream;
-  LaunchConfig(dim3 g, dim3 b, size_t shmem = 0, CUstream_st* s = nullptr) : grid(g), block(b), shared_bytes(shmem), stream(s) {}
+  LaunchConfig(dim3 g, dim3 b, size_t shmem = 0, CUstream_st* s = nullptr)
+      : grid(g), block(b), shared_bytes(shmem), stream(s) {}
 };
 
 // Aborts on a configuration a GPU refuses (cudaErrorInvalidConfiguration): the code under test

@@ -89,10 +89,22 @@ cudaError_t copy(const char* call, void* dst, const void* src, size_t bytes, cud
   if (bytes == 0) return cudaSuccess;
   if (!dst || !src) return record(cudaErrorInvalidValue);
   switch (kind) {
-    case cudaMemcpyHostToHost: check_copy_side(call, "destination", dst, bytes, false); check_copy_side(call, "source", src, bytes, false); break;
-    case cudaMemcpyHostToDevice: check_copy_side(call, "destination", dst, bytes, true); check_copy_side(call, "source", src, bytes, false); break;
-    case cudaMemcpyDeviceToHost: check_copy_side(call, "destination", dst, bytes, false); check_copy_side(call, "source", src, bytes, true); break;
-    case cudaMemcpyDeviceToDevice: check_copy_side(call, "destination", dst, bytes, true); check_copy_side(call, "source", src, bytes, true); break;
+    case cudaMemcpyHostToHost:
+      check_copy_side(call, "destination", dst, bytes, false);
+      check_copy_side(call, "source", src, bytes, false);
+      break;
+    case cudaMemcpyHostToDevice:
+      check_copy_side(call, "destination", dst, bytes, true);
+      check_copy_side(call, "source", src, bytes, false);
+      break;
+    case cudaMemcpyDeviceToHost:
+      check_copy_side(call, "destination", dst, bytes, false);
+      check_copy_side(call, "source", src, bytes, true);
+      break;
+    case cudaMemcpyDeviceToDevice:
+      check_copy_side(call, "destination", dst, bytes, true);
+      check_copy_side(call, "source", src, bytes, true);
+      break;
     case cudaMemcpyDefault: break;
     default: return record(cudaErrorInvalidMemcpyDirection);
   }
@@ -115,23 +127,30 @@ namespace cuemu {
 void check_launch_config(const char* kernel, Site site, const LaunchConfig& c) {
   const unsigned long long threads = 1ull * c.block.x * c.block.y * c.block.z;
   const char* why = nullptr;
-  if (threads == 0 || c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0) why = "an empty grid or block";
-  else if (threads > 1024) why = "more than 1024 threads per block";
-  else if (c.block.x > 1024 || c.block.y > 1024 || c.block.z > 64) why = "a block dimension beyond (1024, 1024, 64)";
-  else if (c.grid.x > 0x7fffffffu || c.grid.y > 65535 || c.grid.z > 65535) why = "a grid dimension beyond (2^31-1, 65535, 65535)";
-  else if (c.shared_bytes != 0) why = "dynamic shared memory (not emulated; qtrain's kernels use static __shared__ only)";
+  if (threads == 0 || c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0)
+    why = "an empty grid or block";
+  else if (threads > 1024)
+    why = "more than 1024 threads per block";
+  else if (c.block.x > 1024 || c.block.y > 1024 || c.block.z > 64)
+    why = "a block dimension beyond (1024, 1024, 64)";
+  else if (c.grid.x > 0x7fffffffu || c.grid.y > 65535 || c.grid.z > 65535)
+    why = "a grid dimension beyond (2^31-1, 65535, 65535)";
+  else if (c.shared_bytes != 0)
+    why = "dynamic shared memory (not emulated; qtrain's kernels use static __shared__ only)";
   if (why)
-    fail("invalid launch of %s at %s:%d: grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of dynamic shared memory: %s", kernel,
-         site.file, site.line, c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z, c.shared_bytes, why);
+    fail("invalid launch of %s at %s:%d: grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of dynamic shared memory: %s",
+         kernel, site.file, site.line, c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z, c.shared_bytes,
+         why);
 }
 
 void check_kernel_pointer(const char* kernel, Site site, int index, const void* p) {
   if (p == nullptr) return;
   const MemoryKind k = kind_of(p, 0);
   if (k == MemoryKind::Unregistered)
-    fail("kernel %s launched at %s:%d: argument %d (%p) is host memory a GPU cannot address (not from cudaMalloc or "
-         "cudaMallocHost)",
-         kernel, site.file, site.line, index, p);
+    fail(
+        "kernel %s launched at %s:%d: argument %d (%p) is host memory a GPU cannot address (not from cudaMalloc or "
+        "cudaMallocHost)",
+        kernel, site.file, site.line, index, p);
 }
 
 bool stream_is_live(cudaStream_t s) { return is_live_stream(s); }
@@ -146,7 +165,9 @@ void set_stream_stalled(cudaStream_t s, const char* why) {
 }
 
 void check_stream(const char* kernel, Site site, CUstream_st* s) {
-  if (!is_live_stream(s)) fail("kernel %s launched at %s:%d on stream %p, which is not a live stream", kernel, site.file, site.line, static_cast<void*>(s));
+  if (!is_live_stream(s))
+    fail("kernel %s launched at %s:%d on stream %p, which is not a live stream", kernel, site.file, site.line,
+         static_cast<void*>(s));
 }
 
 }  // namespace cuemu
@@ -242,14 +263,14 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
       a->type = cudaMemoryTypeHost;
       a->devicePointer = a->hostPointer = const_cast<void*>(p);
       break;
-    default:
-      a->type = cudaMemoryTypeUnregistered;
-      a->hostPointer = const_cast<void*>(p);
+    default: a->type = cudaMemoryTypeUnregistered; a->hostPointer = const_cast<void*>(p);
   }
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) { return copy("cudaMemcpy", dst, src, bytes, kind); }
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  return copy("cudaMemcpy", dst, src, bytes, kind);
+}
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
   return copy("cudaMemcpyAsync", dst, src, bytes, kind);
@@ -278,7 +299,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
-  if (const char* why = stall_of(s)) cuemu::fail("cudaStreamSynchronize(%p) would wait forever: %s", static_cast<void*>(s), why);
+  if (const char* why = stall_of(s))
+    cuemu::fail("cudaStreamSynchronize(%p) would wait forever: %s", static_cast<void*>(s), why);
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) {

@@ -61,8 +61,10 @@ struct Stats {
   unsigned long long launches = 0, blocks = 0, threads = 0, switches = 0, collectives = 0, barriers = 0;
   ~Stats() {
     if (std::getenv("CUEMU_STATS"))
-      std::fprintf(stderr, "cuemu: %llu launches, %llu blocks, %llu threads, %llu switches, %llu warp collectives, %llu barriers\n",
-                   launches, blocks, threads, switches, collectives, barriers);
+      std::fprintf(
+          stderr,
+          "cuemu: %llu launches, %llu blocks, %llu threads, %llu switches, %llu warp collectives, %llu barriers\n",
+          launches, blocks, threads, switches, collectives, barriers);
   }
 };
 Stats g_stats;
@@ -103,9 +105,9 @@ void describe_launch(char* out, size_t size) {
   char where[512];
   describe_launch(where, sizeof where);
   if (b)
-    fail("%s\n  in %s\n  thread (%u,%u,%u) at %s (%s:%d)\n  thread (%u,%u,%u) at %s (%s:%d)", what, where, a.tid.x, a.tid.y,
-         a.tid.z, wait_name(a), a.site.file ? a.site.file : "-", a.site.line, b->tid.x, b->tid.y, b->tid.z, wait_name(*b),
-         b->site.file ? b->site.file : "-", b->site.line);
+    fail("%s\n  in %s\n  thread (%u,%u,%u) at %s (%s:%d)\n  thread (%u,%u,%u) at %s (%s:%d)", what, where, a.tid.x,
+         a.tid.y, a.tid.z, wait_name(a), a.site.file ? a.site.file : "-", a.site.line, b->tid.x, b->tid.y, b->tid.z,
+         wait_name(*b), b->site.file ? b->site.file : "-", b->site.line);
   fail("%s\n  in %s\n  thread (%u,%u,%u) at %s (%s:%d)", what, where, a.tid.x, a.tid.y, a.tid.z, wait_name(a),
        a.site.file ? a.site.file : "-", a.site.line);
 }
@@ -169,12 +171,16 @@ void resolve_warp(ThreadState* lanes, int count) {
   for (int l = 0; l < 32; ++l) {
     ThreadState& t = lanes[l];
     const int w = t.width;
-    if (w < 1 || w > 32 || (w & (w - 1)) != 0) fail_in_block("a shuffle width that is not a power of two up to 32", t, nullptr);
+    if (w < 1 || w > 32 || (w & (w - 1)) != 0)
+      fail_in_block("a shuffle width that is not a power of two up to 32", t, nullptr);
     const int base = l / w * w;
     int src = l;
     switch (t.op) {
       case Collective::ShflIdx: src = base + (t.arg & (w - 1)); break;
-      case Collective::ShflXor: src = l ^ t.arg; if (src < base || src >= base + w) src = l; break;
+      case Collective::ShflXor:
+        src = l ^ t.arg;
+        if (src < base || src >= base + w) src = l;
+        break;
       case Collective::ShflUp: src = l - base >= t.arg ? l - t.arg : l; break;
       case Collective::ShflDown: src = l - base + t.arg < w ? l + t.arg : l; break;
       default: break;
@@ -192,7 +198,8 @@ void resolve_warp(ThreadState* lanes, int count) {
 
 void poison_shared() {
   if (__start_cuemu_shared && __stop_cuemu_shared)
-    std::memset(__start_cuemu_shared, schedule().poison, static_cast<size_t>(__stop_cuemu_shared - __start_cuemu_shared));
+    std::memset(__start_cuemu_shared, schedule().poison,
+                static_cast<size_t>(__stop_cuemu_shared - __start_cuemu_shared));
 }
 
 // Runs the lanes of warp w that can go on, each until it waits or exits, and resolves the warp's
@@ -276,7 +283,8 @@ void run_block(Launch& l, std::mt19937_64& rng) {
     for (const ThreadState& t : l.threads) {
       if (t.wait == Wait::Block) {
         ++at_barrier;
-        if (!waiting) waiting = &t;
+        if (!waiting)
+          waiting = &t;
         else if (t.site.file != waiting->site.file || t.site.line != waiting->site.line)
           fail_in_block("threads of one block wait at different __syncthreads (divergent barrier)", *waiting, &t);
       } else if (t.wait == Wait::Done) {
@@ -361,7 +369,8 @@ void log_launch(const char* kernel, Site site, uint3v block) {
   if (!path || !*path) return;
   static std::set<std::string> logged;
   char line[1024];
-  const int len = std::snprintf(line, sizeof line, "%s:%d %s %u\n", site.file, site.line, kernel, block.x * block.y * block.z);
+  const int len =
+      std::snprintf(line, sizeof line, "%s:%d %s %u\n", site.file, site.line, kernel, block.x * block.y * block.z);
   if (len < 0 || static_cast<size_t>(len) >= sizeof line)
     fail("CUEMU_LAUNCH_LOG: the launch of %s at %s:%d does not fit in a line", kernel, site.file, site.line);
   if (!logged.insert(line).second) return;
@@ -377,7 +386,8 @@ void log_launch(const char* kernel, Site site, uint3v block) {
 }  // namespace
 
 void run_grid(const char* kernel, Site site, uint3v grid, uint3v block, void (*body)(void*), void* context) {
-  if (g_launch) fail("kernel %s launched from inside kernel %s (dynamic parallelism is not emulated)", kernel, g_launch->kernel);
+  if (g_launch)
+    fail("kernel %s launched from inside kernel %s (dynamic parallelism is not emulated)", kernel, g_launch->kernel);
   std::lock_guard<std::mutex> lock(g_launch_mutex);
   log_launch(kernel, site, block);
   ++g_stats.launches;

@@ -43,7 +43,9 @@ extern __thread Geometry g_geometry __attribute__((tls_model("initial-exec")));
 
 inline ThreadState* current_thread() { return g_geometry.thread; }
 const uint3v& thread_index_outside_kernel();  // fails: threadIdx read on the host
-inline const uint3v& thread_index() { return g_geometry.thread ? g_geometry.thread_idx : thread_index_outside_kernel(); }
+inline const uint3v& thread_index() {
+  return g_geometry.thread ? g_geometry.thread_idx : thread_index_outside_kernel();
+}
 inline const uint3v& block_index() { return g_geometry.block_idx; }
 inline const uint3v& block_dim() { return g_geometry.block_dim; }
 inline const uint3v& grid_dim() { return g_geometry.grid_dim; }
@@ -56,7 +58,7 @@ uint64_t warp_collective(Site site, Collective op, unsigned mask, uint64_t value
 
 // How a launch is run.
 struct Schedule {
-  uint64_t seed = 0;          // 0: blocks, warps and lanes in index order; else shuffled from this seed
+  uint64_t seed = 0;            // 0: blocks, warps and lanes in index order; else shuffled from this seed
   unsigned char poison = 0xFF;  // the byte fresh device allocations and __shared__ arrays hold
 };
 const Schedule& schedule();  // from CUEMU_SEED and CUEMU_POISON, read once

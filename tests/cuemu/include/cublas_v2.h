@@ -36,10 +36,10 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 const char* cublasGetStatusString(cublasStatus_t status);
 const char* cublasGetStatusName(cublasStatus_t status);
 
-cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-                           const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
-                           float* C, int ldc);
-cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
-                                         int n, int k, const float* alpha, const float* A, int lda, long long strideA,
-                                         const float* B, int ldb, long long strideB, const float* beta, float* C, int ldc,
-                                         long long strideC, int batchCount);
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                           int k, const float* alpha, const float* A, int lda, const float* B, int ldb,
+                           const float* beta, float* C, int ldc);
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const float* alpha, const float* A, int lda,
+                                         long long strideA, const float* B, int ldb, long long strideB,
+                                         const float* beta, float* C, int ldc, long long strideC, int batchCount);

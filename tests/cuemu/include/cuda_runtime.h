@@ -79,11 +79,17 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void* p);
 // The C++ API's typed overloads.
 template <typename T>
-cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc(reinterpret_cast<void**>(p), bytes); }
+cudaError_t cudaMalloc(T** p, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(p), bytes);
+}
 template <typename T>
-cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMallocHost(reinterpret_cast<void**>(p), bytes); }
+cudaError_t cudaMallocHost(T** p, size_t bytes) {
+  return cudaMallocHost(reinterpret_cast<void**>(p), bytes);
+}
 template <typename T>
-cudaError_t cudaMallocAsync(T** p, size_t bytes, cudaStream_t s) { return cudaMallocAsync(reinterpret_cast<void**>(p), bytes, s); }
+cudaError_t cudaMallocAsync(T** p, size_t bytes, cudaStream_t s) {
+  return cudaMallocAsync(reinterpret_cast<void**>(p), bytes, s);
+}
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* p);
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);

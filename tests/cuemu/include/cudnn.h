@@ -185,8 +185,8 @@ cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* desc);
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc);
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTensorFormat_t format, cudnnDataType_t type,
                                          int n, int c, int h, int w);
-cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t desc, cudnnDataType_t type, int nbDims, const int dimA[],
-                                         const int strideA[]);
+cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t desc, cudnnDataType_t type, int nbDims,
+                                         const int dimA[], const int strideA[]);
 cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t desc, int nbDimsRequested, cudnnDataType_t* type,
                                          int* nbDims, int dimA[], int strideA[]);
 
@@ -204,52 +204,51 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc, cud
 
 cudnnStatus_t cudnnCreateLRNDescriptor(cudnnLRNDescriptor_t* desc);
 cudnnStatus_t cudnnDestroyLRNDescriptor(cudnnLRNDescriptor_t desc);
-cudnnStatus_t cudnnSetLRNDescriptor(cudnnLRNDescriptor_t desc, unsigned lrnN, double lrnAlpha, double lrnBeta, double lrnK);
+cudnnStatus_t cudnnSetLRNDescriptor(cudnnLRNDescriptor_t desc, unsigned lrnN, double lrnAlpha, double lrnBeta,
+                                    double lrnK);
 
 cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t* desc);
 cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t desc);
-cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t desc, cudnnHandle_t handle, float dropout, void* states,
-                                        size_t stateSizeInBytes, unsigned long long seed);
+cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t desc, cudnnHandle_t handle, float dropout,
+                                        void* states, size_t stateSizeInBytes, unsigned long long seed);
 
 cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t* desc);
 cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t desc);
 cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t desc, cudnnRNNAlgo_t algo, cudnnRNNMode_t cellMode,
                                        cudnnRNNBiasMode_t biasMode, cudnnDirectionMode_t dirMode,
-                                       cudnnRNNInputMode_t inputMode, cudnnDataType_t dataType, cudnnDataType_t mathPrec,
-                                       cudnnMathType_t mathType, int32_t inputSize, int32_t hiddenSize, int32_t projSize,
-                                       int32_t numLayers, cudnnDropoutDescriptor_t dropoutDesc, uint32_t auxFlags);
+                                       cudnnRNNInputMode_t inputMode, cudnnDataType_t dataType,
+                                       cudnnDataType_t mathPrec, cudnnMathType_t mathType, int32_t inputSize,
+                                       int32_t hiddenSize, int32_t projSize, int32_t numLayers,
+                                       cudnnDropoutDescriptor_t dropoutDesc, uint32_t auxFlags);
 cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t* desc);
 cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t desc);
-cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t desc, cudnnDataType_t type, cudnnRNNDataLayout_t layout,
-                                        int maxSeqLength, int batchSize, int vectorSize, const int seqLengthArray[],
-                                        void* paddingFill);
+cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t desc, cudnnDataType_t type,
+                                        cudnnRNNDataLayout_t layout, int maxSeqLength, int batchSize, int vectorSize,
+                                        const int seqLengthArray[], void* paddingFill);
 
 // ---- Everything below computes or chooses on cuDNN's behalf: CUDNN_STATUS_NOT_SUPPORTED ----
 
 cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derivedBnDesc, const cudnnTensorDescriptor_t xDesc,
                                             cudnnBatchNormMode_t mode);
 cudnnStatus_t cudnnBatchNormalizationForwardTraining(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha,
-                                                     const void* beta, const cudnnTensorDescriptor_t xDesc, const void* x,
-                                                     const cudnnTensorDescriptor_t yDesc, void* y,
+                                                     const void* beta, const cudnnTensorDescriptor_t xDesc,
+                                                     const void* x, const cudnnTensorDescriptor_t yDesc, void* y,
                                                      const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc,
                                                      const void* bnScale, const void* bnBias,
                                                      double exponentialAverageFactor, void* resultRunningMean,
                                                      void* resultRunningVariance, double epsilon, void* resultSaveMean,
                                                      void* resultSaveInvVariance);
-cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha,
-                                                      const void* beta, const cudnnTensorDescriptor_t xDesc,
-                                                      const void* x, const cudnnTensorDescriptor_t yDesc, void* y,
-                                                      const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc,
-                                                      const void* bnScale, const void* bnBias, const void* estimatedMean,
-                                                      const void* estimatedVariance, double epsilon);
-cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alphaDataDiff,
-                                              const void* betaDataDiff, const void* alphaParamDiff,
-                                              const void* betaParamDiff, const cudnnTensorDescriptor_t xDesc,
-                                              const void* x, const cudnnTensorDescriptor_t dyDesc, const void* dy,
-                                              const cudnnTensorDescriptor_t dxDesc, void* dx,
-                                              const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void* bnScale,
-                                              void* dBnScaleResult, void* dBnBiasResult, double epsilon,
-                                              const void* savedMean, const void* savedInvVariance);
+cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t xDesc, const void* x, const cudnnTensorDescriptor_t yDesc, void* y,
+    const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void* bnScale, const void* bnBias,
+    const void* estimatedMean, const void* estimatedVariance, double epsilon);
+cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alphaDataDiff, const void* betaDataDiff,
+    const void* alphaParamDiff, const void* betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void* x,
+    const cudnnTensorDescriptor_t dyDesc, const void* dy, const cudnnTensorDescriptor_t dxDesc, void* dx,
+    const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void* bnScale, void* dBnScaleResult, void* dBnBiasResult,
+    double epsilon, const void* savedMean, const void* savedInvVariance);
 
 cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc,
                                                     const cudnnTensorDescriptor_t inputTensorDesc,
@@ -258,14 +257,13 @@ cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescri
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc,
                                                      const cudnnFilterDescriptor_t filterDesc,
                                                      const cudnnConvolutionDescriptor_t convDesc,
-                                                     const cudnnTensorDescriptor_t destDesc, const int requestedAlgoCount,
-                                                     int* returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t* perfResults);
-cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc,
-                                                          const cudnnTensorDescriptor_t diffDesc,
-                                                          const cudnnConvolutionDescriptor_t convDesc,
-                                                          const cudnnTensorDescriptor_t gradDesc,
-                                                          const int requestedAlgoCount, int* returnedAlgoCount,
-                                                          cudnnConvolutionBwdDataAlgoPerf_t* perfResults);
+                                                     const cudnnTensorDescriptor_t destDesc,
+                                                     const int requestedAlgoCount, int* returnedAlgoCount,
+                                                     cudnnConvolutionFwdAlgoPerf_t* perfResults);
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc,
+    const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const int requestedAlgoCount,
+    int* returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t* perfResults);
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc,
                                                             const cudnnTensorDescriptor_t diffDesc,
                                                             const cudnnConvolutionDescriptor_t convDesc,
@@ -275,8 +273,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
                                                       const cudnnFilterDescriptor_t wDesc,
                                                       const cudnnConvolutionDescriptor_t convDesc,
-                                                      const cudnnTensorDescriptor_t yDesc, cudnnConvolutionFwdAlgo_t algo,
-                                                      size_t* sizeInBytes);
+                                                      const cudnnTensorDescriptor_t yDesc,
+                                                      cudnnConvolutionFwdAlgo_t algo, size_t* sizeInBytes);
 cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
                                                            const cudnnTensorDescriptor_t dyDesc,
                                                            const cudnnConvolutionDescriptor_t convDesc,
@@ -292,21 +290,23 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, c
                                       const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo,
                                       void* workSpace, size_t workSpaceSizeInBytes, const void* beta,
                                       const cudnnTensorDescriptor_t yDesc, void* y);
-cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t aDesc, const void* A,
-                             const void* beta, const cudnnTensorDescriptor_t cDesc, void* C);
-cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t dyDesc,
-                                           const void* dy, const void* beta, const cudnnTensorDescriptor_t dbDesc,
-                                           void* db);
-cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t xDesc,
-                                             const void* x, const cudnnTensorDescriptor_t dyDesc, const void* dy,
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t aDesc,
+                             const void* A, const void* beta, const cudnnTensorDescriptor_t cDesc, void* C);
+cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void* alpha,
+                                           const cudnnTensorDescriptor_t dyDesc, const void* dy, const void* beta,
+                                           const cudnnTensorDescriptor_t dbDesc, void* db);
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* alpha,
+                                             const cudnnTensorDescriptor_t xDesc, const void* x,
+                                             const cudnnTensorDescriptor_t dyDesc, const void* dy,
                                              const cudnnConvolutionDescriptor_t convDesc,
                                              cudnnConvolutionBwdFilterAlgo_t algo, void* workSpace,
                                              size_t workSpaceSizeInBytes, const void* beta,
                                              const cudnnFilterDescriptor_t dwDesc, void* dw);
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alpha, const cudnnFilterDescriptor_t wDesc,
                                            const void* w, const cudnnTensorDescriptor_t dyDesc, const void* dy,
-                                           const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionBwdDataAlgo_t algo,
-                                           void* workSpace, size_t workSpaceSizeInBytes, const void* beta,
+                                           const cudnnConvolutionDescriptor_t convDesc,
+                                           cudnnConvolutionBwdDataAlgo_t algo, void* workSpace,
+                                           size_t workSpaceSizeInBytes, const void* beta,
                                            const cudnnTensorDescriptor_t dxDesc, void* dx);
 
 cudnnStatus_t cudnnLRNCrossChannelForward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnLRNMode_t lrnMode,
@@ -324,7 +324,8 @@ cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t handle, cudnnRNNDescriptor_t
                                       cudnnTensorDescriptor_t mDesc, void** mAddr, cudnnTensorDescriptor_t bDesc,
                                       void** bAddr);
 cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode,
-                                        cudnnRNNDataDescriptor_t xDesc, size_t* workSpaceSize, size_t* reserveSpaceSize);
+                                        cudnnRNNDataDescriptor_t xDesc, size_t* workSpaceSize,
+                                        size_t* reserveSpaceSize);
 cudnnStatus_t cudnnRNNForward(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnForwardMode_t fwdMode,
                               const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc, const void* x,
                               cudnnRNNDataDescriptor_t yDesc, void* y, cudnnTensorDescriptor_t hDesc, const void* hx,
@@ -341,5 +342,6 @@ cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t
 cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t handle, cudnnRNNDescriptor_t rnnDesc, cudnnWgradMode_t addGrad,
                                          const int32_t devSeqLengths[], cudnnRNNDataDescriptor_t xDesc, const void* x,
                                          cudnnTensorDescriptor_t hDesc, const void* hx, cudnnRNNDataDescriptor_t yDesc,
-                                         const void* y, size_t weightSpaceSize, void* dweightSpace, size_t workSpaceSize,
-                                         void* workSpace, size_t reserveSpaceSize, void* reserveSpace);
+                                         const void* y, size_t weightSpaceSize, void* dweightSpace,
+                                         size_t workSpaceSize, void* workSpace, size_t reserveSpaceSize,
+                                         void* reserveSpace);

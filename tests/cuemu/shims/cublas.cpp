@@ -33,12 +33,13 @@ void require_device(const char* call, const char* what, const void* p, size_t by
 
 CBLAS_TRANSPOSE as_cblas(cublasOperation_t op) { return op == CUBLAS_OP_N ? CblasNoTrans : CblasTrans; }
 
-cublasStatus_t check_gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                          const float* alpha, int lda, int ldb, const float* beta, int ldc) {
+cublasStatus_t check_gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                          int k, const float* alpha, int lda, int ldb, const float* beta, int ldc) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!valid(ta) || !valid(tb) || m < 0 || n < 0 || k < 0 || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
   const int a_rows = ta == CUBLAS_OP_N ? m : k, b_rows = tb == CUBLAS_OP_N ? k : n;
-  if (lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) || ldc < std::max(1, m)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) || ldc < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
   (void)call;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -86,14 +87,16 @@ const char* cublasGetStatusName(cublasStatus_t status) {
 }
 const char* cublasGetStatusString(cublasStatus_t status) { return cublasGetStatusName(status); }
 
-cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* alpha,
-                           const float* A, int lda, const float* B, int ldb, const float* beta, float* C, int ldc) {
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
+                           float* C, int ldc) {
   return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
-cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                                         const float* alpha, const float* A, int lda, long long sa, const float* B, int ldb,
-                                         long long sb, const float* beta, float* C, int ldc, long long sc, int batch) {
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float* alpha, const float* A, int lda, long long sa,
+                                         const float* B, int ldb, long long sb, const float* beta, float* C, int ldc,
+                                         long long sc, int batch) {
   const char* call = "cublasSgemmStridedBatched";
   const cublasStatus_t s = check_gemm(call, h, ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
   if (s != CUBLAS_STATUS_SUCCESS) return s;

@@ -93,7 +93,8 @@ const char* cudnnGetErrorString(cudnnStatus_t status) {
     case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
     case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
     case CUDNN_STATUS_BAD_PARAM_NULL_POINTER: return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
-    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED (cuDNN is not emulated: this path runs only on a GPU)";
+    case CUDNN_STATUS_NOT_SUPPORTED:
+      return "CUDNN_STATUS_NOT_SUPPORTED (cuDNN is not emulated: this path runs only on a GPU)";
     case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
     case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
   }
@@ -105,8 +106,8 @@ const char* cudnnGetErrorString(cudnnStatus_t status) {
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* desc) { return create(desc); }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) { return destroy(desc); }
 
-cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t desc, cudnnDataType_t type, int nbDims, const int dimA[],
-                                         const int strideA[]) {
+cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t desc, cudnnDataType_t type, int nbDims,
+                                         const int dimA[], const int strideA[]) {
   if (!desc || !dimA || !strideA || nbDims < 1 || nbDims > 8) return CUDNN_STATUS_BAD_PARAM;
   for (int i = 0; i < nbDims; ++i)
     if (dimA[i] <= 0 || strideA[i] <= 0) return CUDNN_STATUS_BAD_PARAM;
@@ -166,8 +167,10 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t desc, cud
 
 cudnnStatus_t cudnnCreateLRNDescriptor(cudnnLRNDescriptor_t* desc) { return create(desc); }
 cudnnStatus_t cudnnDestroyLRNDescriptor(cudnnLRNDescriptor_t desc) { return destroy(desc); }
-cudnnStatus_t cudnnSetLRNDescriptor(cudnnLRNDescriptor_t desc, unsigned lrnN, double lrnAlpha, double lrnBeta, double lrnK) {
-  if (!desc || lrnN < CUDNN_LRN_MIN_N || lrnN > CUDNN_LRN_MAX_N || lrnK < CUDNN_LRN_MIN_K || lrnBeta < CUDNN_LRN_MIN_BETA)
+cudnnStatus_t cudnnSetLRNDescriptor(cudnnLRNDescriptor_t desc, unsigned lrnN, double lrnAlpha, double lrnBeta,
+                                    double lrnK) {
+  if (!desc || lrnN < CUDNN_LRN_MIN_N || lrnN > CUDNN_LRN_MAX_N || lrnK < CUDNN_LRN_MIN_K ||
+      lrnBeta < CUDNN_LRN_MIN_BETA)
     return CUDNN_STATUS_BAD_PARAM;
   *desc = {lrnN, lrnAlpha, lrnBeta, lrnK};
   return CUDNN_STATUS_SUCCESS;
@@ -175,8 +178,8 @@ cudnnStatus_t cudnnSetLRNDescriptor(cudnnLRNDescriptor_t desc, unsigned lrnN, do
 
 cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t* desc) { return create(desc); }
 cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t desc) { return destroy(desc); }
-cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t desc, cudnnHandle_t handle, float dropout, void* states,
-                                        size_t stateSizeInBytes, unsigned long long seed) {
+cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t desc, cudnnHandle_t handle, float dropout,
+                                        void* states, size_t stateSizeInBytes, unsigned long long seed) {
   if (!handle) return CUDNN_STATUS_NOT_INITIALIZED;
   if (!desc) return CUDNN_STATUS_BAD_PARAM;
   // A nonzero rate needs cuDNN's generator states, which are cuDNN's own: not emulated.
@@ -189,21 +192,22 @@ cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t* desc) { return crea
 cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t desc) { return destroy(desc); }
 cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t desc, cudnnRNNAlgo_t algo, cudnnRNNMode_t cellMode,
                                        cudnnRNNBiasMode_t biasMode, cudnnDirectionMode_t dirMode,
-                                       cudnnRNNInputMode_t inputMode, cudnnDataType_t dataType, cudnnDataType_t mathPrec,
-                                       cudnnMathType_t mathType, int32_t inputSize, int32_t hiddenSize, int32_t projSize,
-                                       int32_t numLayers, cudnnDropoutDescriptor_t dropoutDesc, uint32_t auxFlags) {
+                                       cudnnRNNInputMode_t inputMode, cudnnDataType_t dataType,
+                                       cudnnDataType_t mathPrec, cudnnMathType_t mathType, int32_t inputSize,
+                                       int32_t hiddenSize, int32_t projSize, int32_t numLayers,
+                                       cudnnDropoutDescriptor_t dropoutDesc, uint32_t auxFlags) {
   if (!desc || inputSize <= 0 || hiddenSize <= 0 || numLayers <= 0 || projSize < 0) return CUDNN_STATUS_BAD_PARAM;
   (void)dropoutDesc;
-  *desc = {algo, cellMode, biasMode, dirMode, inputMode, dataType, mathPrec, mathType, inputSize, hiddenSize,
-           projSize, numLayers, auxFlags};
+  *desc = {algo,     cellMode,  biasMode,   dirMode,  inputMode, dataType, mathPrec,
+           mathType, inputSize, hiddenSize, projSize, numLayers, auxFlags};
   return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t* desc) { return create(desc); }
 cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t desc) { return destroy(desc); }
-cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t desc, cudnnDataType_t type, cudnnRNNDataLayout_t layout,
-                                        int maxSeqLength, int batchSize, int vectorSize, const int seqLengthArray[],
-                                        void* paddingFill) {
+cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t desc, cudnnDataType_t type,
+                                        cudnnRNNDataLayout_t layout, int maxSeqLength, int batchSize, int vectorSize,
+                                        const int seqLengthArray[], void* paddingFill) {
   if (!desc || !seqLengthArray || maxSeqLength <= 0 || batchSize <= 0 || vectorSize <= 0) return CUDNN_STATUS_BAD_PARAM;
   (void)paddingFill;
   *desc = {type, layout, maxSeqLength, batchSize, vectorSize};
@@ -212,24 +216,26 @@ cudnnStatus_t cudnnSetRNNDataDescriptor(cudnnRNNDataDescriptor_t desc, cudnnData
 
 // ---- Computing calls: not emulated ----
 
-cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t, cudnnBatchNormMode_t) {
+cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
+                                            cudnnBatchNormMode_t) {
   return kNotEmulated;
 }
 cudnnStatus_t cudnnBatchNormalizationForwardTraining(cudnnHandle_t, cudnnBatchNormMode_t, const void*, const void*,
                                                      const cudnnTensorDescriptor_t, const void*,
-                                                     const cudnnTensorDescriptor_t, void*, const cudnnTensorDescriptor_t,
-                                                     const void*, const void*, double, void*, void*, double, void*,
-                                                     void*) {
+                                                     const cudnnTensorDescriptor_t, void*,
+                                                     const cudnnTensorDescriptor_t, const void*, const void*, double,
+                                                     void*, void*, double, void*, void*) {
   return kNotEmulated;
 }
 cudnnStatus_t cudnnBatchNormalizationForwardInference(cudnnHandle_t, cudnnBatchNormMode_t, const void*, const void*,
                                                       const cudnnTensorDescriptor_t, const void*,
-                                                      const cudnnTensorDescriptor_t, void*, const cudnnTensorDescriptor_t,
-                                                      const void*, const void*, const void*, const void*, double) {
+                                                      const cudnnTensorDescriptor_t, void*,
+                                                      const cudnnTensorDescriptor_t, const void*, const void*,
+                                                      const void*, const void*, double) {
   return kNotEmulated;
 }
-cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t, cudnnBatchNormMode_t, const void*, const void*, const void*,
-                                              const void*, const cudnnTensorDescriptor_t, const void*,
+cudnnStatus_t cudnnBatchNormalizationBackward(cudnnHandle_t, cudnnBatchNormMode_t, const void*, const void*,
+                                              const void*, const void*, const cudnnTensorDescriptor_t, const void*,
                                               const cudnnTensorDescriptor_t, const void*, const cudnnTensorDescriptor_t,
                                               void*, const cudnnTensorDescriptor_t, const void*, void*, void*, double,
                                               const void*, const void*) {
@@ -247,7 +253,8 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t, const cudnnT
   return kNotEmulated;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t, const cudnnFilterDescriptor_t,
-                                                          const cudnnTensorDescriptor_t, const cudnnConvolutionDescriptor_t,
+                                                          const cudnnTensorDescriptor_t,
+                                                          const cudnnConvolutionDescriptor_t,
                                                           const cudnnTensorDescriptor_t, const int, int*,
                                                           cudnnConvolutionBwdDataAlgoPerf_t*) {
   return kNotEmulated;
@@ -261,7 +268,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t, const
 }
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t, const cudnnTensorDescriptor_t,
                                                       const cudnnFilterDescriptor_t, const cudnnConvolutionDescriptor_t,
-                                                      const cudnnTensorDescriptor_t, cudnnConvolutionFwdAlgo_t, size_t*) {
+                                                      const cudnnTensorDescriptor_t, cudnnConvolutionFwdAlgo_t,
+                                                      size_t*) {
   return kNotEmulated;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t, const cudnnFilterDescriptor_t,
@@ -299,9 +307,9 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void*, const c
   return kNotEmulated;
 }
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void*, const cudnnFilterDescriptor_t, const void*,
-                                           const cudnnTensorDescriptor_t, const void*, const cudnnConvolutionDescriptor_t,
-                                           cudnnConvolutionBwdDataAlgo_t, void*, size_t, const void*,
-                                           const cudnnTensorDescriptor_t, void*) {
+                                           const cudnnTensorDescriptor_t, const void*,
+                                           const cudnnConvolutionDescriptor_t, cudnnConvolutionBwdDataAlgo_t, void*,
+                                           size_t, const void*, const cudnnTensorDescriptor_t, void*) {
   return kNotEmulated;
 }
 
@@ -322,8 +330,8 @@ cudnnStatus_t cudnnGetRNNWeightParams(cudnnHandle_t, cudnnRNNDescriptor_t, int32
                                       cudnnTensorDescriptor_t, void**, cudnnTensorDescriptor_t, void**) {
   return kNotEmulated;
 }
-cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t, cudnnRNNDescriptor_t, cudnnForwardMode_t, cudnnRNNDataDescriptor_t,
-                                        size_t*, size_t*) {
+cudnnStatus_t cudnnGetRNNTempSpaceSizes(cudnnHandle_t, cudnnRNNDescriptor_t, cudnnForwardMode_t,
+                                        cudnnRNNDataDescriptor_t, size_t*, size_t*) {
   return kNotEmulated;
 }
 cudnnStatus_t cudnnRNNForward(cudnnHandle_t, cudnnRNNDescriptor_t, cudnnForwardMode_t, const int32_t[],
@@ -333,9 +341,10 @@ cudnnStatus_t cudnnRNNForward(cudnnHandle_t, cudnnRNNDescriptor_t, cudnnForwardM
   return kNotEmulated;
 }
 cudnnStatus_t cudnnRNNBackwardData_v8(cudnnHandle_t, cudnnRNNDescriptor_t, const int32_t[], cudnnRNNDataDescriptor_t,
-                                      const void*, const void*, cudnnRNNDataDescriptor_t, void*, cudnnTensorDescriptor_t,
-                                      const void*, const void*, void*, cudnnTensorDescriptor_t, const void*, const void*,
-                                      void*, size_t, const void*, size_t, void*, size_t, void*) {
+                                      const void*, const void*, cudnnRNNDataDescriptor_t, void*,
+                                      cudnnTensorDescriptor_t, const void*, const void*, void*, cudnnTensorDescriptor_t,
+                                      const void*, const void*, void*, size_t, const void*, size_t, void*, size_t,
+                                      void*) {
   return kNotEmulated;
 }
 cudnnStatus_t cudnnRNNBackwardWeights_v8(cudnnHandle_t, cudnnRNNDescriptor_t, cudnnWgradMode_t, const int32_t[],

@@ -25,9 +25,9 @@
 // emu/streams.h), and ncclCommGetAsyncError reports ncclRemoteError from its third poll on, as a real
 // error surfaces some time after the enqueue. Peers waiting for the failed rank see its abort notice
 // and fail alike, except in a call whose receives have all arrived (the failed rank had finished it),
-// which completes as its kernel would. ncclCommAbort releases the stalls; an aborted communicator's MPI communicators are
-// never freed, because messages of its unfinished calls may still arrive and a freed communicator's
-// context id can be reused by a later one, which would receive them.
+// which completes as its kernel would. ncclCommAbort releases the stalls; an aborted communicator's MPI communicators
+// are never freed, because messages of its unfinished calls may still arrive and a freed communicator's context id can
+// be reused by a later one, which would receive them.
 #include <mpi.h>
 #include <nccl.h>
 
@@ -94,10 +94,16 @@ int world_rank() {
 
 size_t type_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    case ncclInt8:
+    case ncclUint8: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64: return 8;
     default: return 0;
   }
 }
@@ -129,11 +135,11 @@ uint16_t float_half(float f) {
   const auto sign = static_cast<uint16_t>((a >> 16) & 0x8000u);
   a &= 0x7fffffffu;
   if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN, quiet
-  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // from 65520 up: infinity
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);                        // from 65520 up: infinity
   if (a < 0x38800000u)  // below 2^-14: a subnormal half, round(|f| * 2^24) (the scaling is exact)
     return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(bits_float(a) * 16777216.0f)));
-  a -= 112u << 23;                   // rebias the exponent
-  a += 0xfffu + ((a >> 13) & 1u);    // round to nearest even on the 13 dropped bits
+  a -= 112u << 23;                 // rebias the exponent
+  a += 0xfffu + ((a >> 13) & 1u);  // round to nearest even on the 13 dropped bits
   return static_cast<uint16_t>(sign | (a >> 13));
 }
 float bf16_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
@@ -166,9 +172,12 @@ void add_16bit_into(void* acc, const void* x, size_t n) {
 // acc[i] += x[i] in `type`, rounded as the type rounds.
 void add(ncclDataType_t type, void* acc, const void* x, size_t n) {
   switch (type) {
-    case ncclInt8: case ncclUint8: add_into<uint8_t>(acc, x, n); break;
-    case ncclInt32: case ncclUint32: add_into<uint32_t>(acc, x, n); break;
-    case ncclInt64: case ncclUint64: add_into<uint64_t>(acc, x, n); break;
+    case ncclInt8:
+    case ncclUint8: add_into<uint8_t>(acc, x, n); break;
+    case ncclInt32:
+    case ncclUint32: add_into<uint32_t>(acc, x, n); break;
+    case ncclInt64:
+    case ncclUint64: add_into<uint64_t>(acc, x, n); break;
     case ncclFloat16: add_16bit_into<half_float, float_half>(acc, x, n); break;
     case ncclBfloat16: add_16bit_into<bf16_float, float_bf16>(acc, x, n); break;
     case ncclFloat32: add_into<float>(acc, x, n); break;
@@ -238,8 +247,9 @@ void poll_notices(ncclComm* comm) {
     const int sender = status.MPI_SOURCE;
     const bool ours = comm->notice == comm->key;
     comm->notice_request = MPI_REQUEST_NULL;
-    check_mpi(MPI_Irecv(&comm->notice, 1, MPI_UINT64_T, MPI_ANY_SOURCE, kTagNotice, comm->notices, &comm->notice_request),
-              "MPI_Irecv (abort notice)");
+    check_mpi(
+        MPI_Irecv(&comm->notice, 1, MPI_UINT64_T, MPI_ANY_SOURCE, kTagNotice, comm->notices, &comm->notice_request),
+        "MPI_Irecv (abort notice)");
     if (ours && !comm->failed) {
       std::fprintf(stderr, "cuemu NCCL: rank %d: peer rank %d aborted the communicator; its calls fail\n", comm->rank,
                    sender);
@@ -258,10 +268,10 @@ void check_received(const Call& c, size_t i, const MPI_Status& status, bool trun
   int got = 0;
   MPI_Get_count(&status, MPI_BYTE, &got);
   if (truncated || got != c.expected[i])
-    cuemu::fail("%s on rank %d: rank %d sent %s bytes where this rank expects %ld: the ranks' calls do not match "
-                "(NCCL would hang or corrupt memory)",
-                c.name, c.comm->rank, status.MPI_SOURCE, truncated ? "more" : std::to_string(got).c_str(),
-                c.expected[i]);
+    cuemu::fail(
+        "%s on rank %d: rank %d sent %s bytes where this rank expects %ld: the ranks' calls do not match "
+        "(NCCL would hang or corrupt memory)",
+        c.name, c.comm->rank, status.MPI_SOURCE, truncated ? "more" : std::to_string(got).c_str(), c.expected[i]);
 }
 
 // Whether all of the call's messages are done (then checked and released).
@@ -325,8 +335,10 @@ void complete(std::vector<std::unique_ptr<Call>>& calls) {
     if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));  // leave the core to the peer
     if (!warned && std::chrono::steady_clock::now() - start > std::chrono::seconds(60)) {
       warned = true;
-      std::fprintf(stderr, "cuemu NCCL: world rank %d has waited 60 s in %s for its peers (a peer that never makes the "
-                   "same call hangs a GPU too)\n", world_rank(), calls.front()->name);
+      std::fprintf(stderr,
+                   "cuemu NCCL: world rank %d has waited 60 s in %s for its peers (a peer that never makes the "
+                   "same call hangs a GPU too)\n",
+                   world_rank(), calls.front()->name);
     }
   }
   for (auto& c : calls) {
@@ -400,8 +412,10 @@ ncclResult_t begin(const char* name, ncclComm* comm, ncclDataType_t type, cudaSt
   call->comm = comm;
   call->stream = stream;
   if (comm->fail_after >= 0 && comm->calls == comm->fail_after && !comm->failed) {
-    std::fprintf(stderr, "cuemu NCCL: rank %d: %s fails (CUEMU_NCCL_FAIL_AFTER=%ld): it moves nothing, its stream "
-                 "stalls, and the communicator reports ncclRemoteError\n", comm->rank, name, comm->fail_after);
+    std::fprintf(stderr,
+                 "cuemu NCCL: rank %d: %s fails (CUEMU_NCCL_FAIL_AFTER=%ld): it moves nothing, its stream "
+                 "stalls, and the communicator reports ncclRemoteError\n",
+                 comm->rank, name, comm->fail_after);
     comm->failed = true;
   }
   if (comm->failed) call->state = Call::State::failed;
@@ -412,7 +426,8 @@ ncclResult_t begin(const char* name, ncclComm* comm, ncclDataType_t type, cudaSt
 bool is_valid_rank(ncclComm* comm, int r) { return r >= 0 && r < comm->nranks; }
 
 void require_sum(const char* name, ncclRedOp_t op) {
-  if (op != ncclSum) cuemu::fail("%s: only ncclSum is emulated (qtrain sums), got operation %d", name, static_cast<int>(op));
+  if (op != ncclSum)
+    cuemu::fail("%s: only ncclSum is emulated (qtrain sums), got operation %d", name, static_cast<int>(op));
 }
 
 void release(ncclComm* comm, bool notify) {
@@ -495,8 +510,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   MPI_Comm_size(comm->data, &size);
   MPI_Comm_rank(comm->data, &me);
   if (size != nranks)
-    cuemu::fail("ncclCommInitRank: %d ranks called it with this id, but nranks is %d (a GPU would wait for the rest "
-                "forever)", size, nranks);
+    cuemu::fail(
+        "ncclCommInitRank: %d ranks called it with this id, but nranks is %d (a GPU would wait for the rest "
+        "forever)",
+        size, nranks);
   struct Member {
     uint64_t key;
     int rank, device;

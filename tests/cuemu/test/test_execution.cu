@@ -50,7 +50,8 @@ __global__ void shuffles(int* out) {
 }
 
 __global__ void count_odd(const int* in, int n, unsigned* count) {
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += static_cast<int>(gridDim.x * blockDim.x))
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += static_cast<int>(gridDim.x * blockDim.x))
     if (in[i] % 2) atomicAdd(count, 1u);
 }
 
@@ -72,8 +73,10 @@ __global__ void partial_warp_shuffle(int* out) {
   if (threadIdx.x < 16) out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
 }
 __global__ void divergent_collectives(int* out) {
-  if (threadIdx.x % 2) out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
-  else out[threadIdx.x] = static_cast<int>(__ballot_sync(0xffffffffu, 1));
+  if (threadIdx.x % 2)
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+  else
+    out[threadIdx.x] = static_cast<int>(__ballot_sync(0xffffffffu, 1));
 }
 __global__ void barrier_after_exit(int* out) {
   if (threadIdx.x >= 32) return;
@@ -195,13 +198,24 @@ TEST_CASE("faults a GPU leaves undefined abort with a message naming the kernel 
   const Case cases[] = {
       {"collective in part of a warp", [](int* p) { partial_warp_shuffle<<<1, 32>>>(p); }, "only part of a warp"},
       {"different collectives", [](int* p) { divergent_collectives<<<1, 32>>>(p); }, "different warp collectives"},
-      {"barrier after exit", [](int* p) { barrier_after_exit<<<1, 64>>>(p); }, "after some threads of the block exited"},
+      {"barrier after exit", [](int* p) { barrier_after_exit<<<1, 64>>>(p); },
+       "after some threads of the block exited"},
       {"different barriers", [](int* p) { divergent_barriers<<<1, 128>>>(p); }, "different __syncthreads"},
       {"block too large", [](int* p) { touch<<<1, 1025>>>(p); }, "more than 1024 threads"},
       {"grid too large", [](int* p) { touch<<<dim3(1, 65536), 1>>>(p); }, "grid dimension"},
       {"partial warp", [](int* p) { partial_warp_shuffle<<<1, 16>>>(p); }, "fewer than 32 threads"},
-      {"host pointer argument", [](int*) { static int host[32]; touch<<<1, 32>>>(host); }, "host memory a GPU cannot address"},
-      {"copy kind", [](int* p) { int h = 0; cudaMemcpy(p, &h, 4, cudaMemcpyDeviceToHost); }, "the copy's kind says host"},
+      {"host pointer argument",
+       [](int*) {
+         static int host[32];
+         touch<<<1, 32>>>(host);
+       },
+       "host memory a GPU cannot address"},
+      {"copy kind",
+       [](int* p) {
+         int h = 0;
+         cudaMemcpy(p, &h, 4, cudaMemcpyDeviceToHost);
+       },
+       "the copy's kind says host"},
   };
   for (const Case& c : cases) {
     SECTION(c.name) {

@@ -4,6 +4,7 @@
 // Everything else is copied as it is; comments and string literals are skipped; a #line directive
 // and unchanged line breaks keep __FILE__/__LINE__ (and compiler messages) pointing at the original.
 // Usage: cuemu_launch_rewrite INPUT OUTPUT DISPLAY_NAME
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
@@ -76,26 +77,36 @@ int main(int argc, char** argv) {
     // The kernel expression before <<<: an optional template argument list, then a qualified name.
     size_t start = i;
     while (start > 0 && std::isspace(static_cast<unsigned char>(src[start - 1]))) --start;
+    // clang-format may put the <<< on the next line: the name ends before that whitespace.
+    const size_t name_end = start;
     if (start > 0 && src[start - 1] == '>') {
       int depth = 0;
       do {
         --start;
-        if (src[start] == '>') ++depth;
-        else if (src[start] == '<') --depth;
+        if (src[start] == '>')
+          ++depth;
+        else if (src[start] == '<')
+          --depth;
       } while (depth > 0 && start > 0);
       if (depth != 0) die(display, src, i, "unbalanced template arguments before <<<");
     }
     while (start > 0 && (is_ident(src[start - 1]) || src[start - 1] == ':')) --start;
-    const std::string kernel = src.substr(start, i - start);
-    if (kernel.empty() || !(std::isalpha(static_cast<unsigned char>(kernel[0])) || kernel[0] == '_' || kernel[0] == ':'))
+    const std::string kernel = src.substr(start, name_end - start);
+    if (kernel.empty() ||
+        !(std::isalpha(static_cast<unsigned char>(kernel[0])) || kernel[0] == '_' || kernel[0] == ':'))
       die(display, src, i, "no kernel name before <<<");
     const size_t close = src.find(">>>", i + 3);
     if (close == std::string::npos) die(display, src, i, "<<< without >>>");
     const std::string config = src.substr(i + 3, close - (i + 3));
     size_t paren = close + 3;
-    std::string gap;
+    // Line breaks between the name and <<< are kept (in `gap`), so that the lines after a launch keep
+    // their numbers.
+    std::string gap(static_cast<size_t>(std::count(src.begin() + static_cast<std::ptrdiff_t>(name_end),
+                                                   src.begin() + static_cast<std::ptrdiff_t>(i), '\n')),
+                    '\n');
     while (paren < src.size() && std::isspace(static_cast<unsigned char>(src[paren]))) gap += src[paren++];
-    if (paren >= src.size() || src[paren] != '(') die(display, src, i, "a launch must be followed by its argument list");
+    if (paren >= src.size() || src[paren] != '(')
+      die(display, src, i, "a launch must be followed by its argument list");
     size_t first_arg = paren + 1;
     while (first_arg < src.size() && std::isspace(static_cast<unsigned char>(src[first_arg]))) ++first_arg;
     const bool no_args = first_arg < src.size() && src[first_arg] == ')';

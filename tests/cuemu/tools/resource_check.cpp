@@ -52,12 +52,12 @@ constexpr long kStaticSharedPerBlock = 48 * 1024;
 }
 
 struct Kernel {
-  std::string source;   // as the launch log names it: quant/onebit.cu
-  std::string arch;     // sm_80
+  std::string source;  // as the launch log names it: quant/onebit.cu
+  std::string arch;    // sm_80
   std::string mangled;
-  std::string name;     // unqualified: pack_kernel
+  std::string name;  // unqualified: pack_kernel
   long registers = -1;
-  long shared = 0;      // static __shared__ bytes
+  long shared = 0;  // static __shared__ bytes
   long spill_stores = 0, stack = 0;
 };
 
@@ -85,8 +85,10 @@ std::string function_name(const std::string& demangled) {
     size_t i = s.size();
     while (i > 0) {
       const char c = s[--i];
-      if (c == ')') ++depth;
-      else if (c == '(' && --depth == 0) break;
+      if (c == ')')
+        ++depth;
+      else if (c == '(' && --depth == 0)
+        break;
     }
     s = trim(s.substr(0, i));
   }
@@ -95,8 +97,10 @@ std::string function_name(const std::string& demangled) {
     size_t i = s.size();
     while (i > 0) {
       const char c = s[--i];
-      if (c == '>') ++depth;
-      else if (c == '<' && --depth == 0) break;
+      if (c == '>')
+        ++depth;
+      else if (c == '<' && --depth == 0)
+        break;
     }
     s = trim(s.substr(0, i));
   }
@@ -163,8 +167,7 @@ void read_report(const std::string& file, const std::string& root, std::vector<K
 
 std::vector<Launch> read_log(const std::string& file) {
   std::ifstream in(file);
-  if (!in)
-    bad_input("no launch log " + file + ": the emulated tests that write it (CUEMU_LAUNCH_LOG) did not run");
+  if (!in) bad_input("no launch log " + file + ": the emulated tests that write it (CUEMU_LAUNCH_LOG) did not run");
   std::vector<Launch> out;
   std::string line;
   int number = 0;
@@ -217,13 +220,19 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) bad_input(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--log") log = value();
-    else if (a == "--objects") objects = value();
-    else if (a == "--root") root = value();
-    else if (a == "--arch") archs.push_back(value());
-    else if (a == "--all") all = true;
-    else bad_input("unknown argument " + a +
-                   " (usage: cuemu_resource_check --log FILE --objects LIST [--root DIR] --arch sm_XX... [--all])");
+    if (a == "--log")
+      log = value();
+    else if (a == "--objects")
+      objects = value();
+    else if (a == "--root")
+      root = value();
+    else if (a == "--arch")
+      archs.push_back(value());
+    else if (a == "--all")
+      all = true;
+    else
+      bad_input("unknown argument " + a +
+                " (usage: cuemu_resource_check --log FILE --objects LIST [--root DIR] --arch sm_XX... [--all])");
   }
   if (log.empty() || objects.empty() || archs.empty()) bad_input("--log, --objects and --arch are required");
   while (!root.empty() && root.back() == '/') root.pop_back();
