@@ -213,7 +213,8 @@ TEST_CASE("a NUL in a value is an error naming its line; control characters in a
                       Catch::Equals("a\\x01b.yaml: config file not found"));
 }
 
-TEST_CASE("a file of several YAML documents is an error (only the first used to be read)", "[config]") {
+TEST_CASE("a file of several YAML documents is an error (reading only the first would drop the rest silently)",
+          "[config]") {
   testing::TempDir dir;
   const std::string two = dir.write("two.yaml", "seed: 1\n---\nseed: 2\n");
   REQUIRE_THROWS_WITH(load_config_file(two, {}),

@@ -220,8 +220,8 @@ double copy_once(Team& team, const float* src, float* dst, int64_t n) {
 void bench_cpu(const Options& o, const std::vector<QuantSpec>& specs, const std::vector<int64_t>& sizes,
                const std::vector<int>& thread_counts, std::vector<Row>& rows) {
   for (int64_t n : sizes) {
-    // What this size allocates, checked first: a size beyond the machine's memory used to end in
-    // std::bad_alloc, or in the OOM killer after minutes of filling it.
+    // What this size allocates, checked first: a size beyond the machine's memory would otherwise end
+    // in std::bad_alloc, or in the OOM killer after minutes of filling it.
     MemoryFootprint f;
     f.items.push_back({"normal and heavy-tailed data", 8 * n});
     f.items.push_back({"decoded output and memcpy target", 8 * n});
