@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "framework/core/philox_batch.h"
-#include "quant/det_sum.h"
 #include "quant/adaptive_cuda.h"
+#include "quant/det_sum.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/select.h"

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "quant/cpu_memory.h"
 #include "quant/cast_cuda.h"
+#include "quant/cpu_memory.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"

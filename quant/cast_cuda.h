@@ -1,6 +1,6 @@
-// The CUDA launchers of cast (common.cu), called from cast.cpp where the build has them
-// (QTRAIN_QUANT_CUDA, quant/kernels.h). fp32 / fp16 / bf16 (cast.cpp): the body only (the caller writes the header).
-// They follow the CPU loops' arithmetic exactly. Internal to quant/.
+// The CUDA launchers of the fp32 / fp16 / bf16 casts (common.cu), called from cast.cpp where the
+// build has them (QTRAIN_QUANT_CUDA, quant/kernels.h): the body only (the caller writes the header),
+// with the CPU loops' arithmetic. Internal to quant/.
 #pragma once
 
 #include "quant/kernels.h"

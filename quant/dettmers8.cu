@@ -2,8 +2,8 @@
 // then one thread per value; the dynamic-tree index is the binary search that defines the CPU's
 // lookup table (tests/quant checks the two agree everywhere), the rest is dettmers8.cpp's arithmetic.
 #include "quant/cuda_common.cuh"
-#include "quant/dettmers_table.h"
 #include "quant/dettmers8_cuda.h"
+#include "quant/dettmers_table.h"
 
 namespace qtrain::quant_detail {
 namespace {

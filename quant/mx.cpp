@@ -13,10 +13,10 @@
 
 #include "framework/core/philox_batch.h"
 #include "quant/cpu_memory.h"
-#include "quant/mx_cuda.h"
 #include "quant/method.h"
 #include "quant/minifloat.h"
 #include "quant/minifloat_bound.h"
+#include "quant/mx_cuda.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
 

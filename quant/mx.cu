@@ -3,8 +3,8 @@
 // header is known on the host. Decode checks scales, elements and the last byte's unused bits in a
 // kernel before the decoding kernel writes.
 #include "quant/cuda_common.cuh"
-#include "quant/mx_cuda.h"
 #include "quant/minifloat.h"
+#include "quant/mx_cuda.h"
 
 namespace qtrain::quant_detail {
 namespace {

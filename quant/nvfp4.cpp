@@ -11,11 +11,11 @@
 
 #include "framework/core/philox_batch.h"
 #include "quant/cpu_memory.h"
-#include "quant/nvfp4_cuda.h"
 #include "quant/method.h"
 #include "quant/minifloat.h"
 #include "quant/minifloat_bound.h"
 #include "quant/numerics.h"
+#include "quant/nvfp4_cuda.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

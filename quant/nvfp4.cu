@@ -4,9 +4,9 @@
 // Decode checks the block scales and the last nibble in a kernel before the decoding kernel writes.
 #include <cfloat>
 
-#include "quant/nvfp4_cuda.h"
 #include "quant/minifloat.cuh"
 #include "quant/minifloat.h"
+#include "quant/nvfp4_cuda.h"
 
 namespace qtrain::quant_detail {
 namespace {

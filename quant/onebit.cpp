@@ -4,9 +4,9 @@
 // then bits and residuals; a group is usually small enough that the second pass reads from cache.
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"
-#include "quant/onebit_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
+#include "quant/onebit_cuda.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

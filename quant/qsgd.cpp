@@ -16,9 +16,9 @@
 #include "quant/cpu_loops.h"
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"
-#include "quant/qsgd_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
+#include "quant/qsgd_cuda.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

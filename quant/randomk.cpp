@@ -9,9 +9,9 @@
 // exchange all-reduces the k values natively and decodes once.
 #include <cstring>
 
-#include "quant/randomk_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
+#include "quant/randomk_cuda.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

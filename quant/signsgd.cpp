@@ -7,10 +7,10 @@
 // one bit goes up per value and the vote's bit comes back. The input is checked for NaN and Inf
 // before the momentum is touched.
 #include "quant/cpu_memory.h"
-#include "quant/signsgd_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/sign_words.h"
+#include "quant/signsgd_cuda.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

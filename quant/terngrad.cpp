@@ -11,9 +11,9 @@
 #include "framework/core/philox_batch.h"
 #include "quant/cpu_memory.h"
 #include "quant/det_sum.h"
-#include "quant/terngrad_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
+#include "quant/terngrad_cuda.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

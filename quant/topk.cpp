@@ -4,10 +4,10 @@
 // from an exact radix selection (quant/select.h); the payload lists indices in increasing order.
 #include <cstring>
 
-#include "quant/topk_cuda.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/select.h"
+#include "quant/topk_cuda.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

@@ -13,7 +13,7 @@ if ! command -v "$clang_format" >/dev/null 2>&1; then
   echo "check_format: $clang_format not found (Debian: apt-get install clang-format; tools/install_deps.sh does)"
   exit 77
 fi
-version=$("$clang_format" --version | grep -o 'version [0-9]*' | grep -o '[0-9]*$' || true)
+version=$("$clang_format" --version | grep -o 'clang-format version [0-9]*' | grep -o '[0-9]*$' || true)
 if [[ "$version" != "$want_major" ]]; then
   echo "check_format: $clang_format is release ${version:-unknown}; the layout is pinned to release $want_major"
   exit 77
@@ -28,10 +28,15 @@ if [[ "${1:-}" == "--fix" ]]; then
   "$clang_format" -i "${files[@]}"
   exit 0
 fi
-bad=()
-for f in "${files[@]}"; do
-  "$clang_format" --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
-done
+# One clang-format process for every file: each violation is reported as "FILE:LINE:COL: error: ...".
+status=0
+report=$("$clang_format" --dry-run --Werror "${files[@]}" 2>&1) || status=$?
+mapfile -t bad < <(sed -n 's/^\(.*\):[0-9]*:[0-9]*: error: code should be clang-formatted.*/\1/p' <<< "$report" | sort -u)
+if [[ $status -ne 0 && ${#bad[@]} -eq 0 ]]; then  # it failed for another reason: show it
+  echo "check_format: $clang_format failed (exit $status):"
+  echo "$report" | head -20
+  exit 2
+fi
 if [[ ${#bad[@]} -gt 0 ]]; then
   echo "check_format: ${#bad[@]} file(s) differ from .clang-format (fix: tools/check_format.sh --fix):"
   printf '  %s\n' "${bad[@]}"
