@@ -47,7 +47,7 @@ T max_at(const T* plane, const ImageGeometry& g, const Span& s) {
     for (int64_t ix = s.x0; ix < s.x1; ++ix) {
       const T v = row[ix];
       best = v > best ? v : best;  // a select, not a branch
-      nan |= v != v;
+      nan |= std::isnan(v);
     }
   }
   return nan ? std::numeric_limits<T>::quiet_NaN() : best;
@@ -56,11 +56,11 @@ T max_at(const T* plane, const ImageGeometry& g, const Span& s) {
 // Index (in the plane) of the window's first element equal to its maximum m (NaN matches NaN).
 template <typename T>
 int64_t first_index_of(const T* plane, const ImageGeometry& g, const Span& s, T m) {
-  const bool nan = m != m;
+  const bool nan = std::isnan(m);
   for (int64_t iy = s.y0; iy < s.y1; ++iy)
     for (int64_t ix = s.x0; ix < s.x1; ++ix) {
       const T v = plane[iy * g.w + ix];
-      if (v == m || (nan && v != v)) return iy * g.w + ix;
+      if (v == m || (nan && std::isnan(v))) return iy * g.w + ix;
     }
   return -1;
 }
@@ -68,12 +68,12 @@ int64_t first_index_of(const T* plane, const ImageGeometry& g, const Span& s, T 
 // first_index_of for a window known to lie inside the image.
 template <typename T>
 int64_t first_index_inside(const T* plane, const ImageGeometry& g, const Window2d& win, int64_t oh, int64_t ow, T m) {
-  const bool nan = m != m;
+  const bool nan = std::isnan(m);
   const int64_t y0 = oh * win.sh, x0 = ow * win.sw;
   for (int64_t i = 0; i < win.kh; ++i) {
     const T* row = plane + (y0 + i) * g.w + x0;
     for (int64_t j = 0; j < win.kw; ++j)
-      if (row[j] == m || (nan && row[j] != row[j])) return (y0 + i) * g.w + x0 + j;
+      if (row[j] == m || (nan && std::isnan(row[j]))) return (y0 + i) * g.w + x0 + j;
   }
   return -1;
 }
@@ -99,7 +99,7 @@ void forward_reference(PoolKind kind, const PoolOptions& o, const ImageGeometry&
             for (int64_t j = 0; j < win.kw; ++j) {
               const T v = corner[i * g.w + j];
               best = v > best ? v : best;
-              nan |= v != v;
+              nan |= std::isnan(v);
             }
           out[oh * g.ow + ow] = nan ? std::numeric_limits<T>::quiet_NaN() : best;
         }

@@ -120,7 +120,8 @@ void encode_linear(const float* __restrict in, float* __restrict residual, uint8
                    float r127, const float* __restrict d) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = Ef ? in[i] + residual[i] : in[i];
-    int32_t q = static_cast<int32_t>(__builtin_fabsf(v) * r127 + 0.5f);
+    // Half up on a magnitude (>= 0), as the CUDA kernel rounds: the two paths must give the same bytes.
+    int32_t q = static_cast<int32_t>(__builtin_fabsf(v) * r127 + 0.5f);  // NOLINT(bugprone-incorrect-roundings)
     q = q > 127 ? 127 : q;
     const uint32_t code = static_cast<uint32_t>(q) | ((float_bits(v) >> 31) << 7);
     out[i] = static_cast<uint8_t>(code);

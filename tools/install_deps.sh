@@ -13,6 +13,7 @@ packages=(build-essential cmake ninja-build pkg-config git
           nftables      # nft: the testbed's packet-loss faults (tools/netbed.sh --loss)
           dataset-fashion-mnist   # the second dataset of docs/results.md (real-data tests use it too)
           clang-format  # tools/check_format.sh, the CTest test check_format
+          clang-tidy    # tools/check_tidy.sh, the CTest test check_tidy
           clang libclang-rt-14-dev)  # libFuzzer: tools/test.sh's short fuzz of every target (docs/fuzzing.md)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy python3-psutil)

@@ -246,7 +246,7 @@ YAML::Node load_yaml(const std::string& text) {
 }
 
 ConfigNode::ConfigNode(YAML::Node node, std::string path, std::shared_ptr<const ConfigSource> source)
-    : node_(std::move(node)), path_(std::move(path)), source_(std::move(source)) {
+    : node_(node), path_(std::move(path)), source_(std::move(source)) {
   if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap())
     fail("", fmt::format("expected a mapping of keys, got {}", scalar_text(node_)));
 }
@@ -371,7 +371,7 @@ std::string ConfigNode::get_choice(const std::string& key, const std::string& fa
 
 std::string ConfigNode::get_choice(const std::string& key, const std::string& fallback,
                                    std::span<const std::string> choices) {
-  const std::string v = get<std::string>(key, fallback);
+  std::string v = get<std::string>(key, fallback);
   for (const std::string& c : choices)
     if (v == c) return v;
   fail(key, fmt::format("must be one of {}, got '{}'", fmt::join(choices, ", "), v));

@@ -43,7 +43,7 @@ class Expander {
  private:
   void expand(const std::vector<ConfigNode>& items, Scope& scope) {
     for (const ConfigNode& item : items) {
-      ConfigNode cfg = item;
+      const ConfigNode& cfg = item;
       if (cfg.has("repeat") || cfg.has("layers"))
         add_block(cfg, scope);
       else

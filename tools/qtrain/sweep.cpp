@@ -140,7 +140,7 @@ const char* run_state_name(RunState state) {
 }
 
 std::string RunLength::str() const {
-  const std::string e = fmt::format("{} epoch{}", epochs, epochs == 1 ? "" : "s");
+  std::string e = fmt::format("{} epoch{}", epochs, epochs == 1 ? "" : "s");
   if (max_steps <= 0) return e;
   return fmt::format("{} or {} step{} (train.max_steps), whichever comes first", e, max_steps,
                      max_steps == 1 ? "" : "s");
