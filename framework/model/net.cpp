@@ -159,6 +159,12 @@ Net::Net(const ModelConfig& config, DType dtype, Device device, const LayerRegis
   }
   xs_.resize(max_inputs);
   dxs_.resize(max_inputs);
+  needs_gradient_.assign(layers_.size(), false);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    bool needs = !layers_[i]->params().empty();
+    for (int in : inputs_[i]) needs = needs || (in != kNetInput && needs_gradient_[static_cast<size_t>(in)]);
+    needs_gradient_[i] = needs;
+  }
   plan_gradient_sums(layers);
 }
 
@@ -308,13 +314,17 @@ void Net::backward(Context& ctx, const std::function<void(int)>& on_layer_done) 
   QT_CHECK(!want_input || dinput_.defined(), "set_input_gradient(true) must come before the forward call");
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     const size_t u = static_cast<size_t>(i);
+    if (!want_input && !needs_gradient_[u]) {  // nothing behind it learns: no gradient to pass on
+      if (on_layer_done) on_layer_done(i);
+      continue;
+    }
     const std::vector<int>& in = inputs_[u];
     for (size_t s = 0; s < in.size(); ++s) {
       const int k = in[s];
       const bool is_input = k == kNetInput;
       xs_[s] = is_input ? input_ : acts_[static_cast<size_t>(k)].narrow_rows(batch_);
-      if (is_input && !want_input)
-        dxs_[s] = Tensor();  // the net input needs no gradient
+      if (is_input ? !want_input : !want_input && !needs_gradient_[static_cast<size_t>(k)])
+        dxs_[s] = Tensor();  // the net input, or a node with no parameters behind it, needs no gradient
       else if (accumulate_[u][s])
         dxs_[s] = scratch_[s].view(0, xs_[s].shape());
       else

@@ -110,6 +110,12 @@ class Net {
   // accumulate_[i][s]: in backward, layer i's gradient for input s is added to what a later layer
   // already wrote there (through scratch_[s]) instead of being written directly.
   std::vector<std::vector<bool>> accumulate_;
+  // needs_gradient_[i]: layer i has parameters or reads, directly or through other layers, the output
+  // of one that has. Backward computes the gradient of an activation only where its layer needs one
+  // (or the input gradient is enabled), and skips layers that need none: the layers in front of the
+  // first parametrized one (an input dropout, a flatten) and that layer's own input gradient, which
+  // for the MNIST MLP is a 128x784x1024 GEMM per step.
+  std::vector<bool> needs_gradient_;
   std::vector<Tensor> scratch_;  // one per input slot, each as large as the largest activation
   // gradient_sums_[k + 1]: the `add` layer that sums node k's gradients (null where none are summed).
   std::vector<std::unique_ptr<Layer>> gradient_sums_;

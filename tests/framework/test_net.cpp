@@ -1,6 +1,10 @@
 // Net: arena layout (aligned, non-overlapping named views), deterministic initialization, shapes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "framework/train/checkpoint.h"
 #include "framework/model/net.h"
 #include "framework/train/run_config.h"
@@ -128,4 +132,80 @@ TEST_CASE("a layer whose output or parameters exceed 2^40 values is a config err
   const ModelConfig wide = model("    - {type: flatten}\n    - {type: dense, units: 100000000000}\n");
   REQUIRE_THROWS_WITH(Net(wide, DType::f32, Device::cpu(), layer_registry(), loss_registry()),
                       Catch::Contains("its parameter weight") && Catch::Contains("2^40"));
+}
+
+namespace {
+// A pass-through layer that records its backward calls and whether it was asked for an input gradient.
+struct ProbeLog {
+  std::vector<std::string> backward;  // "<name>:dx" or "<name>:-" per call, in call order
+};
+ProbeLog probe_log;
+
+class Probe : public Layer {
+ public:
+  const char* type() const override { return "probe"; }
+
+ protected:
+  Shape configure(const Shape& input) override { return input; }
+  void forward_cpu(Context&, const Tensor& x, Tensor& y, bool) override {
+    std::copy_n(x.data<float>(), x.numel(), y.data<float>());
+  }
+  void backward_cpu(Context&, const Tensor&, const Tensor&, const Tensor& dy, Tensor& dx) override {
+    probe_log.backward.push_back(name() + (dx.defined() ? ":dx" : ":-"));
+    if (dx.defined()) std::copy_n(dy.data<float>(), dy.numel(), dx.data<float>());
+  }
+};
+
+// Runs one forward, loss and backward of `net` on fixed values; returns the parameter gradients.
+std::vector<float> one_backward(Net& net, std::vector<int>& done) {
+  Context ctx = Context::cpu(1, 1);
+  Tensor x = Tensor::empty({3, 6}, DType::f32);
+  for (int i = 0; i < 18; ++i) x.data<float>()[i] = 0.05f * static_cast<float>(i % 5) - 0.1f;
+  Tensor labels = Tensor::empty({3}, DType::i32);
+  for (int i = 0; i < 3; ++i) labels.data<int32_t>()[i] = i % 2;
+  net.forward(ctx, x, true);
+  net.loss(ctx, labels, true);
+  probe_log.backward.clear();
+  done.clear();
+  net.backward(ctx, [&](int i) { done.push_back(i); });
+  const float* g = net.grads().data<float>();
+  return std::vector<float>(g, g + net.grads().numel());
+}
+}  // namespace
+
+TEST_CASE("backward skips what no parameter lies behind: layers in front of the first dense, its dx", "[net]") {
+  TempDir dir;
+  const std::string f = dir.write("m.yaml", R"(data: {path: /x}
+model:
+  input: [6]
+  layers:
+    - {type: dropout, p: 0.5}
+    - {type: probe, name: front}
+    - {type: dense, units: 5}
+    - {type: probe, name: middle}
+    - {type: relu}
+    - {type: dense, units: 2, name: head}
+optimizer: {type: sgd, lr: 0.1}
+)");
+  LayerRegistry layers("layer type");
+  register_layers(layers);
+  layers.add("probe", [](ConfigNode& cfg) -> std::unique_ptr<Layer> {
+    cfg.finish();
+    return std::make_unique<Probe>();
+  });
+  Net net(parse_run_config(f, {}).model, DType::f32, Device::cpu(), layers, loss_registry());
+  net.init_parameters(3);
+  std::vector<int> done;
+  const std::vector<float> grads = one_backward(net, done);
+  // Every layer still reports done (the exchange waits on each); only the probe behind dense runs.
+  REQUIRE(done == std::vector<int>{5, 4, 3, 2, 1, 0});
+  REQUIRE(probe_log.backward == std::vector<std::string>{"middle:dx"});
+
+  // With the input gradient enabled everything runs, and the parameter gradients are the same bits.
+  net.set_input_gradient(true);
+  const std::vector<float> with_input = one_backward(net, done);
+  REQUIRE(probe_log.backward == std::vector<std::string>{"middle:dx", "front:dx"});
+  REQUIRE(done == std::vector<int>{5, 4, 3, 2, 1, 0});
+  REQUIRE(with_input == grads);
+  REQUIRE(net.input_gradient().defined());
 }
