@@ -172,11 +172,13 @@ int Communicator::wait_any(const std::vector<int>&, size_t*) {
 }
 
 int Communicator::node_color() {
-  input_error("the {} communicator has no subgroups (communication.hierarchy two_level needs backend mpi)", name());
+  input_error("the {} communicator has no subgroups (communication.hierarchy two_level needs backend mpi or nccl)",
+              name());
 }
 
 std::unique_ptr<Communicator> Communicator::split(int, int) {
-  input_error("the {} communicator has no subgroups (communication.hierarchy two_level needs backend mpi)", name());
+  input_error("the {} communicator has no subgroups (communication.hierarchy two_level needs backend mpi or nccl)",
+              name());
 }
 
 int64_t Communicator::reduce_scatter_total(const char* op, std::span<const int64_t> counts) const {

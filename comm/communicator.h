@@ -103,11 +103,13 @@ class Communicator {
   virtual bool has_subgroups() const { return false; }
   virtual int node_color();
   virtual std::unique_ptr<Communicator> split(int color, int key);
-  // In-place reduce-scatter of a host buffer: `data` holds counts[0] + ... + counts[P-1] elements of
-  // `type`, block r after the blocks before it; on return block r of rank r holds the sum over ranks
-  // of block r, and the other blocks are undefined. The same counts on every rank. This default sums
-  // the whole buffer (all_reduce_sum); MpiComm sends each block towards its owner only (the ring's
-  // reduce-scatter phase: half an allreduce's bytes).
+  // In-place reduce-scatter: `data` holds counts[0] + ... + counts[P-1] elements of `type`, block r
+  // after the blocks before it; on return block r of rank r holds the sum over ranks of block r, and
+  // the other blocks are undefined. The same counts on every rank. This default sums the whole
+  // buffer (all_reduce_sum); MpiComm sends each block towards its owner only (the ring's
+  // reduce-scatter phase: half an allreduce's bytes; host buffers only), NcclComm runs
+  // ncclReduceScatter on a buffer in its GPU's memory (blocks of different sizes padded to the
+  // largest).
   virtual void reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type);
 
  protected:

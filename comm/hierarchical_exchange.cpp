@@ -6,7 +6,7 @@
 #include <cstring>
 #include <map>
 
-#include "framework/core/float16.h"
+#include "comm/buffer_ops.h"
 #include "quant/method.h"
 
 namespace qtrain {
@@ -54,12 +54,14 @@ bool wants_two_levels(Communicator& world, Device device, const CommunicationCon
         "communication.hierarchy: two_level sums each node's gradients first, which {} cannot follow (its "
         "result is not a sum of decoded payloads); use hierarchy: flat",
         unsuited);
-  const bool possible = world.has_subgroups() && device.is_cpu() && unsuited.empty();
+  // GPU ranks need NCCL's subgroups: MpiComm's reduce-scatter takes host buffers only.
+  const bool possible =
+      world.has_subgroups() && unsuited.empty() && (device.is_cpu() || std::string(world.name()) == "nccl");
   if (config.hierarchy == "auto" && !possible) return false;
   if (!possible)
     input_error(
-        "communication.hierarchy: two_level runs on CPU ranks over backend mpi for now; this run has {} ranks "
-        "on {} (set hierarchy: flat or auto)",
+        "communication.hierarchy: two_level runs CPU ranks over backend mpi and GPU ranks over nccl; this "
+        "run's ranks on {} use {} (set hierarchy: flat or auto)",
         device.str(), world.name());
   layout = node_layout(world, config.ranks_per_node);
   return config.hierarchy == "two_level" || (layout.nodes > 1 && layout.ranks_per_node > 1);
@@ -109,7 +111,7 @@ HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, u
   inner.hierarchy = "flat";
   inner.mean = false;     // the mean over all N L ranks is taken once, at the end
   inner.overlap = false;  // the node's sum must be complete before any stripe leaves
-  ctx_ = std::make_unique<Context>(Context::cpu(seed, 1));
+  ctx_ = std::make_unique<Context>(device_.is_cuda() ? Context::cuda(device_.index, seed) : Context::cpu(seed, 1));
   mine_ = Tensor::zeros({std::max<int64_t>(offset, 1)}, DType::f32, device_);
   inter_ = std::make_unique<GradientExchange>(*cross_, device_, seed, inner, quantization, std::move(inter_tensors));
   stats_.bytes_sent_per_tensor.assign(tensors_.size(), 0.0);
@@ -120,45 +122,62 @@ HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, u
 
 HierarchicalExchange::~HierarchicalExchange() = default;
 
+// Copies the stripes of local rank l, tensor by tensor, from the gradient arena `g` into `out` (on
+// the exchange's device: plain copies on the CPU, device-to-device copies on ctx's stream on a GPU).
+void HierarchicalExchange::pack_stripes(int l, const float* g, float* out) {
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const Stripe& s = stripes_[t][static_cast<size_t>(l)];
+    copy_buffer(*ctx_, out, g + tensors_[t].offset + s.begin, static_cast<size_t>(s.length) * sizeof(float));
+    out += s.length;
+  }
+}
+
+// The inverse: local rank l's stripes, back to back in `in`, to their places in `g`.
+void HierarchicalExchange::unpack_stripes(int l, const float* in, float* g) {
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    const Stripe& s = stripes_[t][static_cast<size_t>(l)];
+    copy_buffer(*ctx_, g + tensors_[t].offset + s.begin, in, static_cast<size_t>(s.length) * sizeof(float));
+    in += s.length;
+  }
+}
+
 void HierarchicalExchange::sum_own_stripes_in_node(const Tensor& grads) {
   const float* g = grads.data<float>();
   float* own = mine_.data<float>();
   const int L = layout_.ranks_per_node, me = layout_.local_rank;
-  // Copies the stripes of local rank l into `out`, tensor by tensor.
-  auto pack = [&](int l, float* out) {
-    for (size_t t = 0; t < tensors_.size(); ++t) {
-      const Stripe& s = stripes_[t][static_cast<size_t>(l)];
-      std::memcpy(out, g + tensors_[t].offset + s.begin, static_cast<size_t>(s.length) * sizeof(float));
-      out += s.length;
-    }
-  };
-  if (node_->size() == 1) return pack(me, own);
+  if (node_->size() == 1) return pack_stripes(me, g, own);
   // A reduce-scatter sends each stripe to its owner only: (L-1)/L of the gradients per rank, where
   // an allreduce followed by the allgather of step 3 would move 2(L-1)/L before the allgather.
   int64_t total = 0;
   for (int64_t c : node_counts_) total += c;
-  packed_.resize(static_cast<size_t>(total));
-  float* at = packed_.data();
+  if (!packed_.defined() || packed_.numel() < total)
+    packed_ = Tensor::empty({std::max<int64_t>(total, 1)}, DType::f32, device_);
+  float* packed = packed_.data<float>();
+  float* at = packed;
   for (int l = 0; l < L; ++l) {
-    pack(l, at);
+    pack_stripes(l, g, at);
     at += node_counts_[static_cast<size_t>(l)];
   }
   int64_t before = 0;  // where this rank's block starts in the packed buffer
   for (int l = 0; l < me; ++l) before += node_counts_[static_cast<size_t>(l)];
   const int64_t mine = node_counts_[static_cast<size_t>(me)];
   if (config_.intra == "bf16") {
-    half_.resize(packed_.size());
-    for (size_t i = 0; i < packed_.size(); ++i) half_[i] = float_to_bf16(packed_[i]);
-    node_->reduce_scatter_sum(*ctx_, half_.data(), node_counts_, ReduceType::bf16);
-    for (int64_t i = 0; i < mine; ++i) own[i] = bf16_to_float(half_[static_cast<size_t>(before + i)]);
+    if (!half_.defined() || half_.numel() < total)
+      half_ = Tensor::empty({std::max<int64_t>(total, 1)}, DType::bf16, device_);
+    auto* half = static_cast<uint16_t*>(half_.raw());
+    pack_16bit(*ctx_, packed, half, total, /*bf16=*/true);
+    node_->reduce_scatter_sum(*ctx_, half, node_counts_, ReduceType::bf16);
+    unpack_16bit(*ctx_, half + before, own, mine, /*bf16=*/true, 1.0f);
   } else {
-    node_->reduce_scatter_sum(*ctx_, packed_.data(), node_counts_, ReduceType::f32);
-    std::memcpy(own, packed_.data() + before, static_cast<size_t>(mine) * sizeof(float));
+    node_->reduce_scatter_sum(*ctx_, packed, node_counts_, ReduceType::f32);
+    copy_buffer(*ctx_, own, packed + before, static_cast<size_t>(mine) * sizeof(float));
   }
 }
 
 void HierarchicalExchange::exchange(Tensor& grads, uint64_t step) {
-  QT_CHECK(grads.device().is_cpu() && grads.dtype() == DType::f32, "hierarchical exchange: f32 CPU gradients only");
+  QT_CHECK(grads.device() == device_ && grads.dtype() == DType::f32,
+           "hierarchical exchange: f32 gradients on {} expected, got {} on {}", device_.str(),
+           dtype_name(grads.dtype()), grads.device().str());
   const auto t0 = Clock::now();
   sum_own_stripes_in_node(grads);
   const double intra_sum_s = since(t0);
@@ -167,34 +186,31 @@ void HierarchicalExchange::exchange(Tensor& grads, uint64_t step) {
   const auto t1 = Clock::now();
   float* g = grads.data<float>();
   const float* own = mine_.data<float>();
-  int64_t at = 0;
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    const Stripe& s = stripes_[t][static_cast<size_t>(layout_.local_rank)];
-    std::memcpy(g + tensors_[t].offset + s.begin, own + at, static_cast<size_t>(s.length) * sizeof(float));
-    at += s.length;
-  }
+  unpack_stripes(layout_.local_rank, own, g);
   if (node_->size() > 1) {
-    const auto bytes = static_cast<size_t>(at) * sizeof(float);
+    const auto bytes = static_cast<size_t>(node_counts_[static_cast<size_t>(layout_.local_rank)]) * sizeof(float);
     node_->all_gather_bytes(*ctx_, {reinterpret_cast<const uint8_t*>(own), bytes}, gathered_, sizes_, offsets_);
+    // The blocks arrive in host memory (the communicators' byte collectives return host vectors); on
+    // a GPU they go back to the device in one copy before they are put in place.
+    const uint8_t* blocks = gathered_.data();
+    if (device_.is_cuda()) {
+      const auto n = static_cast<int64_t>(gathered_.size());
+      if (!gathered_device_.defined() || gathered_device_.numel() < n)
+        gathered_device_ = Tensor::empty({std::max<int64_t>(n, 1)}, DType::u8, device_);
+      copy_from_host(*ctx_, gathered_device_.raw(), gathered_.data(), gathered_.size());
+      blocks = static_cast<const uint8_t*>(gathered_device_.raw());
+    }
     for (int l = 0; l < node_->size(); ++l) {
       if (l == layout_.local_rank) continue;
-      const uint8_t* block = gathered_.data() + offsets_[static_cast<size_t>(l)];
-      size_t from = 0;
-      for (size_t t = 0; t < tensors_.size(); ++t) {
-        const Stripe& s = stripes_[t][static_cast<size_t>(l)];
-        const size_t n = static_cast<size_t>(s.length) * sizeof(float);
-        QT_CHECK(from + n <= sizes_[static_cast<size_t>(l)],
-                 "hierarchical exchange: local rank {} sent {} bytes, fewer than its stripes take", l,
-                 sizes_[static_cast<size_t>(l)]);
-        std::memcpy(g + tensors_[t].offset + s.begin, block + from, n);
-        from += n;
-      }
+      const size_t expected = static_cast<size_t>(node_counts_[static_cast<size_t>(l)]) * sizeof(float);
+      QT_CHECK(sizes_[static_cast<size_t>(l)] == expected,
+               "hierarchical exchange: local rank {} sent {} bytes, its stripes take {}", l,
+               sizes_[static_cast<size_t>(l)], expected);
+      unpack_stripes(l, reinterpret_cast<const float*>(blocks + offsets_[static_cast<size_t>(l)]), g);
     }
   }
-  if (config_.mean) {
-    const float scale = 1.0f / static_cast<float>(world_size_);
-    for (int64_t i = 0, n = grads.numel(); i < n; ++i) g[i] *= scale;
-  }
+  if (config_.mean) scale_buffer(*ctx_, g, grads.numel(), 1.0f / static_cast<float>(world_size_));
+  if (device_.is_cuda()) ctx_->synchronize();  // the caller reads the gradients next, maybe on another stream
   stats_.phases.add(Phase::communicate, intra_sum_s + since(t1));
 }
 

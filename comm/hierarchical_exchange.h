@@ -11,7 +11,9 @@
 // NIC queues) are busy at once. Every rank ends with the same bits: stripe l is decided by the
 // cross-node exchange, which gives its N ranks identical bits, and each node copies it from its
 // local rank l. Error-feedback state is the cross-node exchange's (names "inter/<tensor>/...").
-// CPU ranks on a transport with subgroups (MPI) only, for now.
+// Ranks on the CPU or on GPUs, over a transport with subgroups (MPI, or NCCL communicators split
+// over MPI). On GPUs the node's sums and the cross-node exchange run on the device; the allgather's
+// blocks come back through host memory (the byte collectives return host vectors), one copy each way.
 #pragma once
 
 #include <memory>
@@ -74,6 +76,8 @@ class HierarchicalExchange {
 
   // The node's sum of this rank's stripes of `grads`, into mine_ (step 1).
   void sum_own_stripes_in_node(const Tensor& grads);
+  void pack_stripes(int l, const float* g, float* out);
+  void unpack_stripes(int l, const float* in, float* g);
 
   Device device_;
   CommunicationConfig config_;
@@ -87,9 +91,10 @@ class HierarchicalExchange {
   std::unique_ptr<Context> ctx_;
   Tensor mine_;                       // this rank's stripes, back to back (the cross-node exchange's arena)
   std::vector<int64_t> node_counts_;  // values of local rank l's stripes, all tensors
-  std::vector<float> packed_;         // the gradients in stripe order: local rank 0's stripes, then 1's, ...
-  std::vector<uint16_t> half_;        // intra: bf16, in stripe order
-  std::vector<uint8_t> gathered_;
+  Tensor packed_;                     // the gradients in stripe order: local rank 0's stripes, then 1's, ...
+  Tensor half_;                       // intra: bf16, in stripe order
+  std::vector<uint8_t> gathered_;     // the node's allgather, in host memory
+  Tensor gathered_device_;            // its copy on the GPU
   std::vector<size_t> sizes_, offsets_;
   ExchangeStats stats_;
 };

@@ -72,8 +72,10 @@ cudaStream_t stream_of(const char* op, Context& ctx, Device device, ncclComm_t c
 
 }  // namespace
 
-NcclComm::NcclComm(Device device)
-    : host_(Device::cpu()), device_(device), uncaught_at_construction_(std::uncaught_exceptions()) {
+NcclComm::NcclComm(Device device) : NcclComm(device, std::make_unique<MpiComm>(Device::cpu())) {}
+
+NcclComm::NcclComm(Device device, std::unique_ptr<MpiComm> host)
+    : host_(std::move(host)), device_(device), uncaught_at_construction_(std::uncaught_exceptions()) {
   QT_CHECK(device.is_cuda(), "NcclComm: needs this rank's GPU, got device {}", device.str());
   CUDA_CHECK(cudaSetDevice(device.index));
   // Rank 0 broadcasts its result with the id, so that a failure there is an error on every rank
@@ -82,11 +84,18 @@ NcclComm::NcclComm(Device device)
     ncclUniqueId id;
     int result;
   } boot{};
-  if (host_.rank() == 0) boot.result = static_cast<int>(ncclGetUniqueId(&boot.id));
-  MPI_CHECK(MPI_Bcast(&boot, static_cast<int>(sizeof boot), MPI_BYTE, 0, host_.mpi_comm()));
+  if (host_->rank() == 0) boot.result = static_cast<int>(ncclGetUniqueId(&boot.id));
+  MPI_CHECK(MPI_Bcast(&boot, static_cast<int>(sizeof boot), MPI_BYTE, 0, host_->mpi_comm()));
   QT_CHECK(boot.result == ncclSuccess, "NcclComm: rank 0 could not create the NCCL unique id: {}",
            detail::nccl_error_string(boot.result));
-  NCCL_CHECK(ncclCommInitRank(&comm_, host_.size(), boot.id, host_.rank()));
+  NCCL_CHECK(ncclCommInitRank(&comm_, host_->size(), boot.id, host_->rank()));
+}
+
+std::unique_ptr<Communicator> NcclComm::split(int color, int key) {
+  std::unique_ptr<Communicator> part = host_->split(color, key);
+  QT_CHECK(dynamic_cast<MpiComm*>(part.get()) != nullptr,
+           "NcclComm::split: the host split is a {} communicator, expected mpi", part->name());
+  return std::make_unique<NcclComm>(device_, std::unique_ptr<MpiComm>(static_cast<MpiComm*>(part.release())));
 }
 
 NcclComm::~NcclComm() {
@@ -163,7 +172,7 @@ void NcclComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std
   const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
   check_send_outside(op, send, recv);
 
-  const std::vector<uint64_t> all = host_.all_gather_u64(send.size());
+  const std::vector<uint64_t> all = host_->all_gather_u64(send.size());
   sizes.assign(all.begin(), all.end());
   const size_t total = exclusive_offsets(sizes, offsets);
   recv.resize(total);
@@ -202,7 +211,8 @@ void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, con
   const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
   check_send_outside(op, send, recv);
 
-  const std::vector<uint64_t> heard = host_.all_to_all_u64(std::vector<uint64_t>(send_sizes.begin(), send_sizes.end()));
+  const std::vector<uint64_t> heard =
+      host_->all_to_all_u64(std::vector<uint64_t>(send_sizes.begin(), send_sizes.end()));
   recv_sizes.assign(heard.begin(), heard.end());
   const size_t total = exclusive_offsets(recv_sizes, recv_offsets);
   recv.resize(total);
@@ -224,6 +234,44 @@ void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, con
                                stream));
   if (total > 0) CUDA_CHECK(cudaMemcpyAsync(recv.data(), out, total, cudaMemcpyDeviceToHost, stream));
   wait(stream, op);  // also when nothing came in: this rank's sends must be done before it returns
+}
+
+void NcclComm::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
+  const char* op = "reduce_scatter_sum";
+  const int64_t total = reduce_scatter_total(op, counts);
+  cudaStream_t stream = stream_of(op, ctx, device_, comm_);
+  const size_t element = reduce_type_size(type);
+  if (!buffer_location(op, "data", data, static_cast<size_t>(total) * element, ctx).is_cuda())
+    return Communicator::reduce_scatter_sum(ctx, data, counts, type);
+  if (total == 0) return;
+  const auto me = static_cast<size_t>(rank());
+  auto* bytes = static_cast<uint8_t*>(data);
+  const int64_t largest = *std::max_element(counts.begin(), counts.end());
+  if (std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == largest; })) {
+    // In place: NCCL's receive buffer is the send buffer's block of this rank.
+    NCCL_CHECK(ncclReduceScatter(data, bytes + me * static_cast<size_t>(largest) * element,
+                                 static_cast<size_t>(largest), nccl_type(type), ncclSum, comm_, stream));
+    wait(stream, op);
+    return;
+  }
+  // Blocks of different sizes (stripes of whole columns): each in a slot of the largest size, the
+  // padding zero, so that one ncclReduceScatter moves (P-1)/P of the padded buffer.
+  const size_t slot = static_cast<size_t>(largest) * element;
+  uint8_t* padded = scratch(send_scratch_, slot * counts.size());
+  CUDA_CHECK(cudaMemsetAsync(padded, 0, slot * counts.size(), stream));
+  size_t at = 0, mine_at = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    const size_t n = static_cast<size_t>(counts[r]) * element;
+    if (r == me) mine_at = at;
+    if (n > 0) CUDA_CHECK(cudaMemcpyAsync(padded + r * slot, bytes + at, n, cudaMemcpyDeviceToDevice, stream));
+    at += n;
+  }
+  NCCL_CHECK(ncclReduceScatter(padded, padded + me * slot, static_cast<size_t>(largest), nccl_type(type), ncclSum,
+                               comm_, stream));
+  if (counts[me] > 0)
+    CUDA_CHECK(cudaMemcpyAsync(bytes + mine_at, padded + me * slot, static_cast<size_t>(counts[me]) * element,
+                               cudaMemcpyDeviceToDevice, stream));
+  wait(stream, op);
 }
 
 void NcclComm::broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) {

@@ -27,6 +27,8 @@ class NcclComm final : public Communicator {
   // Collective over MPI_COMM_WORLD (an MpiRuntime must exist); `device` is this rank's GPU and no
   // other rank may use the same one.
   explicit NcclComm(Device device);
+  // Collective over `host`'s ranks: an NCCL communicator of those ranks, bootstrapped over `host`.
+  NcclComm(Device device, std::unique_ptr<MpiComm> host);
   // ncclCommDestroy, or ncclCommAbort while an exception is unwinding (the other ranks may never
   // reach their teardown, and destroy would wait for them).
   ~NcclComm() override;
@@ -34,8 +36,8 @@ class NcclComm final : public Communicator {
   NcclComm& operator=(const NcclComm&) = delete;
 
   const char* name() const override { return "nccl"; }
-  int rank() const override { return host_.rank(); }
-  int size() const override { return host_.size(); }
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
   Device device() const override { return device_; }
 
   void all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceType type) override;
@@ -45,9 +47,17 @@ class NcclComm final : public Communicator {
                         const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
                         std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) override;
   void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) override;
-  std::vector<uint64_t> all_gather_u64(uint64_t value) override { return host_.all_gather_u64(value); }
-  void all_reduce_sum_f64(std::span<double> values) override { host_.all_reduce_sum_f64(values); }
-  void barrier() override { host_.barrier(); }
+  // ncclReduceScatter for a buffer in this GPU's memory; host buffers take the default (an allreduce).
+  void reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) override;
+  std::vector<uint64_t> all_gather_u64(uint64_t value) override { return host_->all_gather_u64(value); }
+  void all_reduce_sum_f64(std::span<double> values) override { host_->all_reduce_sum_f64(values); }
+  void barrier() override { host_->barrier(); }
+
+  // Subgroups for the two-level exchange: nodes by MPI's shared-memory split, and NCCL communicators
+  // over MPI splits (collective over this communicator's ranks).
+  bool has_subgroups() const override { return true; }
+  int node_color() override { return host_->node_color(); }
+  std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:
   // `bytes` of device scratch in `buffer`, grown on demand and kept: host buffers are staged through
@@ -59,7 +69,7 @@ class NcclComm final : public Communicator {
   // meanwhile; on an error, aborts the communicator and throws, naming `op`.
   void wait(void* stream, const char* op);
 
-  MpiComm host_;
+  std::unique_ptr<MpiComm> host_;
   Device device_;
   Tensor send_scratch_, recv_scratch_;
   ncclComm* comm_ = nullptr;

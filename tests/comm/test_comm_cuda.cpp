@@ -197,3 +197,67 @@ TEST_CASE("NcclComm with one GPU per rank", "[cuda][nccl]") {
                     Contains("all_reduce_sum: the context is on cpu, but the NCCL communicator works on"));
   CHECK(std::string(make_communicator("auto", my_gpu())->name()) == (world == 1 ? "local" : "nccl"));
 }
+
+TEST_CASE("NcclComm splits into NCCL communicators of subgroups (the two-level exchange's node and cross groups)",
+          "[cuda][nccl]") {
+  const int world = test_mpi().size();
+  if (ranks_on_this_host() > cuda_device_count()) return;  // the case above checks the error
+  auto comm = make_communicator("nccl", my_gpu());
+  REQUIRE(comm->has_subgroups());
+  CHECK(comm->node_color() == 0);  // every rank of this test shares one host, whose lowest rank is 0
+  // Halves: ranks [0, h) and [h, world), ordered by descending rank within each.
+  const int h = (world + 1) / 2, me = comm->rank();
+  const int color = me < h ? 0 : 1;
+  auto part = comm->split(color, world - me);
+  CHECK(std::string(part->name()) == "nccl");
+  const int first = color == 0 ? 0 : h, last = color == 0 ? h : world;  // [first, last)
+  REQUIRE(part->size() == last - first);
+  CHECK(part->rank() == last - 1 - me);
+  // The subgroup's collectives on this rank's GPU, with the exact expectations of the world's.
+  Context ctx = Context::cuda(my_gpu().index, 1);
+  check_collectives(*part, ctx, my_gpu());
+  // A sum over the subgroup only: ranks r + 1 of [first, last).
+  std::vector<float> one{static_cast<float>(me + 1)};
+  Tensor d = place(one, my_gpu());
+  part->all_reduce_sum(ctx, d.raw(), 1, ReduceType::f32);
+  float expected = 0;
+  for (int r = first; r < last; ++r) expected += static_cast<float>(r + 1);
+  CHECK(fetch<float>(d, my_gpu())[0] == expected);
+}
+
+TEST_CASE("NcclComm reduce_scatter_sum on GPU memory: the exact sum of block r, equal and unequal blocks",
+          "[cuda][nccl]") {
+  if (ranks_on_this_host() > cuda_device_count()) return;
+  auto comm = make_communicator("nccl", my_gpu());
+  Context ctx = Context::cuda(my_gpu().index, 1);
+  const int p = comm->size(), r = comm->rank();
+  for (bool equal : {true, false}) {
+    std::vector<int64_t> counts;
+    for (int q = 0; q < p; ++q) counts.push_back(equal ? 29 : (q == 1 ? 0 : 37 * q + 5));  // unequal: rank 1's is empty
+    int64_t total = 0, before = 0;
+    for (int q = 0; q < p; ++q) {
+      if (q < r) before += counts[static_cast<size_t>(q)];
+      total += counts[static_cast<size_t>(q)];
+    }
+    const int64_t mine = counts[static_cast<size_t>(r)];
+    INFO("rank " << r << " of " << p << (equal ? ", equal blocks" : ", unequal blocks"));
+    std::vector<float> x(static_cast<size_t>(total));
+    std::vector<uint16_t> b(static_cast<size_t>(total));
+    for (int64_t i = 0; i < total; ++i) {
+      x[static_cast<size_t>(i)] = f32_value(r, static_cast<size_t>(i));
+      b[static_cast<size_t>(i)] = float_to_bf16(small_value(r, static_cast<size_t>(i)));
+    }
+    Tensor dx = place(x, my_gpu()), db = place(b, my_gpu());
+    comm->reduce_scatter_sum(ctx, dx.raw(), counts, ReduceType::f32);
+    comm->reduce_scatter_sum(ctx, db.raw(), counts, ReduceType::bf16);
+    const std::vector<float> gx = fetch<float>(dx, my_gpu());
+    const std::vector<uint16_t> gb = fetch<uint16_t>(db, my_gpu());
+    size_t wrong = 0, wrong_b = 0;
+    for (int64_t i = before; i < before + mine; ++i) {
+      wrong += gx[static_cast<size_t>(i)] != f32_sum(p, static_cast<size_t>(i));
+      wrong_b += bf16_to_float(gb[static_cast<size_t>(i)]) != small_sum(p, static_cast<size_t>(i));
+    }
+    CHECK(wrong == 0);
+    CHECK(wrong_b == 0);
+  }
+}

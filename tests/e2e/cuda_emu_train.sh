@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA path end to end, under the CUDA emulator (label cuda_emu): 2 ranks train the MNIST MLP for
 # 20 steps with device: cuda and communication.backend: nccl (the emulator's NCCL over MPI, one
-# emulated GPU per rank) and --debug-check-replicas, for a quantizer of each family; the same run on
-# device: cpu with build/qtrain must reach the same losses and accuracy.
+# emulated GPU per rank) and --debug-check-replicas, for a quantizer of each family, then 4 ranks
+# with the two-level exchange; the same run on device: cpu with build/qtrain must reach the same
+# losses and accuracy.
 #
 # Tolerance, and why not bit for bit: the dense layers' GEMMs are the same library on both sides (the
 # emulator's cuBLAS is OpenBLAS with the same operands), and the optimizers and quantizers are bit for
@@ -25,7 +26,6 @@ source "$src/tests/support/real_data.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-mpirun=(mpirun --oversubscribe --bind-to none --mca btl self,vader --mca mpi_yield_when_idle 1 -np 2)
 common=(--set data.path="$mnist" --set data.limit_train=4096 --set data.limit_test=500 --set train.threads=1
         --set output.progress=none --set data.batch_size=64 --set train.max_steps=20
         --set "optimizer={type: sgd, lr: 0.05, momentum: 0.9}" --debug-check-replicas 5)
@@ -34,6 +34,36 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # The last line of metrics.csv: train_loss train_accuracy test_loss test_accuracy.
 final() { tail -1 "$1/metrics.csv" | awk -F, '{print $5, $6, $7, $8}'; }
+
+# run_pair LABEL RANKS PATTERN ARGS...: the config with ARGS on RANKS CPU ranks (build/qtrain) and
+# on RANKS emulated GPUs over NCCL; the emulated run's train.log must show NCCL and PATTERN, and both
+# runs must end with losses and accuracy within the tolerance.
+run_pair() {
+  local label=$1 ranks=$2 pattern=$3
+  shift 3
+  local launch=(mpirun --oversubscribe --bind-to none --mca btl self,vader --mca mpi_yield_when_idle 1 -np "$ranks")
+  local cpu="$tmp/$label-cpu" gpu="$tmp/$label-cuda"
+  if ! "${launch[@]}" "$qtrain" train "$src/configs/mnist_mlp.yaml" "${common[@]}" "$@" --set device=cpu \
+         --set output.dir="$cpu" </dev/null >"$cpu.log" 2>&1; then
+    fail "$label on the CPU"; tail -3 "$cpu.log" | sed "s/^/    /"; return
+  fi
+  if ! CUEMU_DEVICES="$ranks" "${launch[@]}" "$emulated" train "$src/configs/mnist_mlp.yaml" "${common[@]}" "$@" \
+         --set device=cuda --set communication.backend=nccl --set output.dir="$gpu" </dev/null >"$gpu.log" 2>&1; then
+    fail "$label on emulated GPUs"; grep -v "^\[20" "$gpu.log" | tail -5 | sed "s/^/    /"; return
+  fi
+  if ! grep -q "over nccl" "$gpu/train.log" || ! grep -qF "$pattern" "$gpu/train.log"; then
+    fail "$label: the emulated run's log shows no NCCL${pattern:+ or no '$pattern'}"; return
+  fi
+  local cl ca ctl cta gl ga gtl gta
+  read -r cl ca ctl cta <<<"$(final "$cpu")"
+  read -r gl ga gtl gta <<<"$(final "$gpu")"
+  if awk -v a="$cl" -v b="$gl" -v c="$ctl" -v d="$gtl" -v e="$cta" -v f="$gta" 'function abs(x) { return x < 0 ? -x : x }
+       BEGIN { exit !(abs(a - b) <= 1e-3 * abs(a) && abs(c - d) <= 1e-3 * abs(c) && abs(e - f) <= 0.01) }'; then
+    echo "ok: $label: train loss $cl (cpu) $gl (cuda), test loss $ctl / $gtl, test accuracy $cta / $gta"
+  else
+    fail "$label: cpu train loss $cl test loss $ctl accuracy $cta; cuda $gl $gtl $gta (beyond the tolerance)"
+  fi
+}
 
 # One method per family: plain fp32 (NCCL all-reduce), a cast (bf16), a stochastic scale method (qsgd,
 # reduce-scatter + allgather), error feedback with column scales (onebit), sparse (topk, allgather),
@@ -44,25 +74,13 @@ for method in fp32 bf16 qsgd onebit topk randomk signsgd powersgd; do
   extra=()
   [[ $method == powersgd ]] && extra=(--set quantization.rank=2 --set quantization.start_iter=5)
   [[ $method == signsgd ]] && extra=(--set "optimizer={type: sgd, lr: 0.001, momentum: 0}")
-  cpu="$tmp/$method-cpu" gpu="$tmp/$method-cuda"
-  if ! "${mpirun[@]}" "$qtrain" train "$src/configs/mnist_mlp.yaml" "${common[@]}" "${extra[@]}" --set device=cpu \
-         --set quantization.method="$method" --set output.dir="$cpu" </dev/null >"$cpu.log" 2>&1; then
-    fail "$method on the CPU"; tail -3 "$cpu.log" | sed "s/^/    /"; continue
-  fi
-  if ! CUEMU_DEVICES=2 "${mpirun[@]}" "$emulated" train "$src/configs/mnist_mlp.yaml" "${common[@]}" "${extra[@]}" \
-         --set device=cuda --set communication.backend=nccl --set quantization.method="$method" \
-         --set output.dir="$gpu" </dev/null >"$gpu.log" 2>&1; then
-    fail "$method on emulated GPUs"; grep -v "^\[20" "$gpu.log" | tail -5 | sed "s/^/    /"; continue
-  fi
-  if ! grep -q "over nccl" "$gpu/train.log"; then fail "$method: the emulated run did not use NCCL"; continue; fi
-  read -r cl ca ctl cta <<<"$(final "$cpu")"
-  read -r gl ga gtl gta <<<"$(final "$gpu")"
-  if awk -v a="$cl" -v b="$gl" -v c="$ctl" -v d="$gtl" -v e="$cta" -v f="$gta" 'function abs(x) { return x < 0 ? -x : x }
-       BEGIN { exit !(abs(a - b) <= 1e-3 * abs(a) && abs(c - d) <= 1e-3 * abs(c) && abs(e - f) <= 0.01) }'; then
-    echo "ok: $method: train loss $cl (cpu) $gl (cuda), test loss $ctl / $gtl, test accuracy $cta / $gta"
-  else
-    fail "$method: cpu train loss $cl test loss $ctl accuracy $cta; cuda $gl $gtl $gta (beyond the tolerance)"
-  fi
+  run_pair "$method" 2 "" "${extra[@]}" --set quantization.method="$method"
 done
+# Two levels (communication.hierarchy) on NCCL: 4 ranks as 2 nodes of 2 (ranks_per_node), each node
+# summing in bf16 over its own NCCL communicator (ncclReduceScatter) and local rank l of each node
+# exchanging stripe l with qsgd 4-bit over another; the same run on the CPU over MPI.
+run_pair two-levels 4 "two levels: 2 node(s) x 2 rank(s)" --set communication.hierarchy=two_level \
+  --set communication.ranks_per_node=2 --set communication.intra=bf16 --set quantization.method=qsgd \
+  --set quantization.bits=4 --set train.max_steps=12
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo "all passed"
