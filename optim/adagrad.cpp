@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "optim/kernels.h"
+#include "optim/adagrad_step.h"
 
 namespace qtrain {
 namespace {
@@ -66,8 +67,12 @@ void Adagrad::step(Context& ctx, Tensor& params, const Tensor& grads, double lr)
   double& steps = *step_.data<double>();
   const double t = steps + 1;
   if (arena_.device.is_cuda()) {
+#if QTRAIN_HAS_CUDA
     optim_detail::adagrad_step_cuda(ctx, adagrad_coeffs<float>(options_, lr, t), params.data<float>(),
                                     grads.data<float>(), sum_.data<float>(), arena_.numel);
+#else
+    optim_detail::refuse_cuda_step("adagrad");
+#endif
   } else if (arena_.dtype == DType::f32) {
     adagrad_step_cpu(adagrad_coeffs<float>(options_, lr, t), params.data<float>(), grads.data<float>(),
                      sum_.data<float>(), arena_.numel);

@@ -3,6 +3,7 @@
 #include "framework/core/check.h"
 #include "framework/core/cuda_context.h"
 #include "optim/kernels.h"
+#include "optim/adagrad_step.h"
 
 namespace qtrain::optim_detail {
 namespace {

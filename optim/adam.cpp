@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "optim/kernels.h"
+#include "optim/adam_step.h"
 
 namespace qtrain {
 namespace {
@@ -85,9 +86,13 @@ void Adam::step(Context& ctx, Tensor& params, const Tensor& grads, double lr) {
   double& steps = *step_.data<double>();
   const double t = steps + 1;
   if (arena_.device.is_cuda()) {
+#if QTRAIN_HAS_CUDA
     optim_detail::adam_step_cuda(ctx, adam_coeffs<float>(options_, lr, t), params.data<float>(), grads.data<float>(),
                                  exp_avg_.data<float>(), exp_avg_sq_.data<float>(),
                                  data_or_null<float>(max_exp_avg_sq_), arena_.numel);
+#else
+    optim_detail::refuse_cuda_step("adam");
+#endif
   } else if (arena_.dtype == DType::f32) {
     adam_step_cpu(adam_coeffs<float>(options_, lr, t), params.data<float>(), grads.data<float>(),
                   exp_avg_.data<float>(), exp_avg_sq_.data<float>(), data_or_null<float>(max_exp_avg_sq_),

@@ -30,7 +30,13 @@ double clip_grad_norm(Context& ctx, Tensor& grads, double max_norm) {
   QT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got {}", max_norm);
   QT_CHECK(grads.device() == ctx.device(), "clip_grad_norm: gradients on {} but the context is on {}",
            grads.device().str(), ctx.device().str());
-  if (grads.device().is_cuda()) return clip_grad_norm_cuda(ctx, grads, max_norm);
+  if (grads.device().is_cuda()) {
+#if QTRAIN_HAS_CUDA
+    return clip_grad_norm_cuda(ctx, grads, max_norm);
+#else
+    throw Error("clip_grad_norm: a CUDA tensor arrived but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)");
+#endif
+  }
   if (grads.dtype() == DType::f64) return clip_cpu(grads.data<double>(), grads.numel(), max_norm);
   QT_CHECK(grads.dtype() == DType::f32, "clip_grad_norm: gradients must be f32 or f64, got {}",
            dtype_name(grads.dtype()));

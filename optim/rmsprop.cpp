@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "optim/kernels.h"
+#include "optim/rmsprop_step.h"
 
 namespace qtrain {
 namespace {
@@ -88,9 +89,13 @@ void RmsProp::init(int64_t numel, DType dtype, Device device) {
 void RmsProp::step(Context& ctx, Tensor& params, const Tensor& grads, double lr) {
   arena_.check_step(type(), params, grads);
   if (arena_.device.is_cuda()) {
+#if QTRAIN_HAS_CUDA
     optim_detail::rmsprop_step_cuda(ctx, rmsprop_coeffs<float>(options_, lr), params.data<float>(), grads.data<float>(),
                                     square_avg_.data<float>(), data_or_null<float>(grad_avg_),
                                     data_or_null<float>(momentum_buffer_), arena_.numel);
+#else
+    optim_detail::refuse_cuda_step("rmsprop");
+#endif
   } else if (arena_.dtype == DType::f32) {
     rmsprop_step_cpu(rmsprop_coeffs<float>(options_, lr), params.data<float>(), grads.data<float>(),
                      square_avg_.data<float>(), data_or_null<float>(grad_avg_), data_or_null<float>(momentum_buffer_),

@@ -3,6 +3,7 @@
 #include "optim/sgd.h"
 
 #include "optim/kernels.h"
+#include "optim/sgd_step.h"
 
 namespace qtrain {
 namespace {
@@ -80,8 +81,12 @@ void Sgd::step(Context& ctx, Tensor& params, const Tensor& grads, double lr) {
   double& steps = *step_.data<double>();
   const bool first = steps == 0;
   if (arena_.device.is_cuda()) {
+#if QTRAIN_HAS_CUDA
     optim_detail::sgd_step_cuda(ctx, sgd_coeffs<float>(options_, lr, first), params.data<float>(), grads.data<float>(),
                                 data_or_null<float>(momentum_buffer_), arena_.numel);
+#else
+    optim_detail::refuse_cuda_step("sgd");
+#endif
   } else if (arena_.dtype == DType::f32) {
     sgd_step_cpu(sgd_coeffs<float>(options_, lr, first), params.data<float>(), grads.data<float>(),
                  data_or_null<float>(momentum_buffer_), arena_.numel);
