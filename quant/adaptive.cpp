@@ -8,6 +8,7 @@
 
 #include "framework/core/philox_batch.h"
 #include "quant/adaptive_cuda.h"
+#include "quant/adaptive_wire.h"
 #include "quant/det_sum.h"
 #include "quant/method.h"
 #include "quant/numerics.h"

@@ -3,6 +3,7 @@
 // entry cap. They follow the CPU loops' arithmetic exactly. Internal to quant/.
 #pragma once
 
+#include "quant/adaptive_wire.h"
 #include "quant/kernels.h"
 
 namespace qtrain::quant_detail {

@@ -12,6 +12,7 @@
 #include "quant/cpu_loops.h"
 #include "quant/cpu_memory.h"
 #include "quant/dettmers8_cuda.h"
+#include "quant/dettmers8_wire.h"
 #include "quant/dettmers_table.h"
 #include "quant/method.h"
 #include "quant/numerics.h"

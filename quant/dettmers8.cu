@@ -3,6 +3,7 @@
 // lookup table (tests/quant checks the two agree everywhere), the rest is dettmers8.cpp's arithmetic.
 #include "quant/cuda_common.cuh"
 #include "quant/dettmers8_cuda.h"
+#include "quant/dettmers8_wire.h"
 #include "quant/dettmers_table.h"
 
 namespace qtrain::quant_detail {

@@ -3,6 +3,7 @@
 // device). They follow the CPU loops' arithmetic exactly. Internal to quant/.
 #pragma once
 
+#include "quant/dettmers8_wire.h"
 #include "quant/kernels.h"
 
 namespace qtrain::quant_detail {

@@ -10,6 +10,7 @@
 #include "framework/core/philox_batch.h"
 #include "quant/cpu_memory.h"
 #include "quant/fp8_cuda.h"
+#include "quant/fp8_wire.h"
 #include "quant/method.h"
 #include "quant/minifloat.h"
 #include "quant/minifloat_bound.h"

@@ -17,6 +17,7 @@
 #include "quant/minifloat.h"
 #include "quant/minifloat_bound.h"
 #include "quant/mx_cuda.h"
+#include "quant/mx_wire.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
 

@@ -5,6 +5,7 @@
 #include "quant/cuda_common.cuh"
 #include "quant/minifloat.h"
 #include "quant/mx_cuda.h"
+#include "quant/mx_wire.h"
 
 namespace qtrain::quant_detail {
 namespace {

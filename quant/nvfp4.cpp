@@ -16,6 +16,7 @@
 #include "quant/minifloat_bound.h"
 #include "quant/numerics.h"
 #include "quant/nvfp4_cuda.h"
+#include "quant/nvfp4_wire.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

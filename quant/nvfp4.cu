@@ -7,6 +7,7 @@
 #include "quant/minifloat.cuh"
 #include "quant/minifloat.h"
 #include "quant/nvfp4_cuda.h"
+#include "quant/nvfp4_wire.h"
 
 namespace qtrain::quant_detail {
 namespace {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "quant/kernels.h"
+#include "quant/nvfp4_wire.h"
 
 namespace qtrain::quant_detail {
 

@@ -7,6 +7,7 @@
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/onebit_cuda.h"
+#include "quant/onebit_wire.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

@@ -3,6 +3,7 @@
 // LSB first) updating the residual as onebit.cpp does.
 #include "quant/cuda_common.cuh"
 #include "quant/onebit_cuda.h"
+#include "quant/onebit_wire.h"
 
 namespace qtrain::quant_detail {
 namespace {

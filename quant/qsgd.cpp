@@ -19,6 +19,7 @@
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/qsgd_cuda.h"
+#include "quant/qsgd_wire.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

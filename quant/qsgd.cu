@@ -3,6 +3,7 @@
 // of quant/numerics.h exactly as qsgd.cpp's chunk loop and tie fix-up do.
 #include "quant/cuda_common.cuh"
 #include "quant/qsgd_cuda.h"
+#include "quant/qsgd_wire.h"
 
 namespace qtrain::quant_detail {
 namespace {

@@ -12,6 +12,7 @@
 #include "quant/method.h"
 #include "quant/numerics.h"
 #include "quant/randomk_cuda.h"
+#include "quant/randomk_wire.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

@@ -3,6 +3,7 @@
 // e = 0 there. Decode scatters the k values to the same indices (computed from the header's key).
 #include "quant/cuda_common.cuh"
 #include "quant/randomk_cuda.h"
+#include "quant/randomk_wire.h"
 
 namespace qtrain::quant_detail {
 namespace {

@@ -1,4 +1,4 @@
-// The 1-bit sign words that efsign and signsgd send (quant/wire.h): bit j of word w is value 32w + j
+// The 1-bit sign words that efsign and signsgd send: bit j of word w is value 32w + j
 // >= 0, LSB first, and decodes to `pos` (bit 1) or `neg` (bit 0). The CPU decode loop both methods
 // share; the encoders write their words themselves (each with its own state update). Internal to quant/.
 #pragma once
@@ -6,6 +6,15 @@
 #include <cstdint>
 
 #include "quant/kernels.h"
+
+namespace qtrain::wire {
+
+// efsign: a = 0, b = the scale (||v||_1 / n) as f32 bits, c = 0. Body: ceil(n/32) u32 words, bit j of
+// word w = value 32w + j >= 0 (LSB first); unused bits of the last word are zero.
+// signsgd: a = b = c = 0, the same words.
+inline size_t sign_body_end(int64_t n) { return kHeaderBytes + 4 * static_cast<size_t>(ceil_div(n, 32)); }
+
+}  // namespace qtrain::wire
 
 namespace qtrain::quant_detail {
 

@@ -2,6 +2,7 @@
 // |v| (quant/select.h: histograms of 11, 11 and 9 bits; counts do not depend on the order of the
 // atomics, so the threshold is the CPU's), and an order-preserving compaction (tile counts, one scan,
 // then each tile writes its entries in index order), which gives the CPU loops' exact layouts.
+#include "quant/adaptive_wire.h"
 #include "quant/cuda_common.cuh"
 #include "quant/adaptive_cuda.h"
 #include "quant/topk_cuda.h"

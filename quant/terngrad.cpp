@@ -13,7 +13,9 @@
 #include "quant/det_sum.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
+#include "quant/qsgd_wire.h"
 #include "quant/terngrad_cuda.h"
+#include "quant/terngrad_wire.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

@@ -3,6 +3,7 @@
 // two passes) and the scale of quant/numerics.h; then one thread per 32-bit word of 16 codes, each
 // drawn with terngrad_code exactly as terngrad.cpp does, updating the residual.
 #include "quant/cuda_common.cuh"
+#include "quant/qsgd_wire.h"
 #include "quant/terngrad_cuda.h"
 
 namespace qtrain::quant_detail {

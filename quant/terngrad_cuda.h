@@ -4,6 +4,7 @@
 #pragma once
 
 #include "quant/kernels.h"
+#include "quant/qsgd_wire.h"
 
 namespace qtrain::quant_detail {
 

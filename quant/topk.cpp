@@ -8,6 +8,7 @@
 #include "quant/numerics.h"
 #include "quant/select.h"
 #include "quant/topk_cuda.h"
+#include "quant/topk_wire.h"
 #include "quant/wire.h"
 
 namespace qtrain::quant_detail {

@@ -84,48 +84,6 @@ WireHeader check_header(std::span<const uint8_t> in, size_t in_size, QuantMethod
   return h;
 }
 
-size_t cast_value_bytes(QuantMethod method) { return method == QuantMethod::fp32 ? 4 : 2; }
-
-OnebitLayout onebit_layout(int64_t n, int64_t group) {
-  OnebitLayout l;
-  l.n = n;
-  l.group = group;
-  l.groups = ceil_div(n, group);
-  l.words_full = ceil_div(group, 32);
-  l.group_bytes = 8 + 4 * static_cast<size_t>(l.words_full);
-  l.body_end = kHeaderBytes;
-  if (l.groups > 0)
-    l.body_end = l.offset(l.groups - 1) + 8 + 4 * static_cast<size_t>(ceil_div(l.len(l.groups - 1), 32));
-  return l;
-}
-
-QsgdLayout qsgd_layout(int64_t n, int64_t bucket, int bits) {
-  QsgdLayout l;
-  l.n = n;
-  l.bucket = bucket;
-  l.bits = bits;
-  l.buckets = ceil_div(n, bucket);
-  l.words_full = ceil_div(bucket * bits, 32);
-  l.codes_offset = kHeaderBytes + 4 * static_cast<size_t>(l.buckets);
-  l.body_end = l.codes_offset;
-  if (l.buckets > 0)
-    l.body_end = l.words_offset(l.buckets - 1) + 4 * static_cast<size_t>(ceil_div(l.len(l.buckets - 1) * bits, 32));
-  return l;
-}
-
-AdaptiveLayout adaptive_layout(int64_t n, int64_t column, int64_t entries) {
-  AdaptiveLayout l;
-  l.n = n;
-  l.column = column;
-  l.columns = n / column;
-  l.entries = entries;
-  l.entry_bytes = adaptive_entry_bytes(column);
-  l.count_offset = kHeaderBytes + 12 * static_cast<size_t>(l.columns);
-  l.entries_offset = l.count_offset + 4;
-  l.body_end = l.entries_offset + static_cast<size_t>(l.entry_bytes) * static_cast<size_t>(entries);
-  return l;
-}
-
 int64_t count_for_proportion(double proportion, int64_t n) {
   if (n == 0) return 0;
   const int64_t k = static_cast<int64_t>(std::llround(proportion * static_cast<double>(n)));

@@ -11,6 +11,7 @@
 #include "comm/gradient_exchange.h"
 #include "comm/mpi_comm.h"
 #include "quant/method.h"
+#include "quant/randomk_wire.h"
 #include "quant/wire.h"
 
 using namespace qtrain;

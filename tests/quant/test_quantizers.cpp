@@ -18,6 +18,7 @@
 #include "quant/dettmers_table.h"
 #include "quant/numerics.h"
 #include "framework/core/philox_batch.h"
+#include "quant/qsgd_wire.h"
 #include "quant/wire.h"
 #include "tests/quant/quant_test_util.h"
 
