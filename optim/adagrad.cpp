@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "optim/cpu_lanes.h"
 #include "optim/kernels.h"
 #include "optim/adagrad_step.h"
 
@@ -11,6 +12,7 @@ namespace qtrain {
 namespace {
 
 using optim_detail::AdagradCoeffs;
+using optim_detail::for_lanes;
 using optim_detail::with_flag;
 
 template <typename T>
@@ -35,8 +37,10 @@ void adagrad_loop(const AdagradCoeffs<T> c, T* __restrict p, const T* __restrict
 }
 
 template <typename T>
-void adagrad_step_cpu(const AdagradCoeffs<T>& c, T* p, const T* g, T* sum, int64_t n) {
-  with_flag(c.decay, [&](auto decay) { adagrad_loop<T, decltype(decay)::value>(c, p, g, sum, n); });
+void adagrad_step_cpu(Context& ctx, const AdagradCoeffs<T>& c, T* p, const T* g, T* sum, int64_t n) {
+  for_lanes(ctx, n, [&](int64_t b, int64_t e) {
+    with_flag(c.decay, [&](auto decay) { adagrad_loop<T, decltype(decay)::value>(c, p + b, g + b, sum + b, e - b); });
+  });
 }
 
 }  // namespace
@@ -74,10 +78,10 @@ void Adagrad::step(Context& ctx, Tensor& params, const Tensor& grads, double lr)
     optim_detail::refuse_cuda_step("adagrad");
 #endif
   } else if (arena_.dtype == DType::f32) {
-    adagrad_step_cpu(adagrad_coeffs<float>(options_, lr, t), params.data<float>(), grads.data<float>(),
+    adagrad_step_cpu(ctx, adagrad_coeffs<float>(options_, lr, t), params.data<float>(), grads.data<float>(),
                      sum_.data<float>(), arena_.numel);
   } else {
-    adagrad_step_cpu(adagrad_coeffs<double>(options_, lr, t), params.data<double>(), grads.data<double>(),
+    adagrad_step_cpu(ctx, adagrad_coeffs<double>(options_, lr, t), params.data<double>(), grads.data<double>(),
                      sum_.data<double>(), arena_.numel);
   }
   steps = t;

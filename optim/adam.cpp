@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "optim/cpu_lanes.h"
 #include "optim/kernels.h"
 #include "optim/adam_step.h"
 
@@ -13,8 +14,10 @@ namespace qtrain {
 namespace {
 
 using optim_detail::AdamCoeffs;
+using optim_detail::at_or_null;
 using optim_detail::data_or_null;
 using optim_detail::flush_subnormal;
+using optim_detail::for_lanes;
 using optim_detail::with_flag;
 
 // `t` is the 1-based number of this step.
@@ -55,10 +58,13 @@ void adam_loop(const AdamCoeffs<T> c, T* __restrict p, const T* __restrict g, T*
 }
 
 template <typename T>
-void adam_step_cpu(const AdamCoeffs<T>& c, T* p, const T* g, T* m, T* v, T* vmax, int64_t n) {
-  with_flag(c.decay, [&](auto decay) {
-    with_flag(c.amsgrad, [&](auto amsgrad) {
-      adam_loop<T, decltype(decay)::value, decltype(amsgrad)::value>(c, p, g, m, v, vmax, n);
+void adam_step_cpu(Context& ctx, const AdamCoeffs<T>& c, T* p, const T* g, T* m, T* v, T* vmax, int64_t n) {
+  for_lanes(ctx, n, [&](int64_t b, int64_t e) {
+    with_flag(c.decay, [&](auto decay) {
+      with_flag(c.amsgrad, [&](auto amsgrad) {
+        adam_loop<T, decltype(decay)::value, decltype(amsgrad)::value>(c, p + b, g + b, m + b, v + b,
+                                                                       at_or_null(vmax, b), e - b);
+      });
     });
   });
 }
@@ -94,11 +100,11 @@ void Adam::step(Context& ctx, Tensor& params, const Tensor& grads, double lr) {
     optim_detail::refuse_cuda_step("adam");
 #endif
   } else if (arena_.dtype == DType::f32) {
-    adam_step_cpu(adam_coeffs<float>(options_, lr, t), params.data<float>(), grads.data<float>(),
+    adam_step_cpu(ctx, adam_coeffs<float>(options_, lr, t), params.data<float>(), grads.data<float>(),
                   exp_avg_.data<float>(), exp_avg_sq_.data<float>(), data_or_null<float>(max_exp_avg_sq_),
                   arena_.numel);
   } else {
-    adam_step_cpu(adam_coeffs<double>(options_, lr, t), params.data<double>(), grads.data<double>(),
+    adam_step_cpu(ctx, adam_coeffs<double>(options_, lr, t), params.data<double>(), grads.data<double>(),
                   exp_avg_.data<double>(), exp_avg_sq_.data<double>(), data_or_null<double>(max_exp_avg_sq_),
                   arena_.numel);
   }

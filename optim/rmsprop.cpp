@@ -4,14 +4,17 @@
 
 #include <cmath>
 
+#include "optim/cpu_lanes.h"
 #include "optim/kernels.h"
 #include "optim/rmsprop_step.h"
 
 namespace qtrain {
 namespace {
 
+using optim_detail::at_or_null;
 using optim_detail::data_or_null;
 using optim_detail::flush_subnormal;
+using optim_detail::for_lanes;
 using optim_detail::RmsPropCoeffs;
 using optim_detail::with_flag;
 
@@ -57,12 +60,14 @@ void rmsprop_loop(const RmsPropCoeffs<T> c, T* __restrict p, const T* __restrict
 }
 
 template <typename T>
-void rmsprop_step_cpu(const RmsPropCoeffs<T>& c, T* p, const T* g, T* sq, T* ga, T* buf, int64_t n) {
-  with_flag(c.decay, [&](auto decay) {
-    with_flag(c.centered, [&](auto centered) {
-      with_flag(c.use_momentum, [&](auto momentum) {
-        rmsprop_loop<T, decltype(decay)::value, decltype(centered)::value, decltype(momentum)::value>(c, p, g, sq, ga,
-                                                                                                      buf, n);
+void rmsprop_step_cpu(Context& ctx, const RmsPropCoeffs<T>& c, T* p, const T* g, T* sq, T* ga, T* buf, int64_t n) {
+  for_lanes(ctx, n, [&](int64_t b, int64_t e) {
+    with_flag(c.decay, [&](auto decay) {
+      with_flag(c.centered, [&](auto centered) {
+        with_flag(c.use_momentum, [&](auto momentum) {
+          rmsprop_loop<T, decltype(decay)::value, decltype(centered)::value, decltype(momentum)::value>(
+              c, p + b, g + b, sq + b, at_or_null(ga, b), at_or_null(buf, b), e - b);
+        });
       });
     });
   });
@@ -97,11 +102,11 @@ void RmsProp::step(Context& ctx, Tensor& params, const Tensor& grads, double lr)
     optim_detail::refuse_cuda_step("rmsprop");
 #endif
   } else if (arena_.dtype == DType::f32) {
-    rmsprop_step_cpu(rmsprop_coeffs<float>(options_, lr), params.data<float>(), grads.data<float>(),
+    rmsprop_step_cpu(ctx, rmsprop_coeffs<float>(options_, lr), params.data<float>(), grads.data<float>(),
                      square_avg_.data<float>(), data_or_null<float>(grad_avg_), data_or_null<float>(momentum_buffer_),
                      arena_.numel);
   } else {
-    rmsprop_step_cpu(rmsprop_coeffs<double>(options_, lr), params.data<double>(), grads.data<double>(),
+    rmsprop_step_cpu(ctx, rmsprop_coeffs<double>(options_, lr), params.data<double>(), grads.data<double>(),
                      square_avg_.data<double>(), data_or_null<double>(grad_avg_),
                      data_or_null<double>(momentum_buffer_), arena_.numel);
   }

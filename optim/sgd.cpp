@@ -2,14 +2,17 @@
 // pass over the arena, no allocation). The CUDA kernel with the same arithmetic is in sgd.cu.
 #include "optim/sgd.h"
 
+#include "optim/cpu_lanes.h"
 #include "optim/kernels.h"
 #include "optim/sgd_step.h"
 
 namespace qtrain {
 namespace {
 
+using optim_detail::at_or_null;
 using optim_detail::data_or_null;
 using optim_detail::flush_subnormal;
+using optim_detail::for_lanes;
 using optim_detail::SgdCoeffs;
 using optim_detail::with_flag;
 
@@ -45,11 +48,14 @@ void sgd_loop(const SgdCoeffs<T> c, T* __restrict p, const T* __restrict g, T* _
 }
 
 template <typename T>
-void sgd_step_cpu(const SgdCoeffs<T>& c, T* p, const T* g, T* buf, int64_t n) {
-  with_flag(c.decay, [&](auto decay) {
-    with_flag(c.use_momentum, [&](auto momentum) {
-      with_flag(c.nesterov, [&](auto nesterov) {
-        sgd_loop<T, decltype(decay)::value, decltype(momentum)::value, decltype(nesterov)::value>(c, p, g, buf, n);
+void sgd_step_cpu(Context& ctx, const SgdCoeffs<T>& c, T* p, const T* g, T* buf, int64_t n) {
+  for_lanes(ctx, n, [&](int64_t b, int64_t e) {
+    with_flag(c.decay, [&](auto decay) {
+      with_flag(c.use_momentum, [&](auto momentum) {
+        with_flag(c.nesterov, [&](auto nesterov) {
+          sgd_loop<T, decltype(decay)::value, decltype(momentum)::value, decltype(nesterov)::value>(
+              c, p + b, g + b, at_or_null(buf, b), e - b);
+        });
       });
     });
   });
@@ -88,10 +94,10 @@ void Sgd::step(Context& ctx, Tensor& params, const Tensor& grads, double lr) {
     optim_detail::refuse_cuda_step("sgd");
 #endif
   } else if (arena_.dtype == DType::f32) {
-    sgd_step_cpu(sgd_coeffs<float>(options_, lr, first), params.data<float>(), grads.data<float>(),
+    sgd_step_cpu(ctx, sgd_coeffs<float>(options_, lr, first), params.data<float>(), grads.data<float>(),
                  data_or_null<float>(momentum_buffer_), arena_.numel);
   } else {
-    sgd_step_cpu(sgd_coeffs<double>(options_, lr, first), params.data<double>(), grads.data<double>(),
+    sgd_step_cpu(ctx, sgd_coeffs<double>(options_, lr, first), params.data<double>(), grads.data<double>(),
                  data_or_null<double>(momentum_buffer_), arena_.numel);
   }
   steps += 1;
