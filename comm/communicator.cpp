@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "comm/communicator.h"
+#include "comm/buffer_ops.h"
 #include "comm/exchange_config.h"
 #include "comm/cuda_staging.h"
 #include "comm/local_comm.h"
@@ -189,6 +190,15 @@ int64_t Communicator::reduce_scatter_total(const char* op, std::span<const int64
     total += c;
   }
   return total;
+}
+
+void Communicator::all_gather_equal(Context& ctx, const void* send, size_t bytes, void* recv) {
+  std::vector<uint8_t> gathered;
+  std::vector<size_t> sizes, offsets;
+  all_gather_bytes(ctx, {static_cast<const uint8_t*>(send), bytes}, gathered, sizes, offsets);
+  for (size_t r = 0; r < sizes.size(); ++r)
+    QT_CHECK(sizes[r] == bytes, "all_gather_equal: rank {} sent {} bytes, this rank {}", r, sizes[r], bytes);
+  copy_from_host(ctx, recv, gathered.data(), gathered.size());
 }
 
 void Communicator::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {

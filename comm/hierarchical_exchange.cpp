@@ -174,6 +174,34 @@ void HierarchicalExchange::sum_own_stripes_in_node(const Tensor& grads) {
   }
 }
 
+// Step 3: every local rank's summed stripes (this rank's at `own`) to their places in `g`.
+void HierarchicalExchange::gather_stripes_in_node(const float* own, float* g) {
+  const int L = node_->size(), me = layout_.local_rank;
+  if (device_.is_cuda()) {
+    // GPU to GPU: every rank's block in a slot of the largest block's size (one ncclAllGather).
+    const int64_t slot = *std::max_element(node_counts_.begin(), node_counts_.end());
+    if (!gathered_device_.defined() || gathered_device_.numel() < (L + 1) * slot)
+      gathered_device_ = Tensor::empty({std::max<int64_t>((L + 1) * slot, 1)}, DType::f32, device_);
+    float* slots = gathered_device_.data<float>();
+    float* send = slots + L * slot;  // after the L receive slots
+    copy_buffer(*ctx_, send, own, static_cast<size_t>(node_counts_[static_cast<size_t>(me)]) * sizeof(float));
+    node_->all_gather_equal(*ctx_, send, static_cast<size_t>(slot) * sizeof(float), slots);
+    for (int l = 0; l < L; ++l)
+      if (l != me) unpack_stripes(l, slots + l * slot, g);
+    return;
+  }
+  const auto bytes = static_cast<size_t>(node_counts_[static_cast<size_t>(me)]) * sizeof(float);
+  node_->all_gather_bytes(*ctx_, {reinterpret_cast<const uint8_t*>(own), bytes}, gathered_, sizes_, offsets_);
+  for (int l = 0; l < L; ++l) {
+    if (l == me) continue;
+    const size_t expected = static_cast<size_t>(node_counts_[static_cast<size_t>(l)]) * sizeof(float);
+    QT_CHECK(sizes_[static_cast<size_t>(l)] == expected,
+             "hierarchical exchange: local rank {} sent {} bytes, its stripes take {}", l,
+             sizes_[static_cast<size_t>(l)], expected);
+    unpack_stripes(l, reinterpret_cast<const float*>(gathered_.data() + offsets_[static_cast<size_t>(l)]), g);
+  }
+}
+
 void HierarchicalExchange::exchange(Tensor& grads, uint64_t step) {
   QT_CHECK(grads.device() == device_ && grads.dtype() == DType::f32,
            "hierarchical exchange: f32 gradients on {} expected, got {} on {}", device_.str(),
@@ -187,28 +215,7 @@ void HierarchicalExchange::exchange(Tensor& grads, uint64_t step) {
   float* g = grads.data<float>();
   const float* own = mine_.data<float>();
   unpack_stripes(layout_.local_rank, own, g);
-  if (node_->size() > 1) {
-    const auto bytes = static_cast<size_t>(node_counts_[static_cast<size_t>(layout_.local_rank)]) * sizeof(float);
-    node_->all_gather_bytes(*ctx_, {reinterpret_cast<const uint8_t*>(own), bytes}, gathered_, sizes_, offsets_);
-    // The blocks arrive in host memory (the communicators' byte collectives return host vectors); on
-    // a GPU they go back to the device in one copy before they are put in place.
-    const uint8_t* blocks = gathered_.data();
-    if (device_.is_cuda()) {
-      const auto n = static_cast<int64_t>(gathered_.size());
-      if (!gathered_device_.defined() || gathered_device_.numel() < n)
-        gathered_device_ = Tensor::empty({std::max<int64_t>(n, 1)}, DType::u8, device_);
-      copy_from_host(*ctx_, gathered_device_.raw(), gathered_.data(), gathered_.size());
-      blocks = static_cast<const uint8_t*>(gathered_device_.raw());
-    }
-    for (int l = 0; l < node_->size(); ++l) {
-      if (l == layout_.local_rank) continue;
-      const size_t expected = static_cast<size_t>(node_counts_[static_cast<size_t>(l)]) * sizeof(float);
-      QT_CHECK(sizes_[static_cast<size_t>(l)] == expected,
-               "hierarchical exchange: local rank {} sent {} bytes, its stripes take {}", l,
-               sizes_[static_cast<size_t>(l)], expected);
-      unpack_stripes(l, reinterpret_cast<const float*>(blocks + offsets_[static_cast<size_t>(l)]), g);
-    }
-  }
+  if (node_->size() > 1) gather_stripes_in_node(own, g);
   if (config_.mean) scale_buffer(*ctx_, g, grads.numel(), 1.0f / static_cast<float>(world_size_));
   if (device_.is_cuda()) ctx_->synchronize();  // the caller reads the gradients next, maybe on another stream
   stats_.phases.add(Phase::communicate, intra_sum_s + since(t1));

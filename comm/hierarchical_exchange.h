@@ -12,8 +12,8 @@
 // cross-node exchange, which gives its N ranks identical bits, and each node copies it from its
 // local rank l. Error-feedback state is the cross-node exchange's (names "inter/<tensor>/...").
 // Ranks on the CPU or on GPUs, over a transport with subgroups (MPI, or NCCL communicators split
-// over MPI). On GPUs the node's sums and the cross-node exchange run on the device; the allgather's
-// blocks come back through host memory (the byte collectives return host vectors), one copy each way.
+// over MPI). On GPUs every step stays in device memory (ncclReduceScatter, the cross-node exchange,
+// ncclAllGather of blocks padded to the largest).
 #pragma once
 
 #include <memory>
@@ -78,6 +78,7 @@ class HierarchicalExchange {
   void sum_own_stripes_in_node(const Tensor& grads);
   void pack_stripes(int l, const float* g, float* out);
   void unpack_stripes(int l, const float* in, float* g);
+  void gather_stripes_in_node(const float* own, float* g);
 
   Device device_;
   CommunicationConfig config_;
@@ -93,8 +94,8 @@ class HierarchicalExchange {
   std::vector<int64_t> node_counts_;  // values of local rank l's stripes, all tensors
   Tensor packed_;                     // the gradients in stripe order: local rank 0's stripes, then 1's, ...
   Tensor half_;                       // intra: bf16, in stripe order
-  std::vector<uint8_t> gathered_;     // the node's allgather, in host memory
-  Tensor gathered_device_;            // its copy on the GPU
+  std::vector<uint8_t> gathered_;     // the node's allgather on the CPU
+  Tensor gathered_device_;            // on a GPU: L receive slots and the send slot, of the largest block
   std::vector<size_t> sizes_, offsets_;
   ExchangeStats stats_;
 };

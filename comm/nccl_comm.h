@@ -47,6 +47,8 @@ class NcclComm final : public Communicator {
                         const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
                         std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) override;
   void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) override;
+  // ncclAllGather from GPU memory into GPU memory; host buffers take the default.
+  void all_gather_equal(Context& ctx, const void* send, size_t bytes, void* recv) override;
   // ncclReduceScatter for a buffer in this GPU's memory; host buffers take the default (an allreduce).
   void reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) override;
   std::vector<uint64_t> all_gather_u64(uint64_t value) override { return host_->all_gather_u64(value); }
