@@ -7,17 +7,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-want_major=14
 clang_format=${CLANG_FORMAT:-clang-format}
-if ! command -v "$clang_format" >/dev/null 2>&1; then
-  echo "check_format: $clang_format not found (Debian: apt-get install clang-format; tools/install_deps.sh does)"
-  exit 77
-fi
-version=$("$clang_format" --version | grep -o 'clang-format version [0-9]*' | grep -o '[0-9]*$' || true)
-if [[ "$version" != "$want_major" ]]; then
-  echo "check_format: $clang_format is release ${version:-unknown}; the layout is pinned to release $want_major"
-  exit 77
-fi
+source tools/llvm_pin.sh
+require_llvm_tool check_format "$clang_format" clang-format "the layout"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   mapfile -t files < <(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
 else  # an unpacked source archive

@@ -9,19 +9,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-want_major=14
 clang_tidy=${CLANG_TIDY:-clang-tidy}
 build=${1:-build}
 shift || true
-if ! command -v "$clang_tidy" >/dev/null 2>&1; then
-  echo "check_tidy: $clang_tidy not found (Debian: apt-get install clang-tidy; tools/install_deps.sh does)"
-  exit 77
-fi
-version=$("$clang_tidy" --version | grep -o 'LLVM version [0-9]*' | grep -o '[0-9]*$' || true)
-if [[ "$version" != "$want_major" ]]; then
-  echo "check_tidy: $clang_tidy is release ${version:-unknown}; the check set is pinned to release $want_major"
-  exit 77
-fi
+source tools/llvm_pin.sh
+require_llvm_tool check_tidy "$clang_tidy" clang-tidy "the check set"
 db="$build/compile_commands.json"
 if [[ ! -f "$db" ]]; then
   echo "check_tidy: $db not found: configure the build first (tools/build.sh writes it)"
