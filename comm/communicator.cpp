@@ -193,12 +193,11 @@ int64_t Communicator::reduce_scatter_total(const char* op, std::span<const int64
 }
 
 void Communicator::all_gather_equal(Context& ctx, const void* send, size_t bytes, void* recv) {
-  std::vector<uint8_t> gathered;
-  std::vector<size_t> sizes, offsets;
-  all_gather_bytes(ctx, {static_cast<const uint8_t*>(send), bytes}, gathered, sizes, offsets);
-  for (size_t r = 0; r < sizes.size(); ++r)
-    QT_CHECK(sizes[r] == bytes, "all_gather_equal: rank {} sent {} bytes, this rank {}", r, sizes[r], bytes);
-  copy_from_host(ctx, recv, gathered.data(), gathered.size());
+  all_gather_bytes(ctx, {static_cast<const uint8_t*>(send), bytes}, stream_send_, stream_sizes_, stream_offsets_);
+  for (size_t r = 0; r < stream_sizes_.size(); ++r)
+    QT_CHECK(stream_sizes_[r] == bytes, "all_gather_equal: rank {} sent {} bytes, this rank {}", r, stream_sizes_[r],
+             bytes);
+  copy_from_host(ctx, recv, stream_send_.data(), stream_send_.size());
 }
 
 void Communicator::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {

@@ -112,7 +112,7 @@ class Communicator {
   // after the blocks before it; on return block r of rank r holds the sum over ranks of block r, and
   // the other blocks are undefined. The same counts on every rank. This default sums the whole
   // buffer (all_reduce_sum); MpiComm sends each block towards its owner only (the ring's
-  // reduce-scatter phase: half an allreduce's bytes; host buffers only), NcclComm runs
+  // reduce-scatter phase: half an allreduce's bytes; GPU buffers staged through host memory), NcclComm runs
   // ncclReduceScatter on a buffer in its GPU's memory (blocks of different sizes padded to the
   // largest).
   virtual void reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type);
@@ -120,7 +120,7 @@ class Communicator {
  protected:
   // The elements of a reduce_scatter_sum buffer: the sum of `counts`, checked (one per rank, none negative).
   int64_t reduce_scatter_total(const char* op, std::span<const int64_t> counts) const;
-  // Scratch of the default streaming forms (one call at a time per communicator).
+  // Scratch of the default streaming forms and all_gather_equal (one call at a time per communicator).
   std::vector<uint8_t> stream_send_;
   std::vector<size_t> stream_sizes_, stream_offsets_, stream_recv_sizes_, stream_recv_offsets_;
 };

@@ -54,13 +54,11 @@ bool wants_two_levels(Communicator& world, Device device, const CommunicationCon
         "communication.hierarchy: two_level sums each node's gradients first, which {} cannot follow (its "
         "result is not a sum of decoded payloads); use hierarchy: flat",
         unsuited);
-  // GPU ranks need NCCL's subgroups: MpiComm's reduce-scatter takes host buffers only.
-  const bool possible =
-      world.has_subgroups() && unsuited.empty() && (device.is_cpu() || std::string(world.name()) == "nccl");
+  const bool possible = world.has_subgroups() && unsuited.empty();
   if (config.hierarchy == "auto" && !possible) return false;
   if (!possible)
     input_error(
-        "communication.hierarchy: two_level runs CPU ranks over backend mpi and GPU ranks over nccl; this "
+        "communication.hierarchy: two_level needs a communicator with subgroups (backend mpi or nccl); this "
         "run's ranks on {} use {} (set hierarchy: flat or auto)",
         device.str(), world.name());
   layout = node_layout(world, config.ranks_per_node);

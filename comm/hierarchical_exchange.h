@@ -12,8 +12,9 @@
 // cross-node exchange, which gives its N ranks identical bits, and each node copies it from its
 // local rank l. Error-feedback state is the cross-node exchange's (names "inter/<tensor>/...").
 // Ranks on the CPU or on GPUs, over a transport with subgroups (MPI, or NCCL communicators split
-// over MPI). On GPUs every step stays in device memory (ncclReduceScatter, the cross-node exchange,
-// ncclAllGather of blocks padded to the largest).
+// over MPI). On GPUs over NCCL every step stays in device memory (ncclReduceScatter, the cross-node
+// exchange, ncclAllGather of blocks padded to the largest); MpiComm stages GPU buffers through host
+// memory, as it does for every collective.
 #pragma once
 
 #include <memory>

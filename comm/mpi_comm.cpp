@@ -167,9 +167,22 @@ void MpiComm::set_ring(size_t min_bytes, size_t segment_bytes) {
 void MpiComm::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
   const char* op = "reduce_scatter_sum";
   CommWatch watch(op);
-  const size_t bytes = static_cast<size_t>(reduce_scatter_total(op, counts)) * reduce_type_size(type);
-  QT_CHECK(buffer_location(op, "data", data, bytes, ctx).is_cpu(), "{}: host buffers only", op);
-  ring_reduce_scatter(comm_, data, counts, type, std::min(ring_segment_bytes_, max_message_bytes_), ring_scratch_);
+  const size_t element = reduce_type_size(type);
+  const size_t bytes = static_cast<size_t>(reduce_scatter_total(op, counts)) * element;
+  const size_t segment = std::min(ring_segment_bytes_, max_message_bytes_);
+  if (buffer_location(op, "data", data, bytes, ctx).is_cpu())
+    return ring_reduce_scatter(comm_, data, counts, type, segment, ring_scratch_);
+  // A GPU buffer goes through pinned host memory, as all_reduce_sum's (the 16-bit sums run on the
+  // host), whole: the ring moves every block. Only this rank's block, the one defined, comes back.
+  uint8_t* host = stage_.reserve(bytes);
+  copy_async(ctx, host, data, bytes);
+  ctx.synchronize();
+  ring_reduce_scatter(comm_, host, counts, type, segment, ring_scratch_);
+  size_t mine_at = 0;
+  for (int r = 0; r < rank_; ++r) mine_at += static_cast<size_t>(counts[static_cast<size_t>(r)]) * element;
+  copy_async(ctx, static_cast<uint8_t*>(data) + mine_at, host + mine_at,
+             static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * element);
+  ctx.synchronize();
 }
 
 void MpiComm::reduce_host(void* data, size_t count, ReduceType type) {

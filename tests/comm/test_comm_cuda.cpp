@@ -225,12 +225,11 @@ TEST_CASE("NcclComm splits into NCCL communicators of subgroups (the two-level e
   CHECK(fetch<float>(d, my_gpu())[0] == expected);
 }
 
-TEST_CASE("NcclComm reduce_scatter_sum on GPU memory: the exact sum of block r, equal and unequal blocks",
-          "[cuda][nccl]") {
-  if (ranks_on_this_host() > cuda_device_count()) return;
-  auto comm = make_communicator("nccl", my_gpu());
-  Context ctx = Context::cuda(my_gpu().index, 1);
-  const int p = comm->size(), r = comm->rank();
+namespace {
+// reduce_scatter_sum of a buffer on ctx's GPU, equal and unequal blocks (one empty): block r of rank r
+// must hold the exact sum, in fp32 and bf16.
+void check_reduce_scatter_on_gpu(Communicator& comm, Context& ctx) {
+  const int p = comm.size(), r = comm.rank();
   for (bool equal : {true, false}) {
     std::vector<int64_t> counts;
     for (int q = 0; q < p; ++q) counts.push_back(equal ? 29 : (q == 1 ? 0 : 37 * q + 5));  // unequal: rank 1's is empty
@@ -240,7 +239,7 @@ TEST_CASE("NcclComm reduce_scatter_sum on GPU memory: the exact sum of block r, 
       total += counts[static_cast<size_t>(q)];
     }
     const int64_t mine = counts[static_cast<size_t>(r)];
-    INFO("rank " << r << " of " << p << (equal ? ", equal blocks" : ", unequal blocks"));
+    INFO(comm.name() << ", rank " << r << " of " << p << (equal ? ", equal blocks" : ", unequal blocks"));
     std::vector<float> x(static_cast<size_t>(total));
     std::vector<uint16_t> b(static_cast<size_t>(total));
     for (int64_t i = 0; i < total; ++i) {
@@ -248,8 +247,8 @@ TEST_CASE("NcclComm reduce_scatter_sum on GPU memory: the exact sum of block r, 
       b[static_cast<size_t>(i)] = float_to_bf16(small_value(r, static_cast<size_t>(i)));
     }
     Tensor dx = place(x, my_gpu()), db = place(b, my_gpu());
-    comm->reduce_scatter_sum(ctx, dx.raw(), counts, ReduceType::f32);
-    comm->reduce_scatter_sum(ctx, db.raw(), counts, ReduceType::bf16);
+    comm.reduce_scatter_sum(ctx, dx.raw(), counts, ReduceType::f32);
+    comm.reduce_scatter_sum(ctx, db.raw(), counts, ReduceType::bf16);
     const std::vector<float> gx = fetch<float>(dx, my_gpu());
     const std::vector<uint16_t> gb = fetch<uint16_t>(db, my_gpu());
     size_t wrong = 0, wrong_b = 0;
@@ -260,6 +259,16 @@ TEST_CASE("NcclComm reduce_scatter_sum on GPU memory: the exact sum of block r, 
     CHECK(wrong == 0);
     CHECK(wrong_b == 0);
   }
+}
+}  // namespace
+
+TEST_CASE("reduce_scatter_sum on GPU memory: NcclComm's ncclReduceScatter and MpiComm's staging", "[cuda][nccl]") {
+  Context ctx = Context::cuda(my_gpu().index, 1);
+  MpiComm mpi(my_gpu());
+  check_reduce_scatter_on_gpu(mpi, ctx);
+  if (ranks_on_this_host() > cuda_device_count()) return;
+  auto nccl = make_communicator("nccl", my_gpu());
+  check_reduce_scatter_on_gpu(*nccl, ctx);
 }
 
 TEST_CASE("all_gather_equal gathers GPU blocks into GPU memory: NcclComm's and the default", "[cuda][nccl]") {
