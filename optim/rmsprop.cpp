@@ -45,7 +45,8 @@ void rmsprop_loop(const RmsPropCoeffs<T> c, T* __restrict p, const T* __restrict
     if constexpr (kCentered) {
       const T a = flush_subnormal(c.alpha * ga[i] + c.one_minus_alpha * d);
       ga[i] = a;
-      avg = std::sqrt(s - a * a) + c.eps;
+      const T var = s - a * a;
+      avg = std::sqrt(var < 0 ? T{0} : var) + c.eps;
     } else {
       avg = std::sqrt(s) + c.eps;
     }

@@ -20,7 +20,8 @@ __global__ void rmsprop_kernel(RmsPropCoeffs<float> c, float* __restrict__ p, co
     if (c.centered) {
       const float a = flush_subnormal(c.alpha * ga[i] + c.one_minus_alpha * d);
       ga[i] = a;
-      avg = sqrtf(s - a * a) + c.eps;
+      const float var = s - a * a;
+      avg = sqrtf(var < 0 ? 0.0f : var) + c.eps;
     } else {
       avg = sqrtf(s) + c.eps;
     }

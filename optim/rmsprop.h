@@ -3,6 +3,11 @@
 //   d = g + weight_decay * p;  sq = alpha * sq + (1 - alpha) * d * d;
 //   avg = sqrt(sq - ga * ga) + eps with ga = alpha * ga + (1 - alpha) * d when centered, else sqrt(sq) + eps;
 //   momentum > 0: buf = momentum * buf + d / avg, p -= lr * buf;  otherwise p -= lr * d / avg.
+// One deliberate difference: a negative sq - ga * ga counts as 0 (PyTorch takes its square root, NaN).
+// The variance estimate is >= 0 in exact arithmetic, but rounding can take it below, and the flush of
+// subnormal states (optim/kernels.h) does for gradients near 1e-20: sq flushes to 0 while ga * ga
+// stays a subnormal, and the parameters would all become NaN (seen on a GPU run of test_optim_cuda).
+// NaN inputs stay NaN (the comparison is false for them).
 #pragma once
 
 #include "optim/arena_kind.h"

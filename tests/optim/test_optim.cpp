@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "optim/adagrad.h"
@@ -514,6 +515,21 @@ TEST_CASE("optimizer state never holds subnormal numbers (they cost ~100x per op
       check_no_subnormal_state<double>(adam, "adam f64");
     }
   }
+}
+
+// With gradients near 1e-20 the squared average flushes to zero (it is subnormal) while the squared
+// gradient average does not: sq - ga * ga < 0. Its square root made every parameter NaN, which a GPU
+// run of test_optim_cuda showed first (both sides NaN, with different NaN bits).
+TEMPLATE_TEST_CASE("centered rmsprop stays finite when the variance estimate rounds below zero", "[optim][rmsprop]",
+                   float, double) {
+  const TestType tiny = std::is_same_v<TestType, float> ? TestType(1e-20) : TestType(1e-160);
+  RmsProp opt({.lr = 0.01, .alpha = 0.5, .momentum = 0.5, .centered = true});
+  Tensor p = arena<TestType>({1, -1, 0.5, 2});
+  opt.init(p.numel(), dtype_of<TestType>(), Device::cpu());
+  Context ctx = Context::cpu(1, 1);
+  const double t = static_cast<double>(tiny);
+  for (int k = 0; k < 3; ++k) opt.step(ctx, p, arena<TestType>({t, -t, 3 * t, t / 2}), 0.01);
+  for (double v : values<TestType>(p)) REQUIRE(std::isfinite(v));
 }
 
 // The CPU loops run on the context's lanes, each on a contiguous range (optim/cpu_lanes.h): an arena

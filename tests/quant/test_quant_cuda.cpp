@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include "framework/core/tensor.h"
@@ -32,16 +33,33 @@ Tensor bytes_to_cuda(const std::vector<uint8_t>& p) {
   return h.to(Device::cuda(0));
 }
 
-std::vector<float> to_host(const Tensor& t) {
+// The quantizers run on the context's non-blocking stream, and Tensor::to copies on the legacy
+// stream, which is not ordered after it: wait for the context first (a GPU showed the race).
+std::vector<float> to_host(Context& gpu, const Tensor& t) {
+  gpu.synchronize();
   Tensor h = t.to(Device::cpu());
   const float* p = h.numel() ? h.data<float>() : nullptr;
   return std::vector<float>(p, p + h.numel());
 }
 
-std::vector<uint8_t> bytes_to_host(const Tensor& t, size_t n) {
+std::vector<uint8_t> bytes_to_host(Context& gpu, const Tensor& t, size_t n) {
+  gpu.synchronize();
   Tensor h = t.to(Device::cpu());
   const uint8_t* p = h.numel() ? h.data<uint8_t>() : nullptr;
   return std::vector<uint8_t>(p, p + n);
+}
+
+// Names the first differing byte instead of printing payloads of megabytes.
+void require_same_bytes(const std::vector<uint8_t>& cuda, const std::vector<uint8_t>& cpu) {
+  REQUIRE(cuda.size() == cpu.size());
+  const auto diff = std::mismatch(cuda.begin(), cuda.end(), cpu.begin());
+  if (diff.first == cuda.end()) return;
+  const auto at = diff.first - cuda.begin();
+  const auto wrong = std::inner_product(cuda.begin(), cuda.end(), cpu.begin(), int64_t{0}, std::plus<>(),
+                                        [](uint8_t a, uint8_t b) { return int64_t{a != b}; });
+  FAIL_CHECK(wrong << " of " << cpu.size() << " payload bytes differ; first at byte " << at << " (cuda "
+                   << int{*diff.first} << ", cpu " << int{*diff.second} << ")");
+  REQUIRE(wrong == 0);
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -72,22 +90,22 @@ void check_encoders_match(const std::vector<std::pair<int64_t, int64_t>>& shapes
           const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column,
                                           gs, std::span<uint8_t>(gout.data<uint8_t>(), cap));
           REQUIRE(gbytes == cp.size());
-          REQUIRE(bytes_to_host(gout, gbytes) == cp);
+          require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
           if (ef)
-            REQUIRE(same_bits(to_host(gs.residual()),
+            REQUIRE(same_bits(to_host(gpu, gs.residual()),
                               std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
           // Decode and decode_add of the same payload.
           const auto cd = decode(*q, cpu, cp, n);
           Tensor gd = Tensor::zeros({n}, DType::f32, Device::cuda(0));
           q->decode(gpu, std::span<const uint8_t>(gout.data<uint8_t>(), gbytes), n,
                     std::span<float>(gd.data<float>(), static_cast<size_t>(n)));
-          REQUIRE(same_bits(to_host(gd), cd));
+          REQUIRE(same_bits(to_host(gpu, gd), cd));
           auto acc = normal_data(n, 9);
           Tensor gacc = to_cuda(acc);
           q->decode_add(cpu, cp, n, acc);
           q->decode_add(gpu, std::span<const uint8_t>(gout.data<uint8_t>(), gbytes), n,
                         std::span<float>(gacc.data<float>(), static_cast<size_t>(n)));
-          REQUIRE(same_bits(to_host(gacc), acc));
+          REQUIRE(same_bits(to_host(gpu, gacc), acc));
         }
       }
     }
@@ -130,9 +148,9 @@ TEST_CASE("CUDA encoders match the CPU on spans too small to invert (levels / ma
       const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column, gs,
                                       std::span<uint8_t>(gout.data<uint8_t>(), cap));
       REQUIRE(gbytes == cp.size());
-      REQUIRE(bytes_to_host(gout, gbytes) == cp);
+      require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
       if (ef)
-        REQUIRE(same_bits(to_host(gs.residual()),
+        REQUIRE(same_bits(to_host(gpu, gs.residual()),
                           std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
     }
   }
@@ -167,7 +185,7 @@ TEST_CASE("CUDA encoders refuse sums beyond the float range as the CPU does", "[
       const auto cp = encode(*q, cpu, x, column, cs);
       const size_t gbytes = gpu_encode();
       REQUIRE(gbytes == cp.size());
-      REQUIRE(bytes_to_host(gout, gbytes) == cp);
+      require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
     }
   }
 }
@@ -210,7 +228,7 @@ TEST_CASE("CUDA encoders refuse NaN and Inf with the CPU's message, wherever in 
         REQUIRE(gpu_error == cpu_error);
         if (cpu_error.empty()) {
           REQUIRE(gbytes == cp.size());
-          REQUIRE(bytes_to_host(gout, gbytes) == cp);
+          require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
         }
       }
     }
@@ -280,7 +298,7 @@ TEST_CASE("CUDA decoders reject malformed payloads without writing", "[quant][cu
       REQUIRE_THROWS_AS(q->decode(gpu, std::span<const uint8_t>(gp.data<uint8_t>(), p.size()), n,
                                   std::span<float>(out.data<float>(), static_cast<size_t>(n))),
                         InputError);
-      REQUIRE(same_bits(to_host(out), sentinel));
+      REQUIRE(same_bits(to_host(gpu, out), sentinel));
     }
   }
 }

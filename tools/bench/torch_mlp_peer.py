@@ -5,7 +5,8 @@ optimizer (RMSProp lr 0.003, alpha 0.99, eps 1e-8) and thread count. Prints one 
 {"samples_per_s": ..., "steps": ..., "final_loss": ...}. With --epochs E it trains E whole epochs
 instead, on configs/mnist_mlp.yaml's schedule (linear warm-up over half an epoch, then cosine decay
 to zero), and prints {"epoch_samples_per_s": [...], "train_s": ..., "test_accuracy": ...} (evaluation
-not timed). Run by tools/bench/bench_mlp_cpu.py."""
+not timed). With --device cuda the model and the whole dataset live on the GPU (tools/gpu_check.sh
+runs it so against qtrain on the same GPU). Run by tools/bench/bench_mlp_cpu.py."""
 import argparse
 import json
 import math
@@ -26,24 +27,28 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--epochs", type=int, default=0, help="train whole epochs (0: --steps steps)")
     p.add_argument("--steps-per-epoch", type=int, default=0, help="with --epochs: qtrain's (default N // batch)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (model and data on that device)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
 
+    device = torch.device(args.device)
     x_all, y_all = load_mnist_train(args.data)
+    x_all, y_all = x_all.to(device), y_all.to(device)
 
-    model = mnist_mlp()
+    model = mnist_mlp().to(device)
     opt = torch.optim.RMSprop(model.parameters(), lr=0.003, alpha=0.99, eps=1e-8)
     loss_fn = torch.nn.CrossEntropyLoss()
     model.train()
     n = x_all.shape[0]
     if args.epochs > 0:
         return whole_run(args, model, opt, loss_fn, x_all, y_all)
-    perm = torch.randperm(n)
+    perm = torch.randperm(n, device=x_all.device)
     start = None
     loss = None
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
+            synchronize(x_all.device)
             start = time.perf_counter()
         i = (step * args.batch) % (n - args.batch)
         idx = perm[i:i + args.batch]
@@ -52,9 +57,16 @@ def main():
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+    synchronize(x_all.device)
     elapsed = time.perf_counter() - start
     print(json.dumps({"samples_per_s": args.steps * args.batch / elapsed, "steps": args.steps,
                       "final_loss": float(loss)}))
+
+
+def synchronize(device):
+    """GPU work is asynchronous: a timer read without waiting for it measures only the launches."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def whole_run(args, model, opt, loss_fn, x_all, y_all):
@@ -70,7 +82,8 @@ def whole_run(args, model, opt, loss_fn, x_all, y_all):
 
     rates, train_s = [], 0.0
     for epoch in range(args.epochs):
-        perm = torch.randperm(n)
+        perm = torch.randperm(n, device=x_all.device)
+        synchronize(x_all.device)
         start = time.perf_counter()
         for s in range(per_epoch):
             for group in opt.param_groups:
@@ -79,10 +92,12 @@ def whole_run(args, model, opt, loss_fn, x_all, y_all):
             opt.zero_grad(set_to_none=True)
             loss_fn(model(x_all[idx]), y_all[idx]).backward()
             opt.step()
+        synchronize(x_all.device)
         elapsed = time.perf_counter() - start
         train_s += elapsed
         rates.append(min(per_epoch * args.batch, n) / elapsed)  # the last batch may be partial, as in qtrain
     x_test, y_test = load_mnist_train(args.data, "t10k")
+    x_test, y_test = x_test.to(x_all.device), y_test.to(x_all.device)
     model.eval()
     with torch.no_grad():
         correct = sum(int((model(x_test[i:i + 1000]).argmax(1) == y_test[i:i + 1000]).sum())
