@@ -10,6 +10,7 @@
 
 #include "tests/cuemu/emu/device_functions.h"
 #include "tests/cuemu/emu/memory.h"
+#include "tests/cuemu/emu/ordering.h"
 #include "tests/cuemu/emu/scheduler.h"
 
 struct CUstream_st;
@@ -43,9 +44,14 @@ struct KernelCall {
   }
 };
 
+// A pointer argument is checked, and noted as memory the kernel's stream may touch (written unless
+// the pointee is const) until the host learns the stream's work is done (emu/ordering.h).
 template <typename Arg>
-void check_argument(const char* kernel, Site site, int index, const Arg& a) {
-  if constexpr (std::is_pointer_v<Arg>) check_kernel_pointer(kernel, site, index, static_cast<const void*>(a));
+void check_argument(const char* kernel, Site site, CUstream_st* stream, int index, const Arg& a) {
+  if constexpr (std::is_pointer_v<Arg>) {
+    check_kernel_pointer(kernel, site, index, static_cast<const void*>(a));
+    stream_access(stream, static_cast<const void*>(a), 0, !std::is_const_v<std::remove_pointer_t<Arg>>, kernel);
+  }
 }
 
 template <typename Body, typename... Args>
@@ -53,7 +59,7 @@ void launch(const char* kernel, Site site, const LaunchConfig& c, Body body, Arg
   check_launch_config(kernel, site, c);
   check_stream(kernel, site, c.stream);
   int index = 0;
-  (check_argument(kernel, site, index++, args), ...);
+  (check_argument(kernel, site, c.stream, index++, args), ...);
   std::tuple<Args...> copied(std::move(args)...);
   KernelCall<Body, std::tuple<Args...>> call{&body, &copied};
   run_grid(kernel, site, {c.grid.x, c.grid.y, c.grid.z}, {c.block.x, c.block.y, c.block.z},

@@ -69,6 +69,18 @@ MemoryKind kind_of(const void* p, std::size_t bytes) {
   return it->second.kind;
 }
 
+std::size_t bytes_to_allocation_end(const void* p) {
+  if (!p) return 0;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.live.upper_bound(a);
+  if (it == r.live.begin()) return 0;
+  --it;
+  const std::uintptr_t end = it->first + it->second.bytes;
+  return a < end ? end - a : 0;
+}
+
 std::size_t device_bytes_in_use() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

@@ -17,6 +17,8 @@ void* allocate(std::size_t bytes, MemoryKind kind);
 bool release(void* p, MemoryKind kind);
 // The kind of the allocation [p, p + bytes) lies in (the whole range), or Unregistered.
 MemoryKind kind_of(const void* p, std::size_t bytes = 1);
+// The bytes from p to the end of the allocation it lies in (device or pinned), or 0.
+std::size_t bytes_to_allocation_end(const void* p);
 // Device bytes allocated now.
 std::size_t device_bytes_in_use();
 

@@ -1,7 +1,7 @@
 // The CUDA runtime API over the emulator: memory in host allocations (emu/memory.h), streams as
-// tokens (every call is synchronous), the last-error word per host thread as in CUDA. Misuse a GPU
-// would report is reported the same way (an error code), and misuse it would leave undefined (a copy
-// whose pointers are not what its kind claims) aborts with a message.
+// tokens (every call is synchronous; emu/ordering.h checks the order a GPU would not guarantee), the last-error word
+// per host thread as in CUDA. Misuse a GPU would report is reported the same way (an error code), and misuse it would
+// leave undefined (a copy whose pointers are not what its kind claims) aborts with a message.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -12,6 +12,7 @@
 #include <set>
 
 #include "tests/cuemu/emu/memory.h"
+#include "tests/cuemu/emu/ordering.h"
 #include "tests/cuemu/emu/scheduler.h"
 #include "tests/cuemu/emu/streams.h"
 
@@ -21,6 +22,8 @@ struct CUstream_st {
 struct CUevent_st {
   std::chrono::steady_clock::time_point when;
   bool recorded = false;
+  CUstream_st* stream = nullptr;  // where it was recorded, and that stream's position then
+  std::uint64_t position = 0;
 };
 
 namespace {
@@ -85,9 +88,11 @@ void check_copy_side(const char* call, const char* side, const void* p, size_t b
     cuemu::fail("%s: the %s %p is device memory, but the copy's kind says host", call, side, p);
 }
 
-cudaError_t copy(const char* call, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+cudaError_t copy(const char* call, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   if (!dst || !src) return record(cudaErrorInvalidValue);
+  cuemu::stream_access(stream, src, bytes, false, call);
+  cuemu::stream_access(stream, dst, bytes, true, call);
   switch (kind) {
     case cudaMemcpyHostToHost:
       check_copy_side(call, "destination", dst, bytes, false);
@@ -112,10 +117,11 @@ cudaError_t copy(const char* call, void* dst, const void* src, size_t bytes, cud
   return cudaSuccess;
 }
 
-cudaError_t set(const char* call, void* p, int value, size_t bytes) {
+cudaError_t set(const char* call, void* p, int value, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   if (cuemu::kind_of(p, bytes) != cuemu::MemoryKind::Device)
     cuemu::fail("%s: [%p, +%zu bytes) is not inside one device allocation", call, p, bytes);
+  cuemu::stream_access(stream, p, bytes, true, call);
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
@@ -212,6 +218,7 @@ cudaError_t cudaGetDevice(int* device) {
 }
 cudaError_t cudaDeviceSynchronize() {
   if (const char* why = stall_of(nullptr, true)) cuemu::fail("cudaDeviceSynchronize would wait forever: %s", why);
+  cuemu::device_done();
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
@@ -230,8 +237,10 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = cuemu::allocate(bytes, cuemu::MemoryKind::Device);
   return *p ? cudaSuccess : record(cudaErrorMemoryAllocation);
 }
+// cudaFree, cudaMallocHost and cudaFreeHost wait for the device's work on a GPU.
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  cuemu::device_done();
   return cuemu::release(p, cuemu::MemoryKind::Device) ? cudaSuccess : record(cudaErrorInvalidDevicePointer);
 }
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
@@ -243,12 +252,14 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
   return cudaFree(p);
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  cuemu::device_done();
   *p = cuemu::allocate(bytes, cuemu::MemoryKind::PinnedHost);
   return *p ? cudaSuccess : record(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
 cudaError_t cudaFreeHost(void* p) {
   if (!p) return cudaSuccess;
+  cuemu::device_done();
   return cuemu::release(p, cuemu::MemoryKind::PinnedHost) ? cudaSuccess : record(cudaErrorInvalidValue);
 }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
@@ -269,21 +280,24 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  return copy("cudaMemcpy", dst, src, bytes, kind);
+  return copy("cudaMemcpy", dst, src, bytes, kind, cudaStreamLegacy);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
-  return copy("cudaMemcpyAsync", dst, src, bytes, kind);
+  return copy("cudaMemcpyAsync", dst, src, bytes, kind, s);
 }
-cudaError_t cudaMemset(void* p, int value, size_t bytes) { return set("cudaMemset", p, value, bytes); }
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  return set("cudaMemset", p, value, bytes, cudaStreamLegacy);
+}
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
-  return set("cudaMemsetAsync", p, value, bytes);
+  return set("cudaMemsetAsync", p, value, bytes, s);
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
   *s = new CUstream_st{flags};
+  cuemu::set_stream_non_blocking(*s, (flags & cudaStreamNonBlocking) != 0);
   Streams& all = streams();
   std::lock_guard<std::mutex> lock(all.mutex);
   all.live.insert(*s);
@@ -294,6 +308,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   std::lock_guard<std::mutex> lock(all.mutex);
   if (all.live.erase(s) == 0) return record(cudaErrorInvalidResourceHandle);
   all.stalled.erase(s);  // a GPU destroys a busy stream once its work ends; nothing waits for it here
+  cuemu::forget_stream(s);
   delete s;
   return cudaSuccess;
 }
@@ -301,12 +316,15 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
   if (const char* why = stall_of(s))
     cuemu::fail("cudaStreamSynchronize(%p) would wait forever: %s", static_cast<void*>(s), why);
+  cuemu::stream_done(s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
   // Not an error: CUDA does not record it as the last error.
-  return stall_of(s) ? cudaErrorNotReady : cudaSuccess;
+  if (stall_of(s)) return cudaErrorNotReady;
+  cuemu::stream_done(s);  // the host has learned that the stream's work is done
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
@@ -322,12 +340,19 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
   e->when = std::chrono::steady_clock::now();
   e->recorded = true;
+  e->stream = s;
+  e->position = cuemu::stream_position(s);
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t, unsigned) {
-  return is_live_stream(s) ? cudaSuccess : record(cudaErrorInvalidResourceHandle);
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (e->recorded) cuemu::stream_done_up_to(e->stream, e->position);
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
+  if (e->recorded) cuemu::stream_waits(s, e->stream, e->position);
+  return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (!start->recorded || !end->recorded) return record(cudaErrorInvalidResourceHandle);

@@ -92,6 +92,7 @@ __global__ void divergent_barriers(int* out) {
   out[threadIdx.x] = 1;
 }
 __global__ void touch(int* out) { out[threadIdx.x] = 1; }
+__global__ void read_into(const int* in, int* out) { out[threadIdx.x] = in[threadIdx.x]; }
 
 }  // namespace
 
@@ -227,4 +228,128 @@ TEST_CASE("faults a GPU leaves undefined abort with a message naming the kernel 
     }
   }
   cudaFree(d);
+}
+
+// emu/ordering.h: work on a non-blocking stream is not ordered with the legacy stream's copies.
+TEST_CASE("a legacy-stream copy of a non-blocking stream's memory needs the host to wait for it first") {
+  using cuemu_test::run_in_child;
+  struct Case {
+    const char* name;
+    void (*run)(int* a, int* b, cudaStream_t s, cudaStream_t t);
+    bool races;
+  };
+  const Case cases[] = {
+      {"read back without waiting",
+       [](int* a, int*, cudaStream_t s, cudaStream_t) {
+         touch<<<1, 32, 0, s>>>(a);
+         int h[32];
+         cudaMemcpy(h, a, sizeof h, cudaMemcpyDeviceToHost);
+       },
+       true},
+      {"overwrite what a kernel still reads",
+       [](int* a, int* b, cudaStream_t s, cudaStream_t) {
+         read_into<<<1, 32, 0, s>>>(a, b);
+         cudaMemset(a, 0, 32 * sizeof(int));
+       },
+       true},
+      {"read what a kernel only reads (const at the launch: the rewrite sees the arguments' types)",
+       [](int* a, int* b, cudaStream_t s, cudaStream_t) {
+         read_into<<<1, 32, 0, s>>>(static_cast<const int*>(a), b);
+         int h[32];
+         cudaMemcpy(h, a, sizeof h, cudaMemcpyDeviceToHost);
+       },
+       false},
+      {"read back after cudaStreamSynchronize",
+       [](int* a, int*, cudaStream_t s, cudaStream_t) {
+         touch<<<1, 32, 0, s>>>(a);
+         cudaStreamSynchronize(s);
+         int h[32];
+         cudaMemcpy(h, a, sizeof h, cudaMemcpyDeviceToHost);
+       },
+       false},
+      {"read back after an event on the stream",
+       [](int* a, int*, cudaStream_t s, cudaStream_t) {
+         cudaEvent_t e;
+         cudaEventCreate(&e);
+         touch<<<1, 32, 0, s>>>(a);
+         cudaEventRecord(e, s);
+         cudaEventSynchronize(e);
+         int h[32];
+         cudaMemcpy(h, a, sizeof h, cudaMemcpyDeviceToHost);
+       },
+       false},
+      {"read back when the event is older than the write",
+       [](int* a, int*, cudaStream_t s, cudaStream_t) {
+         cudaEvent_t e;
+         cudaEventCreate(&e);
+         cudaEventRecord(e, s);
+         touch<<<1, 32, 0, s>>>(a);
+         cudaEventSynchronize(e);
+         int h[32];
+         cudaMemcpy(h, a, sizeof h, cudaMemcpyDeviceToHost);
+       },
+       true},
+      {"the legacy stream waits for the stream's event",
+       [](int* a, int*, cudaStream_t s, cudaStream_t) {
+         cudaEvent_t e;
+         cudaEventCreate(&e);
+         touch<<<1, 32, 0, s>>>(a);
+         cudaEventRecord(e, s);
+         cudaStreamWaitEvent(cudaStreamLegacy, e, 0);
+         int h[32];
+         cudaMemcpy(h, a, sizeof h, cudaMemcpyDeviceToHost);
+       },
+       false},
+      {"another stream waited for it, and the host for that stream",
+       [](int* a, int* b, cudaStream_t s, cudaStream_t t) {
+         cudaEvent_t e;
+         cudaEventCreate(&e);
+         touch<<<1, 32, 0, s>>>(a);
+         cudaEventRecord(e, s);
+         cudaStreamWaitEvent(t, e, 0);
+         touch<<<1, 32, 0, t>>>(b);
+         cudaStreamSynchronize(t);
+         int h[32];
+         cudaMemcpy(h, a, sizeof h, cudaMemcpyDeviceToHost);
+       },
+       false},
+      {"a copy on the stream itself",
+       [](int* a, int*, cudaStream_t s, cudaStream_t) {
+         static int* h = nullptr;
+         cudaMallocHost(&h, 32 * sizeof(int));
+         touch<<<1, 32, 0, s>>>(a);
+         cudaMemcpyAsync(h, a, 32 * sizeof(int), cudaMemcpyDeviceToHost, s);
+         cudaStreamSynchronize(s);
+       },
+       false},
+  };
+  int *a = nullptr, *b = nullptr;
+  REQUIRE(cudaMalloc(&a, 32 * sizeof(int)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&b, 32 * sizeof(int)) == cudaSuccess);
+  cudaStream_t s, t;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking) == cudaSuccess);
+  for (const Case& c : cases) {
+    SECTION(c.name) {
+      const auto death = run_in_child([&] { c.run(a, b, s, t); });
+      INFO(death.stderr_text);
+      CHECK(death.aborted == c.races);
+      CHECK((death.stderr_text.find("unordered access") != std::string::npos) == c.races);
+    }
+  }
+  SECTION("a blocking stream is ordered with the legacy stream") {
+    cudaStream_t blocking;
+    REQUIRE(cudaStreamCreate(&blocking) == cudaSuccess);
+    const auto death = run_in_child([&] {
+      touch<<<1, 32, 0, blocking>>>(a);
+      int h[32];
+      cudaMemcpy(h, a, sizeof h, cudaMemcpyDeviceToHost);
+    });
+    CHECK_FALSE(death.aborted);
+    cudaStreamDestroy(blocking);
+  }
+  cudaStreamDestroy(s);
+  cudaStreamDestroy(t);
+  cudaFree(a);
+  cudaFree(b);
 }
