@@ -51,6 +51,15 @@ train() {  # train RUN_DIR METHOD [--resume]
   else "${mpirun[@]}" "$qtrain" train "$tmp/small.yaml" "${args[@]}" --set output.dir="$dir"; fi
 }
 
+# SIGKILL reaches mpirun at once, but its ranks notice their parent's death only within a second or
+# so, and may still write checkpoint files meanwhile. A resume started before they are gone races
+# them (that made the last resume fail once under load): wait until no process names the run dir.
+wait_gone() {  # wait_gone RUN_DIR
+  local waited=0
+  while pgrep -f -- "$1" >/dev/null && [[ $waited -lt 300 ]]; do sleep 0.1; waited=$((waited + 1)); done
+  if pgrep -f -- "$1" >/dev/null; then echo "FAIL: processes of $1 outlived their killed mpirun by 30 s"; exit 1; fi
+}
+
 # The state a run ends with: one line per tensor of its checkpoint files (the metadata, which holds
 # wall-clock times, is left out).
 state_of() { "$src/tests/support/checkpoint_tensors.py" "$1"; }
@@ -79,6 +88,7 @@ for method in onebit qsgd; do
     fi
     wait "$job" 2>/dev/null
     job=
+    wait_gone "$dir"
     at+=("$(state_of "$dir" 2>/dev/null | awk '$1 == "checkpoint.safetensors" {print $3; exit}')")
     if grep -q "step $steps\b" <(state_of "$dir" 2>/dev/null) && [[ $killed -lt $kills ]]; then
       rm -rf "$dir"  # it finished before enough kills: start the run over
