@@ -152,6 +152,18 @@ void Communicator::all_to_all_streamed(Context& ctx, const Produce& produce, con
             {recv.data() + stream_recv_offsets_[static_cast<size_t>(s)], stream_recv_sizes_[static_cast<size_t>(s)]});
 }
 
+const uint8_t* Communicator::all_to_all_device(Context&, std::span<const uint8_t>, const std::vector<size_t>&,
+                                               const std::vector<size_t>&, std::vector<size_t>&, std::vector<size_t>&) {
+  QT_CHECK(false, "the {} communicator has no device byte collectives", name());
+  return nullptr;
+}
+
+const uint8_t* Communicator::all_gather_device(Context&, std::span<const uint8_t>, std::vector<size_t>&,
+                                               std::vector<size_t>&) {
+  QT_CHECK(false, "the {} communicator has no device byte collectives", name());
+  return nullptr;
+}
+
 int Communicator::post_send(std::span<const uint8_t>, int, int) {
   QT_CHECK(false, "the {} communicator has no point-to-point messages", name());
   return -1;

@@ -70,6 +70,19 @@ class Communicator {
   // order, each as soon as it and those before it have arrived. `recv_capacity[s]` bounds what rank s
   // may send here: more is an error. These defaults produce everything, run the plain collective and
   // then consume; MpiComm overrides them with nonblocking point-to-point messages.
+  // Device-resident forms of all_to_all_bytes and all_gather_bytes, for communicators that move GPU
+  // memory themselves (nccl; device_byte_collectives() says so, and the defaults fail): `send` is in
+  // the context's GPU memory, and the result is device memory holding rank s's block at
+  // offsets[s] (sizes and offsets as the *_bytes forms give them), valid until this communicator's
+  // next collective; null when nothing was received. The GPU exchange decodes there, without the
+  // host round trip of the *_bytes forms.
+  virtual bool device_byte_collectives() const { return false; }
+  virtual const uint8_t* all_to_all_device(Context& ctx, std::span<const uint8_t> send,
+                                           const std::vector<size_t>& send_sizes,
+                                           const std::vector<size_t>& send_offsets, std::vector<size_t>& recv_sizes,
+                                           std::vector<size_t>& recv_offsets);
+  virtual const uint8_t* all_gather_device(Context& ctx, std::span<const uint8_t> send, std::vector<size_t>& sizes,
+                                           std::vector<size_t>& offsets);
   using Produce = std::function<std::span<const uint8_t>(int rank)>;
   using Consume = std::function<void(int rank, std::span<const uint8_t> bytes)>;
   virtual void all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,

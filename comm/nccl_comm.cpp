@@ -165,18 +165,14 @@ void NcclComm::all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceTyp
   wait(stream, op);
 }
 
-void NcclComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
-                                std::vector<size_t>& sizes, std::vector<size_t>& offsets) {
-  const char* op = "all_gather_bytes";
+const uint8_t* NcclComm::all_gather_to_scratch(const char* op, Context& ctx, std::span<const uint8_t> send,
+                                               std::vector<size_t>& sizes, std::vector<size_t>& offsets) {
   cudaStream_t stream = stream_of(op, ctx, device_, comm_);
   const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
-  check_send_outside(op, send, recv);
-
   const std::vector<uint64_t> all = host_->all_gather_u64(send.size());
   sizes.assign(all.begin(), all.end());
   const size_t total = exclusive_offsets(sizes, offsets);
-  recv.resize(total);
-  if (total == 0) return;  // the same decision on every rank: the total is global
+  if (total == 0) return nullptr;  // the same decision on every rank: the total is global
   const uint8_t* in = device_send(send, where, stream);
   uint8_t* out = scratch(recv_scratch_, total);
   if (std::all_of(sizes.begin(), sizes.end(), [&](size_t s) { return s == sizes[0]; })) {
@@ -198,26 +194,42 @@ void NcclComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std
       CUDA_CHECK(
           cudaMemcpyAsync(out + offsets[static_cast<size_t>(me)], in, send.size(), cudaMemcpyDeviceToDevice, stream));
   }
-  CUDA_CHECK(cudaMemcpyAsync(recv.data(), out, total, cudaMemcpyDeviceToHost, stream));
+  return out;
+}
+
+void NcclComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
+                                std::vector<size_t>& sizes, std::vector<size_t>& offsets) {
+  const char* op = "all_gather_bytes";
+  check_send_outside(op, send, recv);
+  const uint8_t* out = all_gather_to_scratch(op, ctx, send, sizes, offsets);
+  recv.resize(offsets.empty() ? 0 : offsets.back() + sizes.back());
+  if (out == nullptr) return;
+  cudaStream_t stream = stream_of(op, ctx, device_, comm_);
+  CUDA_CHECK(cudaMemcpyAsync(recv.data(), out, recv.size(), cudaMemcpyDeviceToHost, stream));
   wait(stream, op);
 }
 
-void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
-                                const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
-                                std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) {
-  const char* op = "all_to_all_bytes";
+const uint8_t* NcclComm::all_gather_device(Context& ctx, std::span<const uint8_t> send, std::vector<size_t>& sizes,
+                                           std::vector<size_t>& offsets) {
+  const char* op = "all_gather_device";
+  const uint8_t* out = all_gather_to_scratch(op, ctx, send, sizes, offsets);
+  if (out != nullptr) wait(stream_of(op, ctx, device_, comm_), op);
+  return out;
+}
+
+const uint8_t* NcclComm::all_to_all_to_scratch(const char* op, Context& ctx, std::span<const uint8_t> send,
+                                               const std::vector<size_t>& send_sizes,
+                                               const std::vector<size_t>& send_offsets, std::vector<size_t>& recv_sizes,
+                                               std::vector<size_t>& recv_offsets) {
   check_all_to_all_args(op, send.size(), send_sizes, send_offsets, size());
   cudaStream_t stream = stream_of(op, ctx, device_, comm_);
   const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
-  check_send_outside(op, send, recv);
-
   const std::vector<uint64_t> heard =
       host_->all_to_all_u64(std::vector<uint64_t>(send_sizes.begin(), send_sizes.end()));
   recv_sizes.assign(heard.begin(), heard.end());
   const size_t total = exclusive_offsets(recv_sizes, recv_offsets);
-  recv.resize(total);
   const uint8_t* in = device_send(send, where, stream);
-  uint8_t* out = scratch(recv_scratch_, total);
+  uint8_t* out = scratch(recv_scratch_, std::max<size_t>(total, 1));
   const auto me = static_cast<size_t>(rank());
   NcclGroup group;
   for (size_t peer = 0; peer < send_sizes.size(); ++peer) {
@@ -232,8 +244,30 @@ void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, con
   if (send_sizes[me] > 0)
     CUDA_CHECK(cudaMemcpyAsync(out + recv_offsets[me], in + send_offsets[me], send_sizes[me], cudaMemcpyDeviceToDevice,
                                stream));
+  return out;
+}
+
+void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
+                                const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
+                                std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) {
+  const char* op = "all_to_all_bytes";
+  check_send_outside(op, send, recv);
+  const uint8_t* out = all_to_all_to_scratch(op, ctx, send, send_sizes, send_offsets, recv_sizes, recv_offsets);
+  const size_t total = recv_offsets.empty() ? 0 : recv_offsets.back() + recv_sizes.back();
+  recv.resize(total);
+  cudaStream_t stream = stream_of(op, ctx, device_, comm_);
   if (total > 0) CUDA_CHECK(cudaMemcpyAsync(recv.data(), out, total, cudaMemcpyDeviceToHost, stream));
   wait(stream, op);  // also when nothing came in: this rank's sends must be done before it returns
+}
+
+const uint8_t* NcclComm::all_to_all_device(Context& ctx, std::span<const uint8_t> send,
+                                           const std::vector<size_t>& send_sizes,
+                                           const std::vector<size_t>& send_offsets, std::vector<size_t>& recv_sizes,
+                                           std::vector<size_t>& recv_offsets) {
+  const char* op = "all_to_all_device";
+  const uint8_t* out = all_to_all_to_scratch(op, ctx, send, send_sizes, send_offsets, recv_sizes, recv_offsets);
+  wait(stream_of(op, ctx, device_, comm_), op);  // this rank's sends are done, and a failed peer is reported here
+  return out;
 }
 
 void NcclComm::all_gather_equal(Context& ctx, const void* send, size_t bytes, void* recv) {

@@ -46,6 +46,13 @@ class NcclComm final : public Communicator {
   void all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
                         const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
                         std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) override;
+  // The same collectives leaving the received blocks in device scratch: no host round trip.
+  bool device_byte_collectives() const override { return true; }
+  const uint8_t* all_to_all_device(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
+                                   const std::vector<size_t>& send_offsets, std::vector<size_t>& recv_sizes,
+                                   std::vector<size_t>& recv_offsets) override;
+  const uint8_t* all_gather_device(Context& ctx, std::span<const uint8_t> send, std::vector<size_t>& sizes,
+                                   std::vector<size_t>& offsets) override;
   void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) override;
   // ncclAllGather from GPU memory into GPU memory; host buffers take the default.
   void all_gather_equal(Context& ctx, const void* send, size_t bytes, void* recv) override;
@@ -67,6 +74,13 @@ class NcclComm final : public Communicator {
   uint8_t* scratch(Tensor& buffer, size_t bytes);
   // `send` in device memory: itself, or its copy in send_scratch_ (queued on `stream`).
   const uint8_t* device_send(std::span<const uint8_t> send, Device where, void* stream);
+  // The byte collectives up to the received blocks in recv_scratch_ (queued on the context's stream,
+  // not waited for); null when nothing is received. The *_bytes forms copy them to the host.
+  const uint8_t* all_gather_to_scratch(const char* op, Context& ctx, std::span<const uint8_t> send,
+                                       std::vector<size_t>& sizes, std::vector<size_t>& offsets);
+  const uint8_t* all_to_all_to_scratch(const char* op, Context& ctx, std::span<const uint8_t> send,
+                                       const std::vector<size_t>& send_sizes, const std::vector<size_t>& send_offsets,
+                                       std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets);
   // Waits until `stream` (a cudaStream_t) has run its work, polling NCCL's asynchronous error state
   // meanwhile; on an error, aborts the communicator and throws, naming `op`.
   void wait(void* stream, const char* op);

@@ -104,6 +104,10 @@ step "bench-model cifar_resnet110 --device cuda" bench-resnet "$build/qtrain" be
   --device cuda --batch 128 --steps 20 --warmup 3
 step "bench-allreduce --backend nccl (one rank)" bench-allreduce "$build/qtrain" bench-allreduce --backend nccl \
   --sizes 4 64 --methods fp32,bf16,qsgd:bits=4,onebit,topk --iterations 20 --warmup 3
+# The same with the payloads through host memory (the path before the device byte collectives).
+step "bench-allreduce --backend nccl (one rank), host payload path" bench-allreduce-host \
+  env QTRAIN_EXCHANGE_HOST_PAYLOADS=1 "$build/qtrain" bench-allreduce --backend nccl \
+  --sizes 4 64 --methods qsgd:bits=4,onebit --iterations 20 --warmup 3
 
 # 3. Whole runs on one GPU, against the CPU and PyTorch on the same machine.
 if [[ -f data/mnist/train-images-idx3-ubyte ]]; then

@@ -12,12 +12,25 @@
 // needs those messages, and this one cannot overlap pieces, as each collective returns only when
 // complete. With one piece there is nothing to overlap, so the collectives take it.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "comm/buffer_ops.h"
 #include "comm/exchange/workspace.h"
 
 namespace qtrain::exchange {
 namespace {
+
+// QTRAIN_EXCHANGE_HOST_PAYLOADS=1 keeps GPU payloads on the host path even where the communicator
+// has device byte collectives: for measuring one path against the other on a GPU, and for checking
+// that both give the same bits (tests/e2e/cuda_emu_train.sh).
+bool host_payloads_forced() {
+  static const bool forced = [] {
+    const char* e = std::getenv("QTRAIN_EXCHANGE_HOST_PAYLOADS");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  return forced;
+}
 
 // Piece k of every tensor of `ids` through both phases on the streaming collectives.
 void reduce_scatter_allgather_piece(Workspace& w, const std::vector<int>& ids, int k, StripeTally& tally) {
@@ -76,6 +89,69 @@ void reduce_scatter_allgather_piece(Workspace& w, const std::vector<int>& ids, i
       });
 }
 
+// The same on GPUs over a communicator with device byte collectives (nccl): every payload stays in
+// device memory. Each owner's piece is encoded into its slot of one device buffer, the slots are
+// exchanged, and every block is decoded where it landed. The host path copies each payload to the
+// host after encoding, the communicator stages it back to the GPU and its result to the host, and the
+// decoder uploads it again: four crossings of PCIe per payload, each waited for. Same bytes, same
+// sums, same order (rank order) as the streamed path.
+void reduce_scatter_allgather_piece_on_device(Workspace& w, const std::vector<int>& ids, int k, StripeTally& tally) {
+  Context& ctx = *w.ctx;
+  const int P = w.comm.size();
+  const int me = w.comm.rank();
+
+  // 1. Every owner's piece, encoded for it (the right neighbour first, as the streamed path), ...
+  auto t0 = Clock::now();
+  w.send_offsets.assign(static_cast<size_t>(P) + 1, 0);
+  for (int s = 0; s < P; ++s)
+    w.send_offsets[static_cast<size_t>(s) + 1] = w.send_offsets[static_cast<size_t>(s)] + w.piece_capacity(ids, s, k);
+  uint8_t* send = w.device_bytes(w.send_dev, w.send_offsets.back());
+  w.send_sizes.assign(static_cast<size_t>(P), 0);
+  for (int j = 1; j <= P; ++j) {
+    const int d = (me + j) % P;
+    const auto slot = static_cast<size_t>(d);
+    w.send_sizes[slot] =
+        w.encode_piece(ids, d, k, /*owner=*/false, send + w.send_offsets[slot], tally.sent, d != me ? 1 : 0);
+  }
+  tally.encode_s += since(t0);
+  const std::vector<size_t> offsets(w.send_offsets.begin(), w.send_offsets.end() - 1);
+  const uint8_t* recv =
+      w.comm.all_to_all_device(ctx, {send, w.send_offsets.back()}, w.send_sizes, offsets, w.recv_sizes, w.recv_offsets);
+  // ... and the owner sums what every rank sent it, in rank order.
+  t0 = Clock::now();
+  const size_t mine = w.piece_capacity(ids, me, k);
+  for (int s = 0; s < P; ++s) {
+    const auto r = static_cast<size_t>(s);
+    if (w.recv_sizes[r] > mine)
+      input_error("gradient exchange: rank {} sent {} bytes, more than the {} this rank expects at most", s,
+                  w.recv_sizes[r], mine);
+    w.decode_from_device(
+        s, {recv + w.recv_offsets[r], w.recv_sizes[r]}, ids, /*add=*/s > 0, [&](int t) { return w.piece(t, me, k); },
+        /*owner_encoded=*/false);
+  }
+  w.scale_piece(ids, k);
+  tally.decode_s += since(t0);
+
+  // 2. The owner re-encodes its reduced piece, and every owner's payload goes to everyone.
+  t0 = Clock::now();
+  send = w.device_bytes(w.send_dev, mine);
+  const size_t used = w.encode_piece(ids, me, k, /*owner=*/true, send, tally.sent, P - 1);
+  tally.encode_s += since(t0);
+  recv = w.comm.all_gather_device(ctx, {send, used}, w.recv_sizes, w.recv_offsets);
+  t0 = Clock::now();
+  for (int owner = 0; owner < P; ++owner) {
+    const auto r = static_cast<size_t>(owner);
+    const size_t most = w.piece_capacity(ids, owner, k);
+    if (w.recv_sizes[r] > most)
+      input_error("gradient exchange: rank {} sent {} bytes, more than the {} this rank expects at most", owner,
+                  w.recv_sizes[r], most);
+    w.decode_from_device(
+        owner, {recv == nullptr ? nullptr : recv + w.recv_offsets[r], w.recv_sizes[r]}, ids,
+        /*add=*/false, [&](int t) { return w.piece(t, owner, k); }, /*owner_encoded=*/true);
+  }
+  tally.decode_s += since(t0);
+}
+
 }  // namespace
 
 void reduce_scatter_allgather(Workspace& w, const std::vector<int>& ids) {
@@ -93,8 +169,11 @@ void reduce_scatter_allgather(Workspace& w, const std::vector<int>& ids) {
       capacity.push_back(w.piece_capacity(ids, s, k));
       pipelined = pipelined && capacity.back() <= w.comm.max_point_to_point_bytes();
     }
+  const bool on_device = w.device.is_cuda() && w.comm.device_byte_collectives() && !host_payloads_forced();
   if (pipelined)
     reduce_scatter_allgather_pipelined(w, ids, pieces, capacity, tally);
+  else if (on_device)
+    for (int k = 0; k < pieces; ++k) reduce_scatter_allgather_piece_on_device(w, ids, k, tally);
   else
     for (int k = 0; k < pieces; ++k) reduce_scatter_allgather_piece(w, ids, k, tally);
   for (size_t i = 0; i < ids.size(); ++i) w.stats.bytes_sent_per_tensor[static_cast<size_t>(ids[i])] += tally.sent[i];

@@ -40,11 +40,41 @@ void Workspace::decode_from(int from_rank, std::span<const uint8_t> bytes, const
     copy_from_host(*ctx, dev, bytes.data(), bytes.size());
     base = dev;
   }
+  decode_payloads(from_rank, base, bytes.size(), ids, add, where,
+                  [&](int t, size_t cursor) { return payload_length(bytes, cursor, t, from_rank); });
+}
+
+void Workspace::decode_from_device(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
+                                   const std::function<Span(int)>& where, bool owner_encoded) {
+  auto largest = [&](int t) {
+    const int64_t len = where(t).length;
+    const TensorPlan& p = plan(t);
+    const Quantizer& q = owner_encoded ? p.owner_q() : *p.quantizer;
+    return q.max_encoded_bytes(len, p.column_for(len, tensor(t).column));
+  };
+  size_t full = 0;
+  for (int t : ids)
+    if (where(t).length > 0) full += largest(t);
+  if (full == bytes.size()) {
+    // Every payload is at most its encoder's largest, and they sum to the block: each is exactly it.
+    decode_payloads(from_rank, bytes.data(), bytes.size(), ids, add, where, [&](int t, size_t) { return largest(t); });
+    return;
+  }
+  if (recv_host.size() < bytes.size()) recv_host.resize(bytes.size());
+  if (!bytes.empty()) copy_to_host(*ctx, recv_host.data(), bytes.data(), bytes.size());
+  const std::span<const uint8_t> host{recv_host.data(), bytes.size()};
+  decode_payloads(from_rank, bytes.data(), bytes.size(), ids, add, where,
+                  [&](int t, size_t cursor) { return payload_length(host, cursor, t, from_rank); });
+}
+
+void Workspace::decode_payloads(int from_rank, const uint8_t* base, size_t size, const std::vector<int>& ids, bool add,
+                                const std::function<Span(int)>& where,
+                                const std::function<size_t(int, size_t)>& length) {
   size_t cursor = 0;
   for (int t : ids) {
     const auto [begin, len] = where(t);
     if (len == 0) continue;  // empty stripes are never sent
-    const size_t plen = payload_length(bytes, cursor, t, from_rank);
+    const size_t plen = length(t, cursor);
     const std::span<const uint8_t> payload{base + cursor, plen};
     const std::span<float> out{grad(t) + begin, static_cast<size_t>(len)};
     const Quantizer& q = *plan(t).quantizer;
@@ -54,9 +84,8 @@ void Workspace::decode_from(int from_rank, std::span<const uint8_t> bytes, const
       q.decode(*ctx, payload, len, out);
     cursor += plen;
   }
-  if (cursor != bytes.size())
-    input_error("gradient exchange: rank {} sent {} bytes more than its payloads describe", from_rank,
-                bytes.size() - cursor);
+  if (cursor != size)
+    input_error("gradient exchange: rank {} sent {} bytes more than its payloads describe", from_rank, size - cursor);
 }
 
 size_t Workspace::payload_length(std::span<const uint8_t> bytes, size_t cursor, int t, int from_rank) const {

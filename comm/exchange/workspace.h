@@ -37,7 +37,7 @@ struct Workspace {
   // Buffers reused across steps (no allocation in steady state).
   Tensor send_dev, recv_dev, stage_dev;
   std::vector<uint8_t> send_host, recv_host;
-  std::vector<size_t> send_offsets, capacity;
+  std::vector<size_t> send_offsets, capacity, send_sizes, recv_sizes, recv_offsets;
   std::vector<std::vector<uint8_t>> pipeline_buffers;  // the pipelined reduce-scatter's messages
   Tensor low_rank_p, low_rank_q;                       // powersgd: the P and the Q matrices of a bucket, back to back
 
@@ -55,6 +55,12 @@ struct Workspace {
   // (decode_add) when `add`, else overwriting. Every length is validated before a decoder reads.
   void decode_from(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
                    const std::function<Span(int tensor)>& where);
+  // The same for bytes in device memory (a device byte collective's result), encoded by each tensor's
+  // owner quantizer when `owner_encoded`, else its first one. When the block is exactly as long as
+  // those encoders' largest payloads (fixed-size methods), those are the lengths and nothing crosses
+  // to the host; else the block is copied to the host to read its headers.
+  void decode_from_device(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
+                          const std::function<Span(int tensor)>& where, bool owner_encoded);
 
   // Piece k of stripe s of tensor t (empty when t has fewer pieces).
   Span piece(int t, int s, int k) const { return plan(t).piece(s, k); }
@@ -76,6 +82,11 @@ struct Workspace {
   // The payload for tensor `t` at `cursor` in host bytes `bytes` from rank `from_rank`: its length,
   // validated against what is left.
   size_t payload_length(std::span<const uint8_t> bytes, size_t cursor, int t, int from_rank) const;
+  // The decoding loop of both: `base` (device memory on CUDA) holds `size` bytes, and length(t, cursor)
+  // gives tensor t's payload length at `cursor`, validated.
+  void decode_payloads(int from_rank, const uint8_t* base, size_t size, const std::vector<int>& ids, bool add,
+                       const std::function<Span(int tensor)>& where,
+                       const std::function<size_t(int tensor, size_t cursor)>& length);
 };
 
 // Seconds and bytes of one bucket's reduce-scatter + allgather, added to the statistics at its end.

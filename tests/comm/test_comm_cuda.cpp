@@ -294,3 +294,60 @@ TEST_CASE("all_gather_equal gathers GPU blocks into GPU memory: NcclComm's and t
     CHECK(wrong == 0);
   }
 }
+
+TEST_CASE("device byte collectives leave every block in GPU memory: NcclComm's, and none elsewhere", "[cuda][nccl]") {
+  Context ctx = Context::cuda(my_gpu().index, 1);
+  MpiComm mpi(my_gpu());
+  CHECK_FALSE(mpi.device_byte_collectives());
+  std::vector<size_t> sizes, offsets;
+  CHECK_THROWS_WITH(mpi.all_gather_device(ctx, {}, sizes, offsets), Contains("has no device byte collectives"));
+  if (ranks_on_this_host() > cuda_device_count()) return;
+  auto comm = make_communicator("nccl", my_gpu());
+  REQUIRE(comm->device_byte_collectives());
+  const int p = comm->size(), r = comm->rank();
+  INFO("rank " << r << " of " << p);
+  // The received bytes, read back after the context's stream: the results are device memory.
+  auto fetch_block = [&](const uint8_t* at, size_t n) {
+    std::vector<uint8_t> host(n);
+    ctx.synchronize();
+    if (n > 0) device_copy(Device::cpu(), host.data(), my_gpu(), at, n);
+    return host;
+  };
+
+  // all_gather_device: different sizes (rank 1 sends nothing), then equal sizes.
+  std::vector<uint8_t> send(gather_size(r));
+  for (size_t i = 0; i < send.size(); ++i) send[i] = gather_byte(r, i);
+  Tensor dsend = place(send, my_gpu());
+  const uint8_t* got = comm->all_gather_device(ctx, bytes_of(dsend), sizes, offsets);
+  size_t wrong = 0;
+  for (int s = 0; s < p; ++s) {
+    const auto su = static_cast<size_t>(s);
+    REQUIRE(sizes[su] == gather_size(s));
+    const std::vector<uint8_t> block = fetch_block(got + offsets[su], sizes[su]);
+    for (size_t i = 0; i < block.size(); ++i) wrong += block[i] != gather_byte(s, i);
+  }
+  CHECK(wrong == 0);
+  Tensor dsame = place(std::vector<uint8_t>(6, static_cast<uint8_t>(r + 1)), my_gpu());
+  got = comm->all_gather_device(ctx, bytes_of(dsame), sizes, offsets);
+  const std::vector<uint8_t> all = fetch_block(got, 6 * static_cast<size_t>(p));
+  wrong = 0;
+  for (size_t i = 0; i < all.size(); ++i) wrong += static_cast<size_t>(all[i]) != i / 6 + 1;
+  CHECK(wrong == 0);
+
+  // all_to_all_device with the scattered send layout of check_collectives.
+  std::vector<size_t> send_sizes, send_offsets, recv_sizes, recv_offsets;
+  std::vector<uint8_t> blocks(pair_layout(r, p, send_sizes, send_offsets), 0xee);
+  for (int d = 0; d < p; ++d)
+    for (size_t i = 0; i < send_sizes[static_cast<size_t>(d)]; ++i)
+      blocks[send_offsets[static_cast<size_t>(d)] + i] = pair_byte(r, d, i);
+  Tensor dblocks = place(blocks, my_gpu());
+  got = comm->all_to_all_device(ctx, bytes_of(dblocks), send_sizes, send_offsets, recv_sizes, recv_offsets);
+  wrong = 0;
+  for (int s = 0; s < p; ++s) {
+    const auto su = static_cast<size_t>(s);
+    REQUIRE(recv_sizes[su] == pair_size(s, r));
+    const std::vector<uint8_t> block = fetch_block(got + recv_offsets[su], recv_sizes[su]);
+    for (size_t i = 0; i < block.size(); ++i) wrong += block[i] != pair_byte(s, r, i);
+  }
+  CHECK(wrong == 0);
+}

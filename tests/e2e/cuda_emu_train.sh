@@ -76,6 +76,40 @@ for method in fp32 bf16 qsgd onebit topk randomk signsgd powersgd; do
   [[ $method == signsgd ]] && extra=(--set "optimizer={type: sgd, lr: 0.001, momentum: 0}")
   run_pair "$method" 2 "" "${extra[@]}" --set quantization.method="$method"
 done
+# On emulated GPUs over NCCL the reduce-scatter + allgather keeps every payload in device memory
+# (device byte collectives); QTRAIN_EXCHANGE_HOST_PAYLOADS=1 takes the host path instead. Both must
+# end in the same bits: parameters, momentum and every rank's error-feedback residuals. qsgd and
+# onebit repeat their runs above on the host path; topk (variable-size payloads, whose headers the
+# device path reads on the host) runs both ways through reduce-scatter + allgather, in few pieces.
+state_of() { "$src/tests/support/checkpoint_tensors.py" "$1"; }
+host_path_same_bits() {  # host_path_same_bits LABEL DEVICE_RUN_DIR ARGS...
+  local label=$1 device_run=$2 host_run="$tmp/$1-host-path"
+  shift 2
+  if ! QTRAIN_EXCHANGE_HOST_PAYLOADS=1 CUEMU_DEVICES=2 mpirun --oversubscribe --bind-to none --mca btl self,vader \
+         --mca mpi_yield_when_idle 1 -x QTRAIN_EXCHANGE_HOST_PAYLOADS -np 2 "$emulated" train \
+         "$src/configs/mnist_mlp.yaml" "${common[@]}" "$@" --set device=cuda --set communication.backend=nccl \
+         --set output.dir="$host_run" </dev/null >"$host_run.log" 2>&1; then
+    fail "$label on the host path"; grep -v "^\[20" "$host_run.log" | tail -5 | sed "s/^/    /"; return
+  fi
+  if diff <(state_of "$device_run") <(state_of "$host_run") >"$tmp/diff"; then
+    echo "ok: $label: the device and the host payload paths end in the same bits ($(state_of "$host_run" | wc -l) tensors)"
+  else
+    fail "$label: the device and the host payload paths differ:"; head -3 "$tmp/diff" | sed "s/^/    /"
+  fi
+}
+for method in qsgd onebit; do
+  host_path_same_bits "$method" "$tmp/$method-cuda" --set quantization.method="$method"
+done
+topk_rs=(--set quantization.method=topk --set communication.algorithm=reduce_scatter_allgather
+         --set communication.piece_mb=1 --set train.max_steps=6)
+if CUEMU_DEVICES=2 mpirun --oversubscribe --bind-to none --mca btl self,vader --mca mpi_yield_when_idle 1 -np 2 \
+     "$emulated" train "$src/configs/mnist_mlp.yaml" "${common[@]}" "${topk_rs[@]}" --set device=cuda \
+     --set communication.backend=nccl --set output.dir="$tmp/topk-rs" </dev/null >"$tmp/topk-rs.log" 2>&1; then
+  host_path_same_bits topk-reduce-scatter "$tmp/topk-rs" "${topk_rs[@]}"
+else
+  fail "topk through reduce-scatter + allgather on emulated GPUs"; tail -3 "$tmp/topk-rs.log" | sed "s/^/    /"
+fi
+
 # Two levels (communication.hierarchy) on NCCL: 4 ranks as 2 nodes of 2 (ranks_per_node), each node
 # summing in bf16 over its own NCCL communicator (ncclReduceScatter) and local rank l of each node
 # exchanging stripe l with qsgd 4-bit over another; the same run on the CPU over MPI.
