@@ -5,7 +5,8 @@
 // kernel's stream reads whatever is there (the first GPU run found a test doing so). This module
 // finds such races without a GPU: each non-blocking stream keeps what its kernels and copies may
 // still touch (a kernel's pointer arguments, from the pointer to the end of its allocation, written
-// unless the argument's pointee is const; a copy's exact ranges) until the host learns that work is done
+// unless the argument's pointee is const; a copy's exact ranges; an NCCL call's buffers, noted by the
+// NCCL shim) until the host learns that work is done
 // (stream, event or device synchronization, a successful query, cudaFree, or the legacy stream made
 // to wait for an event). A legacy-stream access that overlaps such work, one of them a write, aborts
 // with both sides named. Work of non-blocking streams among themselves is not checked. The launch

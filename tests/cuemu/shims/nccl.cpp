@@ -45,6 +45,7 @@
 
 #include "tests/cuemu/emu/memory.h"
 #include "tests/cuemu/emu/scheduler.h"
+#include "tests/cuemu/emu/ordering.h"
 #include "tests/cuemu/emu/streams.h"
 
 struct ncclComm {
@@ -425,6 +426,12 @@ ncclResult_t begin(const char* name, ncclComm* comm, ncclDataType_t type, cudaSt
 
 bool is_valid_rank(ncclComm* comm, int r) { return r >= 0 && r < comm->nranks; }
 
+// What a call reads and writes on its stream, for the stream-ordering check (emu/ordering.h): on a
+// GPU an NCCL call's buffers are in use until its stream has run it.
+void note_access(const char* name, cudaStream_t stream, const void* p, size_t bytes, bool write) {
+  if (bytes > 0) cuemu::stream_access(stream, p, bytes, write, name);
+}
+
 void require_sum(const char* name, ncclRedOp_t op) {
   if (op != ncclSum)
     cuemu::fail("%s: only ncclSum is emulated (qtrain sums), got operation %d", name, static_cast<int>(op));
@@ -589,6 +596,8 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   const size_t bytes = count * type_size(type);
   require_device("ncclAllReduce", "send buffer", send, bytes);
   require_device("ncclAllReduce", "receive buffer", recv, bytes);
+  note_access("ncclAllReduce", stream, send, bytes, false);
+  note_access("ncclAllReduce", stream, recv, bytes, true);
   if (count == 0 || comm->failed) return run(std::move(c));
   // Every rank sends its values to every other one and sums all of them in rank order.
   post_sum(*c, static_cast<const char*>(send), /*stride=*/0, bytes, kTagAllReduce, recv, count, type);
@@ -603,6 +612,8 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
   const size_t bytes = count * type_size(type);  // of one rank's block
   require_device("ncclReduceScatter", "send buffer", send, bytes * static_cast<size_t>(comm->nranks));
   require_device("ncclReduceScatter", "receive buffer", recv, bytes);
+  note_access("ncclReduceScatter", stream, send, bytes * static_cast<size_t>(comm->nranks), false);
+  note_access("ncclReduceScatter", stream, recv, bytes, true);
   if (count == 0 || comm->failed) return run(std::move(c));
   // Rank d's block goes to rank d, which sums the blocks it receives in rank order.
   post_sum(*c, static_cast<const char*>(send), /*stride=*/bytes, bytes, kTagReduceScatter, recv, count, type);
@@ -616,6 +627,8 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
   const size_t bytes = count * type_size(type);  // of one rank's block
   require_device("ncclAllGather", "send buffer", send, bytes);
   require_device("ncclAllGather", "receive buffer", recv, bytes * static_cast<size_t>(comm->nranks));
+  note_access("ncclAllGather", stream, send, bytes, false);
+  note_access("ncclAllGather", stream, recv, bytes * static_cast<size_t>(comm->nranks), true);
   if (count == 0 || comm->failed) return run(std::move(c));
   // The other ranks' blocks land at their slots; this rank's slot is written last, when the sends that
   // read `send` are done (in place, `send` is that slot).
@@ -638,6 +651,8 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   const size_t bytes = count * type_size(type);
   if (comm->rank == root) require_device("ncclBroadcast", "send buffer", send, bytes);
   require_device("ncclBroadcast", "receive buffer", recv, bytes);
+  if (comm->rank == root) note_access("ncclBroadcast", stream, send, bytes, false);
+  note_access("ncclBroadcast", stream, recv, bytes, true);
   if (count == 0 || comm->failed) return run(std::move(c));
   if (comm->rank == root) {
     for (int peer = 0; peer < comm->nranks; ++peer)
@@ -656,6 +671,7 @@ ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int p
   if (!is_valid_rank(comm, peer)) return ncclInvalidArgument;
   const size_t bytes = count * type_size(type);
   require_device("ncclSend", "send buffer", send, bytes);
+  note_access("ncclSend", stream, send, bytes, false);
   if (!comm->failed) post_send(*c, send, bytes, peer, kTagPointToPoint);
   return run(std::move(c));
 }
@@ -666,6 +682,7 @@ ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, n
   if (!is_valid_rank(comm, peer)) return ncclInvalidArgument;
   const size_t bytes = count * type_size(type);
   require_device("ncclRecv", "receive buffer", recv, bytes);
+  note_access("ncclRecv", stream, recv, bytes, true);
   if (!comm->failed) post_recv(*c, recv, bytes, peer, kTagPointToPoint);
   return run(std::move(c));
 }
