@@ -332,7 +332,13 @@ void bench_cuda(const Options& o, const std::vector<QuantSpec>& specs, const std
     fmt::print("\n{} values on {}: device-to-device copy {:.1f} GB/s (read + write)\n", size_str(n), dev.str(), copy);
     fmt::print("{:<40} {:>9} {:>9} {:>7} {:>7} {:>9} {:>7}\n", "method", "enc GB/s", "dec GB/s", "bits/v", "ratio",
                "traffic", "floor");
+    // Where the untimed time goes, summed over the methods (on the H100 it was about 2.5 s per method
+    // and its cause is unknown): making the quantizer and its payload buffer, the first encode and
+    // decode of both inputs with their copies back, and the host-side checks of the round trip.
+    double setup_s = 0, first_s = 0, checks_s = 0;
+    const auto size_start = Clock::now();
     for (const QuantSpec& spec : specs) {
+      auto t_phase = Clock::now();
       auto q = make_quantizer(spec);
       const int64_t column = o.column;
       const size_t cap = q->max_encoded_bytes(n, column);
@@ -359,11 +365,15 @@ void bench_cuda(const Options& o, const std::vector<QuantSpec>& specs, const std
       row.size = size_str(n);
       row.copy_gbs = copy;
       std::vector<float> y(static_cast<size_t>(n));
+      setup_s += std::chrono::duration<double>(Clock::now() - t_phase).count();
       for (const Tensor* x : {&gx, &gh}) {
+        t_phase = Clock::now();
         st.reset();
         encode(*x);
         decode();
         device_copy(Device::cpu(), y.data(), dev, gy.raw(), 4 * static_cast<size_t>(n));
+        first_s += std::chrono::duration<double>(Clock::now() - t_phase).count();
+        t_phase = Clock::now();
         const auto& host = x == &gx ? normal : heavy;
         if (x == &gx) {
           std::vector<uint8_t> p(bytes);
@@ -371,6 +381,7 @@ void bench_cuda(const Options& o, const std::vector<QuantSpec>& specs, const std
           validate_round_trip(spec, host, p, y);
         }
         (x == &gx ? row.normal : row.heavy) = errors_of(host, y);
+        checks_s += std::chrono::duration<double>(Clock::now() - t_phase).count();
       }
       std::vector<double> te, td;
       for (int r = 0; r < o.repeat + 1; ++r) {
@@ -387,6 +398,11 @@ void bench_cuda(const Options& o, const std::vector<QuantSpec>& specs, const std
                  row.decode_gbs, row.bits_per_value, 32.0 / row.bits_per_value, row.traffic, 100 * row.floor_ratio);
       rows.push_back(row);
     }
+    fmt::print(
+        "{} methods at {} in {:.1f} s; untimed: making quantizers and payload buffers {:.1f} s, first "
+        "encodes and decodes with their copies back {:.1f} s, host checks {:.1f} s\n",
+        specs.size(), size_str(n), std::chrono::duration<double>(Clock::now() - size_start).count(), setup_s, first_s,
+        checks_s);
   }
 }
 
