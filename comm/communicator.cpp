@@ -14,6 +14,7 @@
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
 #include "comm/nccl_comm.h"
+#include "comm/transport_common.h"
 #include "comm/watchdog.h"
 #include "framework/core/check.h"
 
@@ -117,18 +118,6 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Devi
 
 // ---- the default streaming forms -------------------------------------------------------------------
 
-namespace {
-void check_capacities(const char* op, const std::vector<size_t>& capacity, const std::vector<size_t>& sizes,
-                      int world) {
-  QT_CHECK(capacity.size() == static_cast<size_t>(world), "{}: {} receive capacities for {} ranks", op, capacity.size(),
-           world);
-  for (size_t s = 0; s < sizes.size(); ++s)
-    if (sizes[s] > capacity[s])
-      input_error("{}: rank {} sent {} bytes, more than the {} this rank expects at most", op, s, sizes[s],
-                  capacity[s]);
-}
-}  // namespace
-
 void Communicator::all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
                                        std::vector<uint8_t>& recv, const Consume& consume) {
   const int P = size(), me = rank();
@@ -146,7 +135,7 @@ void Communicator::all_to_all_streamed(Context& ctx, const Produce& produce, con
   }
   // all_to_all_bytes wants the blocks in any order with their offsets: they are.
   all_to_all_bytes(ctx, stream_send_, stream_sizes_, stream_offsets_, recv, stream_recv_sizes_, stream_recv_offsets_);
-  check_capacities("all_to_all_streamed", recv_capacity, stream_recv_sizes_, P);
+  comm_detail::check_capacities("all_to_all_streamed", recv_capacity, stream_recv_sizes_, P);
   for (int s = 0; s < P; ++s)
     consume(s,
             {recv.data() + stream_recv_offsets_[static_cast<size_t>(s)], stream_recv_sizes_[static_cast<size_t>(s)]});
@@ -225,7 +214,7 @@ void Communicator::all_gather_streamed(Context& ctx, std::span<const uint8_t> se
   QT_CHECK(recv_capacity.size() == static_cast<size_t>(P), "all_gather_streamed: {} receive capacities for {} ranks",
            recv_capacity.size(), P);
   all_gather_bytes(ctx, send, recv, stream_recv_sizes_, stream_recv_offsets_);
-  check_capacities("all_gather_streamed", recv_capacity, stream_recv_sizes_, P);
+  comm_detail::check_capacities("all_gather_streamed", recv_capacity, stream_recv_sizes_, P);
   for (int s = 0; s < P; ++s)
     consume(s,
             {recv.data() + stream_recv_offsets_[static_cast<size_t>(s)], stream_recv_sizes_[static_cast<size_t>(s)]});

@@ -70,6 +70,14 @@ class Communicator {
   // order, each as soon as it and those before it have arrived. `recv_capacity[s]` bounds what rank s
   // may send here: more is an error. These defaults produce everything, run the plain collective and
   // then consume; MpiComm overrides them with nonblocking point-to-point messages.
+  using Produce = std::function<std::span<const uint8_t>(int rank)>;
+  using Consume = std::function<void(int rank, std::span<const uint8_t> bytes)>;
+  virtual void all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
+                                   std::vector<uint8_t>& recv, const Consume& consume);
+  // Every rank sends `send` (host memory) to every rank, itself included.
+  virtual void all_gather_streamed(Context& ctx, std::span<const uint8_t> send,
+                                   const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
+                                   const Consume& consume);
   // Device-resident forms of all_to_all_bytes and all_gather_bytes, for communicators that move GPU
   // memory themselves (nccl; device_byte_collectives() says so, and the defaults fail): `send` is in
   // the context's GPU memory, and the result is device memory holding rank s's block at
@@ -83,14 +91,6 @@ class Communicator {
                                            std::vector<size_t>& recv_offsets);
   virtual const uint8_t* all_gather_device(Context& ctx, std::span<const uint8_t> send, std::vector<size_t>& sizes,
                                            std::vector<size_t>& offsets);
-  using Produce = std::function<std::span<const uint8_t>(int rank)>;
-  using Consume = std::function<void(int rank, std::span<const uint8_t> bytes)>;
-  virtual void all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
-                                   std::vector<uint8_t>& recv, const Consume& consume);
-  // Every rank sends `send` (host memory) to every rank, itself included.
-  virtual void all_gather_streamed(Context& ctx, std::span<const uint8_t> send,
-                                   const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
-                                   const Consume& consume);
   // Nonblocking messages between host buffers, for algorithms that run their own schedule
   // (reduce-scatter + allgather in pipelined pieces). Transports without them (local, nccl) answer
   // false to has_point_to_point(), and their callers use the streaming collectives instead.

@@ -229,7 +229,7 @@ const uint8_t* NcclComm::all_to_all_to_scratch(const char* op, Context& ctx, std
   recv_sizes.assign(heard.begin(), heard.end());
   const size_t total = exclusive_offsets(recv_sizes, recv_offsets);
   const uint8_t* in = device_send(send, where, stream);
-  uint8_t* out = scratch(recv_scratch_, std::max<size_t>(total, 1));
+  uint8_t* out = total > 0 ? scratch(recv_scratch_, total) : nullptr;  // every receive and the self copy need total > 0
   const auto me = static_cast<size_t>(rank());
   NcclGroup group;
   for (size_t peer = 0; peer < send_sizes.size(); ++peer) {

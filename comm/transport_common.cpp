@@ -55,6 +55,16 @@ void check_all_to_all_args(const char* op, size_t send_bytes, const std::vector<
   }
 }
 
+void check_capacities(const char* op, const std::vector<size_t>& capacity, const std::vector<size_t>& sizes,
+                      int world) {
+  QT_CHECK(capacity.size() == static_cast<size_t>(world), "{}: {} receive capacities for {} ranks", op, capacity.size(),
+           world);
+  for (size_t s = 0; s < sizes.size(); ++s)
+    if (sizes[s] > capacity[s])
+      input_error("{}: rank {} sent {} bytes, more than the {} this rank expects at most", op, s, sizes[s],
+                  capacity[s]);
+}
+
 size_t exclusive_offsets(const std::vector<size_t>& sizes, std::vector<size_t>& offsets) {
   offsets.resize(sizes.size());
   size_t total = 0;

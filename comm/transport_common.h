@@ -20,6 +20,8 @@ void check_root(const char* op, int root, int world);
 void check_all_to_all_args(const char* op, size_t send_bytes, const std::vector<size_t>& send_sizes,
                            const std::vector<size_t>& send_offsets, int world);
 
+// Rank s sent at most capacity[s] bytes (one capacity per rank): more is a malformed exchange.
+void check_capacities(const char* op, const std::vector<size_t>& capacity, const std::vector<size_t>& sizes, int world);
 // offsets[r] = sizes[0] + ... + sizes[r - 1]; returns the total.
 size_t exclusive_offsets(const std::vector<size_t>& sizes, std::vector<size_t>& offsets);
 // `send` does not point into recv's storage: resizing recv could move it, and MPI and NCCL forbid

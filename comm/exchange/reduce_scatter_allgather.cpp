@@ -17,6 +17,7 @@
 
 #include "comm/buffer_ops.h"
 #include "comm/exchange/workspace.h"
+#include "comm/transport_common.h"
 
 namespace qtrain::exchange {
 namespace {
@@ -100,31 +101,32 @@ void reduce_scatter_allgather_piece_on_device(Workspace& w, const std::vector<in
   const int P = w.comm.size();
   const int me = w.comm.rank();
 
+  // The most bytes of piece k of each owner's stripe: its slot in the send buffer, and what a rank
+  // may send for it.
+  std::vector<size_t>& capacity = w.capacity;
+  capacity.resize(static_cast<size_t>(P));
+  for (int s = 0; s < P; ++s) capacity[static_cast<size_t>(s)] = w.piece_capacity(ids, s, k);
+  const size_t mine = capacity[static_cast<size_t>(me)];
+
   // 1. Every owner's piece, encoded for it (the right neighbour first, as the streamed path), ...
   auto t0 = Clock::now();
-  w.send_offsets.assign(static_cast<size_t>(P) + 1, 0);
-  for (int s = 0; s < P; ++s)
-    w.send_offsets[static_cast<size_t>(s) + 1] = w.send_offsets[static_cast<size_t>(s)] + w.piece_capacity(ids, s, k);
-  uint8_t* send = w.device_bytes(w.send_dev, w.send_offsets.back());
+  const size_t slots = comm_detail::exclusive_offsets(capacity, w.send_offsets);
+  uint8_t* send = w.device_bytes(w.send_dev, slots);
   w.send_sizes.assign(static_cast<size_t>(P), 0);
   for (int j = 1; j <= P; ++j) {
-    const int d = (me + j) % P;
-    const auto slot = static_cast<size_t>(d);
-    w.send_sizes[slot] =
-        w.encode_piece(ids, d, k, /*owner=*/false, send + w.send_offsets[slot], tally.sent, d != me ? 1 : 0);
+    const auto d = static_cast<size_t>((me + j) % P);
+    w.send_sizes[d] = w.encode_piece(ids, static_cast<int>(d), k, /*owner=*/false, send + w.send_offsets[d], tally.sent,
+                                     d != static_cast<size_t>(me) ? 1 : 0);
   }
   tally.encode_s += since(t0);
-  const std::vector<size_t> offsets(w.send_offsets.begin(), w.send_offsets.end() - 1);
   const uint8_t* recv =
-      w.comm.all_to_all_device(ctx, {send, w.send_offsets.back()}, w.send_sizes, offsets, w.recv_sizes, w.recv_offsets);
+      w.comm.all_to_all_device(ctx, {send, slots}, w.send_sizes, w.send_offsets, w.recv_sizes, w.recv_offsets);
+  comm_detail::check_capacities("gradient exchange (reduce-scatter)", std::vector<size_t>(capacity.size(), mine),
+                                w.recv_sizes, P);
   // ... and the owner sums what every rank sent it, in rank order.
   t0 = Clock::now();
-  const size_t mine = w.piece_capacity(ids, me, k);
   for (int s = 0; s < P; ++s) {
     const auto r = static_cast<size_t>(s);
-    if (w.recv_sizes[r] > mine)
-      input_error("gradient exchange: rank {} sent {} bytes, more than the {} this rank expects at most", s,
-                  w.recv_sizes[r], mine);
     w.decode_from_device(
         s, {recv + w.recv_offsets[r], w.recv_sizes[r]}, ids, /*add=*/s > 0, [&](int t) { return w.piece(t, me, k); },
         /*owner_encoded=*/false);
@@ -138,16 +140,13 @@ void reduce_scatter_allgather_piece_on_device(Workspace& w, const std::vector<in
   const size_t used = w.encode_piece(ids, me, k, /*owner=*/true, send, tally.sent, P - 1);
   tally.encode_s += since(t0);
   recv = w.comm.all_gather_device(ctx, {send, used}, w.recv_sizes, w.recv_offsets);
+  comm_detail::check_capacities("gradient exchange (allgather)", capacity, w.recv_sizes, P);
   t0 = Clock::now();
   for (int owner = 0; owner < P; ++owner) {
     const auto r = static_cast<size_t>(owner);
-    const size_t most = w.piece_capacity(ids, owner, k);
-    if (w.recv_sizes[r] > most)
-      input_error("gradient exchange: rank {} sent {} bytes, more than the {} this rank expects at most", owner,
-                  w.recv_sizes[r], most);
     w.decode_from_device(
-        owner, {recv == nullptr ? nullptr : recv + w.recv_offsets[r], w.recv_sizes[r]}, ids,
-        /*add=*/false, [&](int t) { return w.piece(t, owner, k); }, /*owner_encoded=*/true);
+        owner, {recv + w.recv_offsets[r], w.recv_sizes[r]}, ids, /*add=*/false,
+        [&](int t) { return w.piece(t, owner, k); }, /*owner_encoded=*/true);
   }
   tally.decode_s += since(t0);
 }

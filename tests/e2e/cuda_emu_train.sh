@@ -35,20 +35,30 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 # The last line of metrics.csv: train_loss train_accuracy test_loss test_accuracy.
 final() { tail -1 "$1/metrics.csv" | awk -F, '{print $5, $6, $7, $8}'; }
 
+launch() { mpirun --oversubscribe --bind-to none --mca btl self,vader --mca mpi_yield_when_idle 1 "$@"; }
+# train_emulated RANKS RUN_DIR ARGS...: the config with ARGS on RANKS emulated GPUs over NCCL, its
+# output in RUN_DIR.log (QTRAIN_EXCHANGE_HOST_PAYLOADS, when set, reaches every rank).
+train_emulated() {
+  local ranks=$1 dir=$2 pass=()
+  shift 2
+  [[ -n "${QTRAIN_EXCHANGE_HOST_PAYLOADS:-}" ]] && pass=(-x QTRAIN_EXCHANGE_HOST_PAYLOADS)
+  CUEMU_DEVICES="$ranks" launch "${pass[@]}" -np "$ranks" "$emulated" train \
+    "$src/configs/mnist_mlp.yaml" "${common[@]}" "$@" --set device=cuda --set communication.backend=nccl \
+    --set output.dir="$dir" </dev/null >"$dir.log" 2>&1
+}
+
 # run_pair LABEL RANKS PATTERN ARGS...: the config with ARGS on RANKS CPU ranks (build/qtrain) and
 # on RANKS emulated GPUs over NCCL; the emulated run's train.log must show NCCL and PATTERN, and both
 # runs must end with losses and accuracy within the tolerance.
 run_pair() {
   local label=$1 ranks=$2 pattern=$3
   shift 3
-  local launch=(mpirun --oversubscribe --bind-to none --mca btl self,vader --mca mpi_yield_when_idle 1 -np "$ranks")
   local cpu="$tmp/$label-cpu" gpu="$tmp/$label-cuda"
-  if ! "${launch[@]}" "$qtrain" train "$src/configs/mnist_mlp.yaml" "${common[@]}" "$@" --set device=cpu \
+  if ! launch -np "$ranks" "$qtrain" train "$src/configs/mnist_mlp.yaml" "${common[@]}" "$@" --set device=cpu \
          --set output.dir="$cpu" </dev/null >"$cpu.log" 2>&1; then
     fail "$label on the CPU"; tail -3 "$cpu.log" | sed "s/^/    /"; return
   fi
-  if ! CUEMU_DEVICES="$ranks" "${launch[@]}" "$emulated" train "$src/configs/mnist_mlp.yaml" "${common[@]}" "$@" \
-         --set device=cuda --set communication.backend=nccl --set output.dir="$gpu" </dev/null >"$gpu.log" 2>&1; then
+  if ! train_emulated "$ranks" "$gpu" "$@"; then
     fail "$label on emulated GPUs"; grep -v "^\[20" "$gpu.log" | tail -5 | sed "s/^/    /"; return
   fi
   if ! grep -q "over nccl" "$gpu/train.log" || ! grep -qF "$pattern" "$gpu/train.log"; then
@@ -85,10 +95,7 @@ state_of() { "$src/tests/support/checkpoint_tensors.py" "$1"; }
 host_path_same_bits() {  # host_path_same_bits LABEL DEVICE_RUN_DIR ARGS...
   local label=$1 device_run=$2 host_run="$tmp/$1-host-path"
   shift 2
-  if ! QTRAIN_EXCHANGE_HOST_PAYLOADS=1 CUEMU_DEVICES=2 mpirun --oversubscribe --bind-to none --mca btl self,vader \
-         --mca mpi_yield_when_idle 1 -x QTRAIN_EXCHANGE_HOST_PAYLOADS -np 2 "$emulated" train \
-         "$src/configs/mnist_mlp.yaml" "${common[@]}" "$@" --set device=cuda --set communication.backend=nccl \
-         --set output.dir="$host_run" </dev/null >"$host_run.log" 2>&1; then
+  if ! QTRAIN_EXCHANGE_HOST_PAYLOADS=1 train_emulated 2 "$host_run" "$@"; then
     fail "$label on the host path"; grep -v "^\[20" "$host_run.log" | tail -5 | sed "s/^/    /"; return
   fi
   if diff <(state_of "$device_run") <(state_of "$host_run") >"$tmp/diff"; then
@@ -102,9 +109,7 @@ for method in qsgd onebit; do
 done
 topk_rs=(--set quantization.method=topk --set communication.algorithm=reduce_scatter_allgather
          --set communication.piece_mb=1 --set train.max_steps=6)
-if CUEMU_DEVICES=2 mpirun --oversubscribe --bind-to none --mca btl self,vader --mca mpi_yield_when_idle 1 -np 2 \
-     "$emulated" train "$src/configs/mnist_mlp.yaml" "${common[@]}" "${topk_rs[@]}" --set device=cuda \
-     --set communication.backend=nccl --set output.dir="$tmp/topk-rs" </dev/null >"$tmp/topk-rs.log" 2>&1; then
+if train_emulated 2 "$tmp/topk-rs" "${topk_rs[@]}"; then
   host_path_same_bits topk-reduce-scatter "$tmp/topk-rs" "${topk_rs[@]}"
 else
   fail "topk through reduce-scatter + allgather on emulated GPUs"; tail -3 "$tmp/topk-rs.log" | sed "s/^/    /"

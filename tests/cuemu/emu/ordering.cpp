@@ -58,13 +58,6 @@ void done_locked(State& st, CUstream_st* s, std::uint64_t position, int depth) {
 
 }  // namespace
 
-bool stream_is_non_blocking(CUstream_st* s) {
-  State& st = state();
-  std::lock_guard<std::mutex> lock(st.mutex);
-  const auto it = st.streams.find(s);
-  return it != st.streams.end() && it->second.non_blocking;
-}
-
 void set_stream_non_blocking(CUstream_st* s, bool non_blocking) {
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mutex);

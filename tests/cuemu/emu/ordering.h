@@ -22,9 +22,8 @@ struct CUstream_st;
 
 namespace cuemu {
 
-// True for a stream created with cudaStreamNonBlocking (the null, legacy and per-thread streams and
+// Marks a stream created with cudaStreamNonBlocking (the null, legacy and per-thread streams and
 // blocking streams are ordered with the legacy stream and count as it).
-bool stream_is_non_blocking(CUstream_st* s);
 void set_stream_non_blocking(CUstream_st* s, bool non_blocking);
 
 // Work enqueued on `s` that may touch [p, p + bytes) (bytes 0: to the end of p's allocation): noted
