@@ -205,6 +205,26 @@ void Communicator::reduce_scatter_sum(Context& ctx, void* data, std::span<const 
   all_reduce_sum(ctx, data, reduce_scatter_total("reduce_scatter_sum", counts), type);
 }
 
+void Communicator::all_gather_blocks(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
+  reduce_scatter_total("all_gather_blocks", counts);
+  const size_t element = reduce_type_size(type);
+  const int me = rank();
+  size_t mine_at = 0;
+  for (int r = 0; r < me; ++r) mine_at += static_cast<size_t>(counts[static_cast<size_t>(r)]) * element;
+  auto* bytes = static_cast<uint8_t*>(data);
+  const size_t mine = static_cast<size_t>(counts[static_cast<size_t>(me)]) * element;
+  all_gather_bytes(ctx, {bytes + mine_at, mine}, stream_send_, stream_sizes_, stream_offsets_);
+  size_t at = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    const size_t n = static_cast<size_t>(counts[r]) * element;
+    QT_CHECK(stream_sizes_[r] == n, "all_gather_blocks: rank {} sent {} bytes, its block holds {}", r, stream_sizes_[r],
+             n);
+    if (static_cast<int>(r) != me && n > 0)
+      copy_from_host(ctx, bytes + at, stream_send_.data() + stream_offsets_[r], n);
+    at += n;
+  }
+}
+
 void Communicator::complete_all() { QT_CHECK(false, "the {} communicator has no point-to-point messages", name()); }
 
 void Communicator::all_gather_streamed(Context& ctx, std::span<const uint8_t> send,

@@ -129,6 +129,12 @@ class Communicator {
   // ncclReduceScatter on a buffer in its GPU's memory (blocks of different sizes padded to the
   // largest).
   virtual void reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type);
+  // Its inverse, in place: on return every rank's block r holds rank r's block r, bit for bit (the
+  // same counts on every rank; `type` gives the element size). This default goes through
+  // all_gather_bytes; MpiComm passes the blocks around its ring (GPU buffers staged through host
+  // memory), NcclComm gathers GPU buffers in place (ncclAllGather, or send/receive pairs for blocks
+  // of different sizes).
+  virtual void all_gather_blocks(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type);
 
  protected:
   // The elements of a reduce_scatter_sum buffer: the sum of `counts`, checked (one per rank, none negative).

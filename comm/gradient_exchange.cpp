@@ -47,9 +47,23 @@ GradientExchange::GradientExchange(Communicator& comm, Device device, uint64_t s
   if (config_.overlap) thread_ = std::thread([this] { run_thread(); });
 }
 
-// Buckets in the order backward completes tensors: from the last tensor to the first.
+// Buckets in the order backward completes tensors: from the last tensor to the first (or as the
+// tensors' `bucket` say).
 void GradientExchange::make_buckets(double bucket_mb) {
   const std::vector<ExchangeTensor>& ts = work_->tensors;
+  if (!ts.empty() && ts.front().bucket >= 0) {
+    bucket_of_.assign(ts.size(), 0);
+    for (size_t t = 0; t < ts.size(); ++t) {
+      const int b = ts[t].bucket;
+      QT_CHECK(b >= 0 && b <= static_cast<int>(ts.size()), "tensor {}: bucket {} among {} tensors", ts[t].name, b,
+               ts.size());
+      if (static_cast<int>(buckets_.size()) <= b) buckets_.resize(static_cast<size_t>(b) + 1);
+      buckets_[static_cast<size_t>(b)].tensors.push_back(static_cast<int>(t));
+      bucket_of_[t] = b;
+    }
+    for (size_t b = 0; b < buckets_.size(); ++b) QT_CHECK(!buckets_[b].tensors.empty(), "bucket {} has no tensor", b);
+    return;
+  }
   const double bucket_bytes = bucket_mb * 1024.0 * 1024.0;
   double filled = 0;
   bucket_of_.assign(ts.size(), 0);
@@ -184,6 +198,18 @@ void GradientExchange::finish_step() {
   }
   work_->ctx->synchronize();
   ++work_->stats.steps;
+}
+
+void GradientExchange::wait_buckets(int n) {
+  QT_CHECK(!hierarchy_ && config_.overlap, "wait_buckets needs the communication thread (communication.overlap)");
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return done_ >= n || error_ != nullptr; });
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    queue_.clear();
+    std::rethrow_exception(e);
+  }
 }
 
 void GradientExchange::exchange(Context& compute, Tensor grads, uint64_t step) {

@@ -51,8 +51,12 @@ struct ExchangeTensor {
   // out), 0 for vectors and scalars: PowerSGD sees the tensor as a rows x (numel / rows) matrix.
   int64_t rows = 0;
   // The size the quantization policy decides on (min_numel, overrides by size) when this is a part
-  // of a larger tensor (the two-level exchange's stripes); 0: numel.
+  // of a larger tensor (a piece in a range of the two-level exchange); 0: numel.
   int64_t decided_numel = 0;
+  // The bucket this tensor belongs to, when the caller groups the tensors itself (the two-level
+  // exchange's chunks): tensors of one value form one bucket, buckets numbered 0, 1, ... without gaps.
+  // -1 everywhere: buckets by communication.bucket_mb.
+  int bucket = -1;
 };
 
 // PowerSGD's view of one tensor (the powersgd method; comm/exchange/powersgd.cpp): the matrix
@@ -95,6 +99,9 @@ class GradientExchange {
   void tensor_ready(Context& compute, int t);
   // Waits until every bucket is exchanged; rethrows the exchange's error, if any.
   void finish_step();
+  // With overlap: waits until the first `n` buckets to become ready this step are exchanged (the
+  // communication thread takes them in that order); rethrows the exchange's error, if any.
+  void wait_buckets(int n);
   // begin_step + every tensor ready + finish_step.
   void exchange(Context& compute, Tensor grads, uint64_t step);
 
@@ -109,7 +116,8 @@ class GradientExchange {
 
   const std::vector<ExchangeTensor>& tensors() const;
   ReduceAlgorithm algorithm(int t) const;
-  double fraction_quantized() const;  // of all gradient values, those not sent as fp32
+  double fraction_quantized() const;                         // of all gradient values, those not sent as fp32
+  bool two_levels() const { return hierarchy_ != nullptr; }  // communication.hierarchy chose two levels
   int num_buckets() const;
   // One line per tensor: method, algorithm, bucket.
   std::string describe() const;

@@ -65,11 +65,34 @@ bool wants_two_levels(Communicator& world, Device device, const CommunicationCon
   return config.hierarchy == "two_level" || (layout.nodes > 1 && layout.ranks_per_node > 1);
 }
 
+namespace {
+
+// The parts + 1 cuts of the arena into parts of about equal size. A cut inside a tensor moves back
+// to a multiple of that tensor's stripe unit (whole columns for the per-column methods).
+std::vector<int64_t> arena_cuts(const std::vector<ExchangeTensor>& tensors, const std::vector<int64_t>& units,
+                                int parts) {
+  int64_t end = 0;
+  for (const ExchangeTensor& x : tensors) end = std::max(end, x.offset + x.numel);
+  std::vector<int64_t> cuts(static_cast<size_t>(parts) + 1, 0);
+  for (int p = 1; p < parts; ++p) {
+    int64_t c = end * p / parts;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const ExchangeTensor& x = tensors[t];
+      if (c > x.offset && c < x.offset + x.numel) c = x.offset + (c - x.offset) / units[t] * units[t];
+    }
+    cuts[static_cast<size_t>(p)] = std::max(c, cuts[static_cast<size_t>(p) - 1]);
+  }
+  cuts[static_cast<size_t>(parts)] = end;
+  return cuts;
+}
+
+}  // namespace
+
 HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, uint64_t seed,
                                            const CommunicationConfig& config, const QuantizationConfig& quantization,
                                            const std::vector<ExchangeTensor>& tensors, const NodeLayout& layout)
     : device_(device), config_(config), layout_(layout), world_size_(world.size()), tensors_(tensors) {
-  const int L = layout_.ranks_per_node;
+  const int L = layout_.ranks_per_node, me = layout_.local_rank;
   // Node: the ranks of this node by rank; cross: local rank l of every node, by node.
   node_ = world.split(layout_.node, world.rank());
   cross_ = world.split(layout_.local_rank, layout_.node);
@@ -77,146 +100,138 @@ HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, u
                cross_->rank() == layout_.node,
            "hierarchical exchange: the node split gave {} ranks (rank {}), the cross split {} (rank {})", node_->size(),
            node_->rank(), cross_->size(), cross_->rank());
-  // Stripes: L per tensor at the units the tensor's method needs (whole columns for column methods),
-  // as reduce-scatter + allgather cuts them; the method is decided on the whole tensor's size.
-  std::vector<ExchangeTensor> inter_tensors;
-  int64_t offset = 0;
-  stripes_.resize(tensors_.size());
-  inter_index_.assign(tensors_.size(), -1);
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    const ExchangeTensor& x = tensors_[t];
+  // Every tensor's method is decided on its whole size, as the flat exchange decides it.
+  std::vector<int64_t> units;
+  double values = 0, quantized = 0;
+  int64_t arena = 0;
+  for (const ExchangeTensor& x : tensors_) {
     const QuantSpec spec = quantization.resolve(x.layer_name, x.layer_type, x.numel);
-    const std::vector<int64_t> bounds =
-        GradientExchange::stripe_bounds(x.numel, GradientExchange::stripe_unit(spec, x.column), L);
-    for (int l = 0; l < L; ++l)
-      stripes_[t].push_back(
-          {bounds[static_cast<size_t>(l)], bounds[static_cast<size_t>(l) + 1] - bounds[static_cast<size_t>(l)]});
-    const Stripe& s = stripes_[t][static_cast<size_t>(layout_.local_rank)];
-    if (s.length == 0) continue;  // the same on every node: the cross group skips the tensor alike
-    ExchangeTensor part = x;
-    part.offset = offset;
-    part.numel = s.length;
-    part.column = s.length % x.column == 0 ? x.column : 1;
-    part.decided_numel = x.numel;
-    // A stripe of whole rows is a matrix of fewer rows (PowerSGD's view); any other cut is not one.
-    const int64_t row_length = x.rows > 0 ? x.numel / x.rows : 0;
-    part.rows = row_length > 0 && s.begin % row_length == 0 && s.length % row_length == 0 ? s.length / row_length : 0;
-    inter_index_[t] = static_cast<int>(inter_tensors.size());
-    inter_tensors.push_back(part);
-    offset += s.length;
+    units.push_back(GradientExchange::stripe_unit(spec, x.column));
+    algorithms_.push_back(config.algorithm_for(spec));
+    values += static_cast<double>(x.numel);
+    if (method_info(spec.method).cast_bits != 32) quantized += static_cast<double>(x.numel);
+    arena = std::max(arena, x.offset + x.numel);
+  }
+  fraction_quantized_ = values > 0 ? quantized / values : 0.0;
+  // Chunks whose ranges hold about communication.piece_mb each (one piece of the cross-node
+  // exchange) on the CPU, so that the node's sums and gathers of one chunk overlap the cross-node
+  // exchange of another. (Smaller chunks cost more in hand-offs than they overlap: on 2 x 2 ranks
+  // over 1 Gbit/s, 64 MB took 126 ms in chunks of 4 MB against 85 ms in chunks of 8 or 16 MB.) On
+  // GPUs one chunk: the node's collectives run at the speed of its links there, and NCCL kernels of
+  // two communicators running at once can wait on each other.
+  const auto chunk_values = static_cast<int64_t>(config.piece_mb * 1024.0 * 1024.0 / 4.0) * L;
+  if (device_.is_cpu() && L > 1 && chunk_values > 0)
+    chunks_ = static_cast<int>(std::clamp<int64_t>((arena + chunk_values - 1) / chunk_values, 1, kMaxChunks));
+  cuts_ = arena_cuts(tensors_, units, chunks_ * L);
+  // This rank's ranges as tensors of the cross-node exchange: the pieces of the model's tensors in
+  // them, at their places in the arena, one bucket per chunk.
+  std::vector<ExchangeTensor> inter_tensors;
+  chunk_pieces_.resize(static_cast<size_t>(chunks_));
+  buckets_through_.assign(static_cast<size_t>(chunks_), 0);
+  for (int c = 0; c < chunks_; ++c) {
+    const int64_t lo = range_begin(c, me), hi = range_begin(c, me + 1);
+    const int bucket = c > 0 ? buckets_through_[static_cast<size_t>(c) - 1] : 0;
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      const ExchangeTensor& x = tensors_[t];
+      const int64_t begin = std::max(lo, x.offset), end = std::min(hi, x.offset + x.numel);
+      if (end <= begin) continue;  // the same on every node: the cross group skips the piece alike
+      ExchangeTensor part = x;
+      if (chunks_ > 1) part.name = fmt::format("{}.chunk{}", x.name, c);  // state names stay unique
+      const int64_t inside = begin - x.offset;                            // where the piece starts in the tensor
+      part.offset = begin;
+      part.numel = end - begin;
+      const int64_t column = std::max<int64_t>(1, x.column);
+      part.column = inside % column == 0 && part.numel % column == 0 ? column : 1;
+      part.decided_numel = x.numel;
+      // A piece of whole rows is a matrix of fewer rows (PowerSGD's view); any other cut is not one.
+      const int64_t row_length = x.rows > 0 ? x.numel / x.rows : 0;
+      part.rows =
+          row_length > 0 && inside % row_length == 0 && part.numel % row_length == 0 ? part.numel / row_length : 0;
+      part.bucket = bucket;
+      chunk_pieces_[static_cast<size_t>(c)].push_back(static_cast<int>(inter_tensors.size()));
+      piece_tensor_.push_back(static_cast<int>(t));
+      inter_tensors.push_back(part);
+    }
+    buckets_through_[static_cast<size_t>(c)] = bucket + (chunk_pieces_[static_cast<size_t>(c)].empty() ? 0 : 1);
   }
   CommunicationConfig inner = config;
   inner.hierarchy = "flat";
-  inner.mean = false;     // the mean over all N L ranks is taken once, at the end
-  inner.overlap = false;  // the node's sum must be complete before any stripe leaves
+  inner.mean = false;           // the mean over all N L ranks is taken once, at the end
+  inner.overlap = chunks_ > 1;  // chunk by chunk, on the cross-node exchange's thread
   ctx_ = std::make_unique<Context>(device_.is_cuda() ? Context::cuda(device_.index, seed) : Context::cpu(seed, 1));
-  mine_ = Tensor::zeros({std::max<int64_t>(offset, 1)}, DType::f32, device_);
-  inter_ = std::make_unique<GradientExchange>(*cross_, device_, seed, inner, quantization, std::move(inter_tensors));
+  // Each cross group quantizes other values: its random streams are its own (local rank 0's are the seed's).
+  const uint64_t inter_seed = seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(me);
+  inter_ =
+      std::make_unique<GradientExchange>(*cross_, device_, inter_seed, inner, quantization, std::move(inter_tensors));
   stats_.bytes_sent_per_tensor.assign(tensors_.size(), 0.0);
-  node_counts_.assign(static_cast<size_t>(L), 0);
-  for (const std::vector<Stripe>& of_tensor : stripes_)
-    for (int l = 0; l < L; ++l) node_counts_[static_cast<size_t>(l)] += of_tensor[static_cast<size_t>(l)].length;
 }
 
 HierarchicalExchange::~HierarchicalExchange() = default;
 
-// Copies the stripes of local rank l, tensor by tensor, from the gradient arena `g` into `out` (on
-// the exchange's device: plain copies on the CPU, device-to-device copies on ctx's stream on a GPU).
-void HierarchicalExchange::pack_stripes(int l, const float* g, float* out) {
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    const Stripe& s = stripes_[t][static_cast<size_t>(l)];
-    copy_buffer(*ctx_, out, g + tensors_[t].offset + s.begin, static_cast<size_t>(s.length) * sizeof(float));
-    out += s.length;
-  }
+std::vector<int64_t> HierarchicalExchange::chunk_counts(int c) const {
+  std::vector<int64_t> counts;
+  for (int l = 0; l < layout_.ranks_per_node; ++l) counts.push_back(range_begin(c, l + 1) - range_begin(c, l));
+  return counts;
 }
 
-// The inverse: local rank l's stripes, back to back in `in`, to their places in `g`.
-void HierarchicalExchange::unpack_stripes(int l, const float* in, float* g) {
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    const Stripe& s = stripes_[t][static_cast<size_t>(l)];
-    copy_buffer(*ctx_, g + tensors_[t].offset + s.begin, in, static_cast<size_t>(s.length) * sizeof(float));
-    in += s.length;
-  }
+// Step 1 for chunk c: the node's sum of this rank's range, in place.
+void HierarchicalExchange::sum_in_node(float* g, int c) {
+  const int me = layout_.local_rank;
+  const int64_t begin = range_begin(c, 0), length = range_begin(c + 1, 0) - begin;
+  const std::vector<int64_t> counts = chunk_counts(c);
+  if (config_.intra != "bf16") return node_->reduce_scatter_sum(*ctx_, g + begin, counts, ReduceType::f32);
+  if (!half_.defined() || half_.numel() < cuts_.back())
+    half_ = Tensor::empty({std::max<int64_t>(cuts_.back(), 1)}, DType::bf16, device_);
+  uint16_t* half = static_cast<uint16_t*>(half_.raw()) + begin;
+  pack_16bit(*ctx_, g + begin, half, length, /*bf16=*/true);
+  node_->reduce_scatter_sum(*ctx_, half, counts, ReduceType::bf16);
+  const int64_t mine = range_begin(c, me);
+  unpack_16bit(*ctx_, half + (mine - begin), g + mine, range_begin(c, me + 1) - mine, /*bf16=*/true, 1.0f);
 }
 
-void HierarchicalExchange::sum_own_stripes_in_node(const Tensor& grads) {
-  const float* g = grads.data<float>();
-  float* own = mine_.data<float>();
-  const int L = layout_.ranks_per_node, me = layout_.local_rank;
-  if (node_->size() == 1) return pack_stripes(me, g, own);
-  // A reduce-scatter sends each stripe to its owner only: (L-1)/L of the gradients per rank, where
-  // an allreduce followed by the allgather of step 3 would move 2(L-1)/L before the allgather.
-  int64_t total = 0;
-  for (int64_t c : node_counts_) total += c;
-  if (!packed_.defined() || packed_.numel() < total)
-    packed_ = Tensor::empty({std::max<int64_t>(total, 1)}, DType::f32, device_);
-  float* packed = packed_.data<float>();
-  float* at = packed;
-  for (int l = 0; l < L; ++l) {
-    pack_stripes(l, g, at);
-    at += node_counts_[static_cast<size_t>(l)];
-  }
-  int64_t before = 0;  // where this rank's block starts in the packed buffer
-  for (int l = 0; l < me; ++l) before += node_counts_[static_cast<size_t>(l)];
-  const int64_t mine = node_counts_[static_cast<size_t>(me)];
-  if (config_.intra == "bf16") {
-    if (!half_.defined() || half_.numel() < total)
-      half_ = Tensor::empty({std::max<int64_t>(total, 1)}, DType::bf16, device_);
-    auto* half = static_cast<uint16_t*>(half_.raw());
-    pack_16bit(*ctx_, packed, half, total, /*bf16=*/true);
-    node_->reduce_scatter_sum(*ctx_, half, node_counts_, ReduceType::bf16);
-    unpack_16bit(*ctx_, half + before, own, mine, /*bf16=*/true, 1.0f);
-  } else {
-    node_->reduce_scatter_sum(*ctx_, packed, node_counts_, ReduceType::f32);
-    copy_buffer(*ctx_, own, packed + before, static_cast<size_t>(mine) * sizeof(float));
-  }
-}
-
-// Step 3: every local rank's summed stripes (this rank's at `own`) to their places in `g`.
-void HierarchicalExchange::gather_stripes_in_node(const float* own, float* g) {
-  const int L = node_->size(), me = layout_.local_rank;
-  if (device_.is_cuda()) {
-    // GPU to GPU: every rank's block in a slot of the largest block's size (one ncclAllGather).
-    const int64_t slot = *std::max_element(node_counts_.begin(), node_counts_.end());
-    if (!gathered_device_.defined() || gathered_device_.numel() < (L + 1) * slot)
-      gathered_device_ = Tensor::empty({std::max<int64_t>((L + 1) * slot, 1)}, DType::f32, device_);
-    float* slots = gathered_device_.data<float>();
-    float* send = slots + L * slot;  // after the L receive slots
-    copy_buffer(*ctx_, send, own, static_cast<size_t>(node_counts_[static_cast<size_t>(me)]) * sizeof(float));
-    node_->all_gather_equal(*ctx_, send, static_cast<size_t>(slot) * sizeof(float), slots);
-    for (int l = 0; l < L; ++l)
-      if (l != me) unpack_stripes(l, slots + l * slot, g);
-    return;
-  }
-  const auto bytes = static_cast<size_t>(node_counts_[static_cast<size_t>(me)]) * sizeof(float);
-  node_->all_gather_bytes(*ctx_, {reinterpret_cast<const uint8_t*>(own), bytes}, gathered_, sizes_, offsets_);
-  for (int l = 0; l < L; ++l) {
-    if (l == me) continue;
-    const size_t expected = static_cast<size_t>(node_counts_[static_cast<size_t>(l)]) * sizeof(float);
-    QT_CHECK(sizes_[static_cast<size_t>(l)] == expected,
-             "hierarchical exchange: local rank {} sent {} bytes, its stripes take {}", l,
-             sizes_[static_cast<size_t>(l)], expected);
-    unpack_stripes(l, reinterpret_cast<const float*>(gathered_.data() + offsets_[static_cast<size_t>(l)]), g);
-  }
+// Step 3 for chunk c: every range from its owner, then the mean.
+void HierarchicalExchange::gather_in_node(float* g, int c) {
+  const int64_t begin = range_begin(c, 0), length = range_begin(c + 1, 0) - begin;
+  node_->all_gather_blocks(*ctx_, g + begin, chunk_counts(c), ReduceType::f32);
+  if (config_.mean) scale_buffer(*ctx_, g + begin, length, 1.0f / static_cast<float>(world_size_));
 }
 
 void HierarchicalExchange::exchange(Tensor& grads, uint64_t step) {
   QT_CHECK(grads.device() == device_ && grads.dtype() == DType::f32,
            "hierarchical exchange: f32 gradients on {} expected, got {} on {}", device_.str(),
            dtype_name(grads.dtype()), grads.device().str());
-  const auto t0 = Clock::now();
-  sum_own_stripes_in_node(grads);
-  const double intra_sum_s = since(t0);
-  // This rank's stripes are in the cross-node exchange's arena: exchanged, and back.
-  inter_->exchange(*ctx_, mine_, step);
-  const auto t1 = Clock::now();
+  QT_CHECK(grads.numel() >= cuts_.back(), "hierarchical exchange: an arena of {} values, the tensors need {}",
+           grads.numel(), cuts_.back());
   float* g = grads.data<float>();
-  const float* own = mine_.data<float>();
-  unpack_stripes(layout_.local_rank, own, g);
-  if (node_->size() > 1) gather_stripes_in_node(own, g);
-  if (config_.mean) scale_buffer(*ctx_, g, grads.numel(), 1.0f / static_cast<float>(world_size_));
+  double in_node_s = 0;  // this thread's time in the node's collectives
+  auto timed = [&](auto&& f) {
+    const auto t0 = Clock::now();
+    f();
+    in_node_s += since(t0);
+  };
+  if (chunks_ == 1) {
+    if (node_->size() > 1) timed([&] { sum_in_node(g, 0); });
+    inter_->exchange(*ctx_, grads, step);
+    timed([&] {
+      if (node_->size() > 1) return gather_in_node(g, 0);
+      if (config_.mean) scale_buffer(*ctx_, g, cuts_.back(), 1.0f / static_cast<float>(world_size_));
+    });
+  } else {
+    // A pipeline: chunk c's node sum while the cross-node exchange works on chunk c - 1 on its own
+    // thread, then chunk c - 1's gather once that exchange is done.
+    inter_->begin_step(grads, step);
+    for (int c = 0; c < chunks_; ++c) {
+      timed([&] { sum_in_node(g, c); });
+      for (int i : chunk_pieces_[static_cast<size_t>(c)]) inter_->tensor_ready(*ctx_, i);
+      if (c == 0) continue;
+      inter_->wait_buckets(buckets_through_[static_cast<size_t>(c) - 1]);
+      timed([&] { gather_in_node(g, c - 1); });
+    }
+    inter_->finish_step();
+    timed([&] { gather_in_node(g, chunks_ - 1); });
+  }
   if (device_.is_cuda()) ctx_->synchronize();  // the caller reads the gradients next, maybe on another stream
-  stats_.phases.add(Phase::communicate, intra_sum_s + since(t1));
+  stats_.phases.add(Phase::communicate, in_node_s);
 }
 
 std::vector<std::pair<std::string, Tensor>> HierarchicalExchange::state() {
@@ -230,9 +245,8 @@ ExchangeStats HierarchicalExchange::take_stats() {
   ExchangeStats out = stats_;
   for (int p = 0; p < PhaseTimers::kCount; ++p)
     out.phases.add(static_cast<Phase>(p), inner.phases.seconds(static_cast<Phase>(p)));
-  for (size_t t = 0; t < tensors_.size(); ++t)
-    if (inter_index_[t] >= 0)
-      out.bytes_sent_per_tensor[t] += inner.bytes_sent_per_tensor[static_cast<size_t>(inter_index_[t])];
+  for (size_t i = 0; i < piece_tensor_.size(); ++i)
+    out.bytes_sent_per_tensor[static_cast<size_t>(piece_tensor_[i])] += inner.bytes_sent_per_tensor[i];
   out.bytes_sent = 0;
   for (double b : out.bytes_sent_per_tensor) out.bytes_sent += b;
   out.steps = inner.steps;
@@ -242,10 +256,21 @@ ExchangeStats HierarchicalExchange::take_stats() {
 }
 
 std::string HierarchicalExchange::describe() const {
+  const int me = layout_.local_rank;
   return fmt::format(
-      "two levels: {} node(s) x {} rank(s); inside a node an {} sum, then this rank's stripe of each "
-      "tensor between nodes (local rank {} of every node), then an allgather inside the node:\n{}",
-      layout_.nodes, layout_.ranks_per_node, config_.intra, layout_.local_rank, inter_->describe());
+      "two levels: {} node(s) x {} rank(s); inside a node an {} sum, then this rank's range of the "
+      "gradients ({} of {} values{}) between nodes (local rank {} of every node), then an allgather inside the "
+      "node{}:\n{}",
+      layout_.nodes, layout_.ranks_per_node, config_.intra, node_values(me), cuts_.back(),
+      chunks_ > 1 ? fmt::format(", in {} chunks", chunks_) : "", me,
+      chunks_ > 1 ? "; chunk by chunk, each chunk's sum and gather overlapping another's exchange" : "",
+      inter_->describe());
+}
+
+int64_t HierarchicalExchange::node_values(int l) const {
+  int64_t n = 0;
+  for (int c = 0; c < chunks_; ++c) n += range_begin(c, l + 1) - range_begin(c, l);
+  return n;
 }
 
 }  // namespace qtrain

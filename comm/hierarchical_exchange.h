@@ -1,20 +1,27 @@
 // HierarchicalExchange: the gradient exchange for nodes of several ranks (communication.hierarchy),
 // as ZeRO++ and SDP4Bit do it. With L ranks on each of N nodes, one step is:
-//   1. every tensor is cut into L stripes (whole columns for the per-column methods); a
-//      reduce-scatter over the node's communicator (fp32, or bf16 with communication.intra: bf16)
-//      leaves local rank l with the node's sum of its stripes, l's stripe of every tensor;
-//   2. local rank l exchanges its stripes with local rank l of every other node, through a flat
-//      GradientExchange over that cross-node group: the configured quantizer, algorithm, buckets
-//      and error feedback, summing the N node sums;
-//   3. inside each node the stripes are allgathered, and the result divided by N L (reduce: mean).
-// Per rank, 1/L of each tensor crosses the slow links, quantized, and every node's L links (or
-// NIC queues) are busy at once. Every rank ends with the same bits: stripe l is decided by the
-// cross-node exchange, which gives its N ranks identical bits, and each node copies it from its
-// local rank l. Error-feedback state is the cross-node exchange's (names "inter/<tensor>/...").
-// Ranks on the CPU or on GPUs, over a transport with subgroups (MPI, or NCCL communicators split
-// over MPI). On GPUs over NCCL every step stays in device memory (ncclReduceScatter, the cross-node
-// exchange, ncclAllGather of blocks padded to the largest); MpiComm stages GPU buffers through host
-// memory, as it does for every collective.
+//   1. the gradient arena is cut into L contiguous ranges of about equal size (at whole columns of
+//      the tensor a cut falls in, for the per-column methods); a reduce-scatter over the node's
+//      communicator (fp32, or bf16 with communication.intra: bf16), in place in the arena, leaves
+//      local rank l with the node's sum of range l;
+//   2. local rank l exchanges range l with local rank l of every other node, through a flat
+//      GradientExchange over that cross-node group whose tensors are the pieces of the model's
+//      tensors inside the range: the configured quantizer (decided on the whole tensor's size),
+//      algorithm, buckets and error feedback, summing the N node sums in place;
+//   3. inside each node the ranges are allgathered in place, and the result divided by N L (reduce:
+//      mean).
+// On the CPU the arena is first cut into chunks of about communication.piece_mb, each cut into L
+// ranges, and the steps run as a pipeline: chunk c's node sum while the cross-node exchange (on its
+// own thread) works on chunk c - 1, then chunk c - 1's gather. On a GPU there is one chunk.
+// Per rank, 1/L of the gradients crosses the slow links, quantized, and every node's L links (or
+// NIC queues) are busy at once. Ranges rather than a stripe of every tensor keep the arena in
+// place: the node's collectives and the cross-node exchange work on it directly, with no packing
+// or unpacking (on a CPU those copies cost as much as the sums). Every rank ends with the same
+// bits: range l is decided by the cross-node exchange, which gives its N ranks identical bits, and
+// each node copies it from its local rank l. Error-feedback state is the cross-node exchange's
+// (names "inter/<tensor>/..."; its shape depends on the ranges, so a checkpoint resumes with the
+// same ranks per node). Ranks on the CPU or on GPUs, over a transport with subgroups (MPI, or NCCL
+// communicators split over MPI). On GPUs over NCCL every step stays in device memory.
 #pragma once
 
 #include <memory>
@@ -56,48 +63,45 @@ class HierarchicalExchange {
 
   // Error-feedback state of the cross-node exchange, names prefixed "inter/".
   std::vector<std::pair<std::string, Tensor>> state();
-  // Phases of the three levels; bytes are those this rank sent to other nodes (the node-local sums
-  // go over shared memory and are not counted).
+  // Phases of the three levels (communicate: the node's collectives on the calling thread, which
+  // overlap the cross-node exchange's phases when there are several chunks); bytes are those this
+  // rank sent to other nodes (the node-local sums go over shared memory and are not counted).
   ExchangeStats take_stats();
-  double fraction_quantized() const { return inter_->fraction_quantized(); }
+  double fraction_quantized() const { return fraction_quantized_; }
   int num_buckets() const { return inter_->num_buckets(); }
-  // Tensor t's algorithm between nodes (allreduce for a tensor too small to have a stripe here).
-  ReduceAlgorithm algorithm(int t) const {
-    const int i = inter_index_[static_cast<size_t>(t)];
-    return i >= 0 ? inter_->algorithm(i) : ReduceAlgorithm::allreduce;
-  }
+  // Tensor t's algorithm between nodes (as its method decides it on the whole tensor, also where
+  // this rank's range holds none of it).
+  ReduceAlgorithm algorithm(int t) const { return algorithms_[static_cast<size_t>(t)]; }
   std::string describe() const;
   const NodeLayout& layout() const { return layout_; }
 
  private:
-  // Tensor t's stripe for local rank l: [begin, begin + length) of the tensor's values.
-  struct Stripe {
-    int64_t begin = 0, length = 0;
-  };
-
-  // The node's sum of this rank's stripes of `grads`, into mine_ (step 1).
-  void sum_own_stripes_in_node(const Tensor& grads);
-  void pack_stripes(int l, const float* g, float* out);
-  void unpack_stripes(int l, const float* in, float* g);
-  void gather_stripes_in_node(const float* own, float* g);
+  static constexpr int64_t kMaxChunks = 256;
+  // Where range l of chunk c begins in the arena (range L of chunk c is chunk c + 1's first).
+  int64_t range_begin(int c, int l) const {
+    return cuts_[static_cast<size_t>(c) * static_cast<size_t>(layout_.ranks_per_node) + static_cast<size_t>(l)];
+  }
+  std::vector<int64_t> chunk_counts(int c) const;  // the values of chunk c's L ranges
+  int64_t node_values(int l) const;                // the values of local rank l's ranges
+  void sum_in_node(float* g, int c);
+  void gather_in_node(float* g, int c);
 
   Device device_;
   CommunicationConfig config_;
   NodeLayout layout_;
   int world_size_ = 1;
   std::vector<ExchangeTensor> tensors_;
-  std::vector<std::vector<Stripe>> stripes_;  // [tensor][local rank]
-  std::vector<int> inter_index_;              // tensor -> index in the cross-node exchange (-1: empty stripe)
+  std::vector<ReduceAlgorithm> algorithms_;
+  double fraction_quantized_ = 0;  // of all values, as every tensor's method is decided
+  int chunks_ = 1;
+  std::vector<int64_t> cuts_;                   // chunk c's range l: [range_begin(c, l), range_begin(c, l + 1))
+  std::vector<std::vector<int>> chunk_pieces_;  // chunk -> this rank's pieces (cross-node exchange tensors)
+  std::vector<int> buckets_through_;            // chunk c -> the cross-node exchange's buckets of chunks 0..c
+  std::vector<int> piece_tensor_;               // piece -> its tensor
   std::unique_ptr<Communicator> node_, cross_;
   std::unique_ptr<GradientExchange> inter_;
   std::unique_ptr<Context> ctx_;
-  Tensor mine_;                       // this rank's stripes, back to back (the cross-node exchange's arena)
-  std::vector<int64_t> node_counts_;  // values of local rank l's stripes, all tensors
-  Tensor packed_;                     // the gradients in stripe order: local rank 0's stripes, then 1's, ...
-  Tensor half_;                       // intra: bf16, in stripe order
-  std::vector<uint8_t> gathered_;     // the node's allgather on the CPU
-  Tensor gathered_device_;            // on a GPU: L receive slots and the send slot, of the largest block
-  std::vector<size_t> sizes_, offsets_;
+  Tensor half_;  // intra: bf16, the whole arena
   ExchangeStats stats_;
 };
 

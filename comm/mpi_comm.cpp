@@ -185,6 +185,26 @@ void MpiComm::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64
   ctx.synchronize();
 }
 
+void MpiComm::all_gather_blocks(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
+  const char* op = "all_gather_blocks";
+  CommWatch watch(op);
+  const size_t element = reduce_type_size(type);
+  const size_t bytes = static_cast<size_t>(reduce_scatter_total(op, counts)) * element;
+  const size_t segment = std::min(ring_segment_bytes_, max_message_bytes_);
+  if (buffer_location(op, "data", data, bytes, ctx).is_cpu())
+    return ring_all_gather(comm_, data, counts, type, segment, ring_scratch_);
+  // A GPU buffer: this rank's block to pinned host memory, the ring there, every block back.
+  uint8_t* host = stage_.reserve(bytes);
+  size_t mine_at = 0;
+  for (int r = 0; r < rank_; ++r) mine_at += static_cast<size_t>(counts[static_cast<size_t>(r)]) * element;
+  copy_async(ctx, host + mine_at, static_cast<const uint8_t*>(data) + mine_at,
+             static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * element);
+  ctx.synchronize();
+  ring_all_gather(comm_, host, counts, type, segment, ring_scratch_);
+  copy_async(ctx, data, host, bytes);
+  ctx.synchronize();
+}
+
 void MpiComm::reduce_host(void* data, size_t count, ReduceType type) {
   const size_t element = reduce_type_size(type);
   if (ring_min_bytes_ > 0 && count * element >= ring_min_bytes_ && size_ > 1)

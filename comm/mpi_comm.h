@@ -53,6 +53,7 @@ class MpiComm final : public Communicator {
   int node_color() override;
   std::unique_ptr<Communicator> split(int color, int key) override;
   void reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) override;
+  void all_gather_blocks(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) override;
 
   // values[d] goes to rank d; returns what every rank sent to this one (NcclComm's size exchange).
   std::vector<uint64_t> all_to_all_u64(const std::vector<uint64_t>& values);

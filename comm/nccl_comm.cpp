@@ -319,6 +319,37 @@ void NcclComm::reduce_scatter_sum(Context& ctx, void* data, std::span<const int6
   wait(stream, op);
 }
 
+void NcclComm::all_gather_blocks(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
+  const char* op = "all_gather_blocks";
+  const int64_t total = reduce_scatter_total(op, counts);
+  cudaStream_t stream = stream_of(op, ctx, device_, comm_);
+  const size_t element = reduce_type_size(type);
+  if (!buffer_location(op, "data", data, static_cast<size_t>(total) * element, ctx).is_cuda())
+    return Communicator::all_gather_blocks(ctx, data, counts, type);
+  if (total == 0) return;
+  const auto me = static_cast<size_t>(rank());
+  auto* bytes = static_cast<uint8_t*>(data);
+  std::vector<size_t> at(counts.size() + 1, 0);
+  for (size_t r = 0; r < counts.size(); ++r) at[r + 1] = at[r] + static_cast<size_t>(counts[r]) * element;
+  const size_t mine = at[me + 1] - at[me];
+  if (std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; })) {
+    // In place: NCCL's send buffer is this rank's block of the receive buffer.
+    NCCL_CHECK(ncclAllGather(bytes + at[me], data, mine, ncclUint8, comm_, stream));
+  } else {
+    // Blocks of different sizes: send/receive pairs, each block received at its place.
+    NcclGroup group;
+    for (size_t peer = 0; peer < counts.size(); ++peer) {
+      if (peer == me) continue;
+      if (mine > 0) NCCL_CHECK(ncclSend(bytes + at[me], mine, ncclUint8, static_cast<int>(peer), comm_, stream));
+      if (at[peer + 1] > at[peer])
+        NCCL_CHECK(
+            ncclRecv(bytes + at[peer], at[peer + 1] - at[peer], ncclUint8, static_cast<int>(peer), comm_, stream));
+    }
+    group.end();
+  }
+  wait(stream, op);
+}
+
 void NcclComm::broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) {
   const char* op = "broadcast_bytes";
   check_root(op, root, size());

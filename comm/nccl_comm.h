@@ -58,6 +58,7 @@ class NcclComm final : public Communicator {
   void all_gather_equal(Context& ctx, const void* send, size_t bytes, void* recv) override;
   // ncclReduceScatter for a buffer in this GPU's memory; host buffers take the default (an allreduce).
   void reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) override;
+  void all_gather_blocks(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) override;
   std::vector<uint64_t> all_gather_u64(uint64_t value) override { return host_->all_gather_u64(value); }
   void all_reduce_sum_f64(std::span<double> values) override { host_->all_reduce_sum_f64(values); }
   void barrier() override { host_->barrier(); }

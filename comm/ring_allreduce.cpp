@@ -52,10 +52,11 @@ namespace {
 
 // The two phases over chunks given by their element ranges, chunk c = [begin[c], begin[c] + length[c]).
 // After the reduce-scatter rank r holds the complete sum of chunk (r + 1) mod P; the allgather then
-// passes the finished chunks around the ring. `allgather` false stops after the reduce-scatter.
+// passes the finished chunks around the ring. `reduce` false skips the reduce-scatter (each rank
+// already holds its chunk), `allgather` false stops after it.
 void ring_phases(MPI_Comm comm, int rank, int size, uint8_t* bytes, const std::vector<size_t>& begin,
                  const std::vector<size_t>& length, ReduceType type, size_t segment_bytes, RingScratch& scratch,
-                 bool allgather) {
+                 bool reduce_phase, bool allgather) {
   const size_t element = reduce_type_size(type);
   const size_t seg = std::max<size_t>(1, std::min(segment_bytes, size_t{1} << 30) / element);  // elements
   const auto P = static_cast<size_t>(size);
@@ -66,7 +67,7 @@ void ring_phases(MPI_Comm comm, int rank, int size, uint8_t* bytes, const std::v
   scratch.incoming.resize(*std::max_element(length.begin(), length.end()) * element);
   CommWatch watch("ring allreduce");
   watch.waiting_for(left);
-  for (int phase = 0; phase < (allgather ? 2 : 1); ++phase) {
+  for (int phase = reduce_phase ? 0 : 1; phase < (allgather ? 2 : 1); ++phase) {
     const bool reduce = phase == 0;
     const int tag = reduce ? kReduceScatterTag : kAllgatherTag;
     for (size_t step = 0; step + 1 < P; ++step) {
@@ -121,31 +122,49 @@ void ring_allreduce(MPI_Comm comm, void* data, size_t count, ReduceType type, si
     begin[c] = count * c / P;
     length[c] = count * (c + 1) / P - begin[c];
   }
-  ring_phases(comm, rank, size, static_cast<uint8_t*>(data), begin, length, type, segment_bytes, scratch, true);
+  ring_phases(comm, rank, size, static_cast<uint8_t*>(data), begin, length, type, segment_bytes, scratch, true, true);
 }
 
-void ring_reduce_scatter(MPI_Comm comm, void* data, std::span<const int64_t> counts, ReduceType type,
-                         size_t segment_bytes, RingScratch& scratch) {
+namespace {
+
+// Blocks of unequal sizes as ring chunks: the reduce-scatter phase leaves rank r with ring chunk
+// (r + 1) mod P, so ring chunk c is block (c - 1) mod P. False when the blocks hold nothing.
+bool blocks_as_chunks(std::span<const int64_t> counts, size_t P, RingScratch& scratch) {
+  std::vector<size_t> offset(P + 1, 0);
+  for (size_t r = 0; r < P; ++r) offset[r + 1] = offset[r] + static_cast<size_t>(counts[r]);
+  if (offset[P] == 0) return false;
+  scratch.begin.resize(P);
+  scratch.length.resize(P);
+  for (size_t c = 0; c < P; ++c) {
+    const size_t block = (c + P - 1) % P;
+    scratch.begin[c] = offset[block];
+    scratch.length[c] = offset[block + 1] - offset[block];
+  }
+  return true;
+}
+
+void ring_blocks(const char* op, MPI_Comm comm, void* data, std::span<const int64_t> counts, ReduceType type,
+                 size_t segment_bytes, RingScratch& scratch, bool reduce) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
   const auto P = static_cast<size_t>(size);
-  QT_CHECK(counts.size() == P, "ring_reduce_scatter: {} counts for {} ranks", counts.size(), P);
-  if (size == 1) return;
-  // The phase leaves rank r with ring chunk (r + 1) mod P: ring chunk c is block (c - 1) mod P.
-  std::vector<size_t> offset(P + 1, 0);
-  for (size_t r = 0; r < P; ++r) offset[r + 1] = offset[r] + static_cast<size_t>(counts[r]);
-  if (offset[P] == 0) return;
-  std::vector<size_t>& begin = scratch.begin;
-  std::vector<size_t>& length = scratch.length;
-  begin.resize(P);
-  length.resize(P);
-  for (size_t c = 0; c < P; ++c) {
-    const size_t block = (c + P - 1) % P;
-    begin[c] = offset[block];
-    length[c] = offset[block + 1] - offset[block];
-  }
-  ring_phases(comm, rank, size, static_cast<uint8_t*>(data), begin, length, type, segment_bytes, scratch, false);
+  QT_CHECK(counts.size() == P, "{}: {} counts for {} ranks", op, counts.size(), P);
+  if (size == 1 || !blocks_as_chunks(counts, P, scratch)) return;
+  ring_phases(comm, rank, size, static_cast<uint8_t*>(data), scratch.begin, scratch.length, type, segment_bytes,
+              scratch, reduce, !reduce);
+}
+
+}  // namespace
+
+void ring_reduce_scatter(MPI_Comm comm, void* data, std::span<const int64_t> counts, ReduceType type,
+                         size_t segment_bytes, RingScratch& scratch) {
+  ring_blocks("ring_reduce_scatter", comm, data, counts, type, segment_bytes, scratch, true);
+}
+
+void ring_all_gather(MPI_Comm comm, void* data, std::span<const int64_t> counts, ReduceType type, size_t segment_bytes,
+                     RingScratch& scratch) {
+  ring_blocks("ring_all_gather", comm, data, counts, type, segment_bytes, scratch, false);
 }
 
 }  // namespace qtrain

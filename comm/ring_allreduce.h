@@ -43,4 +43,9 @@ void ring_allreduce(MPI_Comm comm, void* data, size_t count, ReduceType type, si
 void ring_reduce_scatter(MPI_Comm comm, void* data, std::span<const int64_t> counts, ReduceType type,
                          size_t segment_bytes, RingScratch& scratch);
 
+// The allgather phase alone, in place, over the same blocks: block r of rank r reaches block r of
+// every rank, copied bit for bit. Each rank sends (P-1)/P of the buffer.
+void ring_all_gather(MPI_Comm comm, void* data, std::span<const int64_t> counts, ReduceType type, size_t segment_bytes,
+                     RingScratch& scratch);
+
 }  // namespace qtrain

@@ -271,6 +271,48 @@ TEST_CASE("reduce_scatter_sum on GPU memory: NcclComm's ncclReduceScatter and Mp
   check_reduce_scatter_on_gpu(*nccl, ctx);
 }
 
+namespace {
+// all_gather_blocks of a buffer on ctx's GPU, equal and unequal blocks (one empty): every rank must
+// end with block q of rank q, bit for bit.
+void check_all_gather_blocks_on_gpu(Communicator& comm, Context& ctx, bool base) {
+  const int p = comm.size(), r = comm.rank();
+  for (bool equal : {true, false}) {
+    std::vector<int64_t> counts;
+    for (int q = 0; q < p; ++q) counts.push_back(equal ? 29 : (q == 1 ? 0 : 37 * q + 5));
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    std::vector<float> x(static_cast<size_t>(total), -7.0f), expected(x.size());
+    int64_t at = 0;
+    for (int q = 0; q < p; ++q) {
+      for (int64_t i = 0; i < counts[static_cast<size_t>(q)]; ++i) {
+        expected[static_cast<size_t>(at + i)] = f32_value(q, static_cast<size_t>(i));
+        if (q == r) x[static_cast<size_t>(at + i)] = expected[static_cast<size_t>(at + i)];
+      }
+      at += counts[static_cast<size_t>(q)];
+    }
+    INFO(comm.name() << (base ? " (the default)" : "") << ", rank " << r << " of " << p
+                     << (equal ? ", equal blocks" : ", unequal blocks"));
+    Tensor dx = place(x, my_gpu());
+    if (base)
+      comm.Communicator::all_gather_blocks(ctx, dx.raw(), counts, ReduceType::f32);
+    else
+      comm.all_gather_blocks(ctx, dx.raw(), counts, ReduceType::f32);
+    CHECK(fetch<float>(dx, my_gpu()) == expected);
+  }
+}
+}  // namespace
+
+TEST_CASE("all_gather_blocks on GPU memory: NcclComm's in place, MpiComm's staging and the default", "[cuda][nccl]") {
+  Context ctx = Context::cuda(my_gpu().index, 1);
+  MpiComm mpi(my_gpu());
+  check_all_gather_blocks_on_gpu(mpi, ctx, false);
+  check_all_gather_blocks_on_gpu(mpi, ctx, true);
+  if (ranks_on_this_host() > cuda_device_count()) return;
+  auto nccl = make_communicator("nccl", my_gpu());
+  check_all_gather_blocks_on_gpu(*nccl, ctx, false);
+  check_all_gather_blocks_on_gpu(*nccl, ctx, true);
+}
+
 TEST_CASE("all_gather_equal gathers GPU blocks into GPU memory: NcclComm's and the default", "[cuda][nccl]") {
   if (ranks_on_this_host() > cuda_device_count()) return;
   auto comm = make_communicator("nccl", my_gpu());

@@ -169,6 +169,49 @@ TEST_CASE("reduce_scatter_sum leaves rank r the exact sum of block r, blocks of 
       Contains("counts for"));
 }
 
+TEST_CASE("all_gather_blocks gives every rank block r of rank r, bit for bit, blocks of unequal and zero sizes",
+          "[mpi][ring]") {
+  MpiComm comm;
+  comm.set_max_message_bytes(MESSAGE_LIMIT());
+  INFO(where(comm) << ", message limit " << comm.max_message_bytes());
+  Context ctx = Context::cpu(1);
+  const int p = comm.size(), r = comm.rank();
+  for (bool equal : {true, false}) {
+    std::vector<int64_t> counts;
+    for (int q = 0; q < p; ++q) counts.push_back(equal ? 23 : (q == 1 ? 0 : 37 * q + 5));
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    // Block q of rank q holds its values, every other block a marker that must be overwritten.
+    auto start = [&] {
+      std::vector<float> x(static_cast<size_t>(total), -7.0f);
+      int64_t at = 0;
+      for (int q = 0; q < p; ++q) {
+        for (int64_t i = 0; i < counts[static_cast<size_t>(q)]; ++i)
+          if (q == r) x[static_cast<size_t>(at + i)] = f32_value(q, static_cast<size_t>(i));
+        at += counts[static_cast<size_t>(q)];
+      }
+      return x;
+    };
+    std::vector<float> x = start(), y = start();
+    comm.all_gather_blocks(ctx, x.data(), counts, ReduceType::f32);
+    comm.Communicator::all_gather_blocks(ctx, y.data(), counts, ReduceType::f32);  // the default
+    size_t wrong = 0;
+    int64_t at = 0;
+    for (int q = 0; q < p; ++q) {
+      for (int64_t i = 0; i < counts[static_cast<size_t>(q)]; ++i)
+        wrong += x[static_cast<size_t>(at + i)] != f32_value(q, static_cast<size_t>(i));
+      at += counts[static_cast<size_t>(q)];
+    }
+    INFO((equal ? "equal" : "unequal") << " blocks");
+    CHECK(wrong == 0);
+    CHECK(x == y);
+  }
+  std::vector<float> x(4);
+  CHECK_THROWS_WITH(
+      comm.all_gather_blocks(ctx, x.data(), std::vector<int64_t>(static_cast<size_t>(p) + 1, 1), ReduceType::f32),
+      Contains("counts for"));
+}
+
 TEST_CASE("the ring allreduce is exact on crafted values for every segment size", "[mpi][ring]") {
   using namespace qtrain::quant_detail;
   MpiComm comm;

@@ -386,44 +386,50 @@ TEST_CASE("two levels: every rank the same bits; fp32 the exact sum; state per l
   // Nodes of two ranks where the world splits so (4 ranks: 2 x 2), else nodes of one rank.
   const int per_node = P % 2 == 0 ? 2 : 1;
   Context ctx = Context::cpu(kSeed, 1);
-  for (const char* method : {"fp32", "qsgd", "onebit", "dettmers8"}) {
-    CommunicationConfig cc = communication("auto", true);
-    cc.hierarchy = "two_level";
-    cc.ranks_per_node = per_node;
-    const QuantizationConfig qc = quantization(fmt::format("{{method: {}}}", method));
-    GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
-    INFO(method << " on " << P << " ranks, nodes of " << per_node);
-    if (P > 1) CHECK_THAT(ex.describe(), Catch::Contains("two levels"));  // a world of one is flat
-    for (int k = 0; k < 3; ++k) {
-      Tensor grads = Tensor::empty({arena_size()}, DType::f32);
-      std::vector<float> mine(static_cast<size_t>(arena_size()));
-      if (std::string(method) == "fp32") {
-        // Small integers times a power of two: every order of summation gives the exact mean.
-        for (int64_t i = 0; i < arena_size(); ++i)
-          mine[static_cast<size_t>(i)] = static_cast<float>((i % 89) * (me + 1) + k) * 0.125f;
-      } else {
-        fill(mine, me, k);
-      }
-      std::memcpy(grads.data<float>(), mine.data(), mine.size() * 4);
-      ex.exchange(ctx, grads, static_cast<uint64_t>(k));
-      const uint64_t h = bits_hash(grads);
-      for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
-      const float* g = grads.data<float>();
-      int64_t wrong = 0;
-      for (int64_t i = 0; i < arena_size(); ++i) {
+  // Pieces of the default size (one chunk), and pieces so small that the arena is cut into 4 chunks
+  // pipelined through the cross-node exchange's thread.
+  for (const double piece_mb : {4.0, 0.02})
+    for (const char* method : {"fp32", "qsgd", "onebit", "dettmers8"}) {
+      CommunicationConfig cc = communication("auto", true);
+      cc.hierarchy = "two_level";
+      cc.ranks_per_node = per_node;
+      cc.piece_mb = piece_mb;
+      const QuantizationConfig qc = quantization(fmt::format("{{method: {}}}", method));
+      GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
+      INFO(method << " on " << P << " ranks, nodes of " << per_node << ", pieces of " << piece_mb << " MB");
+      if (P > 1) CHECK_THAT(ex.describe(), Catch::Contains("two levels"));  // a world of one is flat
+      if (per_node > 1 && piece_mb < 1) CHECK_THAT(ex.describe(), Catch::Contains("in 4 chunks"));
+      for (int k = 0; k < 3; ++k) {
+        Tensor grads = Tensor::empty({arena_size()}, DType::f32);
+        std::vector<float> mine(static_cast<size_t>(arena_size()));
         if (std::string(method) == "fp32") {
-          const float exact = static_cast<float>((i % 89) * (P * (P + 1) / 2) + P * k) * 0.125f / static_cast<float>(P);
-          wrong += g[i] != exact;
+          // Small integers times a power of two: every order of summation gives the exact mean.
+          for (int64_t i = 0; i < arena_size(); ++i)
+            mine[static_cast<size_t>(i)] = static_cast<float>((i % 89) * (me + 1) + k) * 0.125f;
         } else {
-          wrong += !std::isfinite(g[i]);
+          fill(mine, me, k);
         }
+        std::memcpy(grads.data<float>(), mine.data(), mine.size() * 4);
+        ex.exchange(ctx, grads, static_cast<uint64_t>(k));
+        const uint64_t h = bits_hash(grads);
+        for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
+        const float* g = grads.data<float>();
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < arena_size(); ++i) {
+          if (std::string(method) == "fp32") {
+            const float exact =
+                static_cast<float>((i % 89) * (P * (P + 1) / 2) + P * k) * 0.125f / static_cast<float>(P);
+            wrong += g[i] != exact;
+          } else {
+            wrong += !std::isfinite(g[i]);
+          }
+        }
+        CHECK(wrong == 0);
       }
-      CHECK(wrong == 0);
+      if (P > 1)
+        for (const auto& [name, t] : ex.state()) CHECK(name.rfind("inter/", 0) == 0);
+      if (std::string(method) == "onebit") CHECK(!ex.state().empty());  // error feedback between nodes
     }
-    if (P > 1)
-      for (const auto& [name, t] : ex.state()) CHECK(name.rfind("inter/", 0) == 0);
-    if (std::string(method) == "onebit") CHECK(!ex.state().empty());  // error feedback between nodes
-  }
 }
 
 TEST_CASE("two levels: unequal nodes and impossible requests are errors naming the setting", "[exchange][hierarchy]") {

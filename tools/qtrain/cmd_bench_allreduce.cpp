@@ -7,11 +7,14 @@
 // Per size and variant: time per exchange (median over iterations, every rank synchronized by a
 // barrier before each; the copy that restores the input is not timed), algbw = size / time, busbw = algbw * 2(P-1)/P
 // (the allreduce convention), the bytes this rank put on the wire, the speedup over the baseline of the same size and,
-// when --link-gbit is given, the ideal time (bytes on the wire over the link rate) and the ratio to it. Where the time
-// goes on rank 0: its encode and decode time per exchange (wall clock on the exchange thread) and
-// the CPU time of its whole process per exchange (user + system, so MPI's copies and the kernel's
-// TCP work count): cpu near time means the rank computed all along, cpu well below time that it
-// waited for the network or for a core.
+// when --link-gbit is given, the ideal time and the ratio to it. The ideal is the busiest host link's bytes over the
+// link rate, where the ranks of a host (a node: the ranks that share memory, or --ranks-per-node) share one link:
+// with one rank per host, the rank's wire bytes; with L, the bytes the host's ranks send to other hosts (all of
+// them for the two-level exchange, (P - L) / (P - 1) of them for the flat exchanges whose payloads go to every
+// peer alike, and one rank's worth for the ring all-reduces, where only a host's last rank sends off it). Where the
+// time goes on rank 0: its encode and decode time per exchange (wall clock on the exchange thread) and the CPU time of
+// its whole process per exchange (user + system, so MPI's copies and the kernel's TCP work count): cpu near time means
+// the rank computed all along, cpu well below time that it waited for the network or for a core.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -24,6 +27,7 @@
 
 #include "comm/communicator.h"
 #include "comm/gradient_exchange.h"
+#include "comm/hierarchical_exchange.h"
 #include "comm/mpi_comm.h"
 #include "framework/core/context.h"
 #include "framework/core/philox.h"
@@ -78,6 +82,8 @@ void run(const Options& o, int local_rank) {
                             : select_device(o.device, local_rank, "--device");
   auto comm = make_communicator(o.backend, device);
   const int P = comm->size();
+  // Ranks per host, for the ideal time: the node layout where the communicator knows it.
+  const int per_host = P > 1 && comm->has_subgroups() ? node_layout(*comm, o.ranks_per_node).ranks_per_node : 1;
   const bool root = comm->rank() == 0;
   const std::vector<MethodChoice> methods = parse_method_list(o.methods);
   const std::optional<MethodChoice> baseline = parse_baseline(o.baseline);
@@ -162,6 +168,15 @@ void run(const Options& o, int local_rank) {
     struct Timed {
       double time = 0, wire = 0, encode = 0, decode = 0, cpu = 0;
       std::string algorithm;
+      bool two_levels = false;
+    };
+    // The bytes on the busiest host link (see the top of this file) when each rank puts `wire` bytes on the wire.
+    auto host_link_bytes = [&](double wire, const std::string& algorithm, bool two_levels) {
+      const double L = per_host;
+      if (two_levels) return L * wire;
+      if (algorithm == "allgather" || algorithm == "reduce_scatter_allgather")
+        return L * wire * (P - L) / std::max(P - 1.0, 1.0);
+      return wire;  // a ring: one of the host's ranks sends to the next host
     };
     auto time_exchange = [&](const MethodChoice& m, const std::string& alg) -> std::optional<Timed> {
       CommunicationConfig cc;
@@ -190,7 +205,8 @@ void run(const Options& o, int local_rank) {
                    st.phases.seconds(Phase::encode) / steps,
                    st.phases.seconds(Phase::decode) / steps,
                    cpu_per_iteration,
-                   reduce_algorithm_name(ex->algorithm(0))};
+                   reduce_algorithm_name(ex->algorithm(0)),
+                   ex->two_levels()};
     };
     // The baseline first: every row's speedup is over it.
     std::optional<Timed> base;
@@ -202,14 +218,16 @@ void run(const Options& o, int local_rank) {
     const double t_base = base ? base->time : t_library;
     // enc and dec: rank 0's encode and decode seconds per exchange (0 for the library's all-reduce).
     auto print = [&](const std::string& method, const std::string& algorithm, double t, double wire, double enc,
-                     double dec, double cpu) {
+                     double dec, double cpu, bool two_levels) {
       if (!root) return;
       const double algbw = bytes / t / 1e9, busbw = algbw * 2.0 * (P - 1) / std::max(P, 1);
       std::printf("%10.1f %-24s %-25s %10.3f %9.3f %9.3f %12.3f %8.2f %8.1f %8.1f %8.1f", mb, method.c_str(),
                   algorithm.c_str(), 1e3 * t, algbw, busbw, wire / 1e6, t_base / t, 1e3 * enc, 1e3 * dec, 1e3 * cpu);
       double ideal = 0;
-      if (o.link_gbit > 0) {
-        ideal = wire / (o.link_gbit * 1e9 / 8);
+      // The library's own all-reduce follows no model here once hosts hold several ranks (it may
+      // reduce inside a host first): its row has no ideal then.
+      if (o.link_gbit > 0 && (algorithm != "native" || per_host == 1)) {
+        ideal = host_link_bytes(wire, algorithm, two_levels) / (o.link_gbit * 1e9 / 8);
         std::printf("   %9.3f %6.2f", 1e3 * ideal, t / ideal);
       }
       std::printf("\n");
@@ -224,16 +242,16 @@ void run(const Options& o, int local_rank) {
             t_library / t, ideal, enc, dec, cpu);
     };
     print(mpi ? "MPI_Allreduce fp32" : fmt::format("{} all-reduce fp32", comm->name()), "native", t_library,
-          2.0 * (P - 1) / P * bytes, 0, 0, cpu_library);
+          2.0 * (P - 1) / P * bytes, 0, 0, cpu_library, false);
     if (base)
       print(baseline->label + " (baseline)", base->algorithm, base->time, base->wire, base->encode, base->decode,
-            base->cpu);
+            base->cpu, base->two_levels);
 
     for (const MethodChoice& m : methods) {
       for (const std::string& alg : o.algorithms) {
         if (base && m.label == baseline->label && alg == "auto") continue;  // the baseline row above
         const std::optional<Timed> t = time_exchange(m, alg);
-        if (t) print(m.label, t->algorithm, t->time, t->wire, t->encode, t->decode, t->cpu);
+        if (t) print(m.label, t->algorithm, t->time, t->wire, t->encode, t->decode, t->cpu, t->two_levels);
       }
     }
   }
@@ -258,7 +276,9 @@ void add_bench_allreduce_command(CLI::App& app, const MpiRuntime& mpi) {
   cmd->add_option("--warmup", o->warmup, "Untimed iterations per case")->check(kNonNegative);
   cmd->add_option("--column", o->column, "Column length of the synthetic tensor (for per-column methods)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--link-gbit", o->link_gbit, "Link rate in Gbit/s: report the ideal time (wire bytes / rate)");
+  cmd->add_option(
+      "--link-gbit", o->link_gbit,
+      "Link rate in Gbit/s of each host's link: report the ideal time (the busiest host link's bytes / rate)");
   cmd->add_option("--backend", o->backend, "mpi (default), nccl, local or auto, as communication.backend")
       ->check(CLI::IsMember({"mpi", "nccl", "local", "auto"}));
   cmd->add_option("--device", o->device,
