@@ -193,14 +193,6 @@ int64_t Communicator::reduce_scatter_total(const char* op, std::span<const int64
   return total;
 }
 
-void Communicator::all_gather_equal(Context& ctx, const void* send, size_t bytes, void* recv) {
-  all_gather_bytes(ctx, {static_cast<const uint8_t*>(send), bytes}, stream_send_, stream_sizes_, stream_offsets_);
-  for (size_t r = 0; r < stream_sizes_.size(); ++r)
-    QT_CHECK(stream_sizes_[r] == bytes, "all_gather_equal: rank {} sent {} bytes, this rank {}", r, stream_sizes_[r],
-             bytes);
-  copy_from_host(ctx, recv, stream_send_.data(), stream_send_.size());
-}
-
 void Communicator::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
   all_reduce_sum(ctx, data, reduce_scatter_total("reduce_scatter_sum", counts), type);
 }

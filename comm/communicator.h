@@ -51,11 +51,6 @@ class Communicator {
   // capacity is kept, so a steady state allocates nothing); `send` must not point into it.
   virtual void all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
                                 std::vector<size_t>& sizes, std::vector<size_t>& offsets) = 0;
-  // Every rank contributes `bytes` bytes at `send`; `recv` (size() * bytes) receives rank r's at
-  // r * bytes. Both buffers are in ctx.device()'s memory and `send` does not overlap `recv`. For
-  // buffers on a GPU, where all_gather_bytes would return host memory. This default goes through
-  // all_gather_bytes and copies the result into `recv`; NcclComm gathers device to device.
-  virtual void all_gather_equal(Context& ctx, const void* send, size_t bytes, void* recv);
   // Personalized exchange: rank r sends `send[send_offsets[d] .. + send_sizes[d])` to every rank d and
   // receives rank s's bytes for it at recv[recv_offsets[s] ..] (sizes are exchanged first; recv is
   // resized; recv_offsets are the prefix sums of recv_sizes).
@@ -139,7 +134,7 @@ class Communicator {
  protected:
   // The elements of a reduce_scatter_sum buffer: the sum of `counts`, checked (one per rank, none negative).
   int64_t reduce_scatter_total(const char* op, std::span<const int64_t> counts) const;
-  // Scratch of the default streaming forms and all_gather_equal (one call at a time per communicator).
+  // Scratch of the default streaming forms and all_gather_blocks (one call at a time per communicator).
   std::vector<uint8_t> stream_send_;
   std::vector<size_t> stream_sizes_, stream_offsets_, stream_recv_sizes_, stream_recv_offsets_;
 };

@@ -270,17 +270,6 @@ const uint8_t* NcclComm::all_to_all_device(Context& ctx, std::span<const uint8_t
   return out;
 }
 
-void NcclComm::all_gather_equal(Context& ctx, const void* send, size_t bytes, void* recv) {
-  const char* op = "all_gather_equal";
-  cudaStream_t stream = stream_of(op, ctx, device_, comm_);
-  const Device from = buffer_location(op, "send", send, bytes, ctx);
-  const Device to = buffer_location(op, "recv", recv, bytes * static_cast<size_t>(size()), ctx);
-  if (!from.is_cuda() || !to.is_cuda()) return Communicator::all_gather_equal(ctx, send, bytes, recv);
-  if (bytes == 0) return;
-  NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream));
-  wait(stream, op);
-}
-
 void NcclComm::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
   const char* op = "reduce_scatter_sum";
   const int64_t total = reduce_scatter_total(op, counts);

@@ -55,7 +55,6 @@ class NcclComm final : public Communicator {
                                    std::vector<size_t>& offsets) override;
   void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) override;
   // ncclAllGather from GPU memory into GPU memory; host buffers take the default.
-  void all_gather_equal(Context& ctx, const void* send, size_t bytes, void* recv) override;
   // ncclReduceScatter for a buffer in this GPU's memory; host buffers take the default (an allreduce).
   void reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) override;
   void all_gather_blocks(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) override;

@@ -313,30 +313,6 @@ TEST_CASE("all_gather_blocks on GPU memory: NcclComm's in place, MpiComm's stagi
   check_all_gather_blocks_on_gpu(*nccl, ctx, true);
 }
 
-TEST_CASE("all_gather_equal gathers GPU blocks into GPU memory: NcclComm's and the default", "[cuda][nccl]") {
-  if (ranks_on_this_host() > cuda_device_count()) return;
-  auto comm = make_communicator("nccl", my_gpu());
-  Context ctx = Context::cuda(my_gpu().index, 1);
-  const int p = comm->size(), r = comm->rank();
-  const size_t n = 37;
-  std::vector<float> mine(n);
-  for (size_t i = 0; i < n; ++i) mine[i] = f32_value(r, i);
-  Tensor send = place(mine, my_gpu());
-  for (bool base : {false, true}) {
-    INFO((base ? "Communicator's default" : "NcclComm's override") << ", rank " << r << " of " << p);
-    Tensor recv = place(std::vector<float>(n * static_cast<size_t>(p), -1.0f), my_gpu());
-    if (base)
-      comm->Communicator::all_gather_equal(ctx, send.raw(), n * sizeof(float), recv.raw());
-    else
-      comm->all_gather_equal(ctx, send.raw(), n * sizeof(float), recv.raw());
-    const std::vector<float> got = fetch<float>(recv, my_gpu());
-    size_t wrong = 0;
-    for (int q = 0; q < p; ++q)
-      for (size_t i = 0; i < n; ++i) wrong += got[static_cast<size_t>(q) * n + i] != f32_value(q, i);
-    CHECK(wrong == 0);
-  }
-}
-
 TEST_CASE("device byte collectives leave every block in GPU memory: NcclComm's, and none elsewhere", "[cuda][nccl]") {
   Context ctx = Context::cuda(my_gpu().index, 1);
   MpiComm mpi(my_gpu());

@@ -173,6 +173,7 @@ void run(const Options& o, int local_rank) {
     // The bytes on the busiest host link (see the top of this file) when each rank puts `wire` bytes on the wire.
     auto host_link_bytes = [&](double wire, const std::string& algorithm, bool two_levels) {
       const double L = per_host;
+      if (per_host == P) return 0.0;  // one host: nothing crosses a link
       if (two_levels) return L * wire;
       if (algorithm == "allgather" || algorithm == "reduce_scatter_allgather")
         return L * wire * (P - L) / std::max(P - 1.0, 1.0);
@@ -227,8 +228,9 @@ void run(const Options& o, int local_rank) {
       // The library's own all-reduce follows no model here once hosts hold several ranks (it may
       // reduce inside a host first): its row has no ideal then.
       if (o.link_gbit > 0 && (algorithm != "native" || per_host == 1)) {
+        // Nothing leaves a host when every rank shares one (a flat run on one machine): no ideal.
         ideal = host_link_bytes(wire, algorithm, two_levels) / (o.link_gbit * 1e9 / 8);
-        std::printf("   %9.3f %6.2f", 1e3 * ideal, t / ideal);
+        if (ideal > 0) std::printf("   %9.3f %6.2f", 1e3 * ideal, t / ideal);
       }
       std::printf("\n");
       std::fflush(stdout);
