@@ -136,12 +136,7 @@ void GradientExchange::begin_step(Tensor grads, uint64_t step) {
            device_.str(), dtype_name(grads.dtype()), grads.device().str());
   for (const ExchangeTensor& x : tensors())
     QT_CHECK(x.offset + x.numel <= grads.numel(), "tensor {} lies outside the gradient arena", x.name);
-  if (hierarchy_) {
-    hierarchy_grads_ = std::move(grads);
-    hierarchy_step_ = step;
-    compute_ = nullptr;
-    return;
-  }
+  if (hierarchy_) return hierarchy_->begin_step(std::move(grads), step);
   std::lock_guard<std::mutex> lock(mutex_);
   QT_CHECK(queue_.empty(), "begin_step while the previous step is still being exchanged");
   work_->grads = std::move(grads);
@@ -154,10 +149,7 @@ void GradientExchange::begin_step(Tensor grads, uint64_t step) {
 
 void GradientExchange::tensor_ready(Context& compute, int t) {
   QT_CHECK(t >= 0 && t < static_cast<int>(tensors().size()), "tensor index {} out of range", t);
-  if (hierarchy_) {  // the node's sum needs every tensor: all of it happens in finish_step
-    compute_ = &compute;
-    return;
-  }
+  if (hierarchy_) return hierarchy_->tensor_ready(compute, t);
   const int bucket = bucket_of_[static_cast<size_t>(t)];
   Bucket& b = buckets_[static_cast<size_t>(bucket)];
   if (!config_.overlap) compute_ = &compute;  // finish_step synchronizes it once
@@ -173,11 +165,7 @@ void GradientExchange::tensor_ready(Context& compute, int t) {
 }
 
 void GradientExchange::finish_step() {
-  if (hierarchy_) {
-    if (compute_ != nullptr) compute_->synchronize();
-    hierarchy_->exchange(hierarchy_grads_, hierarchy_step_);
-    return;
-  }
+  if (hierarchy_) return hierarchy_->finish_step();
   if (!config_.overlap) {
     // The exchange reads the gradients on its own stream: the compute stream's backward must be done
     // (on CUDA the two streams are not ordered; without this the first buckets raced the last kernels).

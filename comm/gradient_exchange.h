@@ -157,12 +157,10 @@ class GradientExchange {
 
   Device device_;
   CommunicationConfig config_;
-  // Nodes of several ranks (communication.hierarchy): every step goes through the two levels, on the
-  // calling thread, and the members below stay empty.
+  // Nodes of several ranks (communication.hierarchy): every step goes through the two levels, and
+  // the members below stay empty.
   std::unique_ptr<HierarchicalExchange> hierarchy_;
   std::vector<ExchangeTensor> hierarchy_tensors_;
-  Tensor hierarchy_grads_;
-  uint64_t hierarchy_step_ = 0;
   std::unique_ptr<exchange::Workspace> work_;  // the tensors, their plans and what the algorithms share
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;  // per tensor

@@ -125,12 +125,14 @@ HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, u
   cuts_ = arena_cuts(tensors_, units, chunks_ * L);
   // This rank's ranges as tensors of the cross-node exchange: the pieces of the model's tensors in
   // them, at their places in the arena, one bucket per chunk.
+  // Chunks are taken from the last to the first, the order in which backward finishes them.
   std::vector<ExchangeTensor> inter_tensors;
   chunk_pieces_.resize(static_cast<size_t>(chunks_));
   buckets_through_.assign(static_cast<size_t>(chunks_), 0);
-  for (int c = 0; c < chunks_; ++c) {
+  for (int i = 0; i < chunks_; ++i) {
+    const int c = chunks_ - 1 - i;
     const int64_t lo = range_begin(c, me), hi = range_begin(c, me + 1);
-    const int bucket = c > 0 ? buckets_through_[static_cast<size_t>(c) - 1] : 0;
+    const int bucket = i > 0 ? buckets_through_[static_cast<size_t>(i) - 1] : 0;
     for (size_t t = 0; t < tensors_.size(); ++t) {
       const ExchangeTensor& x = tensors_[t];
       const int64_t begin = std::max(lo, x.offset), end = std::min(hi, x.offset + x.numel);
@@ -152,8 +154,14 @@ HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, u
       piece_tensor_.push_back(static_cast<int>(t));
       inter_tensors.push_back(part);
     }
-    buckets_through_[static_cast<size_t>(c)] = bucket + (chunk_pieces_[static_cast<size_t>(c)].empty() ? 0 : 1);
+    buckets_through_[static_cast<size_t>(i)] = bucket + (chunk_pieces_[static_cast<size_t>(c)].empty() ? 0 : 1);
   }
+  // Which chunks each tensor's gradient completes.
+  chunks_of_tensor_.resize(tensors_.size());
+  for (size_t t = 0; t < tensors_.size(); ++t)
+    for (int c = 0; c < chunks_; ++c)
+      if (tensors_[t].offset < range_begin(c + 1, 0) && range_begin(c, 0) < tensors_[t].offset + tensors_[t].numel)
+        chunks_of_tensor_[t].push_back(c);
   CommunicationConfig inner = config;
   inner.hierarchy = "flat";
   inner.mean = false;           // the mean over all N L ranks is taken once, at the end
@@ -164,9 +172,17 @@ HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, u
   inter_ =
       std::make_unique<GradientExchange>(*cross_, device_, inter_seed, inner, quantization, std::move(inter_tensors));
   stats_.bytes_sent_per_tensor.assign(tensors_.size(), 0.0);
+  if (chunks_ > 1 && config.overlap) thread_ = std::thread([this] { run_thread(); });
 }
 
-HierarchicalExchange::~HierarchicalExchange() = default;
+HierarchicalExchange::~HierarchicalExchange() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
 
 std::vector<int64_t> HierarchicalExchange::chunk_counts(int c) const {
   std::vector<int64_t> counts;
@@ -178,6 +194,7 @@ std::vector<int64_t> HierarchicalExchange::chunk_counts(int c) const {
 void HierarchicalExchange::sum_in_node(float* g, int c) {
   const int me = layout_.local_rank;
   const int64_t begin = range_begin(c, 0), length = range_begin(c + 1, 0) - begin;
+  if (node_->size() == 1) return;
   const std::vector<int64_t> counts = chunk_counts(c);
   if (config_.intra != "bf16") return node_->reduce_scatter_sum(*ctx_, g + begin, counts, ReduceType::f32);
   if (!half_.defined() || half_.numel() < cuts_.back())
@@ -192,44 +209,112 @@ void HierarchicalExchange::sum_in_node(float* g, int c) {
 // Step 3 for chunk c: every range from its owner, then the mean.
 void HierarchicalExchange::gather_in_node(float* g, int c) {
   const int64_t begin = range_begin(c, 0), length = range_begin(c + 1, 0) - begin;
-  node_->all_gather_blocks(*ctx_, g + begin, chunk_counts(c), ReduceType::f32);
+  if (node_->size() > 1) node_->all_gather_blocks(*ctx_, g + begin, chunk_counts(c), ReduceType::f32);
   if (config_.mean) scale_buffer(*ctx_, g + begin, length, 1.0f / static_cast<float>(world_size_));
 }
 
-void HierarchicalExchange::exchange(Tensor& grads, uint64_t step) {
+void HierarchicalExchange::begin_step(Tensor grads, uint64_t step) {
   QT_CHECK(grads.device() == device_ && grads.dtype() == DType::f32,
            "hierarchical exchange: f32 gradients on {} expected, got {} on {}", device_.str(),
            dtype_name(grads.dtype()), grads.device().str());
   QT_CHECK(grads.numel() >= cuts_.back(), "hierarchical exchange: an arena of {} values, the tensors need {}",
            grads.numel(), cuts_.back());
-  float* g = grads.data<float>();
+  std::lock_guard<std::mutex> lock(mutex_);
+  QT_CHECK(!step_open_, "hierarchical exchange: begin_step while the previous step is still being exchanged");
+  grads_ = std::move(grads);
+  step_ = step;
+  compute_ = nullptr;
+  error_ = nullptr;
+  chunk_pending_.assign(static_cast<size_t>(chunks_), 0);
+  for (const std::vector<int>& chunks : chunks_of_tensor_)
+    for (int c : chunks) ++chunk_pending_[static_cast<size_t>(c)];
+  step_open_ = true;
+  step_done_ = false;
+  cv_.notify_all();
+}
+
+void HierarchicalExchange::tensor_ready(Context& compute, int t) {
+  QT_CHECK(t >= 0 && t < static_cast<int>(tensors_.size()), "tensor index {} out of range", t);
+  std::lock_guard<std::mutex> lock(mutex_);
+  compute_ = &compute;
+  for (int c : chunks_of_tensor_[static_cast<size_t>(t)]) --chunk_pending_[static_cast<size_t>(c)];
+  if (thread_.joinable()) cv_.notify_all();
+}
+
+void HierarchicalExchange::finish_step() {
+  if (!thread_.joinable()) {
+    // Everything here, after backward: the exchange's context may read what the compute stream wrote.
+    if (compute_ != nullptr) compute_->synchronize();
+    std::exception_ptr error;
+    try {
+      run_steps(false);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    step_open_ = false;
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return step_done_; });
+  step_open_ = false;
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+void HierarchicalExchange::run_thread() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || (step_open_ && !step_done_); });
+      if (stopping_) return;
+    }
+    std::exception_ptr error;
+    try {
+      run_steps(true);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error_ = error;
+      step_done_ = true;
+    }
+    cv_.notify_all();
+  }
+}
+
+// The three steps chunk by chunk, from the last chunk to the first: chunk c's node sum while the
+// cross-node exchange works on the chunk before it on its own thread, then that chunk's gather.
+// `wait_ready` (on the chunk thread): each chunk starts once backward has finished its tensors.
+void HierarchicalExchange::run_steps(bool wait_ready) {
+  float* g = grads_.data<float>();
   double in_node_s = 0;  // this thread's time in the node's collectives
   auto timed = [&](auto&& f) {
     const auto t0 = Clock::now();
     f();
     in_node_s += since(t0);
   };
-  if (chunks_ == 1) {
-    if (node_->size() > 1) timed([&] { sum_in_node(g, 0); });
-    inter_->exchange(*ctx_, grads, step);
-    timed([&] {
-      if (node_->size() > 1) return gather_in_node(g, 0);
-      if (config_.mean) scale_buffer(*ctx_, g, cuts_.back(), 1.0f / static_cast<float>(world_size_));
-    });
-  } else {
-    // A pipeline: chunk c's node sum while the cross-node exchange works on chunk c - 1 on its own
-    // thread, then chunk c - 1's gather once that exchange is done.
-    inter_->begin_step(grads, step);
-    for (int c = 0; c < chunks_; ++c) {
-      timed([&] { sum_in_node(g, c); });
-      for (int i : chunk_pieces_[static_cast<size_t>(c)]) inter_->tensor_ready(*ctx_, i);
-      if (c == 0) continue;
-      inter_->wait_buckets(buckets_through_[static_cast<size_t>(c) - 1]);
-      timed([&] { gather_in_node(g, c - 1); });
+  inter_->begin_step(grads_, step_);
+  for (int i = 0; i < chunks_; ++i) {
+    const int c = chunks_ - 1 - i;
+    if (wait_ready) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || chunk_pending_[static_cast<size_t>(c)] <= 0; });
+      QT_CHECK(!stopping_, "hierarchical exchange: stopped in the middle of a step");
     }
-    inter_->finish_step();
-    timed([&] { gather_in_node(g, chunks_ - 1); });
+    timed([&] { sum_in_node(g, c); });
+    for (int p : chunk_pieces_[static_cast<size_t>(c)]) inter_->tensor_ready(*ctx_, p);
+    if (i == 0) continue;
+    inter_->wait_buckets(buckets_through_[static_cast<size_t>(i) - 1]);
+    timed([&] { gather_in_node(g, c + 1); });
   }
+  inter_->finish_step();
+  timed([&] { gather_in_node(g, 0); });
   if (device_.is_cuda()) ctx_->synchronize();  // the caller reads the gradients next, maybe on another stream
   stats_.phases.add(Phase::communicate, in_node_s);
 }

@@ -24,8 +24,12 @@
 // communicators split over MPI). On GPUs over NCCL every step stays in device memory.
 #pragma once
 
+#include <condition_variable>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -58,8 +62,13 @@ class HierarchicalExchange {
                        const NodeLayout& layout);
   ~HierarchicalExchange();
 
-  // Sums (and with reduce: mean, averages) `grads` over every rank, in place.
-  void exchange(Tensor& grads, uint64_t step);
+  // One step sums (and with reduce: mean, averages) the gradient arena over every rank, in place:
+  // begin_step, every tensor_ready, then finish_step, as GradientExchange's. With several chunks
+  // and communication.overlap, a chunk thread starts each chunk as soon as backward has finished its
+  // tensors (the last chunk first); otherwise all of it runs in finish_step.
+  void begin_step(Tensor grads, uint64_t step);
+  void tensor_ready(Context& compute, int t);
+  void finish_step();
 
   // Error-feedback state of the cross-node exchange, names prefixed "inter/".
   std::vector<std::pair<std::string, Tensor>> state();
@@ -85,6 +94,8 @@ class HierarchicalExchange {
   int64_t node_values(int l) const;                // the values of local rank l's ranges
   void sum_in_node(float* g, int c);
   void gather_in_node(float* g, int c);
+  void run_steps(bool wait_ready);
+  void run_thread();
 
   Device device_;
   CommunicationConfig config_;
@@ -96,13 +107,25 @@ class HierarchicalExchange {
   int chunks_ = 1;
   std::vector<int64_t> cuts_;                   // chunk c's range l: [range_begin(c, l), range_begin(c, l + 1))
   std::vector<std::vector<int>> chunk_pieces_;  // chunk -> this rank's pieces (cross-node exchange tensors)
-  std::vector<int> buckets_through_;            // chunk c -> the cross-node exchange's buckets of chunks 0..c
-  std::vector<int> piece_tensor_;               // piece -> its tensor
+  std::vector<int> buckets_through_;  // i -> the cross-node exchange's buckets of the first i + 1 chunks taken
+  std::vector<int> piece_tensor_;     // piece -> its tensor
   std::unique_ptr<Communicator> node_, cross_;
   std::unique_ptr<GradientExchange> inter_;
   std::unique_ptr<Context> ctx_;
   Tensor half_;  // intra: bf16, the whole arena
   ExchangeStats stats_;
+
+  // The step in flight, and the chunk thread that overlaps it with backward.
+  std::vector<std::vector<int>> chunks_of_tensor_;  // tensor -> the chunks it overlaps
+  std::vector<int> chunk_pending_;                  // chunk -> its tensors not yet ready this step
+  Tensor grads_;
+  uint64_t step_ = 0;
+  Context* compute_ = nullptr;  // of the last tensor_ready, synchronized before the exchange reads
+  bool step_open_ = false, step_done_ = false, stopping_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
 };
 
 }  // namespace qtrain

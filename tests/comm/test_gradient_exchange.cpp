@@ -5,7 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "comm/communicator.h"
 #include "comm/gradient_exchange.h"
@@ -430,6 +432,43 @@ TEST_CASE("two levels: every rank the same bits; fp32 the exact sum; state per l
         for (const auto& [name, t] : ex.state()) CHECK(name.rfind("inter/", 0) == 0);
       if (std::string(method) == "onebit") CHECK(!ex.state().empty());  // error feedback between nodes
     }
+}
+
+TEST_CASE("two levels in chunks: overlapping backward gives the bits of the exchange after it",
+          "[exchange][mpi][hierarchy]") {
+  auto comm = make_communicator("auto", Device::cpu());
+  const int P = comm->size(), me = comm->rank();
+  const int per_node = P % 2 == 0 ? 2 : 1;
+  Context ctx = Context::cpu(kSeed, 1);
+  for (const char* method : {"fp32", "qsgd", "onebit"}) {
+    const QuantizationConfig qc = quantization(fmt::format("{{method: {}}}", method));
+    std::vector<uint64_t> hashes;
+    for (const bool overlap : {false, true}) {
+      CommunicationConfig cc = communication("auto", overlap, 0.02);  // 4 chunks
+      cc.hierarchy = "two_level";
+      cc.ranks_per_node = per_node;
+      GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
+      INFO(method << " on " << P << " ranks, overlap " << overlap);
+      uint64_t h = 0;
+      for (int k = 0; k < 3; ++k) {
+        Tensor grads = Tensor::empty({arena_size()}, DType::f32);
+        std::vector<float> mine(static_cast<size_t>(arena_size()));
+        fill(mine, me, k);
+        std::memcpy(grads.data<float>(), mine.data(), mine.size() * 4);
+        // As backward reports them: the last tensor first, a pause between them.
+        ex.begin_step(grads, static_cast<uint64_t>(k));
+        for (int t = static_cast<int>(layout().size()) - 1; t >= 0; --t) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          ex.tensor_ready(ctx, t);
+        }
+        ex.finish_step();
+        h = h * 31 + bits_hash(grads);
+      }
+      for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
+      hashes.push_back(h);
+    }
+    CHECK(hashes[0] == hashes[1]);
+  }
 }
 
 TEST_CASE("two levels: unequal nodes and impossible requests are errors naming the setting", "[exchange][hierarchy]") {

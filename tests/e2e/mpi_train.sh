@@ -109,14 +109,15 @@ else
   fail "resuming pieces as whole stripes was not a clear error"; tail -5 "$tmp/log" | sed 's/^/    /'
 fi
 
-# 2c. two levels (communication.hierarchy, nodes of 2 ranks on 4): replicas identical every 4 steps,
-#     and 8 steps + a resume of 8 end with the parameters and every rank's residuals of 16 straight
+# 2c. two levels (communication.hierarchy, nodes of 2 ranks on 4), in 4 chunks overlapping backward
+#     (piece_mb 1): replicas identical every 4 steps, and 8 steps + a resume of 8 end with the
+#     parameters and every rank's residuals of 16 straight
 two=(--set quantization.method=onebit --set communication.hierarchy=two_level --set communication.ranks_per_node=2
-     --debug-check-replicas 4)
+     --set communication.piece_mb=1 --debug-check-replicas 4)
 tensors() { "$src/tests/support/checkpoint_tensors.py" "$1"; }
 if "${mpirun[@]}" -np 4 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=16 --set output.dir="$tmp/two" \
      "${two[@]}" >"$tmp/log" 2>&1 &&
-   grep -q "two levels: 2 node(s) x 2 rank(s)" "$tmp/two/train.log" &&
+   grep -q "two levels: 2 node(s) x 2 rank(s).*in 4 chunks" "$tmp/two/train.log" &&
    "${mpirun[@]}" -np 4 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=8 --set output.dir="$tmp/two-r" \
      "${two[@]}" >"$tmp/log" 2>&1 &&
    "${mpirun[@]}" -np 4 "$qtrain" train --resume "$tmp/two-r" "${common[@]}" --set train.max_steps=16 \
