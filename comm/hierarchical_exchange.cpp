@@ -166,7 +166,9 @@ HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, u
   inner.hierarchy = "flat";
   inner.mean = false;           // the mean over all N L ranks is taken once, at the end
   inner.overlap = chunks_ > 1;  // chunk by chunk, on the cross-node exchange's thread
-  ctx_ = std::make_unique<Context>(device_.is_cuda() ? Context::cuda(device_.index, seed) : Context::cpu(seed, 1));
+  // 0 threads: OpenBLAS's count stays as the run set it (a count here would set it for the whole
+  // process, and the model's GEMMs would run on one thread).
+  ctx_ = std::make_unique<Context>(device_.is_cuda() ? Context::cuda(device_.index, seed) : Context::cpu(seed, 0));
   // Each cross group quantizes other values: its random streams are its own (local rank 0's are the seed's).
   const uint64_t inter_seed = seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(me);
   inter_ =

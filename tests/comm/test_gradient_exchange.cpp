@@ -3,6 +3,7 @@
 // algorithm built directly from the quantizers; fp32 allreduce is exact on crafted values; a bucket
 // mixing fp16 and bf16 tensors sums each in its own format.
 #include <catch2/catch.hpp>
+#include <cblas.h>
 
 #include <cmath>
 #include <chrono>
@@ -469,6 +470,19 @@ TEST_CASE("two levels in chunks: overlapping backward gives the bits of the exch
     }
     CHECK(hashes[0] == hashes[1]);
   }
+}
+
+TEST_CASE("two levels leave OpenBLAS's thread count as the run set it", "[exchange][mpi][hierarchy]") {
+  auto comm = make_communicator("auto", Device::cpu());
+  if (comm->size() % 2 != 0) return;               // nodes of 2 ranks (a world of one is flat)
+  const Context compute = Context::cpu(kSeed, 2);  // as the trainer's context sets it, before the exchange
+  if (compute.cpu_threads() < 2) return;           // an OpenBLAS that cannot run 2 threads here
+  CommunicationConfig cc = communication("auto", true);
+  cc.hierarchy = "two_level";
+  cc.ranks_per_node = 2;
+  const GradientExchange ex(*comm, Device::cpu(), kSeed, cc, quantization("{method: qsgd}"), layout());
+  REQUIRE(ex.two_levels());
+  CHECK(openblas_get_num_threads() == compute.cpu_threads());
 }
 
 TEST_CASE("two levels: unequal nodes and impossible requests are errors naming the setting", "[exchange][hierarchy]") {
