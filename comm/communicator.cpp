@@ -197,12 +197,17 @@ void Communicator::reduce_scatter_sum(Context& ctx, void* data, std::span<const 
   all_reduce_sum(ctx, data, reduce_scatter_total("reduce_scatter_sum", counts), type);
 }
 
+int64_t Communicator::block_begin(std::span<const int64_t> counts, int r) {
+  int64_t begin = 0;
+  for (int q = 0; q < r; ++q) begin += counts[static_cast<size_t>(q)];
+  return begin;
+}
+
 void Communicator::all_gather_blocks(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {
   reduce_scatter_total("all_gather_blocks", counts);
   const size_t element = reduce_type_size(type);
   const int me = rank();
-  size_t mine_at = 0;
-  for (int r = 0; r < me; ++r) mine_at += static_cast<size_t>(counts[static_cast<size_t>(r)]) * element;
+  const size_t mine_at = static_cast<size_t>(block_begin(counts, me)) * element;
   auto* bytes = static_cast<uint8_t*>(data);
   const size_t mine = static_cast<size_t>(counts[static_cast<size_t>(me)]) * element;
   all_gather_bytes(ctx, {bytes + mine_at, mine}, stream_send_, stream_sizes_, stream_offsets_);

@@ -134,6 +134,8 @@ class Communicator {
  protected:
   // The elements of a reduce_scatter_sum buffer: the sum of `counts`, checked (one per rank, none negative).
   int64_t reduce_scatter_total(const char* op, std::span<const int64_t> counts) const;
+  // Where block r of such a buffer begins, in elements.
+  static int64_t block_begin(std::span<const int64_t> counts, int r);
   // Scratch of the default streaming forms and all_gather_blocks (one call at a time per communicator).
   std::vector<uint8_t> stream_send_;
   std::vector<size_t> stream_sizes_, stream_offsets_, stream_recv_sizes_, stream_recv_offsets_;

@@ -178,8 +178,7 @@ void MpiComm::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64
   copy_async(ctx, host, data, bytes);
   ctx.synchronize();
   ring_reduce_scatter(comm_, host, counts, type, segment, ring_scratch_);
-  size_t mine_at = 0;
-  for (int r = 0; r < rank_; ++r) mine_at += static_cast<size_t>(counts[static_cast<size_t>(r)]) * element;
+  const size_t mine_at = static_cast<size_t>(block_begin(counts, rank_)) * element;
   copy_async(ctx, static_cast<uint8_t*>(data) + mine_at, host + mine_at,
              static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * element);
   ctx.synchronize();
@@ -195,8 +194,7 @@ void MpiComm::all_gather_blocks(Context& ctx, void* data, std::span<const int64_
     return ring_all_gather(comm_, data, counts, type, segment, ring_scratch_);
   // A GPU buffer: this rank's block to pinned host memory, the ring there, every block back.
   uint8_t* host = stage_.reserve(bytes);
-  size_t mine_at = 0;
-  for (int r = 0; r < rank_; ++r) mine_at += static_cast<size_t>(counts[static_cast<size_t>(r)]) * element;
+  const size_t mine_at = static_cast<size_t>(block_begin(counts, rank_)) * element;
   copy_async(ctx, host + mine_at, static_cast<const uint8_t*>(data) + mine_at,
              static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * element);
   ctx.synchronize();
