@@ -156,12 +156,19 @@ HierarchicalExchange::HierarchicalExchange(Communicator& world, Device device, u
     }
     buckets_through_[static_cast<size_t>(i)] = bucket + (chunk_pieces_[static_cast<size_t>(c)].empty() ? 0 : 1);
   }
-  // Which chunks each tensor's gradient completes.
+  // The values of each chunk's L ranges, and which chunks each tensor's gradient completes.
+  chunk_counts_.resize(static_cast<size_t>(chunks_));
+  chunk_tensors_.assign(static_cast<size_t>(chunks_), 0);
+  for (int c = 0; c < chunks_; ++c)
+    for (int l = 0; l < L; ++l)
+      chunk_counts_[static_cast<size_t>(c)].push_back(range_begin(c, l + 1) - range_begin(c, l));
   chunks_of_tensor_.resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t)
     for (int c = 0; c < chunks_; ++c)
-      if (tensors_[t].offset < range_begin(c + 1, 0) && range_begin(c, 0) < tensors_[t].offset + tensors_[t].numel)
+      if (tensors_[t].offset < range_begin(c + 1, 0) && range_begin(c, 0) < tensors_[t].offset + tensors_[t].numel) {
         chunks_of_tensor_[t].push_back(c);
+        ++chunk_tensors_[static_cast<size_t>(c)];
+      }
   CommunicationConfig inner = config;
   inner.hierarchy = "flat";
   inner.mean = false;           // the mean over all N L ranks is taken once, at the end
@@ -186,18 +193,12 @@ HierarchicalExchange::~HierarchicalExchange() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::vector<int64_t> HierarchicalExchange::chunk_counts(int c) const {
-  std::vector<int64_t> counts;
-  for (int l = 0; l < layout_.ranks_per_node; ++l) counts.push_back(range_begin(c, l + 1) - range_begin(c, l));
-  return counts;
-}
-
 // Step 1 for chunk c: the node's sum of this rank's range, in place.
 void HierarchicalExchange::sum_in_node(float* g, int c) {
+  if (node_->size() == 1) return;
   const int me = layout_.local_rank;
   const int64_t begin = range_begin(c, 0), length = range_begin(c + 1, 0) - begin;
-  if (node_->size() == 1) return;
-  const std::vector<int64_t> counts = chunk_counts(c);
+  const std::vector<int64_t>& counts = chunk_counts_[static_cast<size_t>(c)];
   if (config_.intra != "bf16") return node_->reduce_scatter_sum(*ctx_, g + begin, counts, ReduceType::f32);
   if (!half_.defined() || half_.numel() < cuts_.back())
     half_ = Tensor::empty({std::max<int64_t>(cuts_.back(), 1)}, DType::bf16, device_);
@@ -211,7 +212,8 @@ void HierarchicalExchange::sum_in_node(float* g, int c) {
 // Step 3 for chunk c: every range from its owner, then the mean.
 void HierarchicalExchange::gather_in_node(float* g, int c) {
   const int64_t begin = range_begin(c, 0), length = range_begin(c + 1, 0) - begin;
-  if (node_->size() > 1) node_->all_gather_blocks(*ctx_, g + begin, chunk_counts(c), ReduceType::f32);
+  if (node_->size() > 1)
+    node_->all_gather_blocks(*ctx_, g + begin, chunk_counts_[static_cast<size_t>(c)], ReduceType::f32);
   if (config_.mean) scale_buffer(*ctx_, g + begin, length, 1.0f / static_cast<float>(world_size_));
 }
 
@@ -227,9 +229,7 @@ void HierarchicalExchange::begin_step(Tensor grads, uint64_t step) {
   step_ = step;
   compute_ = nullptr;
   error_ = nullptr;
-  chunk_pending_.assign(static_cast<size_t>(chunks_), 0);
-  for (const std::vector<int>& chunks : chunks_of_tensor_)
-    for (int c : chunks) ++chunk_pending_[static_cast<size_t>(c)];
+  chunk_pending_ = chunk_tensors_;
   step_open_ = true;
   step_done_ = false;
   cv_.notify_all();
@@ -247,12 +247,7 @@ void HierarchicalExchange::finish_step() {
   if (!thread_.joinable()) {
     // Everything here, after backward: the exchange's context may read what the compute stream wrote.
     if (compute_ != nullptr) compute_->synchronize();
-    std::exception_ptr error;
-    try {
-      run_steps(false);
-    } catch (...) {
-      error = std::current_exception();
-    }
+    const std::exception_ptr error = run_steps(false);
     std::lock_guard<std::mutex> lock(mutex_);
     step_open_ = false;
     if (error) std::rethrow_exception(error);
@@ -275,12 +270,7 @@ void HierarchicalExchange::run_thread() {
       cv_.wait(lock, [&] { return stopping_ || (step_open_ && !step_done_); });
       if (stopping_) return;
     }
-    std::exception_ptr error;
-    try {
-      run_steps(true);
-    } catch (...) {
-      error = std::current_exception();
-    }
+    const std::exception_ptr error = run_steps(true);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       error_ = error;
@@ -293,7 +283,17 @@ void HierarchicalExchange::run_thread() {
 // The three steps chunk by chunk, from the last chunk to the first: chunk c's node sum while the
 // cross-node exchange works on the chunk before it on its own thread, then that chunk's gather.
 // `wait_ready` (on the chunk thread): each chunk starts once backward has finished its tensors.
-void HierarchicalExchange::run_steps(bool wait_ready) {
+// Returns the error that stopped them, if any, for the caller to report where the step ends.
+std::exception_ptr HierarchicalExchange::run_steps(bool wait_ready) {
+  try {
+    run_chunks(wait_ready);
+    return nullptr;
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+void HierarchicalExchange::run_chunks(bool wait_ready) {
   float* g = grads_.data<float>();
   double in_node_s = 0;  // this thread's time in the node's collectives
   auto timed = [&](auto&& f) {

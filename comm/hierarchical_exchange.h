@@ -90,11 +90,11 @@ class HierarchicalExchange {
   int64_t range_begin(int c, int l) const {
     return cuts_[static_cast<size_t>(c) * static_cast<size_t>(layout_.ranks_per_node) + static_cast<size_t>(l)];
   }
-  std::vector<int64_t> chunk_counts(int c) const;  // the values of chunk c's L ranges
-  int64_t node_values(int l) const;                // the values of local rank l's ranges
+  int64_t node_values(int l) const;  // the values of local rank l's ranges
   void sum_in_node(float* g, int c);
   void gather_in_node(float* g, int c);
-  void run_steps(bool wait_ready);
+  std::exception_ptr run_steps(bool wait_ready);
+  void run_chunks(bool wait_ready);
   void run_thread();
 
   Device device_;
@@ -105,8 +105,9 @@ class HierarchicalExchange {
   std::vector<ReduceAlgorithm> algorithms_;
   double fraction_quantized_ = 0;  // of all values, as every tensor's method is decided
   int chunks_ = 1;
-  std::vector<int64_t> cuts_;                   // chunk c's range l: [range_begin(c, l), range_begin(c, l + 1))
-  std::vector<std::vector<int>> chunk_pieces_;  // chunk -> this rank's pieces (cross-node exchange tensors)
+  std::vector<int64_t> cuts_;                       // chunk c's range l: [range_begin(c, l), range_begin(c, l + 1))
+  std::vector<std::vector<int64_t>> chunk_counts_;  // chunk -> the values of its L ranges
+  std::vector<std::vector<int>> chunk_pieces_;      // chunk -> this rank's pieces (cross-node exchange tensors)
   std::vector<int> buckets_through_;  // i -> the cross-node exchange's buckets of the first i + 1 chunks taken
   std::vector<int> piece_tensor_;     // piece -> its tensor
   std::unique_ptr<Communicator> node_, cross_;
@@ -117,6 +118,7 @@ class HierarchicalExchange {
 
   // The step in flight, and the chunk thread that overlaps it with backward.
   std::vector<std::vector<int>> chunks_of_tensor_;  // tensor -> the chunks it overlaps
+  std::vector<int> chunk_tensors_;                  // chunk -> the tensors it overlaps
   std::vector<int> chunk_pending_;                  // chunk -> its tensors not yet ready this step
   Tensor grads_;
   uint64_t step_ = 0;

@@ -20,7 +20,9 @@ struct CudaHandlesDeleter {
 
 class Context {
  public:
-  // A CPU context using `cpu_threads` threads for BLAS (0 = all cores).
+  // A CPU context using `cpu_threads` threads for BLAS, with a CpuPool of as many lanes. OpenBLAS
+  // has one thread count per process: a positive count sets it for every context and library call
+  // in the process; 0 leaves it as it is (all cores, unless something set it before) and takes it.
   static Context cpu(uint64_t seed, int cpu_threads = 0);
   // A CUDA context on device `index`: creates a stream and cuBLAS/cuDNN/cuRAND handles.
   static Context cuda(int index, uint64_t seed);
