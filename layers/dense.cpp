@@ -1,13 +1,13 @@
-// dense: configuration, shapes and the CPU reference through OpenBLAS. Row-major throughout:
-// x (B, in), W (out, in), y (B, out). Forward pre-fills y with the bias rows and lets the GEMM
-// accumulate into it (beta = 1), as PyTorch's addmm does; backward is dW = dy^T x, dx = dy W and
-// db = column sums of dy, with no scratch memory and no allocation per call.
+// dense: configuration, shapes and the CPU reference through OpenBLAS (on the context's lanes, lane_gemm.h). Row-major
+// throughout: x (B, in), W (out, in), y (B, out). Forward pre-fills y with the bias rows and lets the GEMM accumulate
+// into it (beta = 1), as PyTorch's addmm does; backward is dW = dy^T x, dx = dy W and db = column sums of dy, with no
+// scratch memory and no allocation per call.
 #include "layers/dense.h"
 
 #include <algorithm>
 
-#include "layers/blas.h"
 #include "layers/dispatch.h"
+#include "layers/lane_gemm.h"
 
 namespace qtrain {
 
@@ -16,19 +16,19 @@ using layer_detail::dispatch_float;
 namespace {
 
 template <typename T>
-void forward_reference(const T* __restrict x, const T* __restrict w, const T* __restrict b, T* __restrict y,
-                       int64_t batch, int64_t in, int64_t out) {
+void forward_reference(Context& ctx, const T* __restrict x, const T* __restrict w, const T* __restrict b,
+                       T* __restrict y, int64_t batch, int64_t in, int64_t out) {
   if (batch == 0) return;
   if (b) {
     for (int64_t r = 0; r < batch; ++r) std::copy_n(b, out, y + r * out);
   }
   // y (B, out) = x (B, in) . W^T (in, out) [+ y]
-  blas_gemm<T>(false, true, batch, out, in, x, in, w, in, b ? T(1) : T(0), y, out);
+  lane_gemm<T>(ctx, false, true, batch, out, in, x, in, w, in, b ? T(1) : T(0), y, out);
 }
 
 template <typename T>
-void backward_reference(const T* __restrict x, const T* __restrict w, const T* __restrict dy, T* __restrict dw,
-                        T* __restrict db, T* __restrict dx, int64_t batch, int64_t in, int64_t out) {
+void backward_reference(Context& ctx, const T* __restrict x, const T* __restrict w, const T* __restrict dy,
+                        T* __restrict dw, T* __restrict db, T* __restrict dx, int64_t batch, int64_t in, int64_t out) {
   if (batch == 0) {
     // An empty batch contributes nothing; the gradients are still overwritten.
     std::fill_n(dw, out * in, T(0));
@@ -36,7 +36,7 @@ void backward_reference(const T* __restrict x, const T* __restrict w, const T* _
     return;
   }
   // dW (out, in) = dy^T (out, B) . x (B, in)
-  blas_gemm<T>(true, false, out, in, batch, dy, out, x, in, T(0), dw, in);
+  lane_gemm<T>(ctx, true, false, out, in, batch, dy, out, x, in, T(0), dw, in);
   if (db) {
     // Row by row so the inner loop runs over contiguous memory and vectorizes.
     std::copy_n(dy, out, db);
@@ -46,7 +46,7 @@ void backward_reference(const T* __restrict x, const T* __restrict w, const T* _
     }
   }
   // dx (B, in) = dy (B, out) . W (out, in); skipped for the first layer, whose input needs no gradient.
-  if (dx) blas_gemm<T>(false, false, batch, in, out, dy, out, w, in, T(0), dx, in);
+  if (dx) lane_gemm<T>(ctx, false, false, batch, in, out, dy, out, w, in, T(0), dx, in);
 }
 
 }  // namespace
@@ -75,10 +75,10 @@ std::vector<ParamSpec> Dense::param_specs() const {
   return specs;
 }
 
-void Dense::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
+void Dense::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool) {
   const Tensor* b = bias_ ? &params_[1] : nullptr;
   dispatch_float(x.dtype(), [&]<typename T>() {
-    forward_reference<T>(x.data<T>(), params_[0].data<T>(), b ? b->data<T>() : nullptr, y.data<T>(), x.dim(0), in_,
+    forward_reference<T>(ctx, x.data<T>(), params_[0].data<T>(), b ? b->data<T>() : nullptr, y.data<T>(), x.dim(0), in_,
                          units_);
   });
 }
@@ -89,11 +89,11 @@ void Dense::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) {
 }
 #endif
 
-void Dense::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+void Dense::backward_cpu(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   Tensor* db = bias_ ? &grads_[1] : nullptr;
   Tensor* dxp = dx.defined() ? &dx : nullptr;
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_reference<T>(x.data<T>(), params_[0].data<T>(), dy.data<T>(), grads_[0].data<T>(),
+    backward_reference<T>(ctx, x.data<T>(), params_[0].data<T>(), dy.data<T>(), grads_[0].data<T>(),
                           db ? db->data<T>() : nullptr, dxp ? dxp->data<T>() : nullptr, x.dim(0), in_, units_);
   });
 }

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "framework/core/cpu_pool.h"
@@ -69,4 +71,30 @@ TEST_CASE("CpuPool runs a nested call on the calling thread", "[core][cpu_pool]"
   pool.run([&](int outer) { pool.run([&](int lane) { inner[static_cast<size_t>(outer)].push_back(lane); }); });
   REQUIRE(inner[0] == std::vector<int>{0, 1});
   REQUIRE(inner[1] == std::vector<int>{0, 1});
+}
+
+TEST_CASE("CpuPool hands tasks over whether its threads poll or sleep between them", "[core][cpu_pool]") {
+  // spin 0: every wait sleeps; 100 us: back-to-back calls are caught polling and calls after a pause
+  // find the threads asleep; 200 ms: every wait of this test polls.
+  for (int spin_us : {0, 100, 200000}) {
+    CpuPool pool(3, spin_us);
+    std::vector<int> counts(3, 0);
+    for (int call = 0; call < 300; ++call) pool.run([&](int lane) { ++counts[static_cast<size_t>(lane)]; });
+    for (int call = 0; call < 5; ++call) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      pool.run([&](int lane) { ++counts[static_cast<size_t>(lane)]; });
+    }
+    for (int c : counts) REQUIRE(c == 305);
+    // A lane that outlasts the caller's poll: the caller sleeps until it finishes.
+    std::atomic<int> done{0};
+    pool.run([&](int lane) {
+      if (lane == 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ++done;
+    });
+    REQUIRE(done == 3);
+    REQUIRE_THROWS_WITH(pool.run([](int lane) {
+      if (lane == 1) throw std::runtime_error("lane 1 failed");
+    }),
+                        "lane 1 failed");
+  }
 }
