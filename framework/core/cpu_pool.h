@@ -5,8 +5,9 @@
 // spin_us microseconds, then sleeps on a condition variable. The poll is for the chains of short
 // passes of a training step: there a task follows the last one within microseconds, and waking a
 // sleeping thread goes through the kernel each time (on a guest where system calls are costly, the
-// MNIST MLP's step was 8% faster with threads that poll). The bound keeps the cost where lanes share
-// cores with other processes (MPI ranks): a poll yields the core after each check and gives up soon.
+// MNIST MLP's step took 9% less with threads that poll, ../docs/performance.md). The bound keeps the
+// cost where lanes share cores with other threads or processes (the loader, MPI ranks): a poll
+// yields the core between rounds of checks and gives up after spin_us.
 // run() allocates nothing (the task is passed as a pointer and a trampoline).
 // Lanes are fixed: run(fn) calls fn(lane) once for each lane, so a caller that splits work by lane
 // gets the same split, and the same results bit for bit, on every call with the same lane count.
