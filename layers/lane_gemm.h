@@ -29,20 +29,16 @@ void lane_gemm(Context& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, i
                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   constexpr int64_t kMinWorkPerLane = int64_t{1} << 20;  // multiply-adds
   constexpr int64_t kAlign = 16;                         // a block edge in values: whole cache lines of C
-  CpuPool& pool = ctx.cpu_pool();
-  const int64_t split = std::max(m, n);
-  const int64_t lanes = std::min<int64_t>(
-      {pool.lanes(), std::max<int64_t>(1, m * n * k / kMinWorkPerLane), std::max<int64_t>(1, split / kAlign)});
-  const SerialBlas serial(ctx.cpu_threads());
-  if (lanes <= 1) return blas_gemm<T>(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
   const bool by_columns = n >= m;
-  pool.run([&](int lane) {
-    if (lane >= lanes) return;
-    // Block edges at multiples of kAlign, so that lanes never share a cache line of C.
-    const int64_t units = (split + kAlign - 1) / kAlign;
-    const int64_t lo = std::min(split, units * lane / lanes * kAlign);
-    const int64_t hi = std::min(split, units * (lane + 1) / lanes * kAlign);
-    if (lo >= hi) return;
+  const int64_t split = by_columns ? n : m;
+  // parallel_for splits whole units of kAlign values, so that lanes never share a cache line of C,
+  // and leaves a product of under kMinWorkPerLane multiply-adds per lane to fewer lanes (one: the caller).
+  const int64_t units = (split + kAlign - 1) / kAlign;
+  const int64_t work_per_unit = std::max<int64_t>(1, m * n * k / std::max<int64_t>(1, units));
+  const int64_t grain = std::max<int64_t>(1, kMinWorkPerLane / work_per_unit);
+  const SerialBlas serial(ctx.cpu_threads());
+  ctx.cpu_pool().parallel_for(units, grain, [&](int64_t first, int64_t last) {
+    const int64_t lo = first * kAlign, hi = std::min(split, last * kAlign);
     if (by_columns) {
       // Columns [lo, hi) of C come from columns [lo, hi) of op(B).
       const T* b_block = trans_b ? b + lo * ldb : b + lo;

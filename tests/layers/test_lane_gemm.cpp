@@ -71,7 +71,8 @@ void check_shapes(Context& ctx) {
 
 }  // namespace
 
-TEST_CASE("lane_gemm gives one OpenBLAS call's bits on any number of lanes", "[layers][lane_gemm]") {
+TEST_CASE("lane_gemm gives one OpenBLAS call's product on any number of lanes, the same bits every call",
+          "[layers][lane_gemm]") {
   for (int threads : {1, 2, 3}) {
     Context ctx = Context::cpu(1, threads);
     check_shapes<float>(ctx);
