@@ -7,22 +7,16 @@
 
 #include "layers/blas.h"
 #include "layers/dispatch.h"
+#include "layers/lane_gemm.h"
+#include "layers/vector_math.h"
 
 namespace qtrain {
 
 using layer_detail::dispatch_float;
+using vector_math::sigmoid_inplace;
+using vector_math::tanh_inplace;
 
 namespace {
-
-template <typename T>
-inline T sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
-}
-
-template <typename T>
-void grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
 
 // The frame of sample b (length n) processed at step k by direction dir, or -1 when k >= n.
 inline int64_t frame_at(int dir, int64_t k, int64_t n) { return k >= n ? -1 : dir == 0 ? k : n - 1 - k; }
@@ -104,48 +98,40 @@ void Lstm::for_each_direction(Context& ctx, F&& fn) {
 }
 
 template <typename T>
-void Lstm::forward_reference(Context& ctx, const T* x, T* y, int64_t batch, int64_t frames, Workspace<T>& ws) {
+void Lstm::forward_reference(Context& ctx, const T* x, T* y, int64_t batch, int64_t frames, Workspace& ws) {
   const int64_t H = options_.hidden_size, G = 4 * H, rows = batch * frames, out = dirs_ * H;
   const size_t L = static_cast<size_t>(options_.num_layers);
   ws.outputs.resize(L);
   ws.gates.resize(L * dirs_);
   ws.cells.resize(L * dirs_);
   // Per direction: h, c (B, H) and the recurrent products (B, 4H).
-  grow(ws.h, static_cast<size_t>(dirs_ * batch * H));
-  grow(ws.c, static_cast<size_t>(dirs_ * batch * H));
-  grow(ws.step, static_cast<size_t>(dirs_ * batch * G));
+  T* h_all = ws.h.get<T>(static_cast<size_t>(dirs_ * batch * H));
+  T* c_all = ws.c.get<T>(static_cast<size_t>(dirs_ * batch * H));
+  T* step_all = ws.step.get<T>(static_cast<size_t>(dirs_ * batch * G));
   for (size_t l = 0; l < L; ++l) {
     const int64_t in = layer_input(static_cast<int64_t>(l));
-    const T* input = l == 0 ? x : ws.outputs[l - 1].data();
-    T* output = y;
-    if (l + 1 < L) {
-      grow(ws.outputs[l], static_cast<size_t>(rows * out));
-      output = ws.outputs[l].data();
-    }
-    std::fill(output, output + rows * out, T(0));
-    // Input projection of every frame at once, per direction: gates (rows, 4H) = input W_ih^T + b_ih
-    // + b_hh (large GEMMs: OpenBLAS's own threads).
-    for (int d = 0; d < dirs_; ++d) {
+    const T* input = l == 0 ? x : ws.outputs[l - 1].get<T>(static_cast<size_t>(rows * out));
+    T* output = l + 1 < L ? ws.outputs[l].get<T>(static_cast<size_t>(rows * out)) : y;
+    // Padding rows are zero; every other row gets both directions' halves below.
+    for (int64_t b = 0; b < batch; ++b)
+      std::fill(output + (b * frames + lengths_[static_cast<size_t>(b)]) * out, output + (b + 1) * frames * out, T(0));
+    // Per direction, on its own lane when they run side by side: the input projection of every frame
+    // at once, gates (rows, 4H) = input W_ih^T + b_ih + b_hh, then the recurrence, frame after frame,
+    // one small GEMM each.
+    for_each_direction(ctx, [&](int d) {
       const size_t slot = l * dirs_ + static_cast<size_t>(d);
-      grow(ws.gates[slot], static_cast<size_t>(rows * G));
-      grow(ws.cells[slot], static_cast<size_t>(rows * H));
-      T* gates = ws.gates[slot].data();
+      T* gates = ws.gates[slot].get<T>(static_cast<size_t>(rows * G));  // each lane its own slot's
+      T* cells = ws.cells[slot].get<T>(static_cast<size_t>(rows * H));
       const T* w_ih = param(static_cast<int64_t>(l), d, 0).template data<T>();
       const T* b_ih = param(static_cast<int64_t>(l), d, 2).template data<T>();
       const T* b_hh = param(static_cast<int64_t>(l), d, 3).template data<T>();
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t g = 0; g < G; ++g) gates[r * G + g] = b_ih[g] + b_hh[g];
       blas_gemm<T>(false, true, rows, G, in, input, in, w_ih, in, T(1), gates, G);
-    }
-    // The recurrences: frame after frame, one small GEMM each; the two directions side by side.
-    for_each_direction(ctx, [&](int d) {
-      const size_t slot = l * dirs_ + static_cast<size_t>(d);
-      T* gates = ws.gates[slot].data();
-      T* cells = ws.cells[slot].data();
       const T* w_hh = param(static_cast<int64_t>(l), d, 1).template data<T>();
-      T* h = ws.h.data() + d * batch * H;
-      T* c = ws.c.data() + d * batch * H;
-      T* step = ws.step.data() + d * batch * G;
+      T* h = h_all + d * batch * H;
+      T* c = c_all + d * batch * H;
+      T* step = step_all + d * batch * G;
       std::fill(h, h + batch * H, T(0));
       std::fill(c, c + batch * H, T(0));
       for (int64_t k = 0; k < frames; ++k) {
@@ -155,26 +141,25 @@ void Lstm::forward_reference(Context& ctx, const T* x, T* y, int64_t batch, int6
           const int64_t t = frame_at(d, k, lengths_[static_cast<size_t>(b)]);
           if (t < 0) continue;
           const int64_t row = b * frames + t;
-          T* gr = gates + row * G;
-          const T* sr = step + b * G;
-          T* hb = h + b * H;
-          T* cb = c + b * H;
-          T* cr = cells + row * H;
-          T* yr = output + row * out + d * H;
+          T* __restrict gr = gates + row * G;
+          const T* __restrict sr = step + b * G;
+          T* __restrict hb = h + b * H;
+          T* __restrict cb = c + b * H;
+          T* __restrict cr = cells + row * H;
+          T* __restrict yr = output + row * out + d * H;
+          // Gates i, f, g, o activated in place (whole rows: the loops vectorize, see vector_math.h).
+          for (int64_t j = 0; j < G; ++j) gr[j] += sr[j];
+          sigmoid_inplace(gr, 2 * H);
+          tanh_inplace(gr + 2 * H, H);
+          sigmoid_inplace(gr + 3 * H, H);
           for (int64_t j = 0; j < H; ++j) {
-            const T i = sigmoid(gr[j] + sr[j]);
-            const T f = sigmoid(gr[H + j] + sr[H + j]);
-            const T g = std::tanh(gr[2 * H + j] + sr[2 * H + j]);
-            const T o = sigmoid(gr[3 * H + j] + sr[3 * H + j]);
-            gr[j] = i;
-            gr[H + j] = f;
-            gr[2 * H + j] = g;
-            gr[3 * H + j] = o;
-            const T cn = f * cb[j] + i * g;
+            const T cn = gr[H + j] * cb[j] + gr[j] * gr[2 * H + j];
             cb[j] = cn;
             cr[j] = cn;
-            hb[j] = yr[j] = o * std::tanh(cn);
+            hb[j] = cn;
           }
+          tanh_inplace(hb, H);
+          for (int64_t j = 0; j < H; ++j) hb[j] = yr[j] = gr[3 * H + j] * hb[j];
         }
       }
     });
@@ -183,41 +168,48 @@ void Lstm::forward_reference(Context& ctx, const T* x, T* y, int64_t batch, int6
 
 template <typename T>
 void Lstm::backward_reference(Context& ctx, const T* x, const T* y, const T* dy, T* dx, int64_t batch, int64_t frames,
-                              Workspace<T>& ws) {
+                              Workspace& ws) {
   const int64_t H = options_.hidden_size, G = 4 * H, rows = batch * frames, out = dirs_ * H;
   const int64_t L = options_.num_layers;
   // Per direction: dh, dc, hprev (B, H), the step's gate gradients (B, 4H) and all frames' (rows, 4H).
-  grow(ws.dh, static_cast<size_t>(dirs_ * batch * H));
-  grow(ws.dc, static_cast<size_t>(dirs_ * batch * H));
-  grow(ws.hprev, static_cast<size_t>(dirs_ * batch * H));
-  grow(ws.step, static_cast<size_t>(dirs_ * batch * G));
-  grow(ws.dgates, static_cast<size_t>(dirs_ * rows * G));
-  grow(ws.dlayer_out, static_cast<size_t>(rows * out));
-  grow(ws.dlayer_in, static_cast<size_t>(rows * std::max(out, input_)));
-  // The gradient w.r.t. this layer's output; padding rows carry none.
-  T* dout = ws.dlayer_out.data();
+  T* dh_all = ws.dh.get<T>(static_cast<size_t>(dirs_ * batch * H));
+  T* dc_all = ws.dc.get<T>(static_cast<size_t>(dirs_ * batch * H));
+  T* hprev_all = ws.hprev.get<T>(static_cast<size_t>(dirs_ * batch * H));
+  T* step_all = ws.step.get<T>(static_cast<size_t>(dirs_ * batch * G));
+  T* dgates_all = ws.dgates.get<T>(static_cast<size_t>(dirs_ * rows * G));
+  T* tanh_c_all = ws.tanh_c.get<T>(static_cast<size_t>(dirs_ * H));
+  // The gradients w.r.t. a layer's output (dout) and input (din), swapped from layer to layer.
+  const size_t dlayer_size = static_cast<size_t>(rows * std::max(out, input_));
+  T* dout = ws.dlayer_out.get<T>(dlayer_size);
+  T* dlayer_in = ws.dlayer_in.get<T>(dlayer_size);
+  // The gradient w.r.t. the last layer's output; padding rows carry none.
   std::fill(dout, dout + rows * out, T(0));
   for (int64_t b = 0; b < batch; ++b)
     std::copy_n(dy + b * frames * out, lengths_[static_cast<size_t>(b)] * out, dout + b * frames * out);
 
   for (int64_t l = L - 1; l >= 0; --l) {
     const int64_t in = layer_input(l);
-    const T* input = l == 0 ? x : ws.outputs[static_cast<size_t>(l - 1)].data();
-    const T* output = l == L - 1 ? y : ws.outputs[static_cast<size_t>(l)].data();
-    T* din = l == 0 ? dx : ws.dlayer_in.data();  // null: the net's input needs no gradient
-    // The recurrences backwards through the frames, the two directions side by side.
+    // The forward's buffers, of the sizes it asked for (so get() hands back their contents).
+    const T* input = l == 0 ? x : ws.outputs[static_cast<size_t>(l - 1)].get<T>(static_cast<size_t>(rows * out));
+    const T* output = l == L - 1 ? y : ws.outputs[static_cast<size_t>(l)].get<T>(static_cast<size_t>(rows * out));
+    T* din = l == 0 ? dx : dlayer_in;  // null: the net's input needs no gradient
+    // Per direction, on its own lane when they run side by side: the recurrence backwards through the
+    // frames, then the weight gradients over all frames at once.
     for_each_direction(ctx, [&](int d) {
       const size_t slot = static_cast<size_t>(l * dirs_ + d);
-      const T* gates = ws.gates[slot].data();
-      const T* cells = ws.cells[slot].data();
+      const T* gates = ws.gates[slot].get<T>(static_cast<size_t>(rows * G));
+      const T* cells = ws.cells[slot].get<T>(static_cast<size_t>(rows * H));
       const T* w_hh = param(l, d, 1).template data<T>();
       T* dw_hh = grad(l, d, 1).template data<T>();
-      T* dgates = ws.dgates.data() + d * rows * G;
-      T* dh = ws.dh.data() + d * batch * H;
-      T* dc = ws.dc.data() + d * batch * H;
-      T* hprev = ws.hprev.data() + d * batch * H;
-      T* step = ws.step.data() + d * batch * G;
-      std::fill(dgates, dgates + rows * G, T(0));
+      T* dgates = dgates_all + d * rows * G;
+      T* dh = dh_all + d * batch * H;
+      T* dc = dc_all + d * batch * H;
+      T* hprev = hprev_all + d * batch * H;
+      T* step = step_all + d * batch * G;
+      T* tanh_c = tanh_c_all + d * H;
+      // Padding rows of dgates are zero (the GEMMs below run over all rows); the frames fill the rest.
+      for (int64_t b = 0; b < batch; ++b)
+        std::fill(dgates + (b * frames + lengths_[static_cast<size_t>(b)]) * G, dgates + (b + 1) * frames * G, T(0));
       std::fill(dh, dh + batch * H, T(0));
       std::fill(dc, dc + batch * H, T(0));
       std::fill(dw_hh, dw_hh + G * H, T(0));
@@ -240,10 +232,12 @@ void Lstm::backward_reference(Context& ctx, const T* x, const T* y, const T* dy,
           const T* dyr = dout + row * out + d * H;
           T* dhb = dh + b * H;
           T* dcb = dc + b * H;
+          std::copy_n(cr, H, tanh_c);
+          tanh_inplace(tanh_c, H);
           for (int64_t j = 0; j < H; ++j) {
             const T i = gr[j], f = gr[H + j], g = gr[2 * H + j], o = gr[3 * H + j];
             const T c_prev = prev_t < 0 ? T(0) : cells[prev_row * H + j];
-            const T tc = std::tanh(cr[j]);
+            const T tc = tanh_c[j];
             const T dht = dyr[j] + dhb[j];
             const T dct = dcb[j] + dht * o * (T(1) - tc * tc);
             sb[j] = dct * g * i * (T(1) - i);
@@ -259,34 +253,31 @@ void Lstm::backward_reference(Context& ctx, const T* x, const T* y, const T* dy,
         blas_gemm<T>(false, false, batch, H, G, step, G, w_hh, H, T(0), dh, H);
         blas_gemm<T>(true, false, G, H, batch, step, G, hprev, H, T(1), dw_hh, H);
       }
-    });
-    for (int d = 0; d < dirs_; ++d) {
-      const T* dgates = ws.dgates.data() + d * rows * G;
-      const T* w_ih = param(l, d, 0).template data<T>();
+      // dW_ih = dgates^T input, the biases' gradients the column sums of dgates.
       T* dw_ih = grad(l, d, 0).template data<T>();
       T* db_ih = grad(l, d, 2).template data<T>();
       T* db_hh = grad(l, d, 3).template data<T>();
-      // Over all frames at once: dW_ih = dgates^T input, biases = column sums, dinput (+)= dgates W_ih.
       blas_gemm<T>(true, false, G, in, rows, dgates, G, input, in, T(0), dw_ih, in);
       std::fill(db_ih, db_ih + G, T(0));
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t g = 0; g < G; ++g) db_ih[g] += dgates[r * G + g];
       std::copy_n(db_ih, G, db_hh);
-      if (din) blas_gemm<T>(false, false, rows, in, G, dgates, G, w_ih, in, d == 0 ? T(0) : T(1), din, in);
-    }
-    if (l > 0) std::copy_n(ws.dlayer_in.data(), rows * out, dout);
+    });
+    // dinput = the directions' dgates W_ih summed, which needs both directions' dgates: rows split
+    // over the lanes.
+    if (din)
+      for (int d = 0; d < dirs_; ++d)
+        lane_gemm<T>(ctx, false, false, rows, in, G, dgates_all + d * rows * G, G, param(l, d, 0).template data<T>(),
+                     in, d == 0 ? T(0) : T(1), din, in);
+    if (l > 0) std::swap(dout, dlayer_in);
   }
 }
 
 void Lstm::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool) {
   const int64_t frames = frames_of(x);
   const int64_t batch = static_cast<int64_t>(lengths_.size());
-  dispatch_float(x.dtype(), [&]<typename T>() {
-    if constexpr (std::is_same_v<T, float>)
-      forward_reference<T>(ctx, x.data<T>(), y.data<T>(), batch, frames, ws_f_);
-    else
-      forward_reference<T>(ctx, x.data<T>(), y.data<T>(), batch, frames, ws_d_);
-  });
+  dispatch_float(x.dtype(),
+                 [&]<typename T>() { forward_reference<T>(ctx, x.data<T>(), y.data<T>(), batch, frames, ws_); });
 }
 
 #if QTRAIN_HAS_CUDA
@@ -302,10 +293,7 @@ void Lstm::backward_cpu(Context& ctx, const Tensor& x, const Tensor& y, const Te
   const int64_t batch = static_cast<int64_t>(lengths_.size());
   dispatch_float(x.dtype(), [&]<typename T>() {
     T* dxp = dx.defined() ? dx.data<T>() : nullptr;
-    if constexpr (std::is_same_v<T, float>)
-      backward_reference<T>(ctx, x.data<T>(), y.data<T>(), dy.data<T>(), dxp, batch, frames, ws_f_);
-    else
-      backward_reference<T>(ctx, x.data<T>(), y.data<T>(), dy.data<T>(), dxp, batch, frames, ws_d_);
+    backward_reference<T>(ctx, x.data<T>(), y.data<T>(), dy.data<T>(), dxp, batch, frames, ws_);
   });
 }
 

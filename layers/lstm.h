@@ -15,7 +15,9 @@
 //
 // CPU path (templated on float/double): per layer and direction one GEMM projects every frame's input
 // at once, then one (B, H) x (H, 4H) GEMM per time step for the recurrence; backward mirrors it (one
-// GEMM per step for dh and dW_hh, one each for dW_ih and dx over all frames).
+// GEMM per step for dh and dW_hh, one each for dW_ih and dx over all frames). The gates' sigmoid and
+// tanh run over whole rows through layers/vector_math.h (SIMD approximations within a few float
+// epsilons for float, the library functions for double).
 //
 // CUDA path (f32, lstm.cu): cuDNN's RNN API (CUDNN_LSTM, double bias, batch-major unpacked data with
 // per-sample lengths), whose gates, gate order and two biases are PyTorch's, so qtrain's parameters
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "framework/core/layer.h"
+#include "layers/cpu_scratch.h"
 
 namespace qtrain {
 
@@ -62,14 +65,15 @@ class Lstm : public Layer {
   void set_sequence_lengths(const Tensor& lengths) override;
   bool needs_sequence_batches() const override { return true; }
 
-  // Work space of the CPU path for one dtype, grown on demand (no allocation per call once grown).
-  template <typename T>
+  // Work space of the CPU path, grown to the largest batch seen and then reused (no allocation or
+  // clearing per call; every value is written before it is read). One set serves both dtypes, as
+  // the layer runs in one at a time; the forward's outputs, gates and cells are read by the backward.
   struct Workspace {
-    std::vector<std::vector<T>> outputs;  // per layer but the last: (B*T, dirs*H)
-    std::vector<std::vector<T>> gates;    // per layer and direction: activated i, f, g, o (B*T, 4H)
-    std::vector<std::vector<T>> cells;    // per layer and direction: c (B*T, H)
-    // Per direction (the directions run side by side): h, c, step, hprev, dh, dc, dgates.
-    std::vector<T> h, c, step, hprev, dh, dc, dgates, dlayer_out, dlayer_in;
+    std::vector<CpuScratch> outputs;  // per layer but the last: (B*T, dirs*H)
+    std::vector<CpuScratch> gates;    // per layer and direction: activated i, f, g, o (B*T, 4H)
+    std::vector<CpuScratch> cells;    // per layer and direction: c (B*T, H)
+    // Per direction (the directions run side by side): h, c, step, hprev, dh, dc, dgates, tanh_c.
+    CpuScratch h, c, step, hprev, dh, dc, dgates, tanh_c, dlayer_out, dlayer_in;
   };
 
  protected:
@@ -85,10 +89,10 @@ class Lstm : public Layer {
 
  private:
   template <typename T>
-  void forward_reference(Context& ctx, const T* x, T* y, int64_t batch, int64_t frames, Workspace<T>& ws);
+  void forward_reference(Context& ctx, const T* x, T* y, int64_t batch, int64_t frames, Workspace& ws);
   template <typename T>
   void backward_reference(Context& ctx, const T* x, const T* y, const T* dy, T* dx, int64_t batch, int64_t frames,
-                          Workspace<T>& ws);
+                          Workspace& ws);
   template <typename F>
   void for_each_direction(Context& ctx, F&& fn);
   int64_t layer_input(int64_t layer) const { return layer == 0 ? input_ : dirs_ * options_.hidden_size; }
@@ -105,8 +109,7 @@ class Lstm : public Layer {
   int dirs_ = 1;
   int64_t input_ = -1;
   std::vector<int32_t> lengths_;
-  Workspace<float> ws_f_;
-  Workspace<double> ws_d_;
+  Workspace ws_;
   LstmCudnnPtr cudnn_;
 };
 
