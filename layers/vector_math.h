@@ -6,7 +6,8 @@
 // libm call per element. Accuracy (tests/layers/test_vector_math.cpp sweeps every 499th float in
 // [-100, 100] against double-precision references): sigmoid within 4 float epsilons relative for inputs
 // above -80 (below, the result is under 2e-35 and held to that absolutely); tanh within 3 float epsilons
-// relative. NaN in gives NaN out; +-inf give the limits.
+// relative. NaN in gives NaN out; tanh(+-inf) = +-1, sigmoid(+inf) = 1 and sigmoid(-inf) = 1.8e-35 (the
+// clamp below).
 // double: std::exp and std::tanh, unchanged, so the float64 gradient checks see the exact functions.
 #pragma once
 
@@ -17,7 +18,7 @@
 
 namespace qtrain::vector_math {
 
-// e^x for x in [-87, 88] (callers clamp): x = n ln2 + r with |r| <= ln2/2, e^r by Cephes' degree-6
+// e^x for x in [-87, 88] (callers clamp): x = n ln2 + r with |r| <= ln2/2, e^r by Cephes' expf
 // polynomial, 2^n put into the exponent bits. n comes from adding 1.5 * 2^23, which rounds x log2(e)
 // to an integer in the low mantissa bits under the default rounding mode (no libm call, so it
 // vectorizes).
