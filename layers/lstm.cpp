@@ -18,6 +18,37 @@ using vector_math::tanh_inplace;
 
 namespace {
 
+// c' = f c + i g from a row's activated gates (i, f, g, o, each h wide), into c (in place), the
+// frame's saved cell and h (tanh and the output gate follow).
+template <typename T>
+void cell_update(const T* __restrict gates, T* __restrict c, T* __restrict saved, T* __restrict h, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    const T cn = gates[n + j] * c[j] + gates[j] * gates[2 * n + j];
+    c[j] = cn;
+    saved[j] = cn;
+    h[j] = cn;
+  }
+}
+
+// One frame's gate gradients (i, f, g, o, each n wide) from its activated gates, tanh(c_t), c_{t-1}
+// (a zero row at a sequence's first frame), the output's gradient and the recurrent dh; dc carries
+// the cell's gradient from frame t to t - 1 (in place).
+template <typename T>
+void gate_gradients(const T* __restrict gates, const T* __restrict tanh_c, const T* __restrict c_prev,
+                    const T* __restrict dy, const T* __restrict dh, T* __restrict dc, T* __restrict dgates, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    const T i = gates[j], f = gates[n + j], g = gates[2 * n + j], o = gates[3 * n + j];
+    const T tc = tanh_c[j];
+    const T dht = dy[j] + dh[j];
+    const T dct = dc[j] + dht * o * (T(1) - tc * tc);
+    dgates[j] = dct * g * i * (T(1) - i);
+    dgates[n + j] = dct * c_prev[j] * f * (T(1) - f);
+    dgates[2 * n + j] = dct * i * (T(1) - g * g);
+    dgates[3 * n + j] = dht * tc * o * (T(1) - o);
+    dc[j] = dct * f;
+  }
+}
+
 // The frame of sample b (length n) processed at step k by direction dir, or -1 when k >= n.
 inline int64_t frame_at(int dir, int64_t k, int64_t n) { return k >= n ? -1 : dir == 0 ? k : n - 1 - k; }
 
@@ -152,12 +183,7 @@ void Lstm::forward_reference(Context& ctx, const T* x, T* y, int64_t batch, int6
           sigmoid_inplace(gr, 2 * H);
           tanh_inplace(gr + 2 * H, H);
           sigmoid_inplace(gr + 3 * H, H);
-          for (int64_t j = 0; j < H; ++j) {
-            const T cn = gr[H + j] * cb[j] + gr[j] * gr[2 * H + j];
-            cb[j] = cn;
-            cr[j] = cn;
-            hb[j] = cn;
-          }
+          cell_update(gr, cb, cr, hb, H);
           tanh_inplace(hb, H);
           for (int64_t j = 0; j < H; ++j) hb[j] = yr[j] = gr[3 * H + j] * hb[j];
         }
@@ -178,6 +204,8 @@ void Lstm::backward_reference(Context& ctx, const T* x, const T* y, const T* dy,
   T* step_all = ws.step.get<T>(static_cast<size_t>(dirs_ * batch * G));
   T* dgates_all = ws.dgates.get<T>(static_cast<size_t>(dirs_ * rows * G));
   T* tanh_c_all = ws.tanh_c.get<T>(static_cast<size_t>(dirs_ * H));
+  T* zeros = ws.zeros.get<T>(static_cast<size_t>(H));  // c_{t-1} before a sequence's first frame
+  std::fill(zeros, zeros + H, T(0));
   // The gradients w.r.t. a layer's output (dout) and input (din), swapped from layer to layer.
   const size_t dlayer_size = static_cast<size_t>(rows * std::max(out, input_));
   T* dout = ws.dlayer_out.get<T>(dlayer_size);
@@ -234,19 +262,11 @@ void Lstm::backward_reference(Context& ctx, const T* x, const T* y, const T* dy,
           T* dcb = dc + b * H;
           std::copy_n(cr, H, tanh_c);
           tanh_inplace(tanh_c, H);
-          for (int64_t j = 0; j < H; ++j) {
-            const T i = gr[j], f = gr[H + j], g = gr[2 * H + j], o = gr[3 * H + j];
-            const T c_prev = prev_t < 0 ? T(0) : cells[prev_row * H + j];
-            const T tc = tanh_c[j];
-            const T dht = dyr[j] + dhb[j];
-            const T dct = dcb[j] + dht * o * (T(1) - tc * tc);
-            sb[j] = dct * g * i * (T(1) - i);
-            sb[H + j] = dct * c_prev * f * (T(1) - f);
-            sb[2 * H + j] = dct * i * (T(1) - g * g);
-            sb[3 * H + j] = dht * tc * o * (T(1) - o);
-            dcb[j] = dct * f;
-            hp[j] = prev_t < 0 ? T(0) : output[prev_row * out + d * H + j];
-          }
+          gate_gradients(gr, tanh_c, prev_t < 0 ? zeros : cells + prev_row * H, dyr, dhb, dcb, sb, H);
+          if (prev_t < 0)
+            std::fill(hp, hp + H, T(0));
+          else
+            std::copy_n(output + prev_row * out + d * H, H, hp);
           std::copy_n(sb, G, dgates + row * G);
         }
         // dh (B, H) = step W_hh; dW_hh += step^T hprev.

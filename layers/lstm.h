@@ -74,6 +74,7 @@ class Lstm : public Layer {
     std::vector<CpuScratch> cells;    // per layer and direction: c (B*T, H)
     // Per direction (the directions run side by side): h, c, step, hprev, dh, dc, dgates, tanh_c.
     CpuScratch h, c, step, hprev, dh, dc, dgates, tanh_c, dlayer_out, dlayer_in;
+    CpuScratch zeros;  // one row of H zeros, read by both directions
   };
 
  protected:
