@@ -18,7 +18,7 @@ using vector_math::tanh_inplace;
 
 namespace {
 
-// c' = f c + i g from a row's activated gates (i, f, g, o, each h wide), into c (in place), the
+// c' = f c + i g from a row's activated gates (i, f, g, o, each n wide), into c (in place), the
 // frame's saved cell and h (tanh and the output gate follow).
 template <typename T>
 void cell_update(const T* __restrict gates, T* __restrict c, T* __restrict saved, T* __restrict h, int64_t n) {
