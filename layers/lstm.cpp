@@ -49,6 +49,15 @@ void gate_gradients(const T* __restrict gates, const T* __restrict tanh_c, const
   }
 }
 
+// Zeroes the padding rows (frames t >= n_b of each sample b) of a (B*T, width) buffer.
+template <typename T>
+void zero_padding_rows(T* buffer, int64_t width, int64_t frames, const std::vector<int32_t>& lengths) {
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    const int64_t first = static_cast<int64_t>(b) * frames;
+    std::fill(buffer + (first + lengths[b]) * width, buffer + (first + frames) * width, T(0));
+  }
+}
+
 // The frame of sample b (length n) processed at step k by direction dir, or -1 when k >= n.
 inline int64_t frame_at(int dir, int64_t k, int64_t n) { return k >= n ? -1 : dir == 0 ? k : n - 1 - k; }
 
@@ -144,8 +153,7 @@ void Lstm::forward_reference(Context& ctx, const T* x, T* y, int64_t batch, int6
     const T* input = l == 0 ? x : ws.outputs[l - 1].get<T>(static_cast<size_t>(rows * out));
     T* output = l + 1 < L ? ws.outputs[l].get<T>(static_cast<size_t>(rows * out)) : y;
     // Padding rows are zero; every other row gets both directions' halves below.
-    for (int64_t b = 0; b < batch; ++b)
-      std::fill(output + (b * frames + lengths_[static_cast<size_t>(b)]) * out, output + (b + 1) * frames * out, T(0));
+    zero_padding_rows(output, out, frames, lengths_);
     // Per direction, on its own lane when they run side by side: the input projection of every frame
     // at once, gates (rows, 4H) = input W_ih^T + b_ih + b_hh, then the recurrence, frame after frame,
     // one small GEMM each.
@@ -156,8 +164,8 @@ void Lstm::forward_reference(Context& ctx, const T* x, T* y, int64_t batch, int6
       const T* w_ih = param(static_cast<int64_t>(l), d, 0).template data<T>();
       const T* b_ih = param(static_cast<int64_t>(l), d, 2).template data<T>();
       const T* b_hh = param(static_cast<int64_t>(l), d, 3).template data<T>();
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t g = 0; g < G; ++g) gates[r * G + g] = b_ih[g] + b_hh[g];
+      for (int64_t g = 0; g < G; ++g) gates[g] = b_ih[g] + b_hh[g];  // the biases' sum once, then per row
+      for (int64_t r = 1; r < rows; ++r) std::copy_n(gates, G, gates + r * G);
       blas_gemm<T>(false, true, rows, G, in, input, in, w_ih, in, T(1), gates, G);
       const T* w_hh = param(static_cast<int64_t>(l), d, 1).template data<T>();
       T* h = h_all + d * batch * H;
@@ -211,9 +219,9 @@ void Lstm::backward_reference(Context& ctx, const T* x, const T* y, const T* dy,
   T* dout = ws.dlayer_out.get<T>(dlayer_size);
   T* dlayer_in = ws.dlayer_in.get<T>(dlayer_size);
   // The gradient w.r.t. the last layer's output; padding rows carry none.
-  std::fill(dout, dout + rows * out, T(0));
   for (int64_t b = 0; b < batch; ++b)
     std::copy_n(dy + b * frames * out, lengths_[static_cast<size_t>(b)] * out, dout + b * frames * out);
+  zero_padding_rows(dout, out, frames, lengths_);
 
   for (int64_t l = L - 1; l >= 0; --l) {
     const int64_t in = layer_input(l);
@@ -236,8 +244,7 @@ void Lstm::backward_reference(Context& ctx, const T* x, const T* y, const T* dy,
       T* step = step_all + d * batch * G;
       T* tanh_c = tanh_c_all + d * H;
       // Padding rows of dgates are zero (the GEMMs below run over all rows); the frames fill the rest.
-      for (int64_t b = 0; b < batch; ++b)
-        std::fill(dgates + (b * frames + lengths_[static_cast<size_t>(b)]) * G, dgates + (b + 1) * frames * G, T(0));
+      zero_padding_rows(dgates, G, frames, lengths_);
       std::fill(dh, dh + batch * H, T(0));
       std::fill(dc, dc + batch * H, T(0));
       std::fill(dw_hh, dw_hh + G * H, T(0));
