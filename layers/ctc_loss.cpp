@@ -3,10 +3,12 @@
 #include "layers/ctc_loss.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <map>
 
+#include "framework/core/cpu_pool.h"
 #include "layers/dispatch.h"
 
 namespace qtrain {
@@ -166,95 +168,110 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
     return stats;
   }
 #endif
+  std::vector<int64_t> target_at(static_cast<size_t>(batch) + 1, 0);  // sample b's target starts at [b]
+  for (int64_t b = 0; b < batch; ++b)
+    target_at[static_cast<size_t>(b) + 1] = target_at[static_cast<size_t>(b)] + tgt_len[b];
+  CpuPool& pool = ctx.cpu_pool();
+  if (lanes_.size() < static_cast<size_t>(pool.lanes())) lanes_.resize(static_cast<size_t>(pool.lanes()));
+  log_p_.resize(static_cast<size_t>(batch));
+  hyps_.resize(static_cast<size_t>(batch));
   layer_detail::dispatch_float(logits.dtype(), [&]<typename T>() {
     const T* z_all = logits.data<T>();
     T* dz_all = dlogits ? dlogits->data<T>() : nullptr;
     const double inv_batch = 1.0 / static_cast<double>(batch);
-    int64_t offset = 0;
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t tb = in_len[b], len = tgt_len[b], states = 2 * len + 1;
-      const int32_t* tgt = targets + offset;
-      offset += len;
-      const T* z = z_all + b * frames * classes;
-      auto ext = [&](int64_t s) -> int32_t { return (s & 1) ? tgt[s / 2] : 0; };
-
-      // Log-softmax of the valid frames.
-      log_probs_.resize(static_cast<size_t>(tb * classes));
-      for (int64_t t = 0; t < tb; ++t) {
-        const T* row = z + t * classes;
-        double* lp = log_probs_.data() + t * classes;
-        double max = row[0];
-        for (int64_t c = 1; c < classes; ++c) max = std::max(max, static_cast<double>(row[c]));
-        double sum = 0;
-        for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(row[c]) - max);
-        const double log_sum = max + std::log(sum);
-        for (int64_t c = 0; c < classes; ++c) lp[c] = static_cast<double>(row[c]) - log_sum;
+    std::atomic<int64_t> next{0};
+    pool.run([&](int lane) {
+      for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < batch;
+           b = next.fetch_add(1, std::memory_order_relaxed)) {
+        const T* z = z_all + b * frames * classes;
+        const auto i = static_cast<size_t>(b);
+        log_p_[i] = sample_cpu(z, in_len[b], frames, classes, targets + target_at[i], tgt_len[b], inv_batch,
+                               dz_all ? dz_all + b * frames * classes : nullptr, lanes_[static_cast<size_t>(lane)]);
+        hyps_[i] = ctc_greedy_decode(z, in_len[b], classes);
       }
-      const double* lp = log_probs_.data();
-
-      // alpha_t(s): log probability of the prefixes ending in state s at frame t (emission included).
-      alpha_.assign(static_cast<size_t>(tb * states), kNegInf);
-      double* alpha = alpha_.data();
-      alpha[0] = lp[0];
-      if (states > 1) alpha[1] = lp[ext(1)];
-      for (int64_t t = 1; t < tb; ++t) {
-        const double* prev = alpha + (t - 1) * states;
-        double* cur = alpha + t * states;
-        for (int64_t s = 0; s < states; ++s) {
-          double a = prev[s];
-          if (s >= 1) a = log_add(a, prev[s - 1]);
-          if (s >= 2 && ext(s) != 0 && ext(s) != ext(s - 2)) a = log_add(a, prev[s - 2]);
-          cur[s] = a == kNegInf ? kNegInf : a + lp[t * classes + ext(s)];
-        }
-      }
-      const double* last = alpha + (tb - 1) * states;
-      const double log_p = states > 1 ? log_add(last[states - 1], last[states - 2]) : last[0];
-      const bool impossible = log_p == kNegInf;
-
-      if (dz_all) {
-        T* dz = dz_all + b * frames * classes;
-        std::fill(dz, dz + frames * classes, T(0));
-        if (!impossible) {
-          // beta_t(s): log probability of completing the target from state s at frame t (emission at t
-          // excluded), so alpha_t(s) + beta_t(s) is the log mass of the alignments through (t, s).
-          beta_.assign(static_cast<size_t>(tb * states), kNegInf);
-          double* beta = beta_.data();
-          beta[(tb - 1) * states + states - 1] = 0;
-          if (states > 1) beta[(tb - 1) * states + states - 2] = 0;
-          for (int64_t t = tb - 2; t >= 0; --t) {
-            const double* next = beta + (t + 1) * states;
-            const double* lpn = lp + (t + 1) * classes;
-            double* cur = beta + t * states;
-            for (int64_t s = 0; s < states; ++s) {
-              double v = next[s] + lpn[ext(s)];
-              if (s + 1 < states) v = log_add(v, next[s + 1] + lpn[ext(s + 1)]);
-              if (s + 2 < states && ext(s + 2) != 0 && ext(s + 2) != ext(s))
-                v = log_add(v, next[s + 2] + lpn[ext(s + 2)]);
-              cur[s] = v;
-            }
-          }
-          for (int64_t t = 0; t < tb; ++t) {
-            T* g = dz + t * classes;
-            const double* lpt = lp + t * classes;
-            // Accumulate the occupation in double before one rounding to T.
-            double occupation_blank = 0;
-            for (int64_t c = 0; c < classes; ++c) g[c] = static_cast<T>(std::exp(lpt[c]) * inv_batch);
-            for (int64_t s = 0; s < states; s += 2)
-              occupation_blank += std::exp(alpha[t * states + s] + beta[t * states + s] - log_p);
-            g[0] = static_cast<T>((std::exp(lpt[0]) - occupation_blank) * inv_batch);
-            for (int64_t s = 1; s < states; s += 2) {
-              const double occ = std::exp(alpha[t * states + s] + beta[t * states + s] - log_p);
-              g[ext(s)] = static_cast<T>(static_cast<double>(g[ext(s)]) - occ * inv_batch);
-            }
-          }
-        }
-      }
-
-      // Loss (or the impossible-alignment error), greedy decoding and error counts.
-      add_sample(stats, b, log_p, tb, len, ctc_greedy_decode(z, tb, classes), tgt);
-    }
+    });
   });
+  // Loss (or the impossible-alignment error) and error counts, in sample order.
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto i = static_cast<size_t>(b);
+    add_sample(stats, b, log_p_[i], in_len[b], tgt_len[b], hyps_[i], targets + target_at[i]);
+  }
   return stats;
+}
+
+template <typename T>
+double CtcLoss::sample_cpu(const T* z, int64_t tb, int64_t frames, int64_t classes, const int32_t* tgt, int64_t len,
+                           double inv_batch, T* dz, LaneScratch& scratch) {
+  const int64_t states = 2 * len + 1;
+  auto ext = [&](int64_t s) -> int32_t { return (s & 1) ? tgt[s / 2] : 0; };
+
+  // Log-softmax of the valid frames.
+  scratch.log_probs.resize(static_cast<size_t>(tb * classes));
+  for (int64_t t = 0; t < tb; ++t) {
+    const T* row = z + t * classes;
+    double* lp = scratch.log_probs.data() + t * classes;
+    double max = row[0];
+    for (int64_t c = 1; c < classes; ++c) max = std::max(max, static_cast<double>(row[c]));
+    double sum = 0;
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(row[c]) - max);
+    const double log_sum = max + std::log(sum);
+    for (int64_t c = 0; c < classes; ++c) lp[c] = static_cast<double>(row[c]) - log_sum;
+  }
+  const double* lp = scratch.log_probs.data();
+
+  // alpha_t(s): log probability of the prefixes ending in state s at frame t (emission included).
+  scratch.alpha.assign(static_cast<size_t>(tb * states), kNegInf);
+  double* alpha = scratch.alpha.data();
+  alpha[0] = lp[0];
+  if (states > 1) alpha[1] = lp[ext(1)];
+  for (int64_t t = 1; t < tb; ++t) {
+    const double* prev = alpha + (t - 1) * states;
+    double* cur = alpha + t * states;
+    for (int64_t s = 0; s < states; ++s) {
+      double a = prev[s];
+      if (s >= 1) a = log_add(a, prev[s - 1]);
+      if (s >= 2 && ext(s) != 0 && ext(s) != ext(s - 2)) a = log_add(a, prev[s - 2]);
+      cur[s] = a == kNegInf ? kNegInf : a + lp[t * classes + ext(s)];
+    }
+  }
+  const double* last = alpha + (tb - 1) * states;
+  const double log_p = states > 1 ? log_add(last[states - 1], last[states - 2]) : last[0];
+  if (dz == nullptr) return log_p;
+
+  std::fill(dz, dz + frames * classes, T(0));
+  if (log_p == kNegInf) return log_p;  // impossible: no gradient
+  // beta_t(s): log probability of completing the target from state s at frame t (emission at t
+  // excluded), so alpha_t(s) + beta_t(s) is the log mass of the alignments through (t, s).
+  scratch.beta.assign(static_cast<size_t>(tb * states), kNegInf);
+  double* beta = scratch.beta.data();
+  beta[(tb - 1) * states + states - 1] = 0;
+  if (states > 1) beta[(tb - 1) * states + states - 2] = 0;
+  for (int64_t t = tb - 2; t >= 0; --t) {
+    const double* next = beta + (t + 1) * states;
+    const double* lpn = lp + (t + 1) * classes;
+    double* cur = beta + t * states;
+    for (int64_t s = 0; s < states; ++s) {
+      double v = next[s] + lpn[ext(s)];
+      if (s + 1 < states) v = log_add(v, next[s + 1] + lpn[ext(s + 1)]);
+      if (s + 2 < states && ext(s + 2) != 0 && ext(s + 2) != ext(s)) v = log_add(v, next[s + 2] + lpn[ext(s + 2)]);
+      cur[s] = v;
+    }
+  }
+  for (int64_t t = 0; t < tb; ++t) {
+    T* g = dz + t * classes;
+    const double* lpt = lp + t * classes;
+    // Accumulate the occupation in double before one rounding to T.
+    double occupation_blank = 0;
+    for (int64_t c = 0; c < classes; ++c) g[c] = static_cast<T>(std::exp(lpt[c]) * inv_batch);
+    for (int64_t s = 0; s < states; s += 2)
+      occupation_blank += std::exp(alpha[t * states + s] + beta[t * states + s] - log_p);
+    g[0] = static_cast<T>((std::exp(lpt[0]) - occupation_blank) * inv_batch);
+    for (int64_t s = 1; s < states; s += 2) {
+      const double occ = std::exp(alpha[t * states + s] + beta[t * states + s] - log_p);
+      g[ext(s)] = static_cast<T>(static_cast<double>(g[ext(s)]) - occ * inv_batch);
+    }
+  }
+  return log_p;
 }
 
 std::unique_ptr<Loss> make_ctc(ConfigNode& cfg) {

@@ -15,6 +15,11 @@
 // characters); word errors the distance between their word sequences, words being split at the class
 // whose text is " " (set_vocabulary); without one each utterance counts as one word.
 //
+// CPU path: the utterances of a batch are independent, so the context's lanes take them one at a
+// time from a shared counter (their lengths differ by up to 10x, so a fixed split would leave lanes
+// idle); each sample's arithmetic is the same whichever lane runs it, and the loss is summed in
+// sample order afterwards, so the result is the same bits on any number of lanes.
+//
 // CUDA path (f32 logits, ctc_loss.cu): one thread block per utterance runs the same log-space recursion
 // in double; the per-utterance log-likelihoods and the per-frame arg-max classes come back to the host,
 // which sums the loss and decodes (greedy decoding is a few comparisons per frame, not worth a kernel).
@@ -60,10 +65,22 @@ class CtcLoss : public Loss {
   void add_sample(LossStats& stats, int64_t b, double log_p, int64_t frames, int64_t target_length,
                   const std::vector<int32_t>& hyp, const int32_t* target) const;
 
+  // One lane's work space (log-probabilities, alpha, beta), grown on demand: no allocation per call.
+  struct LaneScratch {
+    std::vector<double> log_probs, alpha, beta;
+  };
+  // The CPU recursion for one utterance: returns log p(target | z) (-inf if impossible) and, when dz
+  // is given, writes its frames x classes gradient rows (all `frames` of them, 0 beyond tb).
+  template <typename T>
+  static double sample_cpu(const T* z, int64_t tb, int64_t frames, int64_t classes, const int32_t* target,
+                           int64_t length, double inv_batch, T* dz, LaneScratch& scratch);
+
   CtcOptions options_;
   int space_class_ = -1;
-  // Per-call work space (log-probabilities, alpha, beta), grown on demand: no allocation per call.
-  std::vector<double> log_probs_, alpha_, beta_;
+  std::vector<LaneScratch> lanes_;  // one per lane of the context's pool
+  // Per sample of the current call: its log-likelihood and greedy decoding.
+  std::vector<double> log_p_;
+  std::vector<std::vector<int32_t>> hyps_;
   CtcCudaScratch cuda_;
 };
 

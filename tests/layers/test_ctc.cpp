@@ -1,9 +1,12 @@
 // ctc: the loss against brute-force enumeration of every alignment on tiny cases, the gradient in
 // float64 against central differences (unequal lengths, repeated labels, padding), PyTorch 1.13's
-// ctc_loss on a fixed case, impossible alignments, greedy decoding, edit distances and CER/WER counts.
+// ctc_loss on a fixed case, impossible alignments, greedy decoding, edit distances and CER/WER counts,
+// and the same bits however many lanes share the batch.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 
 #include "framework/core/context.h"
@@ -193,4 +196,42 @@ TEST_CASE("ctc: greedy decoding, edit distances, CER and WER counts", "[ctc][dec
   CHECK(s.char_errors == 1);
   CHECK(s.words == 3);
   CHECK(s.word_errors == 1);
+}
+
+// The CPU path takes the utterances over the context's lanes in whatever order they come free; the
+// loss (summed in sample order), the error counts and every gradient bit must not depend on that.
+TEST_CASE("ctc: the same bits on one lane and on three", "[ctc]") {
+  const int64_t batch = 9, frames = 40, classes = 6;
+  // Lengths from 3 to 40 frames (the lanes finish in different orders), targets up to 12 classes,
+  // one impossible (5 frames for a target of 4 with two repeats: it needs 6).
+  std::vector<int32_t> lengths, targets, target_lengths;
+  for (int64_t b = 0; b < batch; ++b) {
+    lengths.push_back(static_cast<int32_t>(b == 4 ? 5 : 3 + (b * 17) % 38));
+    const int32_t n = b == 4 ? 4 : static_cast<int32_t>(b % 4 == 0 ? 0 : std::min<int64_t>(lengths.back() / 3, 12));
+    for (int32_t i = 0; i < n; ++i) targets.push_back(b == 4 ? (i < 2 ? 1 : 2) : 1 + (i * 7 + b) % (classes - 1));
+    target_lengths.push_back(n);
+  }
+  const SequenceTargets st = make_targets(lengths, targets, target_lengths);
+  auto run = [&](DType dtype, int threads, Tensor& dz) {
+    Context ctx = Context::cpu(1, threads);
+    REQUIRE(ctx.cpu_pool().lanes() == threads);
+    const Tensor z = qtrain::testing::random_tensor({batch, frames, classes}, 23, -3.0, 3.0, dtype);
+    dz = Tensor::empty(z.shape(), dtype);
+    dz.fill_(std::nan(""));
+    CtcLoss loss;
+    loss.set_vocabulary({"_", "a", " ", "b", "c", "d"});
+    return loss.compute_sequence(ctx, z, st, &dz);
+  };
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Tensor one, three;
+    const LossStats a = run(dtype, 1, one), b = run(dtype, 3, three);
+    CHECK(std::isfinite(a.loss_sum));
+    CHECK(a.loss_sum == b.loss_sum);
+    CHECK(a.char_errors == b.char_errors);
+    CHECK(a.word_errors == b.word_errors);
+    CHECK(a.words == b.words);
+    CHECK(a.correct == b.correct);
+    REQUIRE(one.nbytes() == three.nbytes());
+    CHECK(std::memcmp(one.raw(), three.raw(), one.nbytes()) == 0);
+  }
 }
