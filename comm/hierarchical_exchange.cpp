@@ -209,12 +209,16 @@ void HierarchicalExchange::sum_in_node(float* g, int c) {
   unpack_16bit(*ctx_, half + (mine - begin), g + mine, range_begin(c, me + 1) - mine, /*bf16=*/true, 1.0f);
 }
 
-// Step 3 for chunk c: every range from its owner, then the mean.
+// Step 3 for chunk c: the mean of this rank's range, then every range from its owner. (Each owner
+// scales only its range, 1/L of the pass over the chunk; the others receive the same bits they
+// would have computed.)
 void HierarchicalExchange::gather_in_node(float* g, int c) {
-  const int64_t begin = range_begin(c, 0), length = range_begin(c + 1, 0) - begin;
+  const int me = layout_.local_rank;
+  const int64_t mine = range_begin(c, me);
+  if (config_.mean)
+    scale_buffer(*ctx_, g + mine, range_begin(c, me + 1) - mine, 1.0f / static_cast<float>(world_size_));
   if (node_->size() > 1)
-    node_->all_gather_blocks(*ctx_, g + begin, chunk_counts_[static_cast<size_t>(c)], ReduceType::f32);
-  if (config_.mean) scale_buffer(*ctx_, g + begin, length, 1.0f / static_cast<float>(world_size_));
+    node_->all_gather_blocks(*ctx_, g + range_begin(c, 0), chunk_counts_[static_cast<size_t>(c)], ReduceType::f32);
 }
 
 void HierarchicalExchange::begin_step(Tensor grads, uint64_t step) {
