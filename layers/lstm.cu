@@ -42,18 +42,19 @@
 
 namespace qtrain {
 
-namespace {
-
-constexpr int kThreads = 256;
-
 // One copy between a qtrain parameter (index into params/grads, element offset) and cuDNN's weight
-// space (float offset).
-struct WeightSegment {
+// space (float offset). Outside the anonymous namespace because LstmCudnn, which lstm.h declares,
+// holds a vector of them.
+struct LstmWeightSegment {
   size_t param = 0;
   int64_t param_offset = 0;
   int64_t space_offset = 0;
   int64_t count = 0;
 };
+
+namespace {
+
+constexpr int kThreads = 256;
 
 int as_int(int64_t v, const char* what) {
   QT_CHECK(v >= 0 && v <= 0x7fffffffLL, "lstm: {} = {} exceeds cuDNN's int range", what, v);
@@ -71,7 +72,7 @@ struct LstmCudnn {
   cudnnTensorDescriptor_t h_desc = nullptr;  // h and c: [layers*dirs, B, H] (no projection, so c has h's shape)
   size_t weight_bytes = 0;
   Tensor weights, dweights;  // u8 on the device, cuDNN's weight space and its gradient
-  std::vector<WeightSegment> segments;
+  std::vector<LstmWeightSegment> segments;
   float padding_fill = 0.0f;  // cuDNN reads the fill value through a host pointer
 
   // The batch of the last forward (descriptors, device lengths), and whether its reserve space holds
@@ -167,13 +168,13 @@ int64_t packed_numel(cudnnTensorDescriptor_t desc, const char* what) {
 
 // The copy table between qtrain's parameters (param_specs() order: per layer and direction
 // weight_ih, weight_hh, bias_ih, bias_hh) and cuDNN's weight space, merged where both are contiguous.
-std::vector<WeightSegment> build_segments(cudnnHandle_t handle, LstmCudnn& s) {
+std::vector<LstmWeightSegment> build_segments(cudnnHandle_t handle, LstmCudnn& s) {
   const LstmCudaShape& c = s.config;
   const int64_t H = c.hidden;
   cudnnTensorDescriptor_t m_desc = nullptr, b_desc = nullptr;
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&m_desc));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&b_desc));
-  std::vector<WeightSegment> segments;
+  std::vector<LstmWeightSegment> segments;
   auto* base = static_cast<char*>(s.weights.raw());
   auto space_offset = [&](void* p, const char* what) {
     const std::ptrdiff_t bytes = static_cast<char*>(p) - base;
@@ -211,7 +212,7 @@ std::vector<WeightSegment> build_segments(cudnnHandle_t handle, LstmCudnn& s) {
   cudnnDestroyTensorDescriptor(b_desc);
   // Every float of the weight space is written by at most one segment, or packing would be ambiguous.
   std::sort(segments.begin(), segments.end(),
-            [](const WeightSegment& a, const WeightSegment& b) { return a.space_offset < b.space_offset; });
+            [](const LstmWeightSegment& a, const LstmWeightSegment& b) { return a.space_offset < b.space_offset; });
   for (size_t i = 1; i < segments.size(); ++i)
     QT_CHECK(segments[i - 1].space_offset + segments[i - 1].count <= segments[i].space_offset,
              "lstm: cuDNN's weight blocks overlap");
@@ -220,13 +221,13 @@ std::vector<WeightSegment> build_segments(cudnnHandle_t handle, LstmCudnn& s) {
           static_cast<size_t>(segments.back().space_offset + segments.back().count) * sizeof(float) <= s.weight_bytes,
       "lstm: cuDNN's weight blocks exceed its weight space");
   // Merge neighbours that are contiguous on both sides (the four gates of one matrix usually are).
-  std::sort(segments.begin(), segments.end(), [](const WeightSegment& a, const WeightSegment& b) {
+  std::sort(segments.begin(), segments.end(), [](const LstmWeightSegment& a, const LstmWeightSegment& b) {
     return std::tie(a.param, a.param_offset) < std::tie(b.param, b.param_offset);
   });
-  std::vector<WeightSegment> merged;
-  for (const WeightSegment& seg : segments) {
+  std::vector<LstmWeightSegment> merged;
+  for (const LstmWeightSegment& seg : segments) {
     if (!merged.empty()) {
-      WeightSegment& last = merged.back();
+      LstmWeightSegment& last = merged.back();
       if (last.param == seg.param && last.param_offset + last.count == seg.param_offset &&
           last.space_offset + last.count == seg.space_offset) {
         last.count += seg.count;
@@ -331,14 +332,14 @@ void check_params(const LstmCudnn& s, const std::vector<Tensor>& tensors, const 
 
 void pack_weights(LstmCudnn& s, const std::vector<Tensor>& params, cudaStream_t stream) {
   auto* space = static_cast<float*>(s.weights.raw());
-  for (const WeightSegment& seg : s.segments)
+  for (const LstmWeightSegment& seg : s.segments)
     CUDA_CHECK(cudaMemcpyAsync(space + seg.space_offset, params[seg.param].data<float>() + seg.param_offset,
                                static_cast<size_t>(seg.count) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
 }
 
 void unpack_gradients(LstmCudnn& s, std::vector<Tensor>& grads, cudaStream_t stream) {
   const auto* space = static_cast<const float*>(s.dweights.raw());
-  for (const WeightSegment& seg : s.segments)
+  for (const LstmWeightSegment& seg : s.segments)
     CUDA_CHECK(cudaMemcpyAsync(grads[seg.param].data<float>() + seg.param_offset, space + seg.space_offset,
                                static_cast<size_t>(seg.count) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
 }

@@ -323,7 +323,8 @@ TEST_CASE("fp32 allreduce is exact on crafted values", "[exchange][mpi]") {
   for (int64_t i = 0; i < arena_size(); ++i) g[i] = static_cast<float>((i % 97) * (me + 1)) * 0.25f;
   Context ctx = Context::cpu(kSeed, 1);
   ex.exchange(ctx, grads, 0);
-  const float rank_sum = static_cast<float>(P * (P + 1) / 2);
+  const int ranks_sum = P * (P + 1) / 2;  // 1 + 2 + ... + P, the sum of the ranks' factors (me + 1)
+  const auto rank_sum = static_cast<float>(ranks_sum);
   int64_t wrong = 0;
   for (int64_t i = 0; i < arena_size(); ++i)
     wrong += g[i] != static_cast<float>(i % 97) * 0.25f * rank_sum / static_cast<float>(P);
@@ -420,8 +421,8 @@ TEST_CASE("two levels: every rank the same bits; fp32 the exact sum; state per l
         int64_t wrong = 0;
         for (int64_t i = 0; i < arena_size(); ++i) {
           if (std::string(method) == "fp32") {
-            const float exact =
-                static_cast<float>((i % 89) * (P * (P + 1) / 2) + P * k) * 0.125f / static_cast<float>(P);
+            const int64_t ranks_sum = P * (P + 1) / 2;  // 1 + 2 + ... + P: every rank's factor summed
+            const float exact = static_cast<float>((i % 89) * ranks_sum + P * k) * 0.125f / static_cast<float>(P);
             wrong += g[i] != exact;
           } else {
             wrong += !std::isfinite(g[i]);
