@@ -93,14 +93,18 @@ def main():
                            args.data, "--steps", str(args.steps), "--threads", str(args.threads)], env)
                 results["pytorch"].append(json.loads(out)["samples_per_s"])
     q = statistics.median(results["qtrain"])
-    what = f"{args.epochs} whole epochs (PyTorch: {args.steps} steps)" if args.epochs else f"{args.steps} steps"
+    what = f"{args.steps} steps"
+    if args.epochs:
+        what = f"{args.epochs} whole epochs" + ("" if args.no_pytorch else f" (PyTorch: {args.steps} steps)")
     print(f"AN4 LSTM 3x bidirectional 128, batch 16, CTC, Adam, {args.threads} threads, {what}, "
           f"median of {args.repeat} alternating runs")
     print("| program | samples/s | runs |" + (" samples/s per epoch |" if args.epochs else ""))
     print("|---|---|---|" + ("---|" if args.epochs else ""))
 
-    def per_epoch(key):
-        return (" " + "; ".join(", ".join(f"{v:.1f}" for v in run_) for run_ in epochs[key]) + " |") if args.epochs else ""
+    def per_epoch(key):  # the last column with --epochs: each run's epochs, runs separated by ';'
+        if not args.epochs:
+            return ""
+        return " " + "; ".join(", ".join(f"{v:.1f}" for v in rates) for rates in epochs[key]) + " |"
     print(f"| qtrain | {q:.1f} | {', '.join(f'{v:.1f}' for v in results['qtrain'])} |{per_epoch('qtrain')}")
     if args.ranks:
         r = statistics.median(results["ranks"])
