@@ -135,13 +135,14 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
   check_i32(st.target_lengths, "target_lengths", batch);
   const int32_t* in_len = st.input_lengths.data<int32_t>();
   const int32_t* tgt_len = st.target_lengths.data<int32_t>();
-  int64_t total = 0;
+  target_at_.assign(1, 0);  // sample b's target starts at target_at_[b]; the last entry is the total
   for (int64_t b = 0; b < batch; ++b) {
     if (in_len[b] < 1 || in_len[b] > frames)
       input_error("ctc: sample {} has input length {}, outside [1, {}]", b, in_len[b], frames);
     if (tgt_len[b] < 0) input_error("ctc: sample {} has a negative target length {}", b, tgt_len[b]);
-    total += tgt_len[b];
+    target_at_.push_back(target_at_.back() + tgt_len[b]);
   }
+  const int64_t total = target_at_.back();
   check_i32(st.targets, "targets", total);
   const int32_t* targets = st.targets.data<int32_t>();
   for (int64_t i = 0; i < total; ++i)
@@ -159,18 +160,14 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
 #if QTRAIN_HAS_CUDA  // a CUDA tensor exists only in builds with the toolkit
   if (logits.device().is_cuda()) {
     ctc_loss_cuda(ctx, logits, in_len, tgt_len, targets, dlogits, cuda_);
-    int64_t offset = 0;
     for (int64_t b = 0; b < batch; ++b) {
+      const auto i = static_cast<size_t>(b);
       const std::vector<int32_t> hyp = ctc_collapse(cuda_.host_best.data() + b * frames, in_len[b]);
-      add_sample(stats, b, cuda_.host_log_p[static_cast<size_t>(b)], in_len[b], tgt_len[b], hyp, targets + offset);
-      offset += tgt_len[b];
+      add_sample(stats, b, cuda_.host_log_p[i], in_len[b], tgt_len[b], hyp, targets + target_at_[i]);
     }
     return stats;
   }
 #endif
-  std::vector<int64_t> target_at(static_cast<size_t>(batch) + 1, 0);  // sample b's target starts at [b]
-  for (int64_t b = 0; b < batch; ++b)
-    target_at[static_cast<size_t>(b) + 1] = target_at[static_cast<size_t>(b)] + tgt_len[b];
   CpuPool& pool = ctx.cpu_pool();
   if (lanes_.size() < static_cast<size_t>(pool.lanes())) lanes_.resize(static_cast<size_t>(pool.lanes()));
   log_p_.resize(static_cast<size_t>(batch));
@@ -185,7 +182,7 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
            b = next.fetch_add(1, std::memory_order_relaxed)) {
         const T* z = z_all + b * frames * classes;
         const auto i = static_cast<size_t>(b);
-        log_p_[i] = sample_cpu(z, in_len[b], frames, classes, targets + target_at[i], tgt_len[b], inv_batch,
+        log_p_[i] = sample_cpu(z, in_len[b], frames, classes, targets + target_at_[i], tgt_len[b], inv_batch,
                                dz_all ? dz_all + b * frames * classes : nullptr, lanes_[static_cast<size_t>(lane)]);
         hyps_[i] = ctc_greedy_decode(z, in_len[b], classes);
       }
@@ -194,7 +191,7 @@ LossStats CtcLoss::compute_sequence(Context& ctx, const Tensor& logits, const Se
   // Loss (or the impossible-alignment error) and error counts, in sample order.
   for (int64_t b = 0; b < batch; ++b) {
     const auto i = static_cast<size_t>(b);
-    add_sample(stats, b, log_p_[i], in_len[b], tgt_len[b], hyps_[i], targets + target_at[i]);
+    add_sample(stats, b, log_p_[i], in_len[b], tgt_len[b], hyps_[i], targets + target_at_[i]);
   }
   return stats;
 }

@@ -78,7 +78,9 @@ class CtcLoss : public Loss {
   CtcOptions options_;
   int space_class_ = -1;
   std::vector<LaneScratch> lanes_;  // one per lane of the context's pool
-  // Per sample of the current call: its log-likelihood and greedy decoding.
+  // Per sample of the current call: where its target starts (batch + 1 entries), its log-likelihood
+  // and greedy decoding.
+  std::vector<int64_t> target_at_;
   std::vector<double> log_p_;
   std::vector<std::vector<int32_t>> hyps_;
   CtcCudaScratch cuda_;
