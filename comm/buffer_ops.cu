@@ -36,6 +36,9 @@ void copy_buffer(Context& ctx, void* dst, const void* src, size_t bytes) {
 void copy_to_host(Context& ctx, void* host, const void* src, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, ctx.cuda().stream));
+  // A wait the host cannot avoid: the caller hands `host` to MPI (or reads it) as soon as we return.
+  // Only the host path calls this (MPI, or QTRAIN_EXCHANGE_HOST_PAYLOADS); NCCL keeps payloads on the
+  // device.
   CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream));
 }
 

@@ -142,13 +142,14 @@ void Communicator::all_to_all_streamed(Context& ctx, const Produce& produce, con
 }
 
 const uint8_t* Communicator::all_to_all_device(Context&, std::span<const uint8_t>, const std::vector<size_t>&,
-                                               const std::vector<size_t>&, std::vector<size_t>&, std::vector<size_t>&) {
+                                               const std::vector<size_t>&, std::vector<size_t>&, std::vector<size_t>&,
+                                               bool) {
   QT_CHECK(false, "the {} communicator has no device byte collectives", name());
   return nullptr;
 }
 
 const uint8_t* Communicator::all_gather_device(Context&, std::span<const uint8_t>, std::vector<size_t>&,
-                                               std::vector<size_t>&) {
+                                               std::vector<size_t>&, bool) {
   QT_CHECK(false, "the {} communicator has no device byte collectives", name());
   return nullptr;
 }

@@ -79,13 +79,21 @@ class Communicator {
   // offsets[s] (sizes and offsets as the *_bytes forms give them), valid until this communicator's
   // next collective; null when nothing was received. The GPU exchange decodes there, without the
   // host round trip of the *_bytes forms.
+  //
+  // With `sizes_given`, recv_sizes (all_to_all) or sizes (all_gather) hold on entry what every rank
+  // sends (the caller's plan knows it: fixed-size payloads), so no sizes are exchanged first, and the
+  // call returns without waiting: the result is ordered on ctx's stream, and a failed peer is
+  // reported by the next wait_stream(). Without it, the sizes are exchanged and the call waits.
   virtual bool device_byte_collectives() const { return false; }
   virtual const uint8_t* all_to_all_device(Context& ctx, std::span<const uint8_t> send,
                                            const std::vector<size_t>& send_sizes,
                                            const std::vector<size_t>& send_offsets, std::vector<size_t>& recv_sizes,
-                                           std::vector<size_t>& recv_offsets);
+                                           std::vector<size_t>& recv_offsets, bool sizes_given);
   virtual const uint8_t* all_gather_device(Context& ctx, std::span<const uint8_t> send, std::vector<size_t>& sizes,
-                                           std::vector<size_t>& offsets);
+                                           std::vector<size_t>& offsets, bool sizes_given);
+  // Waits for the work queued on ctx's stream (this communicator's included). NCCL polls for a peer's
+  // failure meanwhile, instead of blocking in cudaStreamSynchronize on a collective that never ends.
+  virtual void wait_stream(Context& ctx) { ctx.synchronize(); }
   // Nonblocking messages between host buffers, for algorithms that run their own schedule
   // (reduce-scatter + allgather in pipelined pieces). Transports without them (local, nccl) answer
   // false to has_point_to_point(), and their callers use the streaming collectives instead.

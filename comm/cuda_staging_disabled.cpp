@@ -15,15 +15,4 @@ std::string gpu_bus_id(int index) {
 
 Device buffer_location(const char*, const char*, const void*, size_t, const Context&) { return Device::cpu(); }
 
-PinnedBuffer::~PinnedBuffer() = default;
-
-uint8_t* PinnedBuffer::reserve(size_t bytes) {
-  QT_CHECK(false, "pinned staging of {} bytes requested, but this qtrain was built without CUDA", bytes);
-  return nullptr;
-}
-
-void copy_async(Context&, void*, const void*, size_t bytes) {
-  QT_CHECK(false, "a CUDA copy of {} bytes requested, but this qtrain was built without CUDA", bytes);
-}
-
 }  // namespace qtrain::comm_detail

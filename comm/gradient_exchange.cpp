@@ -2,10 +2,13 @@
 // reduction algorithms are in comm/exchange/.
 #include "comm/gradient_exchange.h"
 
+#include <optional>
+
 #include "comm/exchange/plan.h"
 #include "comm/exchange/workspace.h"
 #include "comm/hierarchical_exchange.h"
 #include "comm/watchdog.h"
+#include "quant/deferred_checks.h"
 #include "quant/method.h"
 
 namespace qtrain {
@@ -152,11 +155,12 @@ void GradientExchange::tensor_ready(Context& compute, int t) {
   if (hierarchy_) return hierarchy_->tensor_ready(compute, t);
   const int bucket = bucket_of_[static_cast<size_t>(t)];
   Bucket& b = buckets_[static_cast<size_t>(bucket)];
-  if (!config_.overlap) compute_ = &compute;  // finish_step synchronizes it once
+  if (!config_.overlap) compute_ = &compute;  // finish_step orders the exchange after it once
   if (--b.pending > 0) return;
   if (!config_.overlap) return;  // finish_step processes every bucket in order
-  // The exchange reads the gradient on its own stream: the compute stream's work must be done.
-  compute.synchronize();
+  // The exchange reads the gradients on its own stream: process_bucket makes that stream wait for the
+  // compute stream's work up to here (an event; the host goes on with backward).
+  b.ready->record(compute);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(bucket);
@@ -167,12 +171,22 @@ void GradientExchange::tensor_ready(Context& compute, int t) {
 void GradientExchange::finish_step() {
   if (hierarchy_) return hierarchy_->finish_step();
   if (!config_.overlap) {
-    // The exchange reads the gradients on its own stream: the compute stream's backward must be done
-    // (on CUDA the two streams are not ordered; without this the first buckets raced the last kernels).
-    if (compute_ != nullptr) compute_->synchronize();
-    for (int b = 0; b < num_buckets(); ++b) {
-      QT_CHECK(buckets_[static_cast<size_t>(b)].pending == 0, "bucket {} was not complete at the end of backward", b);
-      process_bucket(b);
+    // The exchange reads the gradients on its own stream: it must run after the compute stream's
+    // backward (on CUDA the two streams are not ordered; without this the first buckets raced the last
+    // kernels). An event orders the streams; the host does not wait.
+    if (compute_ != nullptr) {
+      StreamEvent& backward_done = *buckets_.front().ready;
+      backward_done.record(*compute_);
+      backward_done.make_wait(*work_->ctx);
+    }
+    try {
+      for (int b = 0; b < num_buckets(); ++b) {
+        QT_CHECK(buckets_[static_cast<size_t>(b)].pending == 0, "bucket {} was not complete at the end of backward", b);
+        process_bucket(b);
+      }
+    } catch (...) {
+      work_->discard_checks();
+      throw;
     }
   } else {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -181,10 +195,13 @@ void GradientExchange::finish_step() {
       std::exception_ptr e = error_;
       error_ = nullptr;
       queue_.clear();
+      work_->discard_checks();
       std::rethrow_exception(e);
     }
   }
-  work_->ctx->synchronize();
+  // The one wait of the step: the optimizer reads the exchanged gradients on the compute stream. The
+  // quantizers' deferred checks are read back with it, and raise here.
+  work_->settle_checks();
   ++work_->stats.steps;
 }
 
@@ -272,6 +289,10 @@ void GradientExchange::run_thread() {
 void GradientExchange::process_bucket(int b) {
   const WatchActivity activity(
       fmt::format("step {}, exchange of bucket {} of {}", work_->ctx->step(), b + 1, num_buckets()));
+  if (config_.overlap) buckets_[static_cast<size_t>(b)].ready->make_wait(*work_->ctx);
+  // The quantizers called below report their errors to the step's deferred checks (CUDA).
+  std::optional<DeferredChecks::Scope> deferring;
+  if (work_->checks) deferring.emplace(*work_->checks);
   std::vector<int> native, gathered, striped, compact;
   std::vector<int> low_rank;  // powersgd
   for (int t : buckets_[static_cast<size_t>(b)].tensors) {

@@ -149,6 +149,9 @@ class GradientExchange {
   struct Bucket {
     std::vector<int> tensors;
     int pending = 0;  // tensors not yet ready this step
+    // The compute stream's position when the bucket's last tensor became ready: the exchange's stream
+    // waits for it on the GPU; the host does not.
+    std::unique_ptr<StreamEvent> ready = std::make_unique<StreamEvent>();
   };
 
   void make_buckets(double bucket_mb);

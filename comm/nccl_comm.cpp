@@ -166,11 +166,18 @@ void NcclComm::all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceTyp
 }
 
 const uint8_t* NcclComm::all_gather_to_scratch(const char* op, Context& ctx, std::span<const uint8_t> send,
-                                               std::vector<size_t>& sizes, std::vector<size_t>& offsets) {
+                                               std::vector<size_t>& sizes, std::vector<size_t>& offsets,
+                                               bool sizes_given) {
   cudaStream_t stream = stream_of(op, ctx, device_, comm_);
   const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
-  const std::vector<uint64_t> all = host_->all_gather_u64(send.size());
-  sizes.assign(all.begin(), all.end());
+  if (sizes_given) {
+    QT_CHECK(sizes.size() == static_cast<size_t>(size()) && sizes[static_cast<size_t>(rank())] == send.size(),
+             "{}: the given sizes ({} of them) must hold this rank's {} bytes at index {}", op, sizes.size(),
+             send.size(), rank());
+  } else {
+    const std::vector<uint64_t> all = host_->all_gather_u64(send.size());
+    sizes.assign(all.begin(), all.end());
+  }
   const size_t total = exclusive_offsets(sizes, offsets);
   if (total == 0) return nullptr;  // the same decision on every rank: the total is global
   const uint8_t* in = device_send(send, where, stream);
@@ -210,23 +217,28 @@ void NcclComm::all_gather_bytes(Context& ctx, std::span<const uint8_t> send, std
 }
 
 const uint8_t* NcclComm::all_gather_device(Context& ctx, std::span<const uint8_t> send, std::vector<size_t>& sizes,
-                                           std::vector<size_t>& offsets) {
+                                           std::vector<size_t>& offsets, bool sizes_given) {
   const char* op = "all_gather_device";
-  const uint8_t* out = all_gather_to_scratch(op, ctx, send, sizes, offsets);
-  if (out != nullptr) wait(stream_of(op, ctx, device_, comm_), op);
+  const uint8_t* out = all_gather_to_scratch(op, ctx, send, sizes, offsets, sizes_given);
+  if (out != nullptr && !sizes_given) wait(stream_of(op, ctx, device_, comm_), op);
   return out;
 }
 
 const uint8_t* NcclComm::all_to_all_to_scratch(const char* op, Context& ctx, std::span<const uint8_t> send,
                                                const std::vector<size_t>& send_sizes,
                                                const std::vector<size_t>& send_offsets, std::vector<size_t>& recv_sizes,
-                                               std::vector<size_t>& recv_offsets) {
+                                               std::vector<size_t>& recv_offsets, bool sizes_given) {
   check_all_to_all_args(op, send.size(), send_sizes, send_offsets, size());
   cudaStream_t stream = stream_of(op, ctx, device_, comm_);
   const Device where = buffer_location(op, "send", send.data(), send.size(), ctx);
-  const std::vector<uint64_t> heard =
-      host_->all_to_all_u64(std::vector<uint64_t>(send_sizes.begin(), send_sizes.end()));
-  recv_sizes.assign(heard.begin(), heard.end());
+  if (sizes_given) {
+    QT_CHECK(recv_sizes.size() == static_cast<size_t>(size()), "{}: {} given receive sizes for {} ranks", op,
+             recv_sizes.size(), size());
+  } else {
+    const std::vector<uint64_t> heard =
+        host_->all_to_all_u64(std::vector<uint64_t>(send_sizes.begin(), send_sizes.end()));
+    recv_sizes.assign(heard.begin(), heard.end());
+  }
   const size_t total = exclusive_offsets(recv_sizes, recv_offsets);
   const uint8_t* in = device_send(send, where, stream);
   uint8_t* out = total > 0 ? scratch(recv_scratch_, total) : nullptr;  // every receive and the self copy need total > 0
@@ -263,11 +275,19 @@ void NcclComm::all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, con
 const uint8_t* NcclComm::all_to_all_device(Context& ctx, std::span<const uint8_t> send,
                                            const std::vector<size_t>& send_sizes,
                                            const std::vector<size_t>& send_offsets, std::vector<size_t>& recv_sizes,
-                                           std::vector<size_t>& recv_offsets) {
+                                           std::vector<size_t>& recv_offsets, bool sizes_given) {
   const char* op = "all_to_all_device";
-  const uint8_t* out = all_to_all_to_scratch(op, ctx, send, send_sizes, send_offsets, recv_sizes, recv_offsets);
-  wait(stream_of(op, ctx, device_, comm_), op);  // this rank's sends are done, and a failed peer is reported here
+  const uint8_t* out =
+      all_to_all_to_scratch(op, ctx, send, send_sizes, send_offsets, recv_sizes, recv_offsets, sizes_given);
+  // Without given sizes: this rank's sends are done, and a failed peer is reported here. With them the
+  // caller's next wait_stream does both.
+  if (!sizes_given) wait(stream_of(op, ctx, device_, comm_), op);
   return out;
+}
+
+void NcclComm::wait_stream(Context& ctx) {
+  const char* op = "gradient exchange (the step's collectives)";
+  wait(stream_of(op, ctx, device_, comm_), op);
 }
 
 void NcclComm::reduce_scatter_sum(Context& ctx, void* data, std::span<const int64_t> counts, ReduceType type) {

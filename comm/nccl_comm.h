@@ -50,9 +50,10 @@ class NcclComm final : public Communicator {
   bool device_byte_collectives() const override { return true; }
   const uint8_t* all_to_all_device(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
                                    const std::vector<size_t>& send_offsets, std::vector<size_t>& recv_sizes,
-                                   std::vector<size_t>& recv_offsets) override;
+                                   std::vector<size_t>& recv_offsets, bool sizes_given) override;
   const uint8_t* all_gather_device(Context& ctx, std::span<const uint8_t> send, std::vector<size_t>& sizes,
-                                   std::vector<size_t>& offsets) override;
+                                   std::vector<size_t>& offsets, bool sizes_given) override;
+  void wait_stream(Context& ctx) override;
   void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) override;
   // ncclAllGather from GPU memory into GPU memory; host buffers take the default.
   // ncclReduceScatter for a buffer in this GPU's memory; host buffers take the default (an allreduce).
@@ -75,12 +76,15 @@ class NcclComm final : public Communicator {
   // `send` in device memory: itself, or its copy in send_scratch_ (queued on `stream`).
   const uint8_t* device_send(std::span<const uint8_t> send, Device where, void* stream);
   // The byte collectives up to the received blocks in recv_scratch_ (queued on the context's stream,
-  // not waited for); null when nothing is received. The *_bytes forms copy them to the host.
+  // not waited for); null when nothing is received. The *_bytes forms copy them to the host. With
+  // sizes_given the sizes are the caller's (the device forms), else they are exchanged over MPI.
   const uint8_t* all_gather_to_scratch(const char* op, Context& ctx, std::span<const uint8_t> send,
-                                       std::vector<size_t>& sizes, std::vector<size_t>& offsets);
+                                       std::vector<size_t>& sizes, std::vector<size_t>& offsets,
+                                       bool sizes_given = false);
   const uint8_t* all_to_all_to_scratch(const char* op, Context& ctx, std::span<const uint8_t> send,
                                        const std::vector<size_t>& send_sizes, const std::vector<size_t>& send_offsets,
-                                       std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets);
+                                       std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets,
+                                       bool sizes_given = false);
   // Waits until `stream` (a cudaStream_t) has run its work, polling NCCL's asynchronous error state
   // meanwhile; on an error, aborts the communicator and throws, naming `op`.
   void wait(void* stream, const char* op);

@@ -218,6 +218,9 @@ class AdaptiveQuantizer final : public Quantizer {
   explicit AdaptiveQuantizer(const QuantSpec& spec)
       : Quantizer(spec), proportion_(spec.number("proportion")), sample_(spec.integer("sample")) {}
 
+  // The payload holds the values sent, however many passed the threshold.
+  bool fixed_size() const override { return false; }
+
  protected:
   size_t max_body_bytes(int64_t n, int64_t column) const override {
     return wire::adaptive_layout(n, column, entry_cap(proportion_, n)).body_end;

@@ -73,6 +73,8 @@ class CastQuantizer final : public Quantizer {
   }
 
 #if QTRAIN_QUANT_CUDA
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override { return header(n); }
+
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     cuda_write_header(ctx, a.out, header(a.n));
     cast_encode_cuda(ctx, method(), a.in, a.residual, a.out + wire::kHeaderBytes, a.n);

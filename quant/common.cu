@@ -13,6 +13,17 @@ __global__ void write_header_kernel(uint8_t* out, WireHeaderFields h) {
   if (threadIdx.x == 0 && blockIdx.x == 0) store_header(out, h);
 }
 
+// The expected header as bytes (a kernel argument); thread i compares byte i.
+struct HeaderBytes {
+  uint8_t b[wire::kHeaderBytes];
+};
+
+__global__ void check_header_kernel(const uint8_t* payload, HeaderBytes expected, EncodeStatus* status) {
+  const unsigned i = threadIdx.x;
+  const bool differs = i < wire::kHeaderBytes && payload[i] != expected.b[i];
+  if (__any_sync(kFullMask, differs) && i == 0) atomicOr(&status->bad, 1u);
+}
+
 template <int Kind, bool Ef>  // Kind: 0 fp32, 1 fp16, 2 bf16
 __global__ void cast_encode_kernel(const float* __restrict__ in, float* __restrict__ residual,
                                    uint8_t* __restrict__ body, int64_t n) {
@@ -92,6 +103,38 @@ void cuda_zero_bytes(Context& ctx, uint8_t* ptr, size_t bytes) {
 void cuda_copy_to_host(Context& ctx, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(ctx)));
+  CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+}
+
+void cuda_check_header(Context& ctx, const uint8_t* payload, const WireHeader& expected, EncodeStatus* status) {
+  HeaderBytes bytes{};
+  wire::write_header(bytes.b, expected);
+  check_header_kernel<<<1, kWarp, 0, stream_of(ctx)>>>(payload, bytes, status);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+EncodeStatus* cuda_status_area_allocate(Context& ctx, size_t count, EncodeStatus** host) {
+  EncodeStatus* device = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device), count * sizeof(EncodeStatus)));
+  CUDA_CHECK(cudaMemsetAsync(device, 0, count * sizeof(EncodeStatus), stream_of(ctx)));
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(host), count * sizeof(EncodeStatus)));
+  return device;
+}
+
+void cuda_status_area_free(Context& ctx, EncodeStatus* device, EncodeStatus* host) {
+  // Teardown: the stream's work that may still write the area ends first (cudaFree waits for the
+  // device anyway); errors are not actionable here.
+  if (device != nullptr) {
+    cudaStreamSynchronize(stream_of(ctx));
+    cudaFree(device);
+  }
+  if (host != nullptr) cudaFreeHost(host);
+}
+
+void cuda_status_area_read(Context& ctx, EncodeStatus* host, EncodeStatus* device, size_t count) {
+  const size_t bytes = count * sizeof(EncodeStatus);
+  CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_of(ctx)));
+  CUDA_CHECK(cudaMemsetAsync(device, 0, bytes, stream_of(ctx)));
   CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
 }
 

@@ -6,10 +6,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "framework/core/check.h"
 #include "framework/core/context.h"
 #include "framework/core/cuda_context.h"
+#include "quant/deferred_checks.h"
+#include "quant/encode_status.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
 
@@ -25,13 +28,7 @@ struct WireHeaderFields {
 };
 constexpr int kWarp = 32;
 
-// What an encoder reports back to the host after its kernels (one small copy, then a sync).
-struct EncodeStatus {
-  uint32_t non_finite;  // set (atomicOr) when the input holds NaN or Inf
-  uint32_t bad;         // decoders: set when a payload check fails
-  uint32_t overflow;    // set when a scale or mean of finite values overflows (values near FLT_MAX)
-  uint64_t count;       // adaptive: entries sent
-};
+// EncodeStatus (quant/encode_status.h): what the kernels report; check_status below reads it.
 
 // Carves 256-byte aligned pieces out of one workspace allocation.
 class Carver {
@@ -118,15 +115,22 @@ __device__ __forceinline__ float warp_fold_partials(const float* p, int64_t chun
   return warp_fold(level2);
 }
 
-// A status word for a decode (which has no QuantState): stream-ordered allocation, so steady-state
-// decodes reuse the pool instead of calling cudaMalloc.
+// A status word for a decode (which has no QuantState): a slot of the active DeferredChecks, or a
+// stream-ordered allocation, so steady-state decodes reuse the pool instead of calling cudaMalloc.
 class DecodeStatus {
  public:
   explicit DecodeStatus(Context& ctx) : stream_(stream_of(ctx)) {
+    if (DeferredChecks* deferred = DeferredChecks::active(ctx)) {
+      status_ = deferred->take_slot();
+      return;
+    }
+    owned_ = true;
     CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&status_), sizeof(EncodeStatus), stream_));
     CUDA_CHECK(cudaMemsetAsync(status_, 0, sizeof(EncodeStatus), stream_));
   }
-  ~DecodeStatus() { cudaFreeAsync(status_, stream_); }  // teardown errors are not actionable
+  ~DecodeStatus() {
+    if (owned_) cudaFreeAsync(status_, stream_);  // teardown errors are not actionable
+  }
   DecodeStatus(const DecodeStatus&) = delete;
   DecodeStatus& operator=(const DecodeStatus&) = delete;
   EncodeStatus* get() { return status_; }
@@ -134,6 +138,7 @@ class DecodeStatus {
  private:
   cudaStream_t stream_;
   EncodeStatus* status_ = nullptr;
+  bool owned_ = false;
 };
 
 // Writes a header whose fields the host knows (thread 0 of block 0 of any kernel may call it).
@@ -285,7 +290,8 @@ void cuda_bucket_max_bits(Context& ctx, const float* in, const float* residual, 
 // scales[b] = the float of max_bits[b] (common.cu).
 void cuda_max_scales(Context& ctx, const uint32_t* max_bits, int64_t buckets, float* scales);
 
-// Reads an EncodeStatus back (synchronizing ctx's stream).
+// Reads an EncodeStatus back (synchronizing ctx's stream). For what must come back at once (a count
+// the host needs); checks go through check_status.
 inline EncodeStatus read_status(Context& ctx, const EncodeStatus* status) {
   EncodeStatus host{};
   CUDA_CHECK(cudaMemcpyAsync(&host, status, sizeof host, cudaMemcpyDeviceToHost, stream_of(ctx)));
@@ -293,11 +299,24 @@ inline EncodeStatus read_status(Context& ctx, const EncodeStatus* status) {
   return host;
 }
 
-// The status word every launcher starts from: carved first from the workspace and zeroed.
+// The status word every launcher starts from: carved first from the workspace and zeroed, or, under
+// DeferredChecks, a slot of its area (the workspace's word is still carved: the layout stays the same).
 inline EncodeStatus* fresh_status(Context& ctx, Carver& carver) {
   auto* status = carver.take<EncodeStatus>(1);
+  if (DeferredChecks* deferred = DeferredChecks::active(ctx)) return deferred->take_slot();
   CUDA_CHECK(cudaMemsetAsync(status, 0, sizeof(EncodeStatus), stream_of(ctx)));
   return status;
+}
+
+// Runs `check` (which throws the launcher's error) on the status once the kernels are done: at once,
+// reading it back (a wait for the stream), or at the active DeferredChecks' settle().
+template <typename Check>
+void check_status(Context& ctx, EncodeStatus* status, Check check) {
+  if (DeferredChecks* deferred = DeferredChecks::active(ctx)) {
+    deferred->defer(status, std::move(check));
+    return;
+  }
+  check(read_status(ctx, status));
 }
 
 }  // namespace qtrain::quant_detail

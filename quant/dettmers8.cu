@@ -144,8 +144,10 @@ void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, const EncodeA
   encode_kernel<<<grid_for(a.n, kThreads), kThreads, 0, s>>>(device_tables(), variant == Dettmers8Variant::linear, a.in,
                                                              a.residual, a.n, max_bits, a.out, fields_of(h));
   CUDA_CHECK(cudaGetLastError());
-  if (read_status(ctx, status).non_finite)
-    throw NonFiniteInputError(fmt::format("dettmers8 encode: the input of {} values holds NaN or Inf", a.n));
+  check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("dettmers8 encode: the input of {} values holds NaN or Inf", n));
+  });
 }
 
 void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, float scale, const uint8_t* codes, float* out,

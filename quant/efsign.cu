@@ -80,8 +80,10 @@ void efsign_encode_cuda(Context& ctx, const EncodeArgs& a, const WireHeader& h) 
   const int64_t words = (a.n + 31) / 32;
   pack_kernel<<<grid_for(words * kWarp, kThreads), kThreads, 0, s>>>(a.in, a.residual, a.n, a.out);
   CUDA_CHECK(cudaGetLastError());
-  if (read_status(ctx, status).non_finite)
-    throw NonFiniteInputError(fmt::format("efsign encode: the input of {} values holds NaN or Inf", a.n));
+  check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("efsign encode: the input of {} values holds NaN or Inf", n));
+  });
 }
 
 }  // namespace qtrain::quant_detail

@@ -76,13 +76,14 @@ void fp8_encode_cuda(Context& ctx, const EncodeArgs& a, Fp8Format format, bool s
                                                                            a.out, fields_of(h), status);
   });
   CUDA_CHECK(cudaGetLastError());
-  const EncodeStatus done = read_status(ctx, status);
-  if (done.non_finite)
-    throw NonFiniteInputError(fmt::format("fp8 encode: the input of {} values holds NaN or Inf", a.n));
-  if (done.overflow)
-    throw NonFiniteInputError(
-        "fp8 encode: the largest |value| is too close to the float maximum to scale (its "
-        "decoded value would be beyond the float range)");
+  check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("fp8 encode: the input of {} values holds NaN or Inf", n));
+    if (done.overflow)
+      throw NonFiniteInputError(
+          "fp8 encode: the largest |value| is too close to the float maximum to scale (its "
+          "decoded value would be beyond the float range)");
+  });
 }
 
 void fp8_decode_cuda(Context& ctx, Fp8Format format, float scale, const uint8_t* payload, float* out, int64_t n,
@@ -95,11 +96,13 @@ void fp8_decode_cuda(Context& ctx, Fp8Format format, float scale, const uint8_t*
     DecodeStatus status(ctx);
     check_kernel<F><<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(codes, n, status.get());
     CUDA_CHECK(cudaGetLastError());
-    if (read_status(ctx, status.get()).bad)
-      wire::bad_payload(QuantMethod::fp8,
-                        format == Fp8Format::e4m3
-                            ? "a code is E4M3's NaN (S.1111.111), which the encoder never writes"
-                            : "a code is E5M2's Inf or NaN (exponent field 11111), which the encoder never writes");
+    check_status(ctx, status.get(), [format](const EncodeStatus& done) {
+      if (done.bad)
+        wire::bad_payload(QuantMethod::fp8,
+                          format == Fp8Format::e4m3
+                              ? "a code is E4M3's NaN (S.1111.111), which the encoder never writes"
+                              : "a code is E5M2's Inf or NaN (exponent field 11111), which the encoder never writes");
+    });
     if (add)
       decode_kernel<F, true><<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(codes, scale, out, n);
     else

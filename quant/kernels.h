@@ -3,13 +3,15 @@
 // QTRAIN_QUANT_CUDA is 1, so a build without the toolkit needs no stand-ins (the Quantizer base's
 // encode_cuda/decode_cuda then refuse a CUDA span, naming the method). The launchers run on ctx's
 // stream and follow the CPU loops' arithmetic exactly. Encoders that compute a scale, a count or a NaN
-// check read a small status back, which synchronizes the stream; decoders validate everything (on the
-// host for the header, in a checking kernel for the body) before writing.
+// check report through a small status word, and decoders validate the body in a checking kernel
+// before writing: the host reads that word back at once (a wait for the stream), or, under
+// DeferredChecks (quant/deferred_checks.h), once for many calls.
 #pragma once
 
 #include <cstdint>
 
 #include "framework/core/context.h"
+#include "quant/encode_status.h"
 #include "quant/quantizer.h"
 #include "quant/wire.h"
 
@@ -30,5 +32,14 @@ void cuda_zero_bytes(Context& ctx, uint8_t* ptr, size_t bytes);
 void cuda_copy_to_host(Context& ctx, void* dst, const void* src, size_t bytes);
 // Writes a header (the values are kernel arguments: no host memory involved).
 void cuda_write_header(Context& ctx, uint8_t* out, const WireHeader& h);
+// Sets status->bad when the 32 header bytes at `payload` differ from `expected` (a kernel: no wait).
+void cuda_check_header(Context& ctx, const uint8_t* payload, const WireHeader& expected, EncodeStatus* status);
+
+// The device area of DeferredChecks (quant/deferred_checks.h): `count` zeroed status words in device
+// memory, and as many in pinned host memory (*host) for reading them back.
+EncodeStatus* cuda_status_area_allocate(Context& ctx, size_t count, EncodeStatus** host);
+void cuda_status_area_free(Context& ctx, EncodeStatus* device, EncodeStatus* host);
+// Copies the first `count` words to `host`, waits for the stream, and zeroes them behind the copy.
+void cuda_status_area_read(Context& ctx, EncodeStatus* host, EncodeStatus* device, size_t count);
 
 }  // namespace qtrain::quant_detail

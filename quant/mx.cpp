@@ -217,6 +217,8 @@ class MxQuantizer final : public Quantizer {
   }
 
 #if QTRAIN_QUANT_CUDA
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override { return header(layout(n)); }
+
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const wire::MxLayout l = layout(a.n);
     mx_encode_cuda(ctx, a, element_, stochastic_, l, header(l));

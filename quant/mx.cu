@@ -96,8 +96,10 @@ void mx_encode_cuda(Context& ctx, const EncodeArgs& a, MxElement element, bool s
     });
     CUDA_CHECK(cudaGetLastError());
   }
-  if (read_status(ctx, status).non_finite)
-    throw NonFiniteInputError(fmt::format("mx encode: the input of {} values holds NaN or Inf", a.n));
+  check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("mx encode: the input of {} values holds NaN or Inf", n));
+  });
 }
 
 void mx_decode_cuda(Context& ctx, MxElement element, const wire::MxLayout& l, const uint8_t* payload, float* out,
@@ -109,10 +111,12 @@ void mx_decode_cuda(Context& ctx, MxElement element, const wire::MxLayout& l, co
     DecodeStatus status(ctx);
     check_kernel<F><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, status.get());
     CUDA_CHECK(cudaGetLastError());
-    if (read_status(ctx, status.get()).bad)
-      wire::bad_payload(QuantMethod::mx,
-                        "a block scale is NaN or above what a finite block has, an element is a NaN "
-                        "or Inf code, or bits after the last element are set");
+    check_status(ctx, status.get(), [](const EncodeStatus& done) {
+      if (done.bad)
+        wire::bad_payload(QuantMethod::mx,
+                          "a block scale is NaN or above what a finite block has, an element is a NaN "
+                          "or Inf code, or bits after the last element are set");
+    });
     if (add)
       decode_kernel<F, true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
     else

@@ -87,13 +87,14 @@ void nvfp4_encode_cuda(Context& ctx, const EncodeArgs& a, bool stochastic, const
   else
     encode_kernel<false><<<grid, kThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
   CUDA_CHECK(cudaGetLastError());
-  const EncodeStatus done = read_status(ctx, status);
-  if (done.non_finite)
-    throw NonFiniteInputError(fmt::format("nvfp4 encode: the input of {} values holds NaN or Inf", a.n));
-  if (done.overflow)
-    throw NonFiniteInputError(
-        "nvfp4 encode: the largest |value| is too close to the float maximum to scale (its "
-        "decoded value would be beyond the float range)");
+  check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("nvfp4 encode: the input of {} values holds NaN or Inf", n));
+    if (done.overflow)
+      throw NonFiniteInputError(
+          "nvfp4 encode: the largest |value| is too close to the float maximum to scale (its "
+          "decoded value would be beyond the float range)");
+  });
 }
 
 void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, float tensor_scale, const uint8_t* payload, float* out,
@@ -103,10 +104,12 @@ void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, float tensor_sc
   DecodeStatus status(ctx);
   check_kernel<<<grid_for(l.blocks, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, status.get());
   CUDA_CHECK(cudaGetLastError());
-  if (read_status(ctx, status.get()).bad)
-    wire::bad_payload(QuantMethod::nvfp4,
-                      "a block scale is not a positive E4M3 value (sign 0, not NaN), or the "
-                      "nibble after the last element is set");
+  check_status(ctx, status.get(), [](const EncodeStatus& done) {
+    if (done.bad)
+      wire::bad_payload(QuantMethod::nvfp4,
+                        "a block scale is not a positive E4M3 value (sign 0, not NaN), or the "
+                        "nibble after the last element is set");
+  });
   if (add)
     decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, tensor_scale, out);
   else

@@ -201,6 +201,10 @@ class OnebitQuantizer final : public Quantizer {
   }
 
 #if QTRAIN_QUANT_CUDA
+  std::optional<WireHeader> shape_header(int64_t n, int64_t column) const override {
+    return header(wire::onebit_layout(n, group_length(n, column)));
+  }
+
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const wire::OnebitLayout l = wire::onebit_layout(a.n, group_length(a.n, a.column));
     onebit_encode_cuda(ctx, a, l, header(l));

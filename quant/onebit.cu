@@ -96,12 +96,13 @@ void onebit_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::OnebitLay
         a.in, a.residual, l.n, l.group, l.groups, l.words_full, l.group_bytes, a.out);
     CUDA_CHECK(cudaGetLastError());
   }
-  const EncodeStatus done = read_status(ctx, status);
-  if (done.non_finite)
-    throw NonFiniteInputError(fmt::format("onebit encode: the input of {} values holds NaN or Inf", a.n));
-  if (done.overflow)
-    throw NonFiniteInputError(
-        fmt::format("onebit encode: the sum of a group of the {} values exceeds the float range", a.n));
+  check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("onebit encode: the input of {} values holds NaN or Inf", n));
+    if (done.overflow)
+      throw NonFiniteInputError(
+          fmt::format("onebit encode: the sum of a group of the {} values exceeds the float range", n));
+  });
 }
 
 void onebit_decode_cuda(Context& ctx, const wire::OnebitLayout& l, const uint8_t* payload, float* out, bool add) {
@@ -111,7 +112,9 @@ void onebit_decode_cuda(Context& ctx, const wire::OnebitLayout& l, const uint8_t
   check_means_kernel<<<grid_for(l.groups, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l.groups, l.group_bytes,
                                                                                     status.get());
   CUDA_CHECK(cudaGetLastError());
-  if (read_status(ctx, status.get()).bad) wire::bad_payload(QuantMethod::onebit, "a group has a non-finite mean");
+  check_status(ctx, status.get(), [](const EncodeStatus& done) {
+    if (done.bad) wire::bad_payload(QuantMethod::onebit, "a group has a non-finite mean");
+  });
   if (add)
     decode_kernel<true>
         <<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l.n, l.group, l.group_bytes, out);

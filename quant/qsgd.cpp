@@ -525,6 +525,10 @@ class QsgdQuantizer final : public Quantizer {
   }
 
 #if QTRAIN_QUANT_CUDA
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override {
+    return header(wire::qsgd_layout(n, bucket_, bits_));
+  }
+
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const wire::QsgdLayout l = wire::qsgd_layout(a.n, bucket_, bits_);
     qsgd_encode_cuda(ctx, a, l, norm_, header(l));

@@ -141,12 +141,13 @@ void qsgd_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout&
     });
     CUDA_CHECK(cudaGetLastError());
   }
-  const EncodeStatus done = read_status(ctx, status);
-  if (done.non_finite)
-    throw NonFiniteInputError(fmt::format("qsgd encode: the input of {} values holds NaN or Inf", a.n));
-  if (done.overflow)
-    throw NonFiniteInputError(
-        fmt::format("qsgd encode: a bucket of the {} values has an l2 norm beyond the float range", a.n));
+  check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("qsgd encode: the input of {} values holds NaN or Inf", n));
+    if (done.overflow)
+      throw NonFiniteInputError(
+          fmt::format("qsgd encode: a bucket of the {} values has an l2 norm beyond the float range", n));
+  });
 }
 
 void qsgd_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* payload, float* out, bool add) {
@@ -156,8 +157,9 @@ void qsgd_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* pa
   check_scales_kernel<<<grid_for(l.buckets, kThreads), kThreads, 0, stream_of(ctx)>>>(
       reinterpret_cast<const float*>(payload + wire::kHeaderBytes), l.buckets, status.get());
   CUDA_CHECK(cudaGetLastError());
-  if (read_status(ctx, status.get()).bad)
-    wire::bad_payload(QuantMethod::qsgd, "a bucket scale is not a finite value >= 0");
+  check_status(ctx, status.get(), [](const EncodeStatus& done) {
+    if (done.bad) wire::bad_payload(QuantMethod::qsgd, "a bucket scale is not a finite value >= 0");
+  });
   with_bits(l.bits, [&](auto bits) {
     if (add)
       decode_kernel<bits(), true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "quant/deferred_checks.h"
 #include "quant/kernels.h"
 #include "quant/method.h"
 #include "quant/wire.h"
@@ -228,6 +229,8 @@ size_t Quantizer::encode(Context& ctx, std::span<const float> in, int64_t column
 #endif
   }
   QT_CHECK(wire::pad8(body) <= need, "{}: wrote {} bytes, more than the bound {}", spec_.str(), wire::pad8(body), need);
+  QT_CHECK(!fixed_size() || wire::pad8(body) == need, "{}: wrote {} bytes, but its size is fixed at {}", spec_.str(),
+           wire::pad8(body), need);
   return wire::pad8(body);
 }
 
@@ -237,21 +240,48 @@ void Quantizer::decode_cuda(Context&, const WireHeader&, std::span<const uint8_t
   no_cuda_kernels(spec_);
 }
 
-void Quantizer::decode(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out) const {
-  decode_into(ctx, in, n, out, false);
+std::optional<WireHeader> Quantizer::shape_header(int64_t, int64_t) const { return std::nullopt; }
+
+void Quantizer::decode(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out,
+                       int64_t column) const {
+  decode_into(ctx, in, n, out, false, column);
 }
 
-void Quantizer::decode_add(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> acc) const {
-  decode_into(ctx, in, n, acc, true);
+void Quantizer::decode_add(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> acc,
+                           int64_t column) const {
+  decode_into(ctx, in, n, acc, true, column);
 }
 
-void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out,
-                            bool add) const {
+void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out, bool add,
+                            int64_t column) const {
   QT_CHECK(n >= 0 && n <= wire::kMaxValues, "{}: spans of 0..{} values are supported, got {}", spec_.str(),
            wire::kMaxValues, n);
   QT_CHECK(static_cast<int64_t>(out.size()) == n, "{}: decoding {} values into a span of {}", spec_.str(), n,
            out.size());
   QT_CHECK(reinterpret_cast<uintptr_t>(in.data()) % 4 == 0, "{}: payload buffer must be 4-byte aligned", spec_.str());
+#if QTRAIN_QUANT_CUDA
+  // Under deferred checks, a header that the receiver can predict is compared on the device: no copy
+  // back, no wait. The length it states is then the predicted one, checked against `in` here.
+  DeferredChecks* deferred = ctx.device().is_cuda() ? DeferredChecks::active(ctx) : nullptr;
+  if (const std::optional<WireHeader> expected =
+          deferred != nullptr && column > 0 ? shape_header(n, column) : std::nullopt) {
+    if (expected->total > in.size())
+      wire::bad_payload(spec_.method, fmt::format("truncated: a payload of {} values is {} bytes, the buffer holds {}",
+                                                  n, expected->total, in.size()));
+    EncodeStatus* slot = deferred->take_slot();
+    quant_detail::cuda_check_header(ctx, in.data(), *expected, slot);
+    deferred->defer(slot, [method = spec_.method, n](const EncodeStatus& s) {
+      if (s.bad)
+        wire::bad_payload(method, fmt::format("the header differs from the one this rank's quantizer writes for {} "
+                                              "values (a damaged payload, or ranks configured differently)",
+                                              n));
+    });
+    decode_cuda(ctx, *expected, in.first(expected->total), out.data(), add);
+    return;
+  }
+#else
+  (void)column;
+#endif
   // The header is checked on the host; on a GPU its 32 bytes come back first.
   uint8_t head[wire::kHeaderBytes] = {};
   const size_t head_bytes = in.size() < wire::kHeaderBytes ? in.size() : wire::kHeaderBytes;

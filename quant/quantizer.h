@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -156,6 +157,10 @@ class Quantizer {
   // An upper bound on encode's result for n values whose innermost dimension is `column` (column
   // matters for onebit column mode and adaptive; other methods ignore it). A multiple of 8.
   size_t max_encoded_bytes(int64_t n, int64_t column) const;
+  // Whether encode's result is always exactly max_encoded_bytes (every method but adaptive, whose
+  // size is its count of values sent; checked at every encode): receivers then know the sizes
+  // without asking.
+  virtual bool fixed_size() const { return true; }
 
   // Encodes `in` (n = in.size() values; the step comes from ctx.step()) into `out`, which must hold
   // max_encoded_bytes(n, column) bytes and be 8-byte aligned; returns the payload size (a multiple of
@@ -174,8 +179,18 @@ class Quantizer {
   // length says where the payload ends. Every header field, length and index is validated against
   // `in` and n first; a malformed payload throws InputError and leaves out/acc untouched. Payloads
   // are self-describing: a qsgd decoder reads any bits/bucket/norm the header states.
-  void decode(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out) const;
-  void decode_add(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> acc) const;
+  //
+  // `column`, when the caller knows it (> 0), is the innermost dimension the sender encoded with, and
+  // says that the sender's spec is this quantizer's: on CUDA under DeferredChecks
+  // (quant/deferred_checks.h) the header is then compared with shape_header() on the device instead of
+  // being read back, and the errors surface at DeferredChecks::settle().
+  void decode(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out, int64_t column = 0) const;
+  void decode_add(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> acc, int64_t column = 0) const;
+
+  // The header encode writes for n values of innermost dimension `column` when it depends on them
+  // alone (the casts, qsgd, terngrad, onebit, mx, signsgd, topk); nullopt where it carries data (fp8's
+  // and nvfp4's scales, randomk's key, adaptive's count).
+  virtual std::optional<WireHeader> shape_header(int64_t n, int64_t column) const;
 
   // Allocates what encode will need for a tensor of n values on `device` (the zeroed residual when
   // error feedback is on, the zeroed momentum when the method keeps one), so that checkpoint restore
@@ -199,7 +214,8 @@ class Quantizer {
                            bool add) const;
 
  private:
-  void decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out, bool add) const;
+  void decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out, bool add,
+                   int64_t column) const;
   QuantSpec spec_;
 };
 

@@ -55,8 +55,10 @@ void randomk_encode_cuda(Context& ctx, const EncodeArgs& a, int64_t k, const Wir
   cudaStream_t s = stream_of(ctx);
   accumulate_kernel<<<grid_for(a.n, kThreads), kThreads, 0, s>>>(a.in, a.residual, a.n, status);
   CUDA_CHECK(cudaGetLastError());
-  if (read_status(ctx, status).non_finite)
-    throw NonFiniteInputError(fmt::format("randomk encode: the input of {} values holds NaN or Inf", a.n));
+  check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("randomk encode: the input of {} values holds NaN or Inf", n));
+  });
   gather_kernel<<<grid_for(k, kThreads), kThreads, 0, s>>>(a.in, a.residual, a.n, k, a.shared_key,
                                                            reinterpret_cast<float*>(a.out + wire::kHeaderBytes));
   CUDA_CHECK(cudaGetLastError());

@@ -66,6 +66,8 @@ class SignsgdQuantizer final : public Quantizer {
   }
 
 #if QTRAIN_QUANT_CUDA
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override { return header(n); }
+
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     signsgd_encode_cuda(ctx, a, beta_, one_minus_beta_, header(a.n));
     return wire::sign_body_end(a.n);

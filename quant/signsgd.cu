@@ -42,8 +42,10 @@ void signsgd_encode_cuda(Context& ctx, const EncodeArgs& a, float beta, float on
     constexpr int kThreads = 256;
     check_kernel<<<grid_for(a.n, kThreads), kThreads, 0, stream_of(ctx)>>>(a.in, a.n, status);
     CUDA_CHECK(cudaGetLastError());
-    if (read_status(ctx, status).non_finite)
-      throw NonFiniteInputError(fmt::format("signsgd encode: the input of {} values holds NaN or Inf", a.n));
+    check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
+      if (done.non_finite)
+        throw NonFiniteInputError(fmt::format("signsgd encode: the input of {} values holds NaN or Inf", n));
+    });
   }
   cuda_write_header(ctx, a.out, h);
   if (a.n == 0) return;

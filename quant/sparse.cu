@@ -489,14 +489,17 @@ void topk_encode_cuda(Context& ctx, const EncodeArgs& a, int64_t k, const WireHe
   SelectState host{};
   CUDA_CHECK(cudaMemcpyAsync(&host, state, sizeof host, cudaMemcpyDeviceToHost, stream_of(ctx)));
   CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
-  if (read_status(ctx, status).non_finite)
-    throw NonFiniteInputError(fmt::format("topk encode: the input of {} values holds NaN or Inf", a.n));
+  check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("topk encode: the input of {} values holds NaN or Inf", n));
+  });
   const Tiles tiles = make_tiles(carver, a.n);
   auto* indices = reinterpret_cast<uint32_t*>(a.out + wire::kHeaderBytes);
   auto* values = reinterpret_cast<float*>(a.out + wire::kHeaderBytes + 4 * static_cast<size_t>(k));
   compact(ctx, tiles, TopkFlags{v, state}, a.n, host.ties, TopkEmit{v, a.residual, indices, values}, status);
-  const EncodeStatus done = read_status(ctx, status);
-  QT_CHECK_EQ(static_cast<int64_t>(done.count), k, "topk (CUDA): selected values");
+  check_status(ctx, status, [k](const EncodeStatus& done) {
+    QT_CHECK_EQ(static_cast<int64_t>(done.count), k, "topk (CUDA): selected values");
+  });
 }
 
 void topk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, float* out, bool add) {
@@ -507,8 +510,10 @@ void topk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k
     DecodeStatus status(ctx);
     topk_check_kernel<<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(indices, k, n, status.get());
     CUDA_CHECK(cudaGetLastError());
-    if (read_status(ctx, status.get()).bad)
-      wire::bad_payload(QuantMethod::topk, "indices must increase strictly and stay below the value count");
+    check_status(ctx, status.get(), [](const EncodeStatus& done) {
+      if (done.bad)
+        wire::bad_payload(QuantMethod::topk, "indices must increase strictly and stay below the value count");
+    });
   }
   if (!add && n > 0) CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(n), stream_of(ctx)));
   if (k == 0) return;
@@ -568,6 +573,7 @@ int64_t adaptive_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::Adap
   adaptive_finish_kernel<<<1, 1, 0, s>>>(a.out, fields_of(h), bound.count_offset, bound.entry_bytes,
                                          static_cast<unsigned long long>(cap), status);
   CUDA_CHECK(cudaGetLastError());
+  // The payload's size is the count: read at once, never deferred.
   const EncodeStatus done = read_status(ctx, status);
   if (done.non_finite)
     throw NonFiniteInputError(fmt::format("adaptive encode: the input of {} values holds NaN or Inf", a.n));
@@ -587,8 +593,9 @@ void adaptive_decode_cuda(Context& ctx, const wire::AdaptiveLayout& l, const uin
   else
     adaptive_check_kernel<uint32_t><<<grid, kThreads, 0, s>>>(payload, l, status.get());
   CUDA_CHECK(cudaGetLastError());
-  if (read_status(ctx, status.get()).bad)
-    wire::bad_payload(QuantMethod::adaptive, "column offsets, means or entries are out of range");
+  check_status(ctx, status.get(), [](const EncodeStatus& done) {
+    if (done.bad) wire::bad_payload(QuantMethod::adaptive, "column offsets, means or entries are out of range");
+  });
   if (!add && l.n > 0) CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(l.n), s));
   if (l.entries == 0) return;
   const int egrid = grid_for(l.entries, kThreads);

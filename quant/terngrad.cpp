@@ -197,6 +197,10 @@ class TerngradQuantizer final : public Quantizer {
   }
 
 #if QTRAIN_QUANT_CUDA
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override {
+    return header(wire::terngrad_layout(n, bucket_for(n)));
+  }
+
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const wire::QsgdLayout l = wire::terngrad_layout(a.n, bucket_for(a.n));
     terngrad_encode_cuda(ctx, a, l, clip_, header(l));

@@ -141,8 +141,10 @@ void terngrad_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLay
     encode_words_kernel<<<grid_for(words, kThreads), kThreads, 0, s>>>(a.in, a.residual, l, a.key, a.out);
     CUDA_CHECK(cudaGetLastError());
   }
-  if (read_status(ctx, status).non_finite)
-    throw NonFiniteInputError(fmt::format("terngrad encode: the input of {} values holds NaN or Inf", a.n));
+  check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("terngrad encode: the input of {} values holds NaN or Inf", n));
+  });
 }
 
 void terngrad_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* payload, float* out, bool add) {
@@ -151,8 +153,10 @@ void terngrad_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t
   DecodeStatus status(ctx);
   check_kernel<<<grid_for(l.buckets * l.words_full, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, status.get());
   CUDA_CHECK(cudaGetLastError());
-  if (read_status(ctx, status.get()).bad)
-    wire::bad_payload(QuantMethod::terngrad, "a bucket scale is not a finite value >= 0, or a word holds code 2");
+  check_status(ctx, status.get(), [](const EncodeStatus& done) {
+    if (done.bad)
+      wire::bad_payload(QuantMethod::terngrad, "a bucket scale is not a finite value >= 0, or a word holds code 2");
+  });
   if (add)
     decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
   else

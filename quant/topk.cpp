@@ -74,6 +74,10 @@ class TopkQuantizer final : public Quantizer {
   }
 
 #if QTRAIN_QUANT_CUDA
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override {
+    return header(n, wire::count_for_proportion(fraction_, n));
+  }
+
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const int64_t k = wire::count_for_proportion(fraction_, a.n);
     topk_encode_cuda(ctx, a, k, header(a.n, k));

@@ -18,6 +18,43 @@ Workspace::Workspace(Communicator& comm_, Device device_, std::unique_ptr<Contex
       tensors(std::move(tensors_)),
       plans(std::move(plans_)) {
   stats.bytes_sent_per_tensor.assign(tensors.size(), 0.0);
+  if (device.is_cuda()) checks = std::make_unique<DeferredChecks>(*ctx);
+}
+
+namespace {
+// A deferred check's tag: the tensor, the peer, and whether it was a decode.
+uint64_t check_tag(int t, int peer, bool decode) {
+  return (static_cast<uint64_t>(t) << 32) | (static_cast<uint64_t>(peer) << 1) | (decode ? 1u : 0u);
+}
+}  // namespace
+
+void Workspace::tag_checks(int t, int peer, bool decode) {
+  if (checks) checks->set_tag(check_tag(t, peer, decode));
+}
+
+std::string Workspace::describe_check(uint64_t tag) const {
+  const auto t = static_cast<size_t>(tag >> 32);
+  const auto peer = static_cast<int>((tag & 0xffffffffu) >> 1);
+  const std::string name = t < tensors.size() ? tensors[t].name : "tensor " + std::to_string(t);
+  return (tag & 1u) != 0
+             ? fmt::format("gradient exchange, {}: the payload from rank {}", name, peer)
+             : fmt::format("gradient exchange, {}: encoding rank {}'s piece for rank {}", name, comm.rank(), peer);
+}
+
+void Workspace::settle_checks() {
+  // The communicator waits first: NCCL polls for a failed peer, where a plain synchronize would wait
+  // forever on a collective that cannot end. The checks' copy back then finds the stream idle.
+  comm.wait_stream(*ctx);
+  if (checks && checks->pending() > 0) checks->settle([this](uint64_t tag) { return describe_check(tag); });
+}
+
+void Workspace::discard_checks() {
+  if (!checks) return;
+  // The step failed already: what the other checks say is not reported (the first error is).
+  try {
+    checks->settle();
+  } catch (const Error&) {
+  }
 }
 
 uint8_t* Workspace::device_bytes(Tensor& buffer, size_t bytes) {
@@ -57,19 +94,23 @@ void Workspace::decode_from_device(int from_rank, std::span<const uint8_t> bytes
     if (where(t).length > 0) full += largest(t);
   if (full == bytes.size()) {
     // Every payload is at most its encoder's largest, and they sum to the block: each is exactly it.
-    decode_payloads(from_rank, bytes.data(), bytes.size(), ids, add, where, [&](int t, size_t) { return largest(t); });
+    decode_payloads(
+        from_rank, bytes.data(), bytes.size(), ids, add, where, [&](int t, size_t) { return largest(t); },
+        owner_encoded,
+        /*sender_spec=*/true);
     return;
   }
   if (recv_host.size() < bytes.size()) recv_host.resize(bytes.size());
   if (!bytes.empty()) copy_to_host(*ctx, recv_host.data(), bytes.data(), bytes.size());
   const std::span<const uint8_t> host{recv_host.data(), bytes.size()};
-  decode_payloads(from_rank, bytes.data(), bytes.size(), ids, add, where,
-                  [&](int t, size_t cursor) { return payload_length(host, cursor, t, from_rank); });
+  decode_payloads(
+      from_rank, bytes.data(), bytes.size(), ids, add, where,
+      [&](int t, size_t cursor) { return payload_length(host, cursor, t, from_rank); }, owner_encoded);
 }
 
 void Workspace::decode_payloads(int from_rank, const uint8_t* base, size_t size, const std::vector<int>& ids, bool add,
-                                const std::function<Span(int)>& where,
-                                const std::function<size_t(int, size_t)>& length) {
+                                const std::function<Span(int)>& where, const std::function<size_t(int, size_t)>& length,
+                                bool owner_encoded, bool sender_spec) {
   size_t cursor = 0;
   for (int t : ids) {
     const auto [begin, len] = where(t);
@@ -77,11 +118,15 @@ void Workspace::decode_payloads(int from_rank, const uint8_t* base, size_t size,
     const size_t plen = length(t, cursor);
     const std::span<const uint8_t> payload{base + cursor, plen};
     const std::span<float> out{grad(t) + begin, static_cast<size_t>(len)};
-    const Quantizer& q = *plan(t).quantizer;
+    const TensorPlan& p = plan(t);
+    // Payloads are self-describing; the owner's quantizer is the same method as the first one.
+    const Quantizer& q = owner_encoded ? p.owner_q() : *p.quantizer;
+    const int64_t column = sender_spec ? p.column_for(len, tensor(t).column) : 0;
+    tag_checks(t, from_rank, /*decode=*/true);
     if (add)
-      q.decode_add(*ctx, payload, len, out);
+      q.decode_add(*ctx, payload, len, out, column);
     else
-      q.decode(*ctx, payload, len, out);
+      q.decode(*ctx, payload, len, out, column);
     cursor += plen;
   }
   if (cursor != size)
@@ -114,6 +159,23 @@ size_t Workspace::piece_capacity(const std::vector<int>& ids, int s, int k) cons
   return c;
 }
 
+bool Workspace::fixed_sizes(const std::vector<int>& ids) const {
+  for (int t : ids)
+    if (!plan(t).quantizer->fixed_size() || !plan(t).owner_q().fixed_size()) return false;
+  return true;
+}
+
+size_t Workspace::piece_bytes(const std::vector<int>& ids, int s, int k, bool owner) const {
+  size_t c = 0;
+  for (int t : ids) {
+    const auto [b, len] = piece(t, s, k);
+    if (len == 0) continue;
+    const TensorPlan& p = plan(t);
+    c += (owner ? p.owner_q() : *p.quantizer).max_encoded_bytes(len, p.column_for(len, tensor(t).column));
+  }
+  return c;
+}
+
 size_t Workspace::encode_piece(const std::vector<int>& ids, int s, int k, bool owner, uint8_t* out,
                                std::vector<double>& sent, int copies) {
   size_t used = 0;
@@ -126,6 +188,7 @@ size_t Workspace::encode_piece(const std::vector<int>& ids, int s, int k, bool o
     QuantState& state =
         owner ? p.owner[static_cast<size_t>(k)] : p.stripes[static_cast<size_t>(s)][static_cast<size_t>(k)];
     const Quantizer& q = owner ? p.owner_q() : *p.quantizer;
+    tag_checks(t, s, /*decode=*/false);
     const size_t bytes = q.encode(*ctx, {grad(t) + b, static_cast<size_t>(len)}, col, state,
                                   {out + used, q.max_encoded_bytes(len, col)});
     used += bytes;

@@ -10,11 +10,13 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "comm/exchange/plan.h"
 #include "comm/gradient_exchange.h"
+#include "quant/deferred_checks.h"
 
 namespace qtrain::exchange {
 
@@ -28,7 +30,9 @@ struct Workspace {
   Communicator& comm;
   Device device;
   std::unique_ptr<Context> ctx;  // the exchange's own context (its own CUDA stream)
-  float scale;                   // applied to every sum: 1/P for the mean, else 1
+  // On CUDA: the quantizers' checks, read back once per step (settle_checks) instead of per call.
+  std::unique_ptr<DeferredChecks> checks;
+  float scale;  // applied to every sum: 1/P for the mean, else 1
   std::vector<ExchangeTensor> tensors;
   std::vector<TensorPlan> plans;
   Tensor grads;  // this step's gradient arena: the input, and the result in place
@@ -62,11 +66,23 @@ struct Workspace {
   void decode_from_device(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
                           const std::function<Span(int tensor)>& where, bool owner_encoded);
 
+  // The end of a step: waits for the exchange's stream, and raises the first error the quantizers'
+  // deferred checks found, naming the tensor and the peer.
+  void settle_checks();
+  // After an error: drops the pending checks (the step is abandoned).
+  void discard_checks();
+  // What a deferred check's tag names: "tensor fc1.weight, the payload from rank 1".
+  std::string describe_check(uint64_t tag) const;
+
   // Piece k of stripe s of tensor t (empty when t has fewer pieces).
   Span piece(int t, int s, int k) const { return plan(t).piece(s, k); }
   // The most bytes the payload of piece k of stripe s of the tensors `ids` can take (the same figure
   // on every rank).
   size_t piece_capacity(const std::vector<int>& ids, int s, int k) const;
+  // Whether every payload of the tensors `ids` has a fixed size (Quantizer::fixed_size), both
+  // quantizations; then piece_bytes is what encode_piece writes, known on every rank in advance.
+  bool fixed_sizes(const std::vector<int>& ids) const;
+  size_t piece_bytes(const std::vector<int>& ids, int s, int k, bool owner) const;
   // Encodes piece k of stripe s of every tensor of `ids` back to back into `out` (the owner's
   // re-quantization states when `owner`, else stripe s's first-quantization states); adds each
   // payload's bytes times `copies` to sent[i]. Returns the bytes written.
@@ -84,9 +100,15 @@ struct Workspace {
   size_t payload_length(std::span<const uint8_t> bytes, size_t cursor, int t, int from_rank) const;
   // The decoding loop of both: `base` (device memory on CUDA) holds `size` bytes, and length(t, cursor)
   // gives tensor t's payload length at `cursor`, validated.
+  // `owner_encoded` picks each tensor's decoding quantizer as decode_from_device says; `sender_spec`
+  // says that every payload is exactly what that quantizer writes for its span, so that the decoders
+  // may check the headers on the device (Quantizer::decode's column).
   void decode_payloads(int from_rank, const uint8_t* base, size_t size, const std::vector<int>& ids, bool add,
                        const std::function<Span(int tensor)>& where,
-                       const std::function<size_t(int tensor, size_t cursor)>& length);
+                       const std::function<size_t(int tensor, size_t cursor)>& length, bool owner_encoded = false,
+                       bool sender_spec = false);
+  // Tags the deferred checks of the calls that follow with tensor t and the peer.
+  void tag_checks(int t, int peer, bool decode);
 };
 
 // Seconds and bytes of one bucket's reduce-scatter + allgather, added to the statistics at its end.

@@ -56,6 +56,28 @@ class Context {
   std::unique_ptr<CudaHandles, CudaHandlesDeleter> cuda_;
 };
 
+// A point in one context's stream that another context's stream can be ordered after, without the
+// host waiting: a CUDA event (recorded lazily, reused). On the CPU, where every call completes before
+// it returns, both operations do nothing. The gradient exchange orders its stream after backward's
+// with it, instead of synchronizing the compute stream once per bucket.
+class StreamEvent {
+ public:
+  StreamEvent() = default;
+  ~StreamEvent();
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+
+  // Marks the work queued on `ctx`'s stream so far.
+  void record(Context& ctx);
+  // Makes the work queued on `ctx`'s stream from now on wait for the marked work (nothing when
+  // nothing was recorded).
+  void make_wait(Context& ctx) const;
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t, created by the first record on a CUDA context
+  bool recorded_ = false;
+};
+
 // The device a config's `device:` key (or a command's --device) selects on this rank (auto: CUDA when
 // a GPU is present); `setting_name` names the setting in the error for cuda without a GPU.
 Device select_device(const std::string& setting, int local_rank, const std::string& setting_name = "device");

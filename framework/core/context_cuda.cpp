@@ -37,4 +37,24 @@ void CudaHandlesDeleter::operator()(CudaHandles* handles) const noexcept { delet
 
 void synchronize_cuda_handles(CudaHandles& handles) { CUDA_CHECK(cudaStreamSynchronize(handles.stream)); }
 
+StreamEvent::~StreamEvent() {
+  if (event_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event_));  // not actionable in teardown
+}
+
+void StreamEvent::record(Context& ctx) {
+  if (!ctx.device().is_cuda()) return;
+  if (event_ == nullptr) {
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    event_ = e;
+  }
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), ctx.cuda().stream));
+  recorded_ = true;
+}
+
+void StreamEvent::make_wait(Context& ctx) const {
+  if (!recorded_ || !ctx.device().is_cuda()) return;
+  CUDA_CHECK(cudaStreamWaitEvent(ctx.cuda().stream, static_cast<cudaEvent_t>(event_), 0));
+}
+
 }  // namespace qtrain

@@ -12,4 +12,9 @@ CudaHandles* make_cuda_handles(int index, uint64_t) {
 void CudaHandlesDeleter::operator()(CudaHandles* handles) const noexcept { delete handles; }
 void synchronize_cuda_handles(CudaHandles&) {}
 
+// No CUDA context can exist: only CPU contexts, whose calls complete in order.
+StreamEvent::~StreamEvent() = default;
+void StreamEvent::record(Context&) {}
+void StreamEvent::make_wait(Context&) const {}
+
 }  // namespace qtrain

@@ -17,6 +17,7 @@
 #include "comm/watchdog.h"
 #include "framework/core/file_io.h"
 #include "framework/core/memory_budget.h"
+#include "framework/core/pinned_buffer.h"
 #include "framework/train/progress.h"
 #include "framework/train/rank_state.h"
 #include "framework/core/safetensors.h"
@@ -46,31 +47,37 @@ uint64_t fnv1a64(const void* data, size_t bytes) {
 }
 
 // Batches on a GPU go through device buffers kept from batch to batch: Tensor::to would allocate
-// two buffers per step, and every cudaFree waits for the whole device. Before a buffer is overwritten
-// the compute stream is synchronized, so no kernel of the previous step still reads it (the stream is
-// idle by then anyway: every step reads its loss on the host and the exchange waits for backward).
+// two buffers per step, and every cudaFree waits for the whole device. The host copies each batch into
+// pinned memory and queues the upload on the compute stream, so the host never waits for it:
+// - the device buffer is overwritten after the previous step's kernels that read it (the same stream);
+// - the pinned copy is rewritten only after the previous upload from it is done: every step and every
+//   evaluation batch reads its loss back from this stream (LossStats are host values) after its
+//   upload, before the next batch comes.
 class BatchStaging {
  public:
   DeviceBatch put(const Batch& b, Context& ctx) {
-    const Device device = ctx.device();
     DeviceBatch out{b.x, b.labels, {b.lengths, b.targets, b.target_lengths}};
-    if (device.is_cuda()) {
-      ctx.synchronize();
-      out.x = stage(x_, b.x, device);
-      out.labels = stage(labels_, b.labels, device);
+    if (ctx.device().is_cuda()) {
+      out.x = stage(x_, x_host_, b.x, ctx);
+      out.labels = stage(labels_, labels_host_, b.labels, ctx);
     }
     return out;
   }
 
  private:
-  static Tensor stage(Tensor& buffer, const Tensor& src, Device device) {
+  static Tensor stage(Tensor& buffer, PinnedBuffer& host, const Tensor& src, Context& ctx) {
+    QT_CHECK(src.device().is_cpu(), "batches come from the host, not {}", src.device().str());
     if (!buffer.defined() || buffer.numel() < src.numel() || buffer.dtype() != src.dtype())
-      buffer = Tensor::empty({std::max<int64_t>(src.numel(), 1)}, src.dtype(), device);
+      buffer = Tensor::empty({std::max<int64_t>(src.numel(), 1)}, src.dtype(), ctx.device());
     Tensor view = buffer.view(0, src.shape());
-    view.copy_from(src);
+    const size_t bytes = src.nbytes();
+    uint8_t* pinned = host.reserve(std::max<size_t>(bytes, 1));
+    if (bytes > 0) std::memcpy(pinned, src.raw(), bytes);
+    copy_async(ctx, view.raw(), pinned, bytes);
     return view;
   }
   Tensor x_, labels_;
+  PinnedBuffer x_host_, labels_host_;
 };
 
 // Forward and loss of one batch: classification through Net::forward/loss, sequence batches (a

@@ -318,7 +318,7 @@ TEST_CASE("device byte collectives leave every block in GPU memory: NcclComm's, 
   MpiComm mpi(my_gpu());
   CHECK_FALSE(mpi.device_byte_collectives());
   std::vector<size_t> sizes, offsets;
-  CHECK_THROWS_WITH(mpi.all_gather_device(ctx, {}, sizes, offsets), Contains("has no device byte collectives"));
+  CHECK_THROWS_WITH(mpi.all_gather_device(ctx, {}, sizes, offsets, false), Contains("has no device byte collectives"));
   if (ranks_on_this_host() > cuda_device_count()) return;
   auto comm = make_communicator("nccl", my_gpu());
   REQUIRE(comm->device_byte_collectives());
@@ -336,7 +336,7 @@ TEST_CASE("device byte collectives leave every block in GPU memory: NcclComm's, 
   std::vector<uint8_t> send(gather_size(r));
   for (size_t i = 0; i < send.size(); ++i) send[i] = gather_byte(r, i);
   Tensor dsend = place(send, my_gpu());
-  const uint8_t* got = comm->all_gather_device(ctx, bytes_of(dsend), sizes, offsets);
+  const uint8_t* got = comm->all_gather_device(ctx, bytes_of(dsend), sizes, offsets, false);
   size_t wrong = 0;
   for (int s = 0; s < p; ++s) {
     const auto su = static_cast<size_t>(s);
@@ -346,7 +346,7 @@ TEST_CASE("device byte collectives leave every block in GPU memory: NcclComm's, 
   }
   CHECK(wrong == 0);
   Tensor dsame = place(std::vector<uint8_t>(6, static_cast<uint8_t>(r + 1)), my_gpu());
-  got = comm->all_gather_device(ctx, bytes_of(dsame), sizes, offsets);
+  got = comm->all_gather_device(ctx, bytes_of(dsame), sizes, offsets, false);
   const std::vector<uint8_t> all = fetch_block(got, 6 * static_cast<size_t>(p));
   wrong = 0;
   for (size_t i = 0; i < all.size(); ++i) wrong += static_cast<size_t>(all[i]) != i / 6 + 1;
@@ -359,7 +359,7 @@ TEST_CASE("device byte collectives leave every block in GPU memory: NcclComm's, 
     for (size_t i = 0; i < send_sizes[static_cast<size_t>(d)]; ++i)
       blocks[send_offsets[static_cast<size_t>(d)] + i] = pair_byte(r, d, i);
   Tensor dblocks = place(blocks, my_gpu());
-  got = comm->all_to_all_device(ctx, bytes_of(dblocks), send_sizes, send_offsets, recv_sizes, recv_offsets);
+  got = comm->all_to_all_device(ctx, bytes_of(dblocks), send_sizes, send_offsets, recv_sizes, recv_offsets, false);
   wrong = 0;
   for (int s = 0; s < p; ++s) {
     const auto su = static_cast<size_t>(s);

@@ -1,0 +1,156 @@
+// DeferredChecks (quant/deferred_checks.h) on CUDA (label cuda; executed by the emulator in CI): under a
+// scope the quantizers write the same bytes as without one, raise nothing until settle(), and settle()
+// raises what the call would have raised, of the same type, prefixed with the caller's description; a
+// decode told the sender's column checks the header on the device and reports a mismatch at settle().
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "framework/core/tensor.h"
+#include "quant/deferred_checks.h"
+#include "quant/quantizer.h"
+#include "tests/quant/quant_test_util.h"
+
+using namespace qtrain;
+using namespace qtrain::quant_test;
+using Catch::Matchers::Contains;
+
+namespace {
+
+Tensor floats_on_gpu(const std::vector<float>& x) {
+  Tensor h = Tensor::empty({static_cast<int64_t>(x.size())}, DType::f32);
+  if (!x.empty()) std::memcpy(h.data<float>(), x.data(), x.size() * sizeof(float));
+  return h.to(Device::cuda(0));
+}
+
+std::vector<uint8_t> bytes_on_host(Context& gpu, const Tensor& t) {
+  gpu.synchronize();  // the quantizers ran on the context's stream, Tensor::to copies on the legacy one
+  Tensor h = t.to(Device::cpu());
+  return std::vector<uint8_t>(h.data<uint8_t>(), h.data<uint8_t>() + h.numel());
+}
+
+std::vector<float> floats_on_host(Context& gpu, const Tensor& t) {
+  gpu.synchronize();
+  Tensor h = t.to(Device::cpu());
+  return std::vector<float>(h.data<float>(), h.data<float>() + h.numel());
+}
+
+struct Encoded {
+  Tensor payload;
+  size_t bytes;
+};
+
+Encoded encode_on(Context& gpu, const Quantizer& q, const Tensor& x, int64_t column, QuantState& state) {
+  const size_t cap = q.max_encoded_bytes(x.numel(), column);
+  Tensor out = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
+  const size_t bytes = q.encode(gpu, std::span<const float>(x.data<float>(), static_cast<size_t>(x.numel())), column,
+                                state, std::span<uint8_t>(out.data<uint8_t>(), cap));
+  return {out, bytes};
+}
+
+std::string describe(uint64_t tag) { return "tensor " + std::to_string(tag); }
+
+}  // namespace
+
+TEST_CASE("deferred checks: the same bytes and values as checking at once, for every method", "[quant][cuda]") {
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 3000, column = 30;
+  const auto x = normal_data(n, 5);
+  Tensor gx = floats_on_gpu(x);
+  for (const QuantSpec& s : all_specs()) {
+    CAPTURE(s.str());
+    auto q = make_quantizer(s);
+    QuantState now_state(3, 1, 2), later_state(3, 1, 2);
+    const Encoded now = encode_on(gpu, *q, gx, column, now_state);
+    Tensor now_out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+    q->decode(gpu, std::span<const uint8_t>(now.payload.data<uint8_t>(), now.bytes), n,
+              std::span<float>(now_out.data<float>(), static_cast<size_t>(n)));
+
+    DeferredChecks checks(gpu);
+    Encoded later{};
+    Tensor later_out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+    {
+      const DeferredChecks::Scope scope(checks);
+      later = encode_on(gpu, *q, gx, column, later_state);
+      q->decode(gpu, std::span<const uint8_t>(later.payload.data<uint8_t>(), later.bytes), n,
+                std::span<float>(later_out.data<float>(), static_cast<size_t>(n)), column);
+    }
+    // Something was deferred: an encoder's status, a decoder's, or (the casts) the header check.
+    REQUIRE(checks.pending() > 0);
+    checks.settle(describe);
+    REQUIRE(later.bytes == now.bytes);
+    REQUIRE(bytes_on_host(gpu, later.payload) == bytes_on_host(gpu, now.payload));
+    REQUIRE(floats_on_host(gpu, later_out) == floats_on_host(gpu, now_out));
+  }
+}
+
+TEST_CASE("deferred checks: a NaN is raised at settle, typed and named", "[quant][cuda]") {
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 1000;
+  auto x = normal_data(n, 7);
+  x[517] = std::numeric_limits<float>::quiet_NaN();
+  Tensor gx = floats_on_gpu(x);
+  auto q = make_quantizer(QuantSpec::defaults(QuantMethod::qsgd));
+  QuantState state(1, 0, 1);
+  DeferredChecks checks(gpu);
+  {
+    const DeferredChecks::Scope scope(checks);
+    checks.set_tag(42);
+    REQUIRE_NOTHROW(encode_on(gpu, *q, gx, n, state));
+    REQUIRE(checks.pending() == 1);
+  }
+  REQUIRE_THROWS_MATCHES(checks.settle(describe), NonFiniteInputError,
+                         Catch::Matchers::Message("tensor 42: qsgd encode: the input of 1000 values holds NaN or Inf"));
+  // Settled: nothing is pending, and the next settle raises nothing.
+  REQUIRE(checks.pending() == 0);
+  REQUIRE_NOTHROW(checks.settle(describe));
+}
+
+TEST_CASE("deferred checks: a header that differs from the receiver's is reported at settle", "[quant][cuda]") {
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 2048;
+  Tensor gx = floats_on_gpu(normal_data(n, 3));
+  auto sender = make_quantizer(QuantSpec::defaults(QuantMethod::qsgd).set("bits", 8));
+  auto receiver = make_quantizer(QuantSpec::defaults(QuantMethod::qsgd).set("bits", 4));
+  QuantState state(1, 0, 1);
+  const Encoded e = encode_on(gpu, *sender, gx, n, state);
+  Tensor out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+  DeferredChecks checks(gpu);
+  {
+    const DeferredChecks::Scope scope(checks);
+    checks.set_tag(7);
+    // The 8-bit payload is longer than the 4-bit one the receiver predicts: its header still differs.
+    receiver->decode(gpu, std::span<const uint8_t>(e.payload.data<uint8_t>(), e.bytes), n,
+                     std::span<float>(out.data<float>(), static_cast<size_t>(n)), n);
+  }
+  std::string error;
+  try {
+    checks.settle(describe);
+  } catch (const InputError& x) {
+    error = x.what();
+  }
+  REQUIRE_THAT(error, Catch::Matchers::StartsWith("tensor 7: qsgd payload: the header differs"));
+  // A payload shorter than the predicted one is refused on the host, at the call.
+  {
+    const DeferredChecks::Scope scope(checks);
+    REQUIRE_THROWS_WITH(sender->decode(gpu, std::span<const uint8_t>(e.payload.data<uint8_t>(), 40), n,
+                                       std::span<float>(out.data<float>(), static_cast<size_t>(n)), n),
+                        Contains("truncated"));
+  }
+}
+
+TEST_CASE("deferred checks: more calls than slots settle early and grow the area", "[quant][cuda]") {
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 64;
+  Tensor gx = floats_on_gpu(normal_data(n, 1));
+  auto q = make_quantizer(QuantSpec::defaults(QuantMethod::onebit));
+  QuantState state(1, 0, 1);
+  DeferredChecks checks(gpu);
+  const DeferredChecks::Scope scope(checks);
+  for (int i = 0; i < 1300; ++i) encode_on(gpu, *q, gx, n, state);  // past 512 and 1024 slots
+  REQUIRE(checks.pending() == 1300 - 512);  // the 513th call settled the first 512 and doubled the area
+  checks.settle(describe);
+  REQUIRE(checks.pending() == 0);
+}
