@@ -14,7 +14,10 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
 # The headers of quant/ that other folders may include; the rest (numerics.h, det_sum.h, kernels.h,
 # cpu_*.h, ...) are quant/'s own arithmetic and layout.
-QUANT_PUBLIC = {"quant/quantizer.h", "quant/policy.h", "quant/method.h", "quant/wire.h"}
+QUANT_PUBLIC = {
+    "quant/quantizer.h", "quant/policy.h", "quant/method.h", "quant/wire.h", "quant/deferred_checks.h",
+    "quant/encode_status.h",
+}
 
 CORE = "framework/core/"
 MODEL = "framework/model/"
