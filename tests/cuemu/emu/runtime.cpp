@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 
+#include "tests/cuemu/emu/counters.h"
 #include "tests/cuemu/emu/memory.h"
 #include "tests/cuemu/emu/ordering.h"
 #include "tests/cuemu/emu/scheduler.h"
@@ -88,7 +89,29 @@ void check_copy_side(const char* call, const char* side, const void* p, size_t b
     cuemu::fail("%s: the %s %p is device memory, but the copy's kind says host", call, side, p);
 }
 
-cudaError_t copy(const char* call, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+// Counts a copy (emu/counters.h): its direction from where the pointers lie (so cudaMemcpyDefault is
+// classified too; an explicit kind was checked against them), and whether it makes the host wait, by
+// CUDA's "API synchronization behavior": cudaMemcpy waits unless device to device; cudaMemcpyAsync
+// waits when a host side is pageable (device to pageable returns once done; pageable to device may
+// stage through the stream) and host to host, never between device memory and pinned memory.
+void note_copy(void* dst, const void* src, size_t bytes, bool async) {
+  const cuemu::MemoryKind d = cuemu::kind_of(dst, bytes), s = cuemu::kind_of(src, bytes);
+  const bool to_device = d == cuemu::MemoryKind::Device, from_device = s == cuemu::MemoryKind::Device;
+  const cuemu::CopyDirection direction =
+      to_device ? (from_device ? cuemu::CopyDirection::DeviceToDevice : cuemu::CopyDirection::HostToDevice)
+                : (from_device ? cuemu::CopyDirection::DeviceToHost : cuemu::CopyDirection::HostToHost);
+  bool waits = false;
+  switch (direction) {
+    case cuemu::CopyDirection::DeviceToDevice: waits = false; break;
+    case cuemu::CopyDirection::HostToHost: waits = true; break;
+    case cuemu::CopyDirection::HostToDevice: waits = !async || s != cuemu::MemoryKind::PinnedHost; break;
+    case cuemu::CopyDirection::DeviceToHost: waits = !async || d != cuemu::MemoryKind::PinnedHost; break;
+  }
+  cuemu::count_copy(direction, bytes, waits);
+}
+
+cudaError_t copy(const char* call, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream,
+                 bool async) {
   if (bytes == 0) return cudaSuccess;
   if (!dst || !src) return record(cudaErrorInvalidValue);
   cuemu::stream_access(stream, src, bytes, false, call);
@@ -113,6 +136,7 @@ cudaError_t copy(const char* call, void* dst, const void* src, size_t bytes, cud
     case cudaMemcpyDefault: break;
     default: return record(cudaErrorInvalidMemcpyDirection);
   }
+  note_copy(dst, src, bytes, async);
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -122,6 +146,7 @@ cudaError_t set(const char* call, void* p, int value, size_t bytes, cudaStream_t
   if (cuemu::kind_of(p, bytes) != cuemu::MemoryKind::Device)
     cuemu::fail("%s: [%p, +%zu bytes) is not inside one device allocation", call, p, bytes);
   cuemu::stream_access(stream, p, bytes, true, call);
+  cuemu::count(cuemu::Count::Memsets);  // device memory: no host wait, cudaMemset included (emu/counters.h)
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
@@ -217,6 +242,7 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {
+  cuemu::count(cuemu::Count::HostSyncs);
   if (const char* why = stall_of(nullptr, true)) cuemu::fail("cudaDeviceSynchronize would wait forever: %s", why);
   cuemu::device_done();
   return cudaSuccess;
@@ -235,32 +261,52 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = cuemu::allocate(bytes, cuemu::MemoryKind::Device);
-  return *p ? cudaSuccess : record(cudaErrorMemoryAllocation);
+  if (!*p) return record(cudaErrorMemoryAllocation);
+  cuemu::count(cuemu::Count::Allocations);
+  return cudaSuccess;
 }
-// cudaFree, cudaMallocHost and cudaFreeHost wait for the device's work on a GPU.
-cudaError_t cudaFree(void* p) {
+
+namespace {
+
+// Frees a device allocation, counted; `waits`: a call that waits for the device on a GPU (cudaFree,
+// not cudaFreeAsync; the emulator's ordering check treats both as the device's work done).
+cudaError_t free_device(void* p, bool waits) {
   if (!p) return cudaSuccess;
   cuemu::device_done();
-  return cuemu::release(p, cuemu::MemoryKind::Device) ? cudaSuccess : record(cudaErrorInvalidDevicePointer);
+  if (!cuemu::release(p, cuemu::MemoryKind::Device)) return record(cudaErrorInvalidDevicePointer);
+  cuemu::count(cuemu::Count::Frees);
+  if (waits) cuemu::count(cuemu::Count::AllocationSyncs);
+  return cudaSuccess;
 }
+
+}  // namespace
+
+// cudaFree, cudaMallocHost and cudaFreeHost wait for the device's work on a GPU.
+cudaError_t cudaFree(void* p) { return free_device(p, /*waits=*/true); }
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
   return cudaMalloc(p, bytes);
 }
 cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
-  return cudaFree(p);
+  return free_device(p, /*waits=*/false);
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   cuemu::device_done();
   *p = cuemu::allocate(bytes, cuemu::MemoryKind::PinnedHost);
-  return *p ? cudaSuccess : record(cudaErrorMemoryAllocation);
+  if (!*p) return record(cudaErrorMemoryAllocation);
+  cuemu::count(cuemu::Count::Allocations);
+  cuemu::count(cuemu::Count::AllocationSyncs);
+  return cudaSuccess;
 }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMallocHost(p, bytes); }
 cudaError_t cudaFreeHost(void* p) {
   if (!p) return cudaSuccess;
   cuemu::device_done();
-  return cuemu::release(p, cuemu::MemoryKind::PinnedHost) ? cudaSuccess : record(cudaErrorInvalidValue);
+  if (!cuemu::release(p, cuemu::MemoryKind::PinnedHost)) return record(cudaErrorInvalidValue);
+  cuemu::count(cuemu::Count::Frees);
+  cuemu::count(cuemu::Count::AllocationSyncs);
+  return cudaSuccess;
 }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   *a = {};
@@ -280,11 +326,11 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  return copy("cudaMemcpy", dst, src, bytes, kind, cudaStreamLegacy);
+  return copy("cudaMemcpy", dst, src, bytes, kind, cudaStreamLegacy, /*async=*/false);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
-  return copy("cudaMemcpyAsync", dst, src, bytes, kind, s);
+  return copy("cudaMemcpyAsync", dst, src, bytes, kind, s, /*async=*/true);
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   return set("cudaMemset", p, value, bytes, cudaStreamLegacy);
@@ -316,11 +362,13 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
   if (const char* why = stall_of(s))
     cuemu::fail("cudaStreamSynchronize(%p) would wait forever: %s", static_cast<void*>(s), why);
+  cuemu::count(cuemu::Count::HostSyncs);
   cuemu::stream_done(s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
+  cuemu::count(cuemu::Count::Queries);  // the host asks, it does not wait
   // Not an error: CUDA does not record it as the last error.
   if (stall_of(s)) return cudaErrorNotReady;
   cuemu::stream_done(s);  // the host has learned that the stream's work is done
@@ -338,19 +386,27 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
+  cuemu::count(cuemu::Count::EventRecords);
   e->when = std::chrono::steady_clock::now();
   e->recorded = true;
   e->stream = s;
   e->position = cuemu::stream_position(s);
   return cudaSuccess;
 }
+// The emulator's event is done as soon as it is recorded: a query learns what a synchronize does.
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  cuemu::count(cuemu::Count::HostSyncs);
   if (e->recorded) cuemu::stream_done_up_to(e->stream, e->position);
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  cuemu::count(cuemu::Count::Queries);
+  if (e->recorded) cuemu::stream_done_up_to(e->stream, e->position);
+  return cudaSuccess;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   if (!is_live_stream(s)) return record(cudaErrorInvalidResourceHandle);
+  cuemu::count(cuemu::Count::StreamWaits);
   if (e->recorded) cuemu::stream_waits(s, e->stream, e->position);
   return cudaSuccess;
 }

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "tests/cuemu/emu/counters.h"
 #include "tests/cuemu/emu/fiber.h"
 
 // Every static __shared__ variable of the emulated sources lives in this section (see
@@ -52,22 +53,11 @@ struct Launch {
   // hands its stack to the next one, so kernels without barriers touch one hot stack, not hundreds.
   std::vector<int> free_stacks;
   FiberContext scheduler;
+  LaunchCost cost;  // counted when the launch ends (emu/counters.h)
 };
 
 thread_local Launch* g_launch = nullptr;
 
-// Totals printed at exit when CUEMU_STATS is set: what a test costs the emulator.
-struct Stats {
-  unsigned long long launches = 0, blocks = 0, threads = 0, switches = 0, collectives = 0, barriers = 0;
-  ~Stats() {
-    if (std::getenv("CUEMU_STATS"))
-      std::fprintf(
-          stderr,
-          "cuemu: %llu launches, %llu blocks, %llu threads, %llu switches, %llu warp collectives, %llu barriers\n",
-          launches, blocks, threads, switches, collectives, barriers);
-  }
-};
-Stats g_stats;
 std::mutex g_launch_mutex;
 
 const char* op_name(Collective op) {
@@ -141,7 +131,7 @@ void resume(Launch& l, ThreadState& t) {
     make_fiber(t.ctx, stacks().bottom(t.stack), FiberStacks::size(), &fiber_entry);
   }
   t.wait = Wait::Running;
-  ++g_stats.switches;
+  ++l.cost.switches;
   g_geometry.thread = &t;
   g_geometry.thread_idx = t.tid;
   switch_fiber(l.scheduler, t.ctx);
@@ -233,15 +223,15 @@ bool step_warp(Launch& l, int w, int n, bool shuffled, std::mt19937_64& rng, std
     fail_in_block("a warp collective reached by only part of a warp (the other lanes exited or wait at __syncthreads)",
                   *warp_waiter, other);
   resolve_warp(lanes, count);
-  ++g_stats.collectives;
+  ++l.cost.collectives;
   return true;
 }
 
 void run_block(Launch& l, std::mt19937_64& rng) {
   poison_shared();
   const int n = static_cast<int>(l.block.x * l.block.y * l.block.z);
-  ++g_stats.blocks;
-  g_stats.threads += static_cast<unsigned long long>(n);
+  ++l.cost.blocks;
+  l.cost.threads += static_cast<std::uint64_t>(n);
   l.threads.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     ThreadState& t = l.threads[static_cast<size_t>(i)];
@@ -295,7 +285,7 @@ void run_block(Launch& l, std::mt19937_64& rng) {
     if (done == n) return;
     if (done > 0 && waiting) fail_in_block("__syncthreads after some threads of the block exited", *waiting, exited);
     if (at_barrier != n) fail_in_block("deadlock: no thread of the block can go on", l.threads[0], nullptr);
-    ++g_stats.barriers;
+    ++l.cost.barriers;
     for (ThreadState& t : l.threads) t.wait = Wait::Ready;
   }
 }
@@ -390,7 +380,6 @@ void run_grid(const char* kernel, Site site, uint3v grid, uint3v block, void (*b
     fail("kernel %s launched from inside kernel %s (dynamic parallelism is not emulated)", kernel, g_launch->kernel);
   std::lock_guard<std::mutex> lock(g_launch_mutex);
   log_launch(kernel, site, block);
-  ++g_stats.launches;
   Launch l;
   l.kernel = kernel;
   l.site = site;
@@ -414,6 +403,7 @@ void run_grid(const char* kernel, Site site, uint3v grid, uint3v block, void (*b
     run_block(l, rng);
   }
   g_launch = nullptr;
+  count_launch(kernel, l.cost);
 }
 
 }  // namespace cuemu

@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/cuemu/emu/counters.h"
 #include "tests/cuemu/emu/memory.h"
 #include "tests/cuemu/emu/scheduler.h"
 #include "tests/cuemu/emu/ordering.h"
@@ -508,7 +509,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int 
   comm->key = c.key;
   comm->rank = rank;
   comm->nranks = nranks;
-  cudaGetDevice(&comm->device);
+  {
+    cuemu::Uncounted shim;  // NCCL's own runtime calls are not qtrain's (emu/counters.h)
+    cudaGetDevice(&comm->device);
+  }
   // The ranks with this id, ordered by NCCL rank. Colors are 31 bits of the key: the keys are compared
   // below, so a collision of two communicators starting together is reported, not merged.
   check_mpi(MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(c.key & 0x7fffffff), rank, &comm->data), "MPI_Comm_split");

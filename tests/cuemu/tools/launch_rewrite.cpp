@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -121,7 +122,17 @@ int main(int argc, char** argv) {
     ++sites;
   }
   out.append(src, copied, std::string::npos);
-  std::ofstream o(argv[2], std::ios::binary);
+  // The output's folder may not exist: Ninja creates the folders of a rule's outputs, Make does not
+  // (the rewritten tree mirrors the source tree under the build folder).
+  const std::filesystem::path target = argv[2];
+  std::error_code error;
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), error);
+  if (error) {
+    std::cerr << "cuemu_launch_rewrite: cannot create " << target.parent_path().string() << ": " << error.message()
+              << "\n";
+    return 1;
+  }
+  std::ofstream o(target, std::ios::binary);
   o << out;
   if (!o) {
     std::cerr << "cuemu_launch_rewrite: cannot write " << argv[2] << "\n";
