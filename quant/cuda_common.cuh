@@ -140,6 +140,21 @@ __device__ __forceinline__ uint32_t block_max_u32(uint32_t x) {
   return x;
 }
 
+// A 32-value sign word from 8 consecutive lanes of a warp, lane sub holding the bits of values
+// 4 sub .. 4 sub + 3 in `nibble`: every lane of the group gets the word (bit j = value j, LSB first,
+// as a ballot over 32 lanes writes it). Every lane of the warp must call it.
+__device__ __forceinline__ uint32_t sign_word_of_group(uint32_t nibble) {
+  uint32_t x = nibble << (4 * (threadIdx.x % 8));
+  for (int off = 4; off >= 1; off /= 2) x |= __shfl_xor_sync(kFullMask, x, off);
+  return x;
+}
+
+// The bits of a float4's values that are not negative (!(v < 0): +0, -0 and NaN count as positive,
+// as the CPU's loops decide), value j at bit j.
+__device__ __forceinline__ uint32_t nonnegative_bits4(float4 a) {
+  return (a.x < 0.0f ? 0u : 1u) | (a.y < 0.0f ? 0u : 2u) | (a.z < 0.0f ? 0u : 4u) | (a.w < 0.0f ? 0u : 8u);
+}
+
 // A warp's chunk sum of value(i) over i in [0, len) (len <= kSumChunk), the lane rule of
 // quant/numerics.h: every lane returns the folded sum.
 template <typename F>
