@@ -54,11 +54,13 @@ __global__ void __launch_bounds__(kStreamThreads)
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     float4 x[kStreamUnroll];
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
       const int64_t v = v0 + k * kStreamThreads;
       x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
     }
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
       if (v >= vecs) break;
@@ -68,6 +70,7 @@ __global__ void __launch_bounds__(kStreamThreads)
         const float a[4] = {x[k].x, x[k].y, x[k].z, x[k].w};
         uint32_t h[4];
         float res[4];
+        QT_UNROLL
         for (int j = 0; j < 4; ++j) {
           h[j] = Kind == 2 ? float_to_bf16(a[j]) : float_to_half(a[j]);
           res[j] = a[j] - (Kind == 2 ? bf16_to_float(static_cast<uint16_t>(h[j]))
@@ -100,6 +103,7 @@ __global__ void __launch_bounds__(kStreamThreads)
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     float4 y[kStreamUnroll], acc[kStreamUnroll];
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
       y[k] = acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -117,6 +121,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       }
       if (Add) acc[k] = load4(out, v);
     }
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
       if (v >= vecs) break;

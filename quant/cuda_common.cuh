@@ -96,6 +96,14 @@ __device__ __forceinline__ long long warp_sum_ll(long long x) {
 // loops stride by the grid in case blocks_for's cap bites): 4096 blocks at 16M values, about four
 // waves of an H100's 132 SMs at 8 blocks each, so no device query is needed and the last wave's
 // imbalance is small. tests/quant/check_sass.sh holds the encode kernels to their 128-bit loads.
+// Full unrolling of a tile's loops, so that x[kStreamUnroll] and the per-value arrays stay in
+// registers (left to nvcc, a heavy body such as mx's with Philox rounding kept them in local memory).
+// g++ (the emulator) has no such pragma.
+#if defined(__CUDACC__)
+#define QT_UNROLL _Pragma("unroll")
+#else
+#define QT_UNROLL
+#endif
 constexpr int kStreamThreads = 256;
 constexpr int kStreamUnroll = 4;
 constexpr int64_t kTileVecs = int64_t{kStreamThreads} * kStreamUnroll;

@@ -67,11 +67,13 @@ __global__ void __launch_bounds__(kStreamThreads)
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     float4 x[kStreamUnroll];
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
       const int64_t v = v0 + k * kStreamThreads;
       x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
     }
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
       if (v >= vecs) break;
@@ -79,6 +81,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       const PhiloxBlock r = Sr ? float_round_words(key, v) : PhiloxBlock{};
       uint32_t word = 0;
       float res[4];
+      QT_UNROLL
       for (int j = 0; j < 4; ++j) {
         const uint32_t code = minifloat_code<F, Sr>(a[j], inv, Sr ? r.v[j] : 0u);
         word |= code << (8 * j);
@@ -103,10 +106,12 @@ __global__ void __launch_bounds__(kStreamThreads)
   bool bad = false;
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
       if (v >= vecs) break;
       const uint32_t w = words[v];
+      QT_UNROLL
       for (int j = 0; j < 4; ++j) bad |= invalid_magnitude<F>((w >> (8 * j)) & 0x7fu);
     }
   }
@@ -136,6 +141,7 @@ __global__ void __launch_bounds__(kStreamThreads)
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     uint32_t w[kStreamUnroll];
     float4 acc[kStreamUnroll];
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
       w[k] = 0;
@@ -145,10 +151,12 @@ __global__ void __launch_bounds__(kStreamThreads)
         if (Add) acc[k] = load4(out, v);
       }
     }
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
       if (v >= vecs) break;
       float y[4];
+      QT_UNROLL
       for (int j = 0; j < 4; ++j) y[j] = minifloat_value<F>((w[k] >> (8 * j)) & 0xffu) * scale;
       store4(out, v,
              Add ? make_float4(acc[k].x + y[0], acc[k].y + y[1], acc[k].z + y[2], acc[k].w + y[3])

@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(kStreamThreads)
     const int64_t vecs = n / 4;
     for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
       const int64_t v0 = tile * kTileVecs + threadIdx.x;
+      QT_UNROLL
       for (int k = 0; k < kStreamUnroll; ++k) {
         const int64_t v = v0 + k * kStreamThreads;
         if (v < vecs) {

@@ -75,11 +75,13 @@ __global__ void __launch_bounds__(kStreamThreads)
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     float4 x[kStreamUnroll];
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
       const int64_t v = v0 + k * kStreamThreads;
       x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
     }
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads, b = v / 8;
       uint32_t m = max4_abs_bits(x[k]);
@@ -98,6 +100,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       const PhiloxBlock r = Sr ? float_round_words(key, v) : PhiloxBlock{};
       uint32_t bytes = 0, w24 = 0;  // the four codes as bytes (8 and 4 bits), or 24 bits (6 bits)
       float res[4];
+      QT_UNROLL
       for (int j = 0; j < 4; ++j) {
         const uint32_t code = minifloat_code<F, Sr>(a[j], inv, Sr ? r.v[j] : 0u);
         bytes |= code << (8 * j);
@@ -141,6 +144,7 @@ __global__ void __launch_bounds__(kStreamThreads)
   if (code_bits<F>() == 8) {
     const auto* words = reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes);
     for (int64_t w = first; w < l.n / 4; w += stride)
+      QT_UNROLL
       for (int j = 0; j < 4; ++j) bad |= invalid_magnitude<F>((words[w] >> (8 * j)) & 0x7fu);
     for (int64_t i = l.n / 4 * 4 + first; i < l.n; i += stride)
       bad |= invalid_magnitude<F>(payload[wire::kHeaderBytes + i] & 0x7fu);
@@ -185,6 +189,7 @@ __global__ void __launch_bounds__(kStreamThreads)
     uint32_t c[kStreamUnroll];  // the float4's four codes as bytes
     float scale[kStreamUnroll];
     float4 acc[kStreamUnroll];
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads, b = v / 8;
       c[k] = 0;
@@ -199,15 +204,18 @@ __global__ void __launch_bounds__(kStreamThreads)
       } else {
         const uint32_t w24 = uint32_t{elements[3 * sub]} | (uint32_t{elements[3 * sub + 1]} << 8) |
                              (uint32_t{elements[3 * sub + 2]} << 16);
+        QT_UNROLL
         for (int j = 0; j < 4; ++j) c[k] |= ((w24 >> (6 * j)) & 0x3fu) << (8 * j);
       }
       scale[k] = pow2_float(static_cast<int32_t>(payload[l.scales_offset + b]) - 127);
       if (Add) acc[k] = load4(out, v);
     }
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
       if (v >= vecs) break;
       float y[4];
+      QT_UNROLL
       for (int j = 0; j < 4; ++j) y[j] = minifloat_value<F>((c[k] >> (8 * j)) & 0xffu) * scale[k];
       store4(out, v,
              Add ? make_float4(acc[k].x + y[0], acc[k].y + y[1], acc[k].z + y[2], acc[k].w + y[3])

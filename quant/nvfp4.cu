@@ -84,11 +84,13 @@ __global__ void __launch_bounds__(kStreamThreads)
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     float4 x[kStreamUnroll];
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
       const int64_t v = v0 + k * kStreamThreads;
       x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
     }
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads, b = v / 4;
       uint32_t m = max4_abs_bits(x[k]);
@@ -103,6 +105,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       const PhiloxBlock r = Sr ? float_round_words(key, v) : PhiloxBlock{};
       uint32_t bytes = 0;
       float res[4];
+      QT_UNROLL
       for (int j = 0; j < 4; ++j) {
         const uint32_t code = minifloat_code<FloatE2M1, Sr>(a[j], inv, Sr ? r.v[j] : 0u);
         bytes |= code << (8 * j);
@@ -160,6 +163,7 @@ __global__ void __launch_bounds__(kStreamThreads)
     uint32_t c[kStreamUnroll];
     float d[kStreamUnroll];
     float4 acc[kStreamUnroll];
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads, b = v / 4;
       c[k] = 0;
@@ -170,10 +174,12 @@ __global__ void __launch_bounds__(kStreamThreads)
       d[k] = nvfp4_decode_scale(payload[l.scales_offset + b], t);
       if (Add) acc[k] = load4(out, v);
     }
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
       if (v >= vecs) break;
       float y[4];
+      QT_UNROLL
       for (int j = 0; j < 4; ++j) y[j] = minifloat_value<FloatE2M1>((c[k] >> (8 * j)) & 0xfu) * d[k];
       store4(out, v,
              Add ? make_float4(acc[k].x + y[0], acc[k].y + y[1], acc[k].z + y[2], acc[k].w + y[3])

@@ -28,6 +28,7 @@ __global__ void __launch_bounds__(kStreamThreads)
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     uint32_t nib[kStreamUnroll];
     float4 acc[kStreamUnroll];
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
       nib[k] = 0;
@@ -36,6 +37,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       nib[k] = words[v / 8] >> (4 * (v % 8));
       if (Add) acc[k] = load4(out, v);
     }
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
       if (v >= vecs) break;

@@ -19,6 +19,7 @@ __global__ void __launch_bounds__(kStreamThreads)
   if (Vec) {  // float4 tiles, the n % 4 last values in block 0
     const int64_t vecs = n / 4;
     for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x)
+      QT_UNROLL
       for (int k = 0; k < kStreamUnroll; ++k) {
         const int64_t v = tile * kTileVecs + threadIdx.x + k * kStreamThreads;
         if (v < vecs) {
@@ -71,6 +72,7 @@ __global__ void __launch_bounds__(kStreamThreads)
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     float4 x[kStreamUnroll], mo[kStreamUnroll];
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
       const int64_t v = v0 + k * kStreamThreads;
       x[k] = mo[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -79,6 +81,7 @@ __global__ void __launch_bounds__(kStreamThreads)
         if (Momentum) mo[k] = load4(momentum, v);
       }
     }
+    QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {  // every lane runs the shuffles
       const int64_t v = v0 + k * kStreamThreads;
       float4 y = x[k];
