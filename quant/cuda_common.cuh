@@ -95,7 +95,7 @@ __device__ __forceinline__ long long warp_sum_ll(long long x) {
 // the rest) and each thread has kStreamUnroll loads in flight. The grid is one block per tile (the
 // loops stride by the grid in case blocks_for's cap bites): 4096 blocks at 16M values, about four
 // waves of an H100's 132 SMs at 8 blocks each, so no device query is needed and the last wave's
-// imbalance is small. tests/quant/check_sass.sh holds the encode kernels to their 128-bit loads.
+// imbalance is small. tools/check_vector_loads.py (ctest quant_vector_loads) holds them to it.
 // Full unrolling of a tile's loops, so that x[kStreamUnroll] and the per-value arrays stay in
 // registers (left to nvcc, a heavy body such as mx's with Philox rounding kept them in local memory).
 // g++ (the emulator) has no such pragma.

@@ -26,8 +26,8 @@ __device__ __forceinline__ void encode_value(const float* __restrict__ in, float
 
 // The scale of max_bits, and the header (with it) from thread 0 of block 0.
 template <class F>
-__device__ __forceinline__ void scale_and_header(uint32_t m, float& scale, float& inv, uint8_t* out,
-                                                 WireHeaderFields h, EncodeStatus* status) {
+__device__ __forceinline__ void scale_and_header(uint32_t m, float& scale, float& inv, uint8_t* out, WireHeaderFields h,
+                                                 EncodeStatus* status) {
   const float max_value = minifloat_abs_value<F>(F::kMaxCode);
   scale = bits_float(m) / max_value;
   inv = inverse_scale(m, max_value);
@@ -192,23 +192,23 @@ void fp8_encode_cuda(Context& ctx, const EncodeArgs& a, Fp8Format format, bool s
     const int grid = stream_grid(a.n / 4);  // at least one block, for the header
     const int scalar_grid = grid_for(a.n, 256);
     if (vec && stochastic && a.residual)
-      encode_vec_kernel<F, true, true><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key, a.out,
-                                                                       fields_of(h), status);
+      encode_vec_kernel<F, true, true>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key, a.out, fields_of(h), status);
     else if (vec && stochastic)
-      encode_vec_kernel<F, true, false><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key, a.out,
-                                                                        fields_of(h), status);
+      encode_vec_kernel<F, true, false>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key, a.out, fields_of(h), status);
     else if (vec && a.residual)
-      encode_vec_kernel<F, false, true><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key,
-                                                                        a.out, fields_of(h), status);
+      encode_vec_kernel<F, false, true>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key, a.out, fields_of(h), status);
     else if (vec)
-      encode_vec_kernel<F, false, false><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key,
-                                                                         a.out, fields_of(h), status);
+      encode_vec_kernel<F, false, false>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key, a.out, fields_of(h), status);
     else if (stochastic)
-      encode_kernel<F, true><<<scalar_grid, 256, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key, a.out, fields_of(h),
-                                                         status);
+      encode_kernel<F, true>
+          <<<scalar_grid, 256, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key, a.out, fields_of(h), status);
     else
-      encode_kernel<F, false><<<scalar_grid, 256, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key, a.out, fields_of(h),
-                                                          status);
+      encode_kernel<F, false>
+          <<<scalar_grid, 256, 0, s>>>(a.in, a.residual, a.n, max_bits, a.key, a.out, fields_of(h), status);
   });
   CUDA_CHECK(cudaGetLastError());
   const EncodeStatus done = read_status(ctx, status);

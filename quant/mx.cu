@@ -143,9 +143,10 @@ __global__ void __launch_bounds__(kStreamThreads)
   for (int64_t b = first; b < l.blocks; b += stride) bad |= payload[l.scales_offset + b] > 254 - F::kEmax;
   if (code_bits<F>() == 8) {
     const auto* words = reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes);
-    for (int64_t w = first; w < l.n / 4; w += stride)
+    for (int64_t w = first; w < l.n / 4; w += stride) {
       QT_UNROLL
       for (int j = 0; j < 4; ++j) bad |= invalid_magnitude<F>((words[w] >> (8 * j)) & 0x7fu);
+    }
     for (int64_t i = l.n / 4 * 4 + first; i < l.n; i += stride)
       bad |= invalid_magnitude<F>(payload[wire::kHeaderBytes + i] & 0x7fu);
   }
@@ -156,8 +157,7 @@ __global__ void __launch_bounds__(kStreamThreads)
 
 // One value: block b's code t times the block's scale.
 template <class F>
-__device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payload, const wire::MxLayout& l,
-                                              int64_t i) {
+__device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payload, const wire::MxLayout& l, int64_t i) {
   const int64_t b = i / kBlock;
   const uint32_t code = packed_code_at<code_bits<F>()>(payload + l.elements_offset(b), l.len(b), i - b * kBlock);
   const float scale = pow2_float(static_cast<int32_t>(payload[l.scales_offset + b]) - 127);

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kStreamThreads)
                       EncodeStatus* status) {
   const float t = tensor_scale_and_header(*max_bits_ptr, out, h, status);
   const int64_t full = l.n / kBlock, vecs = full * (kBlock / 4);
-  const int sub = static_cast<int>(threadIdx.x % 4);  // which float4 of its block
+  const int sub = static_cast<int>(threadIdx.x % 4);                    // which float4 of its block
   auto* words = reinterpret_cast<uint32_t*>(out + wire::kHeaderBytes);  // two per block
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
@@ -131,8 +131,8 @@ __global__ void check_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Lay
   if (first == 0 && l.n % 2 == 1 && (payload[l.scales_offset - 1] >> 4) != 0) atomicOr(&status->bad, 1u);
 }
 
-__device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payload, const wire::Nvfp4Layout& l,
-                                              float t, int64_t i) {
+__device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payload, const wire::Nvfp4Layout& l, float t,
+                                              int64_t i) {
   const int64_t b = i / kBlock;
   const uint32_t code = packed_code_at<4>(payload + wire::kHeaderBytes + b * kBlock / 2, l.len(b), i - b * kBlock);
   return minifloat_value<FloatE2M1>(code) * nvfp4_decode_scale(payload[l.scales_offset + b], t);
@@ -206,17 +206,17 @@ void nvfp4_encode_cuda(Context& ctx, const EncodeArgs& a, bool stochastic, const
   if (aligned_to(a.in, 16) && aligned_to(a.residual, 16)) {
     const int grid = stream_grid(l.n / kBlock * (kBlock / 4));  // at least one block, for the header
     if (stochastic && a.residual)
-      encode_vec_kernel<true, true><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out,
-                                                                    fields_of(h), status);
+      encode_vec_kernel<true, true>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
     else if (stochastic)
-      encode_vec_kernel<true, false><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out,
-                                                                     fields_of(h), status);
+      encode_vec_kernel<true, false>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
     else if (a.residual)
-      encode_vec_kernel<false, true><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out,
-                                                                     fields_of(h), status);
+      encode_vec_kernel<false, true>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
     else
-      encode_vec_kernel<false, false><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out,
-                                                                      fields_of(h), status);
+      encode_vec_kernel<false, false>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
   } else {
     // At least one thread runs, for the header.
     const int grid = grid_for(l.blocks > 0 ? l.blocks : 1, kThreads);

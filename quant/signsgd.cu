@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(kStreamThreads)
   int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   if (Vec) {  // float4 tiles, the n % 4 last values in block 0
     const int64_t vecs = n / 4;
-    for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x)
+    for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
       QT_UNROLL
       for (int k = 0; k < kStreamUnroll; ++k) {
         const int64_t v = tile * kTileVecs + threadIdx.x + k * kStreamThreads;
@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(kStreamThreads)
           m = x > m ? x : m;
         }
       }
+    }
     first = blockIdx.x == 0 ? 4 * vecs + threadIdx.x : n;
     stride = blockDim.x;
   }
@@ -86,10 +87,9 @@ __global__ void __launch_bounds__(kStreamThreads)
       const int64_t v = v0 + k * kStreamThreads;
       float4 y = x[k];
       if (Momentum) {
-        y = make_float4(signum_momentum(mo[k].x, y.x, beta, one_minus_beta),
-                        signum_momentum(mo[k].y, y.y, beta, one_minus_beta),
-                        signum_momentum(mo[k].z, y.z, beta, one_minus_beta),
-                        signum_momentum(mo[k].w, y.w, beta, one_minus_beta));
+        y = make_float4(
+            signum_momentum(mo[k].x, y.x, beta, one_minus_beta), signum_momentum(mo[k].y, y.y, beta, one_minus_beta),
+            signum_momentum(mo[k].z, y.z, beta, one_minus_beta), signum_momentum(mo[k].w, y.w, beta, one_minus_beta));
         if (v < vecs) store4(momentum, v, y);
       }
       const uint32_t word = sign_word_of_group(nonnegative_bits4(y));
@@ -128,8 +128,8 @@ void signsgd_encode_cuda(Context& ctx, const EncodeArgs& a, float beta, float on
       pack_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(a.in, a.momentum, a.n, beta, one_minus_beta, words);
   } else {
     const int64_t word_count = (a.n + 31) / 32;
-    pack_kernel<<<grid_for(word_count * kWarp, kThreads), kThreads, 0, s>>>(a.in, a.momentum, a.n, beta,
-                                                                           one_minus_beta, words);
+    pack_kernel<<<grid_for(word_count * kWarp, kThreads), kThreads, 0, s>>>(a.in, a.momentum, a.n, beta, one_minus_beta,
+                                                                            words);
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -99,8 +99,8 @@ void check_encoders_match(const std::vector<std::pair<int64_t, int64_t>>& shapes
           auto written = bytes_to_host(gpu, gout, 8 * pad + gbytes);
           REQUIRE(std::all_of(written.begin(), written.begin() + static_cast<std::ptrdiff_t>(8 * pad),
                               [](uint8_t b) { return b == 0; }));  // nothing before the payload
-          require_same_bytes(std::vector<uint8_t>(written.begin() + static_cast<std::ptrdiff_t>(8 * pad), written.end()),
-                             cp);
+          require_same_bytes(
+              std::vector<uint8_t>(written.begin() + static_cast<std::ptrdiff_t>(8 * pad), written.end()), cp);
           if (ef)
             REQUIRE(same_bits(to_host(gpu, gs.residual()),
                               std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
