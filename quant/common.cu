@@ -24,35 +24,126 @@ __global__ void check_header_kernel(const uint8_t* payload, HeaderBytes expected
   if (__any_sync(kFullMask, differs) && i == 0) atomicOr(&status->bad, 1u);
 }
 
-template <int Kind, bool Ef>  // Kind: 0 fp32, 1 fp16, 2 bf16
-__global__ void cast_encode_kernel(const float* __restrict__ in, float* __restrict__ residual,
-                                   uint8_t* __restrict__ body, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = Ef ? in[i] + residual[i] : in[i];
-    if (Kind == 0) {
-      reinterpret_cast<float*>(body)[i] = v;
-    } else {
-      const uint16_t h = Kind == 2 ? float_to_bf16(v) : float_to_half(v);
-      reinterpret_cast<uint16_t*>(body)[i] = h;
-      if (Ef) residual[i] = v - (Kind == 2 ? bf16_to_float(h) : half_to_float(h));
-    }
+// One value of a cast (Kind: 0 fp32, 1 fp16, 2 bf16): its body entry and residual.
+template <int Kind, bool Ef>
+__device__ __forceinline__ void cast_encode_value(const float* __restrict__ in, float* __restrict__ residual,
+                                                  uint8_t* __restrict__ body, int64_t i) {
+  const float v = Ef ? in[i] + residual[i] : in[i];
+  if (Kind == 0) {
+    reinterpret_cast<float*>(body)[i] = v;
+  } else {
+    const uint16_t h = Kind == 2 ? float_to_bf16(v) : float_to_half(v);
+    reinterpret_cast<uint16_t*>(body)[i] = h;
+    if (Ef) residual[i] = v - (Kind == 2 ? bf16_to_float(h) : half_to_float(h));
   }
 }
 
+template <int Kind>
+__device__ __forceinline__ float cast_decode_value(const uint8_t* __restrict__ body, int64_t i) {
+  if (Kind == 0) return reinterpret_cast<const float*>(body)[i];
+  if (Kind == 2) return bf16_to_float(reinterpret_cast<const uint16_t*>(body)[i]);
+  return half_to_float(reinterpret_cast<const uint16_t*>(body)[i]);
+}
+
+// Reads 4 bytes per value (8 with a residual), writes 4 (fp32) or 2 (6 with a residual): one thread
+// per value, for spans and bodies not aligned for the vector kernel.
+template <int Kind, bool Ef>
+__global__ void cast_encode_kernel(const float* __restrict__ in, float* __restrict__ residual,
+                                   uint8_t* __restrict__ body, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    cast_encode_value<Kind, Ef>(in, residual, body, i);
+}
+
+// The same bytes, streamed (cuda_common.cuh): float4 v of the input -> float4 v of an fp32 body, or
+// the 8-byte word v of four halves; the n % 4 last values in block 0.
+template <int Kind, bool Ef>
+__global__ void __launch_bounds__(kStreamThreads)
+    cast_encode_vec_kernel(const float* __restrict__ in, float* __restrict__ residual, uint8_t* __restrict__ body,
+                           int64_t n) {
+  const int64_t vecs = n / 4;
+  for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
+    const int64_t v0 = tile * kTileVecs + threadIdx.x;
+    float4 x[kStreamUnroll];
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
+      const int64_t v = v0 + k * kStreamThreads;
+      x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
+    }
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {
+      const int64_t v = v0 + k * kStreamThreads;
+      if (v >= vecs) break;
+      if (Kind == 0) {
+        store4(reinterpret_cast<float*>(body), v, x[k]);
+      } else {
+        const float a[4] = {x[k].x, x[k].y, x[k].z, x[k].w};
+        uint32_t h[4];
+        float res[4];
+        QT_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          h[j] = Kind == 2 ? float_to_bf16(a[j]) : float_to_half(a[j]);
+          res[j] = a[j] - (Kind == 2 ? bf16_to_float(static_cast<uint16_t>(h[j]))
+                                     : half_to_float(static_cast<uint16_t>(h[j])));
+        }
+        reinterpret_cast<uint2*>(body)[v] = make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+        if (Ef) store4(residual, v, make_float4(res[0], res[1], res[2], res[3]));
+      }
+    }
+  }
+  if (blockIdx.x == 0)
+    for (int64_t i = 4 * vecs + threadIdx.x; i < n; i += blockDim.x) cast_encode_value<Kind, Ef>(in, residual, body, i);
+}
+
+// Reads 4 or 2 bytes per value (8 or 6 with Add), writes 4: one thread per value.
 template <int Kind, bool Add>
 __global__ void cast_decode_kernel(const uint8_t* __restrict__ body, float* __restrict__ out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float v;
-    if (Kind == 0)
-      v = reinterpret_cast<const float*>(body)[i];
-    else if (Kind == 2)
-      v = bf16_to_float(reinterpret_cast<const uint16_t*>(body)[i]);
-    else
-      v = half_to_float(reinterpret_cast<const uint16_t*>(body)[i]);
+    const float v = cast_decode_value<Kind>(body, i);
     out[i] = Add ? out[i] + v : v;
   }
+}
+
+// The same values, streamed: float4 or 8-byte word v of the body -> float4 v of the output.
+template <int Kind, bool Add>
+__global__ void __launch_bounds__(kStreamThreads)
+    cast_decode_vec_kernel(const uint8_t* __restrict__ body, float* __restrict__ out, int64_t n) {
+  const int64_t vecs = n / 4;
+  for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
+    const int64_t v0 = tile * kTileVecs + threadIdx.x;
+    float4 y[kStreamUnroll], acc[kStreamUnroll];
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {
+      const int64_t v = v0 + k * kStreamThreads;
+      y[k] = acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (v >= vecs) continue;
+      if (Kind == 0) {
+        y[k] = load4(reinterpret_cast<const float*>(body), v);
+      } else {
+        const uint2 w = reinterpret_cast<const uint2*>(body)[v];
+        const auto lo = [](uint32_t x) { return static_cast<uint16_t>(x & 0xffffu); };
+        const auto hi = [](uint32_t x) { return static_cast<uint16_t>(x >> 16); };
+        y[k] = Kind == 2 ? make_float4(bf16_to_float(lo(w.x)), bf16_to_float(hi(w.x)), bf16_to_float(lo(w.y)),
+                                       bf16_to_float(hi(w.y)))
+                         : make_float4(half_to_float(lo(w.x)), half_to_float(hi(w.x)), half_to_float(lo(w.y)),
+                                       half_to_float(hi(w.y)));
+      }
+      if (Add) acc[k] = load4(out, v);
+    }
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {
+      const int64_t v = v0 + k * kStreamThreads;
+      if (v >= vecs) break;
+      store4(out, v, Add ? add4(acc[k], y[k]) : y[k]);
+    }
+  }
+  if (blockIdx.x == 0)
+    for (int64_t i = 4 * vecs + threadIdx.x; i < n; i += blockDim.x) {
+      const float v = cast_decode_value<Kind>(body, i);
+      out[i] = Add ? out[i] + v : v;
+    }
 }
 
 // One warp per (bucket, chunk of kSumChunk values): the bucket's max |v| bits.
@@ -169,16 +260,30 @@ void cast_encode_cuda(Context& ctx, QuantMethod method, const float* in, float* 
   const int grid = grid_for(n, kThreads);
   cudaStream_t s = stream_of(ctx);
   const int kind = kind_of(method);
-  if (kind == 0)
+  // The vector kernel stores float4s (fp32) or 8-byte words (halves) of the body.
+  if (aligned_to(in, 16) && aligned_to(residual, 16) && aligned_to(body, kind == 0 ? 16 : 8)) {
+    const int vgrid = stream_grid(n / 4);
+    if (kind == 0)
+      cast_encode_vec_kernel<0, false><<<vgrid, kStreamThreads, 0, s>>>(in, nullptr, body, n);
+    else if (kind == 1 && residual)
+      cast_encode_vec_kernel<1, true><<<vgrid, kStreamThreads, 0, s>>>(in, residual, body, n);
+    else if (kind == 1)
+      cast_encode_vec_kernel<1, false><<<vgrid, kStreamThreads, 0, s>>>(in, nullptr, body, n);
+    else if (residual)
+      cast_encode_vec_kernel<2, true><<<vgrid, kStreamThreads, 0, s>>>(in, residual, body, n);
+    else
+      cast_encode_vec_kernel<2, false><<<vgrid, kStreamThreads, 0, s>>>(in, nullptr, body, n);
+  } else if (kind == 0) {
     cast_encode_kernel<0, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
-  else if (kind == 1 && residual)
+  } else if (kind == 1 && residual) {
     cast_encode_kernel<1, true><<<grid, kThreads, 0, s>>>(in, residual, body, n);
-  else if (kind == 1)
+  } else if (kind == 1) {
     cast_encode_kernel<1, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
-  else if (residual)
+  } else if (residual) {
     cast_encode_kernel<2, true><<<grid, kThreads, 0, s>>>(in, residual, body, n);
-  else
+  } else {
     cast_encode_kernel<2, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -187,13 +292,27 @@ void cast_decode_cuda(Context& ctx, QuantMethod method, const uint8_t* body, flo
   constexpr int kThreads = 256;
   const int grid = grid_for(n, kThreads);
   cudaStream_t s = stream_of(ctx);
-  switch (kind_of(method) * 2 + (add ? 1 : 0)) {
-    case 0: cast_decode_kernel<0, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
-    case 1: cast_decode_kernel<0, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
-    case 2: cast_decode_kernel<1, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
-    case 3: cast_decode_kernel<1, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
-    case 4: cast_decode_kernel<2, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
-    default: cast_decode_kernel<2, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
+  const int kind = kind_of(method);
+  // A payload is only 4-byte aligned on decode (quantizer.cpp), so the body's alignment is checked too.
+  if (aligned_to(out, 16) && aligned_to(body, kind == 0 ? 16 : 8)) {
+    const int vgrid = stream_grid(n / 4);
+    switch (kind * 2 + (add ? 1 : 0)) {
+      case 0: cast_decode_vec_kernel<0, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
+      case 1: cast_decode_vec_kernel<0, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
+      case 2: cast_decode_vec_kernel<1, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
+      case 3: cast_decode_vec_kernel<1, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
+      case 4: cast_decode_vec_kernel<2, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
+      default: cast_decode_vec_kernel<2, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
+    }
+  } else {
+    switch (kind * 2 + (add ? 1 : 0)) {
+      case 0: cast_decode_kernel<0, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
+      case 1: cast_decode_kernel<0, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
+      case 2: cast_decode_kernel<1, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
+      case 3: cast_decode_kernel<1, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
+      case 4: cast_decode_kernel<2, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
+      default: cast_decode_kernel<2, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
+    }
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -85,6 +85,81 @@ __device__ __forceinline__ long long warp_sum_ll(long long x) {
   return x;
 }
 
+// ---- Streaming kernels: 16-byte vectors ----------------------------------------------------------
+// The codecs that touch each value once stream it as float4 (LDG.E.128 / STG.E.128): a block takes a
+// tile of kTileVecs float4s and thread t the vectors t, t + kStreamThreads, ... of it, so that every
+// load instruction of a warp reads 512 contiguous bytes (whole sectors, no reliance on L1 to catch
+// the rest) and each thread has kStreamUnroll loads in flight. The grid is one block per tile (the
+// loops stride by the grid in case blocks_for's cap bites): 4096 blocks at 16M values, about four
+// waves of an H100's 132 SMs at 8 blocks each, so no device query is needed and the last wave's
+// imbalance is small. tools/check_vector_loads.py (ctest quant_vector_loads) holds them to it.
+// Full unrolling of a tile's loops, so that x[kStreamUnroll] and the per-value arrays stay in
+// registers (left to nvcc, a heavy body such as mx's with Philox rounding kept them in local memory).
+// g++ (the emulator) has no such pragma.
+#if defined(__CUDACC__)
+#define QT_UNROLL _Pragma("unroll")
+#else
+#define QT_UNROLL
+#endif
+constexpr int kStreamThreads = 256;
+constexpr int kStreamUnroll = 4;
+constexpr int64_t kTileVecs = int64_t{kStreamThreads} * kStreamUnroll;
+
+inline int stream_grid(int64_t vecs) { return blocks_for(vecs, static_cast<int>(kTileVecs)); }
+
+// Whether p is a multiple of `bytes` (a null pointer, such as an absent residual, is): the host's
+// cheap choice between a kernel's vector path and its scalar one. Tensors from the allocator and
+// Carver pieces are 256-byte aligned; a span of a tensor, or a payload (8-byte aligned, its body at
+// offset 32), need not be.
+inline bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+__device__ __forceinline__ float4 load4(const float* __restrict__ p, int64_t v) {
+  return reinterpret_cast<const float4*>(p)[v];
+}
+__device__ __forceinline__ void store4(float* __restrict__ p, int64_t v, float4 x) {
+  reinterpret_cast<float4*>(p)[v] = x;
+}
+// in + residual (each lane one float add, as the scalar paths compute it).
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+__device__ __forceinline__ uint32_t max4_abs_bits(float4 a) {
+  const uint32_t x = abs_bits(a.x) > abs_bits(a.y) ? abs_bits(a.x) : abs_bits(a.y);
+  const uint32_t y = abs_bits(a.z) > abs_bits(a.w) ? abs_bits(a.z) : abs_bits(a.w);
+  return x > y ? x : y;
+}
+
+// The max of x over the block's Threads threads, valid in thread 0 (every thread must call it; it
+// ends with a barrier, so a loop may call it again): one shared-memory step instead of an atomic
+// per warp.
+template <int Threads>
+__device__ __forceinline__ uint32_t block_max_u32(uint32_t x) {
+  static_assert(Threads % kWarp == 0 && Threads / kWarp <= kWarp, "a warp folds the warps' maxima");
+  __shared__ uint32_t warp_max[Threads / kWarp];
+  const int lane = static_cast<int>(threadIdx.x % kWarp), warp = static_cast<int>(threadIdx.x / kWarp);
+  x = warp_max_u32(x);
+  if (lane == 0) warp_max[warp] = x;
+  __syncthreads();
+  if (warp == 0) x = warp_max_u32(lane < Threads / kWarp ? warp_max[lane] : 0u);
+  __syncthreads();
+  return x;
+}
+
+// A 32-value sign word from 8 consecutive lanes of a warp, lane sub holding the bits of values
+// 4 sub .. 4 sub + 3 in `nibble`: every lane of the group gets the word (bit j = value j, LSB first,
+// as a ballot over 32 lanes writes it). Every lane of the warp must call it.
+__device__ __forceinline__ uint32_t sign_word_of_group(uint32_t nibble) {
+  uint32_t x = nibble << (4 * (threadIdx.x % 8));
+  for (int off = 4; off >= 1; off /= 2) x |= __shfl_xor_sync(kFullMask, x, off);
+  return x;
+}
+
+// The bits of a float4's values that are not negative (!(v < 0): +0, -0 and NaN count as positive,
+// as the CPU's loops decide), value j at bit j.
+__device__ __forceinline__ uint32_t nonnegative_bits4(float4 a) {
+  return (a.x < 0.0f ? 0u : 1u) | (a.y < 0.0f ? 0u : 2u) | (a.z < 0.0f ? 0u : 4u) | (a.w < 0.0f ? 0u : 8u);
+}
+
 // A warp's chunk sum of value(i) over i in [0, len) (len <= kSumChunk), the lane rule of
 // quant/numerics.h: every lane returns the folded sum.
 template <typename F>

@@ -1,27 +1,16 @@
-// efsign kernels: the span's max |v| (integer max of float bits, order-free), the sum of |v| / max in
-// the deterministic order (quant/cuda_common.cuh's group sums over one group, the span), the scale
-// written into the header's b field, then one warp per 32-value word (a ballot packs the bits LSB
-// first) updating the residual as efsign.cpp does.
+// efsign kernels: the span's max |v| (integer max of float bits, order-free: quant/minifloat.cuh's
+// block-reduced pass), the sum of |v| / max in the deterministic order (quant/cuda_common.cuh's group
+// sums over one group, the span), the scale written into the header's b field, then per 32-value word
+// the bits (LSB first) and the residual update of efsign.cpp. Three passes are inherent: the scale
+// needs the max, the residual the scale. The pack streams float4s (eight lanes per word, their
+// nibbles joined by shuffles; reads 8 bytes per value, writes 1/8 + 4); the last word, if partial, by
+// one warp's ballot, and spans not 16-byte aligned by one warp per word.
 #include "quant/cuda_common.cuh"
+#include "quant/minifloat.cuh"
 #include "quant/efsign_cuda.h"
 
 namespace qtrain::quant_detail {
 namespace {
-
-__global__ void span_max_kernel(const float* __restrict__ in, const float* __restrict__ residual, int64_t n,
-                                uint32_t* max_bits, EncodeStatus* status) {
-  uint32_t m = 0;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint32_t x = abs_bits(residual ? in[i] + residual[i] : in[i]);
-    m = x > m ? x : m;
-  }
-  m = warp_max_u32(m);
-  if (threadIdx.x % kWarp == 0 && m > 0) {
-    atomicMax(max_bits, m);
-    if (m >= kNonFinite) atomicOr(&status->non_finite, 1u);
-  }
-}
 
 struct MagnitudesOverMax {
   const float* in;
@@ -42,23 +31,62 @@ struct StoreScale {
   }
 };
 
+// Word w of 32 values by warp lanes (the ballot).
+__device__ __forceinline__ void pack_word(const float* __restrict__ in, float* __restrict__ residual, int64_t n,
+                                          float scale, uint32_t* __restrict__ words, int64_t w) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int64_t i = 32 * w + lane;
+  const bool valid = i < n;
+  const float v = valid ? (residual ? in[i] + residual[i] : in[i]) : 0.0f;
+  const bool pos = valid && !(v < 0.0f);
+  const unsigned bits = __ballot_sync(kFullMask, pos);
+  if (lane == 0) words[w] = bits;
+  if (valid && residual) residual[i] = v - (pos ? scale : -scale);
+}
+
 // One warp per word of 32 values.
 __global__ void pack_kernel(const float* __restrict__ in, float* __restrict__ residual, int64_t n,
                             uint8_t* __restrict__ out) {
   const int64_t warps_per_block = blockDim.x / kWarp;
   const int64_t stride = warps_per_block * gridDim.x;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
   const float scale = *reinterpret_cast<const float*>(out + 24);
   auto* words = reinterpret_cast<uint32_t*>(out + wire::kHeaderBytes);
-  for (int64_t w = blockIdx.x * warps_per_block + threadIdx.x / kWarp; 32 * w < n; w += stride) {
-    const int64_t i = 32 * w + lane;
-    const bool valid = i < n;
-    const float v = valid ? (residual ? in[i] + residual[i] : in[i]) : 0.0f;
-    const bool pos = valid && !(v < 0.0f);
-    const unsigned bits = __ballot_sync(kFullMask, pos);
-    if (lane == 0) words[w] = bits;
-    if (valid && residual) residual[i] = v - (pos ? scale : -scale);
+  for (int64_t w = blockIdx.x * warps_per_block + threadIdx.x / kWarp; 32 * w < n; w += stride)
+    pack_word(in, residual, n, scale, words, w);
+}
+
+// The whole words, streamed: float4 v = values 4v .. 4v + 3 of word v / 8. The last word, if partial,
+// by warp 0 of block 0.
+template <bool Ef>
+__global__ void __launch_bounds__(kStreamThreads)
+    pack_vec_kernel(const float* __restrict__ in, float* __restrict__ residual, int64_t n, uint8_t* __restrict__ out) {
+  const float scale = *reinterpret_cast<const float*>(out + 24);
+  auto* words = reinterpret_cast<uint32_t*>(out + wire::kHeaderBytes);
+  const int64_t full = n / 32, vecs = full * 8;
+  for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
+    const int64_t v0 = tile * kTileVecs + threadIdx.x;
+    float4 x[kStreamUnroll];
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
+      const int64_t v = v0 + k * kStreamThreads;
+      x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
+    }
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {  // every lane runs the shuffles
+      const int64_t v = v0 + k * kStreamThreads;
+      const uint32_t nib = nonnegative_bits4(x[k]);
+      const uint32_t word = sign_word_of_group(nib);
+      if (v >= vecs) continue;
+      if (threadIdx.x % 8 == 0) words[v / 8] = word;
+      if (Ef)
+        store4(residual, v,
+               make_float4(x[k].x - (nib & 1u ? scale : -scale), x[k].y - (nib & 2u ? scale : -scale),
+                           x[k].z - (nib & 4u ? scale : -scale), x[k].w - (nib & 8u ? scale : -scale)));
+    }
   }
+  if (blockIdx.x == 0 && threadIdx.x < kWarp && 32 * full < n)
+    pack_word(in, Ef ? residual : nullptr, n, scale, words, full);
 }
 
 }  // namespace
@@ -72,13 +100,19 @@ void efsign_encode_cuda(Context& ctx, const EncodeArgs& a, const WireHeader& h) 
   auto* max_bits = carver.take<uint32_t>(1);
   cudaStream_t s = stream_of(ctx);
   constexpr int kThreads = 256;
-  CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof(uint32_t), s));
-  span_max_kernel<<<grid_for(a.n, kThreads), kThreads, 0, s>>>(a.in, a.residual, a.n, max_bits, status);
-  CUDA_CHECK(cudaGetLastError());
+  launch_span_max_bits(ctx, a.in, a.residual, a.n, max_bits, status);
   const GroupSumsPlan plan = make_group_sums_plan(carver, a.n, a.n, status);
   launch_group_sums(ctx, plan, MagnitudesOverMax{a.in, a.residual, max_bits}, StoreScale{max_bits, a.n, a.out});
-  const int64_t words = (a.n + 31) / 32;
-  pack_kernel<<<grid_for(words * kWarp, kThreads), kThreads, 0, s>>>(a.in, a.residual, a.n, a.out);
+  if (aligned_to(a.in, 16) && aligned_to(a.residual, 16)) {
+    const int grid = stream_grid(a.n / 32 * 8);
+    if (a.residual)
+      pack_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, a.n, a.out);
+    else
+      pack_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, a.n, a.out);
+  } else {
+    const int64_t words = (a.n + 31) / 32;
+    pack_kernel<<<grid_for(words * kWarp, kThreads), kThreads, 0, s>>>(a.in, a.residual, a.n, a.out);
+  }
   CUDA_CHECK(cudaGetLastError());
   check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
     if (done.non_finite)

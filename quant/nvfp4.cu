@@ -1,7 +1,10 @@
-// nvfp4 kernels: max|v| (an integer max of the float bits), then one thread per block of 16 values
-// (its 64 contiguous input bytes): the block's max, E4M3 scale, E2M1 codes, residual and 8 packed bytes
-// with nvfp4.cpp's arithmetic (quant/minifloat.h); thread 0 writes the header with the tensor scale.
-// Decode checks the block scales and the last nibble in a kernel before the decoding kernel writes.
+// nvfp4 kernels: max|v| (an integer max of the float bits, quant/minifloat.cuh), then per block of 16
+// values the block's max, E4M3 scale, E2M1 codes, residual and 8 packed bytes with nvfp4.cpp's
+// arithmetic (quant/minifloat.h); thread 0 writes the header with the tensor scale. The second pass
+// streams (cuda_common.cuh): four consecutive lanes take a block, a float4 each; their max is two
+// shuffles, and lanes 0-1 store its packed bytes as two 32-bit words. A last block shorter than 16
+// values, and spans not 16-byte aligned, take one thread per block. Decode checks the block scales
+// and the last nibble in a kernel before the decoding kernel writes.
 #include <cfloat>
 
 #include "quant/minifloat.cuh"
@@ -14,40 +17,111 @@ namespace {
 
 constexpr int64_t kBlock = wire::kNvfp4Block;
 
-template <bool Sr>
-__global__ void encode_kernel(const float* __restrict__ in, float* __restrict__ residual, wire::Nvfp4Layout l,
-                              const uint32_t* max_bits_ptr, PhiloxKey key, uint8_t* __restrict__ out,
-                              WireHeaderFields h, EncodeStatus* status) {
-  const float t = bits_float(*max_bits_ptr) / kNvfp4TensorDivisor;
+// The tensor scale of max_bits, and the header (with it) from thread 0 of block 0.
+__device__ __forceinline__ float tensor_scale_and_header(uint32_t max_bits, uint8_t* out, WireHeaderFields h,
+                                                         EncodeStatus* status) {
+  const float t = bits_float(max_bits) / kNvfp4TensorDivisor;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     h.b = float_bits(t);
     store_header(out, h);
     if (!(6.0f * nvfp4_decode_scale(FloatE4M3::kMaxCode, t) <= FLT_MAX)) atomicOr(&status->overflow, 1u);
   }
-  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < l.blocks;
-       b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t len = l.len(b), first = b * kBlock;
-    uint32_t m = 0;
-    for (int64_t j = 0; j < len; ++j) {
-      const uint32_t x = abs_bits(residual ? in[first + j] + residual[first + j] : in[first + j]);
-      m = x > m ? x : m;
-    }
-    const uint32_t sc = nvfp4_block_scale_code(m, t);
-    out[l.scales_offset + b] = static_cast<uint8_t>(sc);
-    const float d = nvfp4_decode_scale(sc, t);
-    const float inv = inverse_scale(float_bits(d), 1.0f);
-    uint8_t codes[kBlock];
-    for (int64_t j = 0; j < kBlock; ++j) codes[j] = 0;
-    for (int64_t j = 0; j < len; ++j) {
-      const int64_t i = first + j;
-      const float v = residual ? in[i] + residual[i] : in[i];
-      const uint32_t code =
-          minifloat_code<FloatE2M1, Sr>(v, inv, Sr ? float_round_word(key, static_cast<uint64_t>(i)) : 0u);
-      codes[j] = static_cast<uint8_t>(code);
-      if (residual) residual[i] = v - minifloat_value<FloatE2M1>(code) * d;
-    }
-    pack_block<4, kBlock>(codes, len, out + wire::kHeaderBytes + first / 2);  // codes past the end are zero
+  return t;
+}
+
+// Block b by one thread (its 64 contiguous input bytes): reads 4 bytes per value (8 with a residual),
+// writes 1/2 + 1/16 (+ 4).
+template <bool Sr>
+__device__ __forceinline__ void encode_block(const float* __restrict__ in, float* __restrict__ residual,
+                                             const wire::Nvfp4Layout& l, int64_t b, float t, PhiloxKey key,
+                                             uint8_t* __restrict__ out) {
+  const int64_t len = l.len(b), first = b * kBlock;
+  uint32_t m = 0;
+  for (int64_t j = 0; j < len; ++j) {
+    const uint32_t x = abs_bits(residual ? in[first + j] + residual[first + j] : in[first + j]);
+    m = x > m ? x : m;
   }
+  const uint32_t sc = nvfp4_block_scale_code(m, t);
+  out[l.scales_offset + b] = static_cast<uint8_t>(sc);
+  const float d = nvfp4_decode_scale(sc, t);
+  const float inv = inverse_scale(float_bits(d), 1.0f);
+  uint8_t codes[kBlock];
+  for (int64_t j = 0; j < kBlock; ++j) codes[j] = 0;
+  for (int64_t j = 0; j < len; ++j) {
+    const int64_t i = first + j;
+    const float v = residual ? in[i] + residual[i] : in[i];
+    const uint32_t code =
+        minifloat_code<FloatE2M1, Sr>(v, inv, Sr ? float_round_word(key, static_cast<uint64_t>(i)) : 0u);
+    codes[j] = static_cast<uint8_t>(code);
+    if (residual) residual[i] = v - minifloat_value<FloatE2M1>(code) * d;
+  }
+  pack_block<4, kBlock>(codes, len, out + wire::kHeaderBytes + first / 2);  // codes past the end are zero
+}
+
+// One thread per block: spans not 16-byte aligned.
+template <bool Sr>
+__global__ void encode_kernel(const float* __restrict__ in, float* __restrict__ residual, wire::Nvfp4Layout l,
+                              const uint32_t* max_bits_ptr, PhiloxKey key, uint8_t* __restrict__ out,
+                              WireHeaderFields h, EncodeStatus* status) {
+  const float t = tensor_scale_and_header(*max_bits_ptr, out, h, status);
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < l.blocks;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    encode_block<Sr>(in, residual, l, b, t, key, out);
+}
+
+// The whole blocks, streamed: lane group of 4 = one block, float4 v = values 4v .. 4v + 3 of block
+// v / 4 (every lane runs the shuffles; lanes past the end only skip their stores). The last block, if
+// shorter than 16 values, by thread 0 of block 0 afterwards.
+template <bool Sr, bool Ef>
+__global__ void __launch_bounds__(kStreamThreads)
+    encode_vec_kernel(const float* __restrict__ in, float* __restrict__ residual, wire::Nvfp4Layout l,
+                      const uint32_t* max_bits_ptr, PhiloxKey key, uint8_t* __restrict__ out, WireHeaderFields h,
+                      EncodeStatus* status) {
+  const float t = tensor_scale_and_header(*max_bits_ptr, out, h, status);
+  const int64_t full = l.n / kBlock, vecs = full * (kBlock / 4);
+  const int sub = static_cast<int>(threadIdx.x % 4);                    // which float4 of its block
+  auto* words = reinterpret_cast<uint32_t*>(out + wire::kHeaderBytes);  // two per block
+  for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
+    const int64_t v0 = tile * kTileVecs + threadIdx.x;
+    float4 x[kStreamUnroll];
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
+      const int64_t v = v0 + k * kStreamThreads;
+      x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
+    }
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {
+      const int64_t v = v0 + k * kStreamThreads, b = v / 4;
+      uint32_t m = max4_abs_bits(x[k]);
+      for (int off = 2; off >= 1; off /= 2) {
+        const uint32_t y = __shfl_xor_sync(kFullMask, m, off);
+        m = y > m ? y : m;
+      }
+      const uint32_t sc = nvfp4_block_scale_code(m, t);
+      const float d = nvfp4_decode_scale(sc, t);
+      const float inv = inverse_scale(float_bits(d), 1.0f);
+      const float a[4] = {x[k].x, x[k].y, x[k].z, x[k].w};
+      const PhiloxBlock r = Sr ? float_round_words(key, v) : PhiloxBlock{};
+      uint32_t bytes = 0;
+      float res[4];
+      QT_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t code = minifloat_code<FloatE2M1, Sr>(a[j], inv, Sr ? r.v[j] : 0u);
+        bytes |= code << (8 * j);
+        res[j] = a[j] - minifloat_value<FloatE2M1>(code) * d;
+      }
+      // Byte j of the block = code j | code j + 8 << 4: lane sub < 2 joins lane sub + 2's codes.
+      const uint32_t high = __shfl_down_sync(kFullMask, bytes, 2);
+      if (v < vecs) {
+        if (sub < 2) words[2 * b + sub] = bytes | (high << 4);
+        if (sub == 0) out[l.scales_offset + b] = static_cast<uint8_t>(sc);
+        if (Ef) store4(residual, v, make_float4(res[0], res[1], res[2], res[3]));
+      }
+    }
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0 && full < l.blocks)
+    encode_block<Sr>(in, Ef ? residual : nullptr, l, full, t, key, out);
 }
 
 __global__ void check_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, EncodeStatus* status) {
@@ -57,17 +131,66 @@ __global__ void check_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Lay
   if (first == 0 && l.n % 2 == 1 && (payload[l.scales_offset - 1] >> 4) != 0) atomicOr(&status->bad, 1u);
 }
 
+__device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payload, const wire::Nvfp4Layout& l, float t,
+                                              int64_t i) {
+  const int64_t b = i / kBlock;
+  const uint32_t code = packed_code_at<4>(payload + wire::kHeaderBytes + b * kBlock / 2, l.len(b), i - b * kBlock);
+  return minifloat_value<FloatE2M1>(code) * nvfp4_decode_scale(payload[l.scales_offset + b], t);
+}
+
+// One thread per value (reads 1/2 + 1/16 bytes per value, + 4 with Add; writes 4): outputs not
+// 16-byte aligned.
 template <bool Add>
 __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float t,
                               float* __restrict__ out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t b = i / kBlock;
-    const uint32_t code = packed_code_at<4>(payload + wire::kHeaderBytes + b * kBlock / 2, l.len(b), i - b * kBlock);
-    const float d = nvfp4_decode_scale(payload[l.scales_offset + b], t);
-    const float y = minifloat_value<FloatE2M1>(code) * d;
+    const float y = decode_value(payload, l, t, i);
     out[i] = Add ? out[i] + y : y;
   }
+}
+
+// The same values, streamed: float4 v of the output from the low (sub < 2) or high nibbles of one
+// 32-bit word of its block; a last block shorter than 16 values one value per thread of block 0.
+template <bool Add>
+__global__ void __launch_bounds__(kStreamThreads)
+    decode_vec_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float t, float* __restrict__ out) {
+  const int64_t full = l.n / kBlock, vecs = full * (kBlock / 4);
+  const int sub = static_cast<int>(threadIdx.x % 4);
+  const auto* words = reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes);
+  for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
+    const int64_t v0 = tile * kTileVecs + threadIdx.x;
+    uint32_t c[kStreamUnroll];
+    float d[kStreamUnroll];
+    float4 acc[kStreamUnroll];
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {
+      const int64_t v = v0 + k * kStreamThreads, b = v / 4;
+      c[k] = 0;
+      d[k] = 0.0f;
+      acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (v >= vecs) continue;
+      c[k] = (words[2 * b + sub % 2] >> (sub < 2 ? 0 : 4)) & 0x0f0f0f0fu;
+      d[k] = nvfp4_decode_scale(payload[l.scales_offset + b], t);
+      if (Add) acc[k] = load4(out, v);
+    }
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {
+      const int64_t v = v0 + k * kStreamThreads;
+      if (v >= vecs) break;
+      float y[4];
+      QT_UNROLL
+      for (int j = 0; j < 4; ++j) y[j] = minifloat_value<FloatE2M1>((c[k] >> (8 * j)) & 0xfu) * d[k];
+      store4(out, v,
+             Add ? make_float4(acc[k].x + y[0], acc[k].y + y[1], acc[k].z + y[2], acc[k].w + y[3])
+                 : make_float4(y[0], y[1], y[2], y[3]));
+    }
+  }
+  if (blockIdx.x == 0)
+    for (int64_t i = full * kBlock + threadIdx.x; i < l.n; i += blockDim.x) {
+      const float y = decode_value(payload, l, t, i);
+      out[i] = Add ? out[i] + y : y;
+    }
 }
 
 }  // namespace
@@ -80,12 +203,28 @@ void nvfp4_encode_cuda(Context& ctx, const EncodeArgs& a, bool stochastic, const
   launch_span_max_bits(ctx, a.in, a.residual, a.n, max_bits, status);
   constexpr int kThreads = 128;
   cudaStream_t s = stream_of(ctx);
-  // At least one thread runs, for the header.
-  const int grid = grid_for(l.blocks > 0 ? l.blocks : 1, kThreads);
-  if (stochastic)
-    encode_kernel<true><<<grid, kThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
-  else
-    encode_kernel<false><<<grid, kThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
+  if (aligned_to(a.in, 16) && aligned_to(a.residual, 16)) {
+    const int grid = stream_grid(l.n / kBlock * (kBlock / 4));  // at least one block, for the header
+    if (stochastic && a.residual)
+      encode_vec_kernel<true, true>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
+    else if (stochastic)
+      encode_vec_kernel<true, false>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
+    else if (a.residual)
+      encode_vec_kernel<false, true>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
+    else
+      encode_vec_kernel<false, false>
+          <<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
+  } else {
+    // At least one thread runs, for the header.
+    const int grid = grid_for(l.blocks > 0 ? l.blocks : 1, kThreads);
+    if (stochastic)
+      encode_kernel<true><<<grid, kThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
+    else
+      encode_kernel<false><<<grid, kThreads, 0, s>>>(a.in, a.residual, l, max_bits, a.key, a.out, fields_of(h), status);
+  }
   CUDA_CHECK(cudaGetLastError());
   check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
     if (done.non_finite)
@@ -110,10 +249,18 @@ void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, float tensor_sc
                         "a block scale is not a positive E4M3 value (sign 0, not NaN), or the "
                         "nibble after the last element is set");
   });
-  if (add)
-    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, tensor_scale, out);
-  else
-    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, tensor_scale, out);
+  cudaStream_t s = stream_of(ctx);
+  if (aligned_to(out, 16)) {
+    const int grid = stream_grid(l.n / kBlock * (kBlock / 4));
+    if (add)
+      decode_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(payload, l, tensor_scale, out);
+    else
+      decode_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(payload, l, tensor_scale, out);
+  } else if (add) {
+    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, tensor_scale, out);
+  } else {
+    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, tensor_scale, out);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -68,7 +68,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Every method, with and without error feedback, over three steps of `shapes` (values, column length):
 // the CUDA encoder writes the CPU's bytes and residuals, decode and decode_add the CPU's values.
-void check_encoders_match(const std::vector<std::pair<int64_t, int64_t>>& shapes) {
+// `shift` floats before the input and the decode's output, and 8 * shift bytes before the payload,
+// move them off 16-byte alignment (shift 1: the kernels' scalar paths; 0: their float4 paths).
+void check_encoders_match(const std::vector<std::pair<int64_t, int64_t>>& shapes, int64_t shift = 0) {
   Context cpu = Context::cpu(1, 1);
   Context gpu = Context::cuda(0, 1);
   for (bool ef : {false, true}) {
@@ -85,27 +87,41 @@ void check_encoders_match(const std::vector<std::pair<int64_t, int64_t>>& shapes
           const auto x = step == 1 ? heavy_data(n, 50 + step) : normal_data(n, 50 + step);
           const auto cp = encode(*q, cpu, x, column, cs);
           const size_t cap = q->max_encoded_bytes(n, column);
-          Tensor gx = to_cuda(x);
-          Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
-          const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column,
-                                          gs, std::span<uint8_t>(gout.data<uint8_t>(), cap));
+          const auto pad = static_cast<size_t>(shift);
+          std::vector<float> shifted(pad, 7.0f);
+          shifted.insert(shifted.end(), x.begin(), x.end());
+          Tensor gx = to_cuda(shifted);
+          Tensor gout = Tensor::zeros({static_cast<int64_t>(cap + 8 * pad)}, DType::u8, Device::cuda(0));
+          uint8_t* payload = gout.data<uint8_t>() + 8 * pad;
+          const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>() + pad, static_cast<size_t>(n)),
+                                          column, gs, std::span<uint8_t>(payload, cap));
           REQUIRE(gbytes == cp.size());
-          require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
+          auto written = bytes_to_host(gpu, gout, 8 * pad + gbytes);
+          REQUIRE(std::all_of(written.begin(), written.begin() + static_cast<std::ptrdiff_t>(8 * pad),
+                              [](uint8_t b) { return b == 0; }));  // nothing before the payload
+          require_same_bytes(
+              std::vector<uint8_t>(written.begin() + static_cast<std::ptrdiff_t>(8 * pad), written.end()), cp);
           if (ef)
             REQUIRE(same_bits(to_host(gpu, gs.residual()),
                               std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
-          // Decode and decode_add of the same payload.
+          // Decode and decode_add of the same payload (the shifted output's first floats untouched).
           const auto cd = decode(*q, cpu, cp, n);
-          Tensor gd = Tensor::zeros({n}, DType::f32, Device::cuda(0));
-          q->decode(gpu, std::span<const uint8_t>(gout.data<uint8_t>(), gbytes), n,
-                    std::span<float>(gd.data<float>(), static_cast<size_t>(n)));
-          REQUIRE(same_bits(to_host(gpu, gd), cd));
+          Tensor gd = to_cuda(std::vector<float>(pad + static_cast<size_t>(n), 0.0f));
+          q->decode(gpu, std::span<const uint8_t>(payload, gbytes), n,
+                    std::span<float>(gd.data<float>() + pad, static_cast<size_t>(n)));
+          std::vector<float> expect(pad, 0.0f);
+          expect.insert(expect.end(), cd.begin(), cd.end());
+          REQUIRE(same_bits(to_host(gpu, gd), expect));
           auto acc = normal_data(n, 9);
-          Tensor gacc = to_cuda(acc);
+          std::vector<float> acc_shifted(pad, 5.0f);
+          acc_shifted.insert(acc_shifted.end(), acc.begin(), acc.end());
+          Tensor gacc = to_cuda(acc_shifted);
           q->decode_add(cpu, cp, n, acc);
-          q->decode_add(gpu, std::span<const uint8_t>(gout.data<uint8_t>(), gbytes), n,
-                        std::span<float>(gacc.data<float>(), static_cast<size_t>(n)));
-          REQUIRE(same_bits(to_host(gpu, gacc), acc));
+          q->decode_add(gpu, std::span<const uint8_t>(payload, gbytes), n,
+                        std::span<float>(gacc.data<float>() + pad, static_cast<size_t>(n)));
+          std::vector<float> acc_expect(pad, 5.0f);
+          acc_expect.insert(acc_expect.end(), acc.begin(), acc.end());
+          REQUIRE(same_bits(to_host(gpu, gacc), acc_expect));
         }
       }
     }
@@ -116,6 +132,19 @@ void check_encoders_match(const std::vector<std::pair<int64_t, int64_t>>& shapes
 
 TEST_CASE("CUDA encoders write the CPU's bytes, decoders the CPU's values", "[quant][cuda]") {
   check_encoders_match({{0, 1}, {1, 1}, {1000, 40}, {4096, 64}, {30000, 3}, {70000, 7000}});
+}
+
+// The streaming kernels take float4 paths only for 16-byte aligned spans (quant/cuda_common.cuh); a
+// span of a tensor may start anywhere, so the scalar paths must write the same bytes. Shift 1: input
+// and output 4 bytes past 16-byte alignment, the payload 8 bytes past it.
+TEST_CASE("CUDA encoders write the CPU's bytes on spans that are not 16-byte aligned", "[quant][cuda]") {
+  check_encoders_match({{1000, 40}, {4099, 4099}}, 1);
+}
+
+// And aligned spans whose length is no multiple of a float4 or of a block (mx 32, nvfp4 16): the
+// last values take the kernels' tail paths.
+TEST_CASE("CUDA encoders write the CPU's bytes when n is no multiple of the vector width", "[quant][cuda]") {
+  check_encoders_match({{4099, 4099}, {4102, 2051}, {8197, 8197}});
 }
 
 // Tagged [large]: most of this file's time under the emulator; its AddressSanitizer run leaves it out
