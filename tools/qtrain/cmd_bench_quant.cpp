@@ -2,7 +2,8 @@
 // to a memcpy measured in the same run (single thread and all threads; on a GPU, next to a
 // device-to-device copy), with compression and error on gradient-like data. Each configuration is
 // validated (decode(encode(x)) within the method's bound, at every value up to 1M and at a sample
-// above) before it is timed. docs/performance.md holds the figures and the command.
+// above) before it is timed. --profile-once runs each method's CUDA kernels once, for ncu.
+// docs/performance.md holds the figures and the command.
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -21,6 +22,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "comm/buffer_ops.h"
 #include "framework/core/check.h"
 #include "framework/core/config_node.h"
 #include "framework/core/context.h"
@@ -59,6 +61,7 @@ struct Options {
   std::string device = "auto";
   std::string json;
   uint64_t seed = 1;
+  bool profile_once = false;
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -413,11 +416,48 @@ void bench_cpu(const Options& o, const std::vector<QuantSpec>& specs, const std:
   }
 }
 
+// --profile-once: one encode and one decode of every method on the normal data and nothing else, for a
+// kernel profiler. Nsight Compute replays each kernel it profiles, so the timing loop and the checks
+// would multiply its minutes (tools/gpu_check.sh runs this under ncu). The host cannot know how many
+// kernels a quantizer launches, so one launch of the exchange's scale kernel on a single value (times
+// 1) goes before each encode and each decode: tools/gpu_check/ncu_table.py cuts the profiler's list of
+// kernels at these marks and names the parts after the "profile-once method:" lines, in their order.
+void profile_once(const Options& o, Context& ctx, const std::vector<QuantSpec>& specs, int64_t n) {
+  const Device dev = Device::cuda(0);
+  std::vector<float> normal, heavy;
+  fill_data(normal, heavy, n, o.seed);
+  Tensor gx = Tensor::empty({n}, DType::f32, dev), gy = Tensor::empty({n}, DType::f32, dev);
+  device_copy(dev, gx.raw(), Device::cpu(), normal.data(), 4 * static_cast<size_t>(n));
+  Tensor mark = Tensor::zeros({1}, DType::f32, dev);
+  size_t cap = 1;
+  for (const QuantSpec& spec : specs) cap = std::max(cap, make_quantizer(spec)->max_encoded_bytes(n, o.column));
+  Tensor payload = Tensor::empty({static_cast<int64_t>(cap)}, DType::u8, dev);
+  fmt::print("\n{} values on {}: one encode and one decode per method, each after a mark (scale_kernel on one value)\n",
+             size_str(n), dev.str());
+  for (const QuantSpec& spec : specs) {
+    auto q = make_quantizer(spec);
+    QuantState st(o.seed, 0, 0);
+    fmt::print("profile-once method: {}\n", spec.str());
+    std::fflush(stdout);
+    scale_buffer(ctx, mark.data<float>(), 1, 1.0f);
+    const size_t bytes = q->encode(ctx, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), o.column, st,
+                                   std::span<uint8_t>(payload.data<uint8_t>(), cap));
+    scale_buffer(ctx, mark.data<float>(), 1, 1.0f);
+    q->decode(ctx, std::span<const uint8_t>(payload.data<uint8_t>(), bytes), n,
+              std::span<float>(gy.data<float>(), static_cast<size_t>(n)));
+    ctx.synchronize();
+  }
+}
+
 void bench_cuda(const Options& o, const std::vector<QuantSpec>& specs, const std::vector<int64_t>& sizes,
                 std::vector<Row>& rows) {
   Context ctx = Context::cuda(0, o.seed);
   const Device dev = Device::cuda(0);
   for (int64_t n : sizes) {
+    if (o.profile_once) {
+      profile_once(o, ctx, specs, n);
+      continue;
+    }
     const auto size_start = Clock::now();
     std::vector<float> normal, heavy;
     fill_data(normal, heavy, n, o.seed);
@@ -577,6 +617,14 @@ void run(const Options& o) {
   if (o.repeat < 1) input_error("--repeat must be >= 1, got {}", o.repeat);
   const bool cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
   if (o.device == "cuda" && !cuda_available()) input_error("--device cuda: no CUDA GPU is available");
+  if (o.profile_once && o.device != "cuda") input_error("--profile-once runs the CUDA kernels: give --device cuda");
+  if (o.profile_once) {
+    fmt::print("qtrain bench-quant --profile-once: {} methods, sizes {}, column length {}\n", specs.size(), o.sizes,
+               o.column);
+    std::vector<Row> rows;
+    bench_cuda(o, specs, sizes, rows);
+    return;
+  }
   fmt::print("qtrain bench-quant: {} methods, sizes {}, column length {}, median of {} runs\n", specs.size(), o.sizes,
              o.column, o.repeat);
   fmt::print(
@@ -608,6 +656,9 @@ void add_bench_quant_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   cmd->add_option("--json", o->json, "Also write the results to this JSON file");
+  cmd->add_flag("--profile-once", o->profile_once,
+                "With --device cuda: only one encode and one decode of each method, each after a one-value "
+                "scale_kernel launch that marks it, for a kernel profiler (ncu); nothing is timed or checked");
   cmd->add_option("--seed", o->seed, "Seed of the data and of the random rounding")
       ->capture_default_str()
       ->check(kNonNegative);
