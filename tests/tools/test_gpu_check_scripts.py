@@ -19,6 +19,7 @@ import tempfile
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
 tools = os.path.join(root, "tools", "gpu_check")
 fixtures = os.path.join(root, "tests", "tools", "fixtures")
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, tools)
 import host_syncs  # noqa: E402
 
@@ -75,11 +76,13 @@ with tempfile.TemporaryDirectory() as tmp:
     check("per_call is (N3 - N1) / 2", host_syncs.per_call(one, three, "host_syncs") == "3"
           and host_syncs.per_call(one, three, "launches") == "12")
     check("per_call shows a count the emulator did not write as n/a",
-          host_syncs.per_call(one, three, "d2h_copies") == "n/a" and host_syncs.per_call(None, three, "launches") == "n/a")
+          host_syncs.per_call(one, three, "d2h_copies") == "n/a"
+          and host_syncs.per_call(None, three, "launches") == "n/a")
     check("read_stats of a missing file is None", host_syncs.read_stats(os.path.join(tmp, "none.json")) is None)
     fallback = host_syncs.stats_of(os.path.join(tmp, "none.json"),
                                    "# qtrain bench-allreduce ...\ncuemu: 12 launches, 614 blocks, 156736 threads\n")
-    check("stats_of falls back to the launches of the emulator's stderr line", fallback == {"launches": 12}, str(fallback))
+    check("stats_of falls back to the launches of the emulator's stderr line", fallback == {"launches": 12},
+          str(fallback))
 
 print(f"{len(failures)} failed" if failures else "all passed")
 sys.exit(1 if failures else 0)

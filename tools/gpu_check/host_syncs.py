@@ -107,8 +107,8 @@ def main(argv):
     for path, env in PATHS:
         for method in a.methods.split(","):
             for size in a.sizes.split(","):
-                stats = [run(a.qtrain, env, method, size, a.piece_mb, n, os.path.join(work, f"{path}-{method}-{size}-{n}.json"))
-                         for n in (1, 3)]
+                stats = [run(a.qtrain, env, method, size, a.piece_mb, n,
+                             os.path.join(work, f"{path}-{method}-{size}-{n}.json")) for n in (1, 3)]
                 cells = [per_call(stats[0], stats[1], k) for k in KEYS]
                 missing = missing or "n/a" in cells
                 print(f"| {path} | {method} | {size} | {float(size) * scale:g} | " + " | ".join(cells) + " |")

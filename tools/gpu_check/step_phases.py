@@ -45,7 +45,8 @@ def main(argv):
     hidden = 1e3 * float(row["hidden_comm_s"]) / steps
     step = 1e3 * wall / steps
     exchange = ms["encode"] + ms["communicate"] + ms["decode"]
-    which = f"epoch {row['epoch']} (after {len(rows) - 1} earlier)" if len(rows) > 1 else "the only row (warm-up included)"
+    which = (f"epoch {row['epoch']} (after {len(rows) - 1} earlier)" if len(rows) > 1
+             else "the only row (warm-up included)")
     print(f"{which}: {steps} steps of {a.batch} samples on each of {a.ranks} ranks, {rate:.0f} samples/s, "
           f"{step:.2f} ms per step; {float(row['bytes_sent_per_step']) / 1e6:.2f} MB sent per step")
     print()
