@@ -54,6 +54,7 @@ struct Options {
   std::string intra = CommunicationConfig{}.intra;
   int64_t ranks_per_node = 0;
   std::string json;
+  bool no_library = false;
 };
 
 // --baseline: "library" (nothing: the communicator's own fp32 all-reduce) or one method entry.
@@ -159,7 +160,8 @@ void run(const Options& o, int local_rank) {
     if (mpi) mpi->set_ring(0, mpi->ring_segment_bytes());
     auto reset = [&] { work.copy_from(data); };
     const double t_base_library =
-        median(barrier_time(reset, [&] { comm->all_reduce_sum(ctx, work.raw(), n, ReduceType::f32); }));
+        o.no_library ? 0.0
+                     : median(barrier_time(reset, [&] { comm->all_reduce_sum(ctx, work.raw(), n, ReduceType::f32); }));
     if (mpi && o.mpi_allreduce == "ring") mpi->set_ring(ring_min, mpi->ring_segment_bytes());
     const double t_library = t_base_library;
     const double cpu_library = cpu_per_iteration;
@@ -243,8 +245,9 @@ void run(const Options& o, int local_rank) {
             mb, method, algorithm, P, t, algbw, busbw, wire, baseline ? baseline->label : "library", t_base / t,
             t_library / t, ideal, enc, dec, cpu);
     };
-    print(mpi ? "MPI_Allreduce fp32" : fmt::format("{} all-reduce fp32", comm->name()), "native", t_library,
-          2.0 * (P - 1) / P * bytes, 0, 0, cpu_library, false);
+    if (!o.no_library)
+      print(mpi ? "MPI_Allreduce fp32" : fmt::format("{} all-reduce fp32", comm->name()), "native", t_library,
+            2.0 * (P - 1) / P * bytes, 0, 0, cpu_library, false);
     if (base)
       print(baseline->label + " (baseline)", base->algorithm, base->time, base->wire, base->encode, base->decode,
             base->cpu, base->two_levels);
@@ -307,7 +310,16 @@ void add_bench_allreduce_command(CLI::App& app, const MpiRuntime& mpi) {
                   "Nodes of this many consecutive ranks (communication.ranks_per_node; 0: the hosts)")
       ->check(kNonNegative);
   cmd->add_option("--json", o->json, "Also write one JSON object per line to this file (rank 0)");
-  cmd->callback([o, &mpi] { run(*o, mpi.local_rank()); });
+  // For counting what one exchange costs the process (tools/gpu_check.sh counts the host synchronizations
+  // per call under the CUDA emulator): with it, the baseline's exchange is the only thing timed.
+  cmd->add_flag("--no-library", o->no_library,
+                "Leave out the row of the library's own fp32 all-reduce (needs a method as --baseline; JSON "
+                "speedup_vs_mpi_allreduce is then 0)");
+  cmd->callback([o, &mpi] {
+    if (o->no_library && o->baseline == "library")
+      input_error("bench-allreduce --no-library: the speedups need a baseline; give --baseline METHOD");
+    run(*o, mpi.local_rank());
+  });
 }
 
 }  // namespace qtrain::cli
