@@ -147,7 +147,9 @@ class PipelinedReduceScatter {
     tally_.encode_s += since(t0);
     for (int j = 1; j < P_; ++j) w_.comm.post_send({out.data(), used}, (me_ + j) % P_, static_cast<int>(2 * k + 1));
     t0 = Clock::now();
-    w_.decode_from(me_, {out.data(), used}, ids_, /*add=*/false, [&](int t) { return w_.piece(t, me_, ki); });
+    w_.decode_from(
+        me_, {out.data(), used}, ids_, /*add=*/false, [&](int t) { return w_.piece(t, me_, ki); },
+        /*owner_encoded=*/true);
     tally_.decode_s += since(t0);
   }
 
@@ -159,8 +161,10 @@ class PipelinedReduceScatter {
       phase2_decoded_[i] = 1;
       --phase2_left_[k];
       const auto t0 = Clock::now();
-      w_.decode_from(static_cast<int>(o), {bufs_[from_owner(k, o)].data(), static_cast<size_t>(phase2_bytes_[i])}, ids_,
-                     /*add=*/false, [&](int t) { return w_.piece(t, static_cast<int>(o), static_cast<int>(k)); });
+      w_.decode_from(
+          static_cast<int>(o), {bufs_[from_owner(k, o)].data(), static_cast<size_t>(phase2_bytes_[i])}, ids_,
+          /*add=*/false, [&](int t) { return w_.piece(t, static_cast<int>(o), static_cast<int>(k)); },
+          /*owner_encoded=*/true);
       tally_.decode_s += since(t0);
     }
   }

@@ -85,7 +85,8 @@ void reduce_scatter_allgather_piece(Workspace& w, const std::vector<int>& ids, i
   w.comm.all_gather_streamed(
       ctx, {w.send_host.data(), used}, w.capacity, w.recv_host, [&](int owner, std::span<const uint8_t> bytes) {
         const auto t1 = Clock::now();
-        w.decode_from(owner, bytes, ids, /*add=*/false, [&](int t) { return w.piece(t, owner, k); });
+        w.decode_from(
+            owner, bytes, ids, /*add=*/false, [&](int t) { return w.piece(t, owner, k); }, /*owner_encoded=*/true);
         tally.decode_s += since(t1);
       });
 }

@@ -69,7 +69,7 @@ uint8_t* Workspace::send_buffer(size_t bytes) {
 }
 
 void Workspace::decode_from(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
-                            const std::function<Span(int)>& where) {
+                            const std::function<Span(int)>& where, bool owner_encoded) {
   // Transports deliver into host memory; CUDA decoders read device memory.
   const uint8_t* base = bytes.data();
   if (device.is_cuda() && !bytes.empty()) {
@@ -77,8 +77,10 @@ void Workspace::decode_from(int from_rank, std::span<const uint8_t> bytes, const
     copy_from_host(*ctx, dev, bytes.data(), bytes.size());
     base = dev;
   }
-  decode_payloads(from_rank, base, bytes.size(), ids, add, where,
-                  [&](int t, size_t cursor) { return payload_length(bytes, cursor, t, from_rank); });
+  decode_payloads(
+      from_rank, base, bytes.size(), ids, add, where,
+      [&](int t, size_t cursor) { return payload_length(bytes, cursor, t, from_rank); }, owner_encoded,
+      /*sender_spec=*/true);
 }
 
 void Workspace::decode_from_device(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,

@@ -56,9 +56,11 @@ struct Workspace {
   uint8_t* send_buffer(size_t capacity);
   // Decodes the payloads rank `from_rank` sent for `ids` (in that order, skipping tensors whose span
   // where(t) is empty: those are never sent), from host bytes, into span where(t) of tensor t: adding
-  // (decode_add) when `add`, else overwriting. Every length is validated before a decoder reads.
+  // (decode_add) when `add`, else overwriting. Every length is validated before a decoder reads. The
+  // payloads were encoded by each tensor's owner quantizer when `owner_encoded`, else its first one;
+  // on CUDA their headers are then checked on the device (the lengths come from the host's copy).
   void decode_from(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
-                   const std::function<Span(int tensor)>& where);
+                   const std::function<Span(int tensor)>& where, bool owner_encoded = false);
   // The same for bytes in device memory (a device byte collective's result), encoded by each tensor's
   // owner quantizer when `owner_encoded`, else its first one. When the block is exactly as long as
   // those encoders' largest payloads (fixed-size methods), those are the lengths and nothing crosses
