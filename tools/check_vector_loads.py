@@ -36,6 +36,8 @@ REQUIRED = [
     ("signsgd.cu", r"pack_vec_kernel", "load"),
     ("efsign.cu", r"pack_vec_kernel", "load"),
     ("sign_words.cu", r"unpack_signs_vec_kernel", "store"),
+    ("qsgd.cu", r"encode_vec_kernel", "load"),
+    ("qsgd.cu", r"decode_vec_kernel", "store"),
 ]
 
 PTX_WIDE = {
