@@ -38,6 +38,8 @@ REQUIRED = [
     ("sign_words.cu", r"unpack_signs_vec_kernel", "store"),
     ("qsgd.cu", r"encode_vec_kernel", "load"),
     ("qsgd.cu", r"decode_vec_kernel", "store"),
+    ("onebit.cu", r"pack_vec_kernel", "load"),
+    ("onebit.cu", r"decode_vec_kernel", "store"),
 ]
 
 PTX_WIDE = {
