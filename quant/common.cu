@@ -146,7 +146,8 @@ __global__ void __launch_bounds__(kStreamThreads)
     }
 }
 
-// One warp per (bucket, chunk of kSumChunk values): the bucket's max |v| bits.
+// One warp per (bucket, chunk of kSumChunk values): the bucket's max |v| bits. Spans not 16-byte
+// aligned and buckets no multiple of 4 (more than one).
 __global__ void bucket_max_kernel(const float* __restrict__ in, const float* __restrict__ residual, int64_t n,
                                   int64_t bucket, int64_t buckets, int64_t chunks_per_bucket, uint32_t* max_bits,
                                   EncodeStatus* status) {
@@ -170,6 +171,65 @@ __global__ void bucket_max_kernel(const float* __restrict__ in, const float* __r
       if (m >= kNonFinite) atomicOr(&status->non_finite, 1u);
     }
   }
+}
+
+// The same maxima, streamed (bucket % 4 == 0, or one bucket: a float4 lies in one bucket): tiles of
+// 256 x 4 float4s, each bucket the tile touches a slot in shared memory. A warp whose 32 float4s share
+// a bucket folds them by shuffles and one lane takes the slot; otherwise each lane takes its own
+// bucket's slot (atomicMax in shared memory). Then one global atomicMax per (tile, bucket): 4096
+// values per atomic on a bucket larger than a tile, instead of one per warp chunk. The n % 4 last
+// values in block 0.
+constexpr int64_t kMaxSlots = kTileVecs + 1;  // buckets of >= 4 values: a tile touches at most this many
+
+__global__ void __launch_bounds__(kStreamThreads)
+    bucket_max_vec_kernel(const float* __restrict__ in, const float* __restrict__ residual, int64_t n, int64_t bucket,
+                          uint32_t* max_bits, EncodeStatus* status) {
+  __shared__ uint32_t slot[kMaxSlots];
+  const int64_t vecs = n / 4;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  bool bad = false;
+  for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
+    const int64_t v0 = tile * kTileVecs + threadIdx.x;
+    const int64_t last_v = (tile + 1) * kTileVecs < vecs ? (tile + 1) * kTileVecs - 1 : vecs - 1;
+    const int64_t first_b = 4 * tile * kTileVecs / bucket, slots = 4 * last_v / bucket - first_b + 1;
+    for (int64_t t = threadIdx.x; t < slots; t += kStreamThreads) slot[t] = 0;
+    float4 x[kStreamUnroll];
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
+      const int64_t v = v0 + k * kStreamThreads;
+      x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (v < vecs) x[k] = residual ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
+    }
+    __syncthreads();  // the slots are zero
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {
+      const int64_t v = v0 + k * kStreamThreads;
+      const bool valid = v < vecs;
+      const int s = valid ? static_cast<int>(4 * v / bucket - first_b) : 0;
+      uint32_t m = valid ? max4_abs_bits(x[k]) : 0u;
+      const int s0 = __shfl_sync(kFullMask, s, 0);
+      if (__all_sync(kFullMask, valid && s == s0)) {  // warp-uniform
+        m = warp_max_u32(m);
+        if (lane == 0 && m > 0) atomicMax(&slot[s0], m);
+      } else if (m > 0) {
+        atomicMax(&slot[s], m);
+      }
+    }
+    __syncthreads();  // the slots are complete
+    for (int64_t t = threadIdx.x; t < slots; t += kStreamThreads) {
+      const uint32_t m = slot[t];
+      if (m > 0) atomicMax(&max_bits[first_b + t], m);
+      bad |= m >= kNonFinite;
+    }
+    __syncthreads();  // the slots are read before the next tile clears them
+  }
+  if (blockIdx.x == 0)
+    for (int64_t i = 4 * vecs + threadIdx.x; i < n; i += blockDim.x) {
+      const uint32_t x = abs_bits(residual ? in[i] + residual[i] : in[i]);
+      if (x > 0) atomicMax(&max_bits[i / bucket], x);
+      bad |= x >= kNonFinite;
+    }
+  if (bad) atomicOr(&status->non_finite, 1u);
 }
 
 __global__ void max_scales_kernel(const uint32_t* max_bits, int64_t buckets, float* scales) {
@@ -235,9 +295,13 @@ void cuda_bucket_max_bits(Context& ctx, const float* in, const float* residual, 
   constexpr int kThreads = 256;
   cudaStream_t s = stream_of(ctx);
   CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof(uint32_t) * static_cast<size_t>(buckets), s));
-  const int64_t cpb = (bucket + kSumChunk - 1) / kSumChunk;
-  bucket_max_kernel<<<grid_for(buckets * cpb * kWarp, kThreads), kThreads, 0, s>>>(in, residual, n, bucket, buckets,
-                                                                                   cpb, max_bits, status);
+  if (aligned_to(in, 16) && aligned_to(residual, 16) && (bucket % 4 == 0 || buckets == 1)) {
+    bucket_max_vec_kernel<<<stream_grid(n / 4), kStreamThreads, 0, s>>>(in, residual, n, bucket, max_bits, status);
+  } else {
+    const int64_t cpb = (bucket + kSumChunk - 1) / kSumChunk;
+    bucket_max_kernel<<<grid_for(buckets * cpb * kWarp, kThreads), kThreads, 0, s>>>(in, residual, n, bucket, buckets,
+                                                                                     cpb, max_bits, status);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 

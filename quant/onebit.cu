@@ -1,6 +1,10 @@
 // onebit kernels: per-group masked sums in the deterministic order (quant/cuda_common.cuh), the two
-// means written straight into the payload, then one warp per 32-value word (a ballot packs the bits
-// LSB first) updating the residual as onebit.cpp does.
+// means written straight into the payload, then the sign words (bit j = value 32w + j >= 0, LSB first)
+// and the residual as onebit.cpp updates it. Pack and decode stream (cuda_common.cuh): float4 loads
+// of input and residual, eight lanes per word joined by shuffles, float4 stores of decoded values;
+// spans not 16-byte aligned and groups that split a word (pack: no multiple of 32) or a float4
+// (decode: no multiple of 4) take one warp per word (a ballot) or one thread per value. Per value the
+// pack reads 4 bytes (8 with a residual) and writes 1/8 (+ 4); decode reads 1/8 (+ 4) and writes 4.
 #include "quant/cuda_common.cuh"
 #include "quant/onebit_cuda.h"
 #include "quant/onebit_wire.h"
@@ -32,27 +36,80 @@ struct OnebitMeans {
   }
 };
 
-// One warp per word of 32 values of a group.
+// Word `word` of group g by one warp (a ballot packs the bits, LSB first), its residuals updated.
+__device__ __forceinline__ void pack_word(const float* __restrict__ in, float* __restrict__ residual, int64_t n,
+                                          int64_t group, size_t group_bytes, uint8_t* __restrict__ out, int64_t g,
+                                          int64_t word) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int64_t start = g * group;
+  const int64_t len = n - start < group ? n - start : group;
+  uint8_t* p = out + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes;
+  const float m0 = reinterpret_cast<const float*>(p)[0], m1 = reinterpret_cast<const float*>(p)[1];
+  const int64_t o = 32 * word + lane;
+  const bool valid = o < len;
+  const int64_t i = start + o;
+  const float v = valid ? (residual ? in[i] + residual[i] : in[i]) : 0.0f;
+  const bool pos = valid && !(v < 0.0f);
+  const unsigned bits = __ballot_sync(kFullMask, pos);
+  if (lane == 0) reinterpret_cast<uint32_t*>(p + 8)[word] = bits;
+  if (valid && residual) residual[i] = v - (pos ? m1 : m0);
+}
+
+// One warp per word of 32 values of a group: spans not 16-byte aligned, groups no multiple of 32.
 __global__ void pack_kernel(const float* __restrict__ in, float* __restrict__ residual, int64_t n, int64_t group,
                             int64_t groups, int64_t words_full, size_t group_bytes, uint8_t* __restrict__ out) {
   const int64_t warps_per_block = blockDim.x / kWarp;
   const int64_t stride = warps_per_block * gridDim.x;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
   for (int64_t w = blockIdx.x * warps_per_block + threadIdx.x / kWarp; w < groups * words_full; w += stride) {
     const int64_t g = w / words_full, word = w % words_full;
-    const int64_t start = g * group;
-    const int64_t len = n - start < group ? n - start : group;
+    const int64_t len = n - g * group < group ? n - g * group : group;
     if (32 * word >= len) continue;  // the last group has fewer words (warp-uniform)
-    uint8_t* p = out + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes;
-    const float m0 = reinterpret_cast<const float*>(p)[0], m1 = reinterpret_cast<const float*>(p)[1];
-    const int64_t o = 32 * word + lane;
-    const bool valid = o < len;
-    const int64_t i = start + o;
-    const float v = valid ? (residual ? in[i] + residual[i] : in[i]) : 0.0f;
-    const bool pos = valid && !(v < 0.0f);
-    const unsigned bits = __ballot_sync(kFullMask, pos);
-    if (lane == 0) reinterpret_cast<uint32_t*>(p + 8)[word] = bits;
-    if (valid && residual) residual[i] = v - (pos ? m1 : m0);
+    pack_word(in, residual, n, group, group_bytes, out, g, word);
+  }
+}
+
+// The vector kernels' words (pack) and float4s (decode) stay in one group.
+inline bool pack_vec_fits(const wire::OnebitLayout& l) { return l.group % 32 == 0 || l.groups == 1; }
+inline bool decode_vec_fits(const wire::OnebitLayout& l) { return l.group % 4 == 0 || l.groups == 1; }
+
+// The whole words, streamed: float4 v = values 4v .. 4v + 3 of the span's word v / 8 (groups are whole
+// words), eight lanes per word (their nibbles joined by shuffles), the group's means read per float4.
+// The last word, if partial, by warp 0 of block 0.
+template <bool Ef>
+__global__ void __launch_bounds__(kStreamThreads)
+    pack_vec_kernel(const float* __restrict__ in, float* __restrict__ residual, int64_t n, int64_t group,
+                    size_t group_bytes, uint8_t* __restrict__ out) {
+  const int64_t full = n / 32, vecs = full * 8;
+  for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
+    const int64_t v0 = tile * kTileVecs + threadIdx.x;
+    float4 x[kStreamUnroll];
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
+      const int64_t v = v0 + k * kStreamThreads;
+      x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
+    }
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {  // every lane runs the shuffles
+      const int64_t v = v0 + k * kStreamThreads;
+      const bool valid = v < vecs;
+      const int64_t i0 = valid ? 4 * v : 0;
+      const int64_t g = i0 / group, o = i0 - g * group;
+      uint8_t* p = out + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes;
+      const uint32_t word = sign_word_of_group(nonnegative_bits4(x[k]));
+      if (valid && threadIdx.x % 8 == 0) reinterpret_cast<uint32_t*>(p + 8)[o / 32] = word;
+      if (Ef && valid) {
+        const float m0 = reinterpret_cast<const float*>(p)[0], m1 = reinterpret_cast<const float*>(p)[1];
+        const float4 y = x[k];
+        store4(residual, v,
+               make_float4(y.x - (y.x < 0.0f ? m0 : m1), y.y - (y.y < 0.0f ? m0 : m1), y.z - (y.z < 0.0f ? m0 : m1),
+                           y.w - (y.w < 0.0f ? m0 : m1)));
+      }
+    }
+  }
+  if (blockIdx.x == 0 && threadIdx.x < kWarp && 32 * full < n) {
+    const int64_t g = 32 * full / group;
+    pack_word(in, Ef ? residual : nullptr, n, group, group_bytes, out, g, (32 * full - g * group) / 32);
   }
 }
 
@@ -66,18 +123,69 @@ __global__ void check_means_kernel(const uint8_t* __restrict__ payload, int64_t 
   }
 }
 
+// Value i: its group's mean of its sign.
+__device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payload, int64_t group, size_t group_bytes,
+                                              int64_t i) {
+  const int64_t g = i / group, o = i - g * group;
+  const uint8_t* p = payload + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes;
+  const float* means = reinterpret_cast<const float*>(p);
+  const uint32_t word = reinterpret_cast<const uint32_t*>(p + 8)[o / 32];
+  return (word >> (o % 32)) & 1u ? means[1] : means[0];
+}
+
+// One thread per value: outputs not 16-byte aligned, groups no multiple of 4.
 template <bool Add>
 __global__ void decode_kernel(const uint8_t* __restrict__ payload, int64_t n, int64_t group, size_t group_bytes,
                               float* __restrict__ out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t g = i / group, o = i - g * group;
-    const uint8_t* p = payload + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes;
-    const float* means = reinterpret_cast<const float*>(p);
-    const uint32_t word = reinterpret_cast<const uint32_t*>(p + 8)[o / 32];
-    const float v = (word >> (o % 32)) & 1u ? means[1] : means[0];
+    const float v = decode_value(payload, group, group_bytes, i);
     out[i] = Add ? out[i] + v : v;
   }
+}
+
+// The same values, streamed: float4 v of the output from four bits of one word and its group's means;
+// the n % 4 last values one per thread of block 0.
+template <bool Add>
+__global__ void __launch_bounds__(kStreamThreads)
+    decode_vec_kernel(const uint8_t* __restrict__ payload, int64_t n, int64_t group, size_t group_bytes,
+                      float* __restrict__ out) {
+  const int64_t vecs = n / 4;
+  for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
+    const int64_t v0 = tile * kTileVecs + threadIdx.x;
+    uint32_t bits[kStreamUnroll];
+    float m0[kStreamUnroll], m1[kStreamUnroll];
+    float4 acc[kStreamUnroll];
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {
+      const int64_t v = v0 + k * kStreamThreads;
+      bits[k] = 0;
+      m0[k] = m1[k] = 0.0f;
+      acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (v >= vecs) continue;
+      const int64_t g = 4 * v / group, o = 4 * v - g * group;
+      const uint8_t* p = payload + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes;
+      bits[k] = reinterpret_cast<const uint32_t*>(p + 8)[o / 32] >> (o % 32);
+      m0[k] = reinterpret_cast<const float*>(p)[0];
+      m1[k] = reinterpret_cast<const float*>(p)[1];
+      if (Add) acc[k] = load4(out, v);
+    }
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {
+      const int64_t v = v0 + k * kStreamThreads;
+      if (v >= vecs) break;
+      const float y0 = bits[k] & 1u ? m1[k] : m0[k], y1 = bits[k] & 2u ? m1[k] : m0[k];
+      const float y2 = bits[k] & 4u ? m1[k] : m0[k], y3 = bits[k] & 8u ? m1[k] : m0[k];
+      store4(
+          out, v,
+          Add ? make_float4(acc[k].x + y0, acc[k].y + y1, acc[k].z + y2, acc[k].w + y3) : make_float4(y0, y1, y2, y3));
+    }
+  }
+  if (blockIdx.x == 0)
+    for (int64_t i = 4 * vecs + threadIdx.x; i < n; i += blockDim.x) {
+      const float v = decode_value(payload, group, group_bytes, i);
+      out[i] = Add ? out[i] + v : v;
+    }
 }
 
 }  // namespace
@@ -92,8 +200,17 @@ void onebit_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::OnebitLay
   if (l.groups > 0) {
     constexpr int kThreads = 256;
     const int64_t words = l.groups * l.words_full;
-    pack_kernel<<<grid_for(words * kWarp, kThreads), kThreads, 0, stream_of(ctx)>>>(
-        a.in, a.residual, l.n, l.group, l.groups, l.words_full, l.group_bytes, a.out);
+    cudaStream_t s = stream_of(ctx);
+    if (aligned_to(a.in, 16) && aligned_to(a.residual, 16) && pack_vec_fits(l)) {
+      const int grid = stream_grid(l.n / 32 * 8);
+      if (a.residual)
+        pack_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l.n, l.group, l.group_bytes, a.out);
+      else
+        pack_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(a.in, nullptr, l.n, l.group, l.group_bytes, a.out);
+    } else {
+      pack_kernel<<<grid_for(words * kWarp, kThreads), kThreads, 0, s>>>(a.in, a.residual, l.n, l.group, l.groups,
+                                                                         l.words_full, l.group_bytes, a.out);
+    }
     CUDA_CHECK(cudaGetLastError());
   }
   check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
@@ -115,12 +232,18 @@ void onebit_decode_cuda(Context& ctx, const wire::OnebitLayout& l, const uint8_t
   check_status(ctx, status.get(), [](const EncodeStatus& done) {
     if (done.bad) wire::bad_payload(QuantMethod::onebit, "a group has a non-finite mean");
   });
-  if (add)
-    decode_kernel<true>
-        <<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l.n, l.group, l.group_bytes, out);
-  else
-    decode_kernel<false>
-        <<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l.n, l.group, l.group_bytes, out);
+  cudaStream_t s = stream_of(ctx);
+  if (aligned_to(out, 16) && decode_vec_fits(l)) {
+    const int grid = stream_grid(l.n / 4);
+    if (add)
+      decode_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out);
+    else
+      decode_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out);
+  } else if (add) {
+    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out);
+  } else {
+    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 

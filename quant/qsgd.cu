@@ -1,6 +1,11 @@
 // qsgd kernels: per-bucket max (integer max of float bits, order-free) and, for l2, the deterministic
-// sum of squares; then one thread per 32-bit word of codes, each value rounded with the Philox stream
-// of quant/numerics.h exactly as qsgd.cpp's chunk loop and tie fix-up do.
+// sum of squares; then the codes, each value rounded with the Philox stream of quant/numerics.h
+// exactly as qsgd.cpp's chunk loop and tie fix-up do. Encode and decode stream (cuda_common.cuh):
+// float4 loads of input and residual, codes stored as 32-bit words (lanes joined by shuffles at 2 and
+// 4 bits), float4 stores of the decoded values; spans not 16-byte aligned, and buckets that split a
+// word's float4s (encode) or a float4 (decode), take one thread per word (encode) or value (decode).
+// Per value encode reads 4 bytes (8 with a residual) and writes bits/8 (+ 4); decode reads bits/8
+// (+ 4 with add) and writes 4.
 #include "quant/cuda_common.cuh"
 #include "quant/qsgd_cuda.h"
 #include "quant/qsgd_wire.h"
@@ -33,50 +38,161 @@ struct L2Scale {
   }
 };
 
-// One thread per word of codes.
+// Word `word` of bucket b (its values' codes, LSB first, and residuals), one value at a time.
 template <int Bits>
-__global__ void encode_words_kernel(const float* __restrict__ in, float* __restrict__ residual, wire::QsgdLayout l,
-                                    PhiloxKey key, uint8_t* __restrict__ out) {
+__device__ __forceinline__ void encode_word(const float* __restrict__ in, float* __restrict__ residual,
+                                            const wire::QsgdLayout& l, PhiloxKey key, uint8_t* __restrict__ out,
+                                            int64_t b, int64_t word) {
   constexpr int kPer = 32 / Bits;
   constexpr int32_t kLevels = (1 << (Bits - 1)) - 1;
   constexpr uint32_t kSign = 1u << (Bits - 1);
   const float* scales = reinterpret_cast<const float*>(out + wire::kHeaderBytes);
+  const int64_t len = l.len(b);
+  const float scale = scales[b];
+  const float inv = inverse_scale(float_bits(scale), static_cast<float>(kLevels));
+  const float step = scale / static_cast<float>(kLevels);
+  uint32_t packed = 0;
+  uint64_t block_index = ~uint64_t{0};
+  PhiloxBlock block{};
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t o = word * kPer + j;
+    if (o >= len) break;
+    const int64_t i = b * l.bucket + o;
+    const float v = residual ? in[i] + residual[i] : in[i];
+    const QsgdLevel lv = qsgd_level(v, inv);
+    const uint64_t bi = static_cast<uint64_t>(i) / kValuesPerBlock;
+    if (bi != block_index) {
+      block = stage1_block(key, bi, kTagQsgd);
+      block_index = bi;
+    }
+    const auto r = static_cast<int32_t>(stage1_u16(block, static_cast<uint64_t>(i)));
+    bool up = r < lv.cut;
+    if (r == lv.cut) up = stage2_up(key, static_cast<uint64_t>(i), kTagQsgd, lv.rest);
+    int32_t k = lv.floor + (up ? 1 : 0);
+    k = k > kLevels ? kLevels : k;
+    const bool neg = v < 0.0f;
+    packed |= (static_cast<uint32_t>(k) | (neg ? kSign : 0u)) << (j * Bits);
+    if (residual) {
+      const float mag = static_cast<float>(k) * step;
+      residual[i] = v - (neg ? -mag : mag);
+    }
+  }
+  reinterpret_cast<uint32_t*>(out + l.words_offset(b))[word] = packed;
+}
+
+// One thread per word of codes: spans not 16-byte aligned, and buckets the vector kernel cannot tile.
+template <int Bits>
+__global__ void encode_words_kernel(const float* __restrict__ in, float* __restrict__ residual, wire::QsgdLayout l,
+                                    PhiloxKey key, uint8_t* __restrict__ out) {
   const int64_t words = l.buckets * l.words_full;
   for (int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; w < words;
        w += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t b = w / l.words_full, word = w % l.words_full;
-    const int64_t len = l.len(b);
-    if (word * kPer >= len) continue;  // the last bucket has fewer words
-    const float scale = scales[b];
-    const float inv = inverse_scale(float_bits(scale), static_cast<float>(kLevels));
-    const float step = scale / static_cast<float>(kLevels);
-    uint32_t packed = 0;
-    uint64_t block_index = ~uint64_t{0};
-    PhiloxBlock block{};
-    for (int j = 0; j < kPer; ++j) {
-      const int64_t o = word * kPer + j;
-      if (o >= len) break;
-      const int64_t i = b * l.bucket + o;
-      const float v = residual ? in[i] + residual[i] : in[i];
-      const QsgdLevel lv = qsgd_level(v, inv);
-      const uint64_t bi = static_cast<uint64_t>(i) / kValuesPerBlock;
-      if (bi != block_index) {
-        block = stage1_block(key, bi, kTagQsgd);
-        block_index = bi;
-      }
-      const auto r = static_cast<int32_t>(stage1_u16(block, static_cast<uint64_t>(i)));
-      bool up = r < lv.cut;
-      if (r == lv.cut) up = stage2_up(key, static_cast<uint64_t>(i), kTagQsgd, lv.rest);
-      int32_t k = lv.floor + (up ? 1 : 0);
-      k = k > kLevels ? kLevels : k;
-      const bool neg = v < 0.0f;
-      packed |= (static_cast<uint32_t>(k) | (neg ? kSign : 0u)) << (j * Bits);
-      if (residual) {
-        const float mag = static_cast<float>(k) * step;
-        residual[i] = v - (neg ? -mag : mag);
-      }
+    if (word * (32 / Bits) >= l.len(b)) continue;  // the last bucket has fewer words
+    encode_word<Bits>(in, residual, l, key, out, b, word);
+  }
+}
+
+// Values per unit of the vector kernel: a float4, or the 8 (4 bits) or 16 (2 bits) values of a word.
+template <int Bits>
+constexpr int64_t vec_unit() {
+  return 32 / Bits > 4 ? 32 / Bits : 4;
+}
+
+// The vector kernel's values: whole units, which must not straddle a bucket.
+template <int Bits>
+bool encode_vec_fits(const wire::QsgdLayout& l) {
+  return l.bucket % vec_unit<Bits>() == 0 || l.buckets == 1;
+}
+
+// The same codes, streamed: float4 v = values 4v .. 4v + 3 (one Philox block per pair of float4s, the
+// block of value i being i / 8 as in the scalar path); kPer / 4 consecutive lanes join their codes
+// into a word by shuffles (bits 2 and 4), a lane's codes are one word (8 bits) or two (16 bits). The
+// values past the last whole unit (within the last bucket) take encode_word in block 0.
+template <int Bits, bool Ef>
+__global__ void __launch_bounds__(kStreamThreads)
+    encode_vec_kernel(const float* __restrict__ in, float* __restrict__ residual, wire::QsgdLayout l, PhiloxKey key,
+                      uint8_t* __restrict__ out) {
+  constexpr int kPer = 32 / Bits;
+  constexpr int kLanes = kPer > 4 ? kPer / 4 : 1;  // lanes per word
+  constexpr int32_t kLevels = (1 << (Bits - 1)) - 1;
+  constexpr uint32_t kSign = 1u << (Bits - 1);
+  static_assert(kStreamThreads % kLanes == 0 && kWarp % kLanes == 0, "a word's lanes stay in one warp");
+  const float* scales = reinterpret_cast<const float*>(out + wire::kHeaderBytes);
+  const int64_t vec_end = l.n / vec_unit<Bits>() * vec_unit<Bits>(), vecs = vec_end / 4;
+  const int sub = static_cast<int>(threadIdx.x % kLanes);
+  for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
+    const int64_t v0 = tile * kTileVecs + threadIdx.x;
+    float4 x[kStreamUnroll];
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
+      const int64_t v = v0 + k * kStreamThreads;
+      x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
     }
-    reinterpret_cast<uint32_t*>(out + l.words_offset(b))[word] = packed;
+    // The stage-1 words of float4 v are words 0-1 (v even) or 2-3 (v odd) of Philox block v / 2, the
+    // block of its values i / 8. Lanes 2p and 2p + 1 hold float4s 2q and 2q + 1 of one block at every
+    // k: the even lane computes the block of k, the odd one that of k + 1, and they trade halves.
+    static_assert(kValuesPerBlock == 8 && kStreamUnroll % 2 == 0, "pairs of float4s share a block");
+    uint32_t lo[kStreamUnroll], hi[kStreamUnroll];
+    const bool odd = threadIdx.x % 2 != 0;
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; k += 2) {
+      const int64_t v = v0 + (odd ? k + 1 : k) * kStreamThreads;
+      const PhiloxBlock r = stage1_block(key, static_cast<uint64_t>(v) / 2, kTagQsgd);
+      const uint32_t give0 = odd ? r.v[0] : r.v[2], give1 = odd ? r.v[1] : r.v[3];
+      const uint32_t got0 = __shfl_xor_sync(kFullMask, give0, 1), got1 = __shfl_xor_sync(kFullMask, give1, 1);
+      lo[k] = odd ? got0 : r.v[0];
+      hi[k] = odd ? got1 : r.v[1];
+      lo[k + 1] = odd ? r.v[2] : got0;
+      hi[k + 1] = odd ? r.v[3] : got1;
+    }
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {  // every lane runs the shuffles
+      const int64_t v = v0 + k * kStreamThreads;
+      const bool valid = v < vecs;
+      const int64_t i0 = valid ? 4 * v : 0;
+      const int64_t b = i0 / l.bucket, o = i0 - b * l.bucket;
+      const float scale = scales[b];
+      const float inv = inverse_scale(float_bits(scale), static_cast<float>(kLevels));
+      const float step = scale / static_cast<float>(kLevels);
+      const uint32_t u16[4] = {lo[k] & 0xffffu, lo[k] >> 16, hi[k] & 0xffffu, hi[k] >> 16};
+      const float a[4] = {x[k].x, x[k].y, x[k].z, x[k].w};
+      uint64_t codes = 0;  // the four codes, Bits apart
+      float res[4];
+      QT_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const auto i = static_cast<uint64_t>(i0 + j);
+        const QsgdLevel lv = qsgd_level(a[j], inv);
+        const auto r = static_cast<int32_t>(u16[j]);
+        bool up = r < lv.cut;
+        if (r == lv.cut) up = stage2_up(key, i, kTagQsgd, lv.rest);
+        int32_t level = lv.floor + (up ? 1 : 0);
+        level = level > kLevels ? kLevels : level;
+        const bool neg = a[j] < 0.0f;
+        codes |= static_cast<uint64_t>(static_cast<uint32_t>(level) | (neg ? kSign : 0u)) << (j * Bits);
+        const float mag = static_cast<float>(level) * step;
+        res[j] = a[j] - (neg ? -mag : mag);
+      }
+      auto* words = reinterpret_cast<uint32_t*>(out + l.words_offset(b)) + o / kPer;
+      if (Bits == 16) {
+        if (valid) {
+          words[0] = static_cast<uint32_t>(codes);
+          words[1] = static_cast<uint32_t>(codes >> 32);
+        }
+      } else {
+        uint32_t word = static_cast<uint32_t>(codes) << (4 * Bits * sub);
+        for (int off = kLanes / 2; off >= 1; off /= 2) word |= __shfl_xor_sync(kFullMask, word, off);
+        if (valid && sub == 0) words[0] = word;
+      }
+      if (Ef && valid) store4(residual, v, make_float4(res[0], res[1], res[2], res[3]));
+    }
+  }
+  if (blockIdx.x == 0 && l.n > vec_end) {
+    const int64_t b = l.buckets - 1, first = (vec_end - b * l.bucket) / kPer;
+    const int64_t last = (l.len(b) + kPer - 1) / kPer;
+    for (int64_t word = first + threadIdx.x; word < last; word += blockDim.x)
+      encode_word<Bits>(in, Ef ? residual : nullptr, l, key, out, b, word);
   }
 }
 
@@ -86,23 +202,89 @@ __global__ void check_scales_kernel(const float* __restrict__ scales, int64_t bu
     if (float_bits(scales[b]) >= kNonFinite) atomicOr(&status->bad, 1u);
 }
 
-template <int Bits, bool Add>
-__global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::QsgdLayout l, float* __restrict__ out) {
+// Value i: its code times its bucket's step.
+template <int Bits>
+__device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payload, const wire::QsgdLayout& l,
+                                              int64_t i) {
   constexpr int kPer = 32 / Bits;
   constexpr uint32_t kMask = (1u << Bits) - 1;
   constexpr uint32_t kSign = 1u << (Bits - 1);
   constexpr int32_t kLevels = (1 << (Bits - 1)) - 1;
   const float* scales = reinterpret_cast<const float*>(payload + wire::kHeaderBytes);
+  const int64_t b = i / l.bucket, o = i - b * l.bucket;
+  const uint32_t word = reinterpret_cast<const uint32_t*>(payload + l.words_offset(b))[o / kPer];
+  const uint32_t code = (word >> ((o % kPer) * Bits)) & kMask;
+  const float step = scales[b] / static_cast<float>(kLevels);
+  const float mag = static_cast<float>(static_cast<int32_t>(code & (kSign - 1))) * step;
+  return code & kSign ? -mag : mag;
+}
+
+// One thread per value: outputs not 16-byte aligned, buckets no multiple of 4.
+template <int Bits, bool Add>
+__global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::QsgdLayout l, float* __restrict__ out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t b = i / l.bucket, o = i - b * l.bucket;
-    const uint32_t word = reinterpret_cast<const uint32_t*>(payload + l.words_offset(b))[o / kPer];
-    const uint32_t code = (word >> ((o % kPer) * Bits)) & kMask;
-    const float step = scales[b] / static_cast<float>(kLevels);
-    const float mag = static_cast<float>(static_cast<int32_t>(code & (kSign - 1))) * step;
-    const float v = code & kSign ? -mag : mag;
+    const float v = decode_value<Bits>(payload, l, i);
     out[i] = Add ? out[i] + v : v;
   }
+}
+
+// The vector kernel's float4s stay in one bucket.
+inline bool decode_vec_fits(const wire::QsgdLayout& l) { return l.bucket % 4 == 0 || l.buckets == 1; }
+
+// The same values, streamed: float4 v of the output from one 32-bit word of codes (two at 16 bits) and
+// its bucket's scale; the n % 4 last values one per thread of block 0.
+template <int Bits, bool Add>
+__global__ void __launch_bounds__(kStreamThreads)
+    decode_vec_kernel(const uint8_t* __restrict__ payload, wire::QsgdLayout l, float* __restrict__ out) {
+  constexpr int kPer = 32 / Bits;
+  constexpr uint32_t kMask = (1u << Bits) - 1;
+  constexpr uint32_t kSign = 1u << (Bits - 1);
+  constexpr int32_t kLevels = (1 << (Bits - 1)) - 1;
+  const float* scales = reinterpret_cast<const float*>(payload + wire::kHeaderBytes);
+  const int64_t vecs = l.n / 4;
+  for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
+    const int64_t v0 = tile * kTileVecs + threadIdx.x;
+    uint64_t c[kStreamUnroll];  // the float4's four codes, Bits apart
+    float step[kStreamUnroll];
+    float4 acc[kStreamUnroll];
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {
+      const int64_t v = v0 + k * kStreamThreads;
+      c[k] = 0;
+      step[k] = 0.0f;
+      acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (v >= vecs) continue;
+      const int64_t b = 4 * v / l.bucket, o = 4 * v - b * l.bucket;
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(payload + l.words_offset(b)) + o / kPer;
+      if (Bits == 16)
+        c[k] = uint64_t{words[0]} | (uint64_t{words[1]} << 32);
+      else
+        c[k] = words[0] >> ((o % kPer) * Bits);
+      step[k] = scales[b] / static_cast<float>(kLevels);
+      if (Add) acc[k] = load4(out, v);
+    }
+    QT_UNROLL
+    for (int k = 0; k < kStreamUnroll; ++k) {
+      const int64_t v = v0 + k * kStreamThreads;
+      if (v >= vecs) break;
+      float y[4];
+      QT_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const auto code = static_cast<uint32_t>(c[k] >> (j * Bits)) & kMask;
+        const float mag = static_cast<float>(static_cast<int32_t>(code & (kSign - 1))) * step[k];
+        y[j] = code & kSign ? -mag : mag;
+      }
+      store4(out, v,
+             Add ? make_float4(acc[k].x + y[0], acc[k].y + y[1], acc[k].z + y[2], acc[k].w + y[3])
+                 : make_float4(y[0], y[1], y[2], y[3]));
+    }
+  }
+  if (blockIdx.x == 0)
+    for (int64_t i = 4 * vecs + threadIdx.x; i < l.n; i += blockDim.x) {
+      const float v = decode_value<Bits>(payload, l, i);
+      out[i] = Add ? out[i] + v : v;
+    }
 }
 
 template <typename F>
@@ -136,8 +318,16 @@ void qsgd_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout&
       cuda_max_scales(ctx, max_bits, l.buckets, scales);
     }
     const int64_t words = l.buckets * l.words_full;
+    const bool aligned = aligned_to(a.in, 16) && aligned_to(a.residual, 16);
     with_bits(l.bits, [&](auto bits) {
-      encode_words_kernel<bits()><<<grid_for(words, kThreads), kThreads, 0, s>>>(a.in, a.residual, l, a.key, a.out);
+      constexpr int kBits = bits();
+      const int grid = stream_grid(l.n / vec_unit<kBits>() * vec_unit<kBits>() / 4);
+      if (aligned && encode_vec_fits<kBits>(l) && a.residual)
+        encode_vec_kernel<kBits, true><<<grid, kStreamThreads, 0, s>>>(a.in, a.residual, l, a.key, a.out);
+      else if (aligned && encode_vec_fits<kBits>(l))
+        encode_vec_kernel<kBits, false><<<grid, kStreamThreads, 0, s>>>(a.in, nullptr, l, a.key, a.out);
+      else
+        encode_words_kernel<kBits><<<grid_for(words, kThreads), kThreads, 0, s>>>(a.in, a.residual, l, a.key, a.out);
     });
     CUDA_CHECK(cudaGetLastError());
   }
@@ -160,11 +350,18 @@ void qsgd_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* pa
   check_status(ctx, status.get(), [](const EncodeStatus& done) {
     if (done.bad) wire::bad_payload(QuantMethod::qsgd, "a bucket scale is not a finite value >= 0");
   });
+  cudaStream_t s = stream_of(ctx);
+  const bool vec = aligned_to(out, 16) && decode_vec_fits(l);
   with_bits(l.bits, [&](auto bits) {
-    if (add)
-      decode_kernel<bits(), true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
+    const int grid = vec ? stream_grid(l.n / 4) : grid_for(l.n, kThreads);
+    if (vec && add)
+      decode_vec_kernel<bits(), true><<<grid, kStreamThreads, 0, s>>>(payload, l, out);
+    else if (vec)
+      decode_vec_kernel<bits(), false><<<grid, kStreamThreads, 0, s>>>(payload, l, out);
+    else if (add)
+      decode_kernel<bits(), true><<<grid, kThreads, 0, s>>>(payload, l, out);
     else
-      decode_kernel<bits(), false><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
+      decode_kernel<bits(), false><<<grid, kThreads, 0, s>>>(payload, l, out);
   });
   CUDA_CHECK(cudaGetLastError());
 }

@@ -25,6 +25,7 @@ import sys
 REQUIRED = [
     ("common.cu", r"cast_encode_vec_kernel", "load"),
     ("common.cu", r"cast_decode_vec_kernel", "store"),
+    ("common.cu", r"bucket_max_vec_kernel", "load"),  # qsgd's and terngrad's bucket max
     ("fp8.cu", r"span_max_bits_kernelILb[01]ELb1E", "load"),  # quant/minifloat.cuh, Vec = true
     ("fp8.cu", r"encode_vec_kernel", "load"),
     ("fp8.cu", r"decode_vec_kernel", "store"),
@@ -36,6 +37,10 @@ REQUIRED = [
     ("signsgd.cu", r"pack_vec_kernel", "load"),
     ("efsign.cu", r"pack_vec_kernel", "load"),
     ("sign_words.cu", r"unpack_signs_vec_kernel", "store"),
+    ("qsgd.cu", r"encode_vec_kernel", "load"),
+    ("qsgd.cu", r"decode_vec_kernel", "store"),
+    ("onebit.cu", r"pack_vec_kernel", "load"),
+    ("onebit.cu", r"decode_vec_kernel", "store"),
 ]
 
 PTX_WIDE = {
