@@ -52,6 +52,17 @@ rc, out = run("ncu_table.py", os.path.join(fixtures, "ncu_profile_once.csv"), "-
 check("ncu_table.py exits 0 on the fixture", rc == 0, out)
 same_as("ncu_table.py prints the expected tables", out, "ncu_profile_once.expected.md")
 
+# ncu 2025.3 on the H100 wrote the kernels' anonymous namespace as "<unnamed>" and no return type; the
+# marks must still be found (the first GPU run's table had none).
+with open(os.path.join(fixtures, "ncu_profile_once.csv")) as f:
+    h100_style = f.read().replace("(anonymous namespace)::", "<unnamed>::").replace('"void qtrain::', '"')
+h100_csv = os.path.join(tempfile.mkdtemp(), "ncu_h100_style.csv")
+with open(h100_csv, "w") as f:
+    f.write(h100_style)
+rc, out = run("ncu_table.py", h100_csv, "--methods", os.path.join(fixtures, "ncu_profile_once.log"), "--values",
+              "16777216")
+same_as("ncu_table.py reads ncu 2025's <unnamed> namespaces alike", out, "ncu_profile_once.expected.md")
+
 rc, out = run("ncu_table.py", os.path.join(fixtures, "ncu_no_permission.csv"))
 check("ncu_table.py exits 1 on ncu's output without a kernel, naming ERR_NVGPUCTRPERM",
       rc == 1 and "ERR_NVGPUCTRPERM" in out, out)

@@ -45,7 +45,8 @@ def number(text):
 def short_name(name):
     """'void qtrain::quant_detail::(anonymous namespace)::decode_kernel<4, false>(const unsigned char *, ...)'
     -> 'decode_kernel<4, false>': no return type, namespaces or parameters (the method names the kernel)."""
-    name = re.sub(r"\(anonymous namespace\)::", "", name)
+    # GCC-style demangling says "(anonymous namespace)", ncu 2025's "<unnamed>" (seen on the H100).
+    name = re.sub(r"\(anonymous namespace\)::|<unnamed>::", "", name)
     name = re.sub(r"\b[A-Za-z_]\w*::", "", name)
     name = re.sub(r"^(void|__global__ void)\s+", "", name.strip())
     depth = 0
