@@ -551,9 +551,10 @@ void bench_cuda(const Options& o, const std::vector<QuantSpec>& specs, const std
         (x == &gx ? row.normal : row.heavy) = errors_of(host, y);
         checks_s += std::chrono::duration<double>(Clock::now() - t_phase).count();
       }
+      // The last encode's size is what the timed decodes read (adaptive's varies from call to call).
       const double enc = per_call([&] {
-        q->encode(ctx, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column, st,
-                  std::span<uint8_t>(payload.data<uint8_t>(), cap));
+        bytes = q->encode(ctx, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column, st,
+                          std::span<uint8_t>(payload.data<uint8_t>(), cap));
       });
       // The decoder told the sender's column: its header is checked on the device, as in the exchange.
       const double dec = per_call([&] {
