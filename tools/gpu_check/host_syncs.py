@@ -96,6 +96,7 @@ def main(argv):
     p.add_argument("--work", help="folder for the stats files (default: a temporary one)")
     a = p.parse_args(argv)
     work = a.work or tempfile.mkdtemp(prefix="host-syncs-")
+    os.makedirs(work, exist_ok=True)  # the emulator aborts when it cannot write its stats file
     scale = DEFAULT_PIECE_MB / a.piece_mb if a.piece_mb > 0 else 1
     print(f"Per exchange call on 1 rank over the emulator's NCCL in pieces of {a.piece_mb:g} MB, so that each size "
           f"has the pieces of {scale:g} times its size in the default {DEFAULT_PIECE_MB:g} MB pieces (path: the "
