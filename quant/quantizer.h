@@ -167,8 +167,10 @@ class Quantizer {
   // 8). With error feedback, reads and updates state.residual() (allocated on first use).
   // Spans are in ctx.device()'s memory. On CUDA the payload is complete in ctx's stream order (its
   // padding is zeroed by a last asynchronous operation): use it on that stream or synchronize first.
-  // The methods that compute scales wait for their kernels' status before returning (the size and
-  // the NaN check come back to the host); the casts return without waiting. Throws
+  // The methods that compute scales wait for their kernels' status before returning (the NaN and
+  // range checks come back to the host), unless a DeferredChecks scope is active for ctx on this
+  // thread (quant/deferred_checks.h: the checks then raise at its settle()); the casts return
+  // without waiting. Throws
   // NonFiniteInputError on NaN/Inf input for the methods that compute scales, and on finite input
   // whose scale or mean overflows float; `out` and the residual are then unspecified.
   size_t encode(Context& ctx, std::span<const float> in, int64_t column, QuantState& state,
