@@ -146,6 +146,7 @@ void GradientExchange::begin_step(Tensor grads, uint64_t step) {
   compute_ = nullptr;
   work_->ctx->set_step(step);
   done_ = 0;
+  processed_.clear();
   error_ = nullptr;
   for (Bucket& b : buckets_) b.pending = static_cast<int>(b.tensors.size());
 }
@@ -205,7 +206,7 @@ void GradientExchange::finish_step() {
   ++work_->stats.steps;
 }
 
-void GradientExchange::wait_buckets(int n) {
+void GradientExchange::wait_buckets(int n, Context& consumer) {
   QT_CHECK(!hierarchy_ && config_.overlap, "wait_buckets needs the communication thread (communication.overlap)");
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return done_ >= n || error_ != nullptr; });
@@ -215,6 +216,8 @@ void GradientExchange::wait_buckets(int n) {
     queue_.clear();
     std::rethrow_exception(e);
   }
+  for (int i = 0; i < n; ++i)
+    buckets_[static_cast<size_t>(processed_[static_cast<size_t>(i)])].done->make_wait(consumer);
 }
 
 void GradientExchange::exchange(Context& compute, Tensor grads, uint64_t step) {
@@ -280,6 +283,7 @@ void GradientExchange::run_thread() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!queue_.empty()) queue_.pop_front();
+      processed_.push_back(b);
       ++done_;
     }
     cv_.notify_all();
@@ -309,6 +313,7 @@ void GradientExchange::process_bucket(int b) {
   if (!gathered.empty()) exchange::reduce_allgather(*work_, gathered);
   if (!striped.empty()) exchange::reduce_scatter_allgather(*work_, striped);
   if (!low_rank.empty()) exchange::reduce_powersgd(*work_, low_rank);
+  buckets_[static_cast<size_t>(b)].done->record(*work_->ctx);
 }
 
 }  // namespace qtrain

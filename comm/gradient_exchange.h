@@ -95,13 +95,16 @@ class GradientExchange {
   // Starts a step over `grads` (the flat gradient arena; it receives the result in place).
   void begin_step(Tensor grads, uint64_t step);
   // Tensor t's gradient is final (call from backward, in any order). `compute` is the context that
-  // produced it (a CUDA context is synchronized before its gradient is read).
+  // produced it (the exchange's stream is ordered after its work so far by an event; the host does
+  // not wait).
   void tensor_ready(Context& compute, int t);
   // Waits until every bucket is exchanged; rethrows the exchange's error, if any.
   void finish_step();
   // With overlap: waits until the first `n` buckets to become ready this step are exchanged (the
-  // communication thread takes them in that order); rethrows the exchange's error, if any.
-  void wait_buckets(int n);
+  // communication thread takes them in that order), and orders `consumer`'s stream after their
+  // device work (events: the exchange's kernels may still run when the host learns a bucket is done);
+  // rethrows the exchange's error, if any.
+  void wait_buckets(int n, Context& consumer);
   // begin_step + every tensor ready + finish_step.
   void exchange(Context& compute, Tensor grads, uint64_t step);
 
@@ -152,6 +155,8 @@ class GradientExchange {
     // The compute stream's position when the bucket's last tensor became ready: the exchange's stream
     // waits for it on the GPU; the host does not.
     std::unique_ptr<StreamEvent> ready = std::make_unique<StreamEvent>();
+    // The exchange's stream at the end of the bucket's work, for wait_buckets' consumer.
+    std::unique_ptr<StreamEvent> done = std::make_unique<StreamEvent>();
   };
 
   void make_buckets(double bucket_mb);
@@ -167,8 +172,8 @@ class GradientExchange {
   std::unique_ptr<exchange::Workspace> work_;  // the tensors, their plans and what the algorithms share
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;  // per tensor
-  // Without overlap: the context of the tensor_ready calls, synchronized once in finish_step before
-  // the exchange's own stream reads the gradients (null until the step's first tensor_ready).
+  // Without overlap: the context of the tensor_ready calls, whose stream the exchange's is ordered
+  // after once in finish_step (null until the step's first tensor_ready).
   Context* compute_ = nullptr;
 
   std::thread thread_;
@@ -176,6 +181,7 @@ class GradientExchange {
   std::condition_variable cv_;
   std::deque<int> queue_;
   int done_ = 0;
+  std::vector<int> processed_;  // this step's buckets in the order they were exchanged
   bool stopping_ = false;
   std::exception_ptr error_;
 };

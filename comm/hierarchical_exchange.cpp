@@ -234,6 +234,7 @@ void HierarchicalExchange::begin_step(Tensor grads, uint64_t step) {
   compute_ = nullptr;
   error_ = nullptr;
   chunk_pending_ = chunk_tensors_;
+  while (chunk_ready_.size() < chunk_tensors_.size()) chunk_ready_.push_back(std::make_unique<StreamEvent>());
   step_open_ = true;
   step_done_ = false;
   cv_.notify_all();
@@ -243,14 +244,20 @@ void HierarchicalExchange::tensor_ready(Context& compute, int t) {
   QT_CHECK(t >= 0 && t < static_cast<int>(tensors_.size()), "tensor index {} out of range", t);
   std::lock_guard<std::mutex> lock(mutex_);
   compute_ = &compute;
-  for (int c : chunks_of_tensor_[static_cast<size_t>(t)]) --chunk_pending_[static_cast<size_t>(c)];
+  for (int c : chunks_of_tensor_[static_cast<size_t>(t)])
+    if (--chunk_pending_[static_cast<size_t>(c)] == 0) chunk_ready_[static_cast<size_t>(c)]->record(compute);
   if (thread_.joinable()) cv_.notify_all();
 }
 
 void HierarchicalExchange::finish_step() {
   if (!thread_.joinable()) {
-    // Everything here, after backward: the exchange's context may read what the compute stream wrote.
-    if (compute_ != nullptr) compute_->synchronize();
+    // Everything here, after backward: the exchange's stream is ordered after the compute stream's
+    // work (an event; the host does not wait).
+    if (compute_ != nullptr) {
+      StreamEvent& backward_done = *chunk_ready_.front();
+      backward_done.record(*compute_);
+      backward_done.make_wait(*ctx_);
+    }
     const std::exception_ptr error = run_steps(false);
     std::lock_guard<std::mutex> lock(mutex_);
     step_open_ = false;
@@ -312,11 +319,12 @@ void HierarchicalExchange::run_chunks(bool wait_ready) {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return stopping_ || chunk_pending_[static_cast<size_t>(c)] <= 0; });
       QT_CHECK(!stopping_, "hierarchical exchange: stopped in the middle of a step");
+      chunk_ready_[static_cast<size_t>(c)]->make_wait(*ctx_);  // backward's kernels for this chunk first
     }
     timed([&] { sum_in_node(g, c); });
     for (int p : chunk_pieces_[static_cast<size_t>(c)]) inter_->tensor_ready(*ctx_, p);
     if (i == 0) continue;
-    inter_->wait_buckets(buckets_through_[static_cast<size_t>(i) - 1]);
+    inter_->wait_buckets(buckets_through_[static_cast<size_t>(i) - 1], *ctx_);
     timed([&] { gather_in_node(g, c + 1); });
   }
   inter_->finish_step();

@@ -120,9 +120,12 @@ class HierarchicalExchange {
   std::vector<std::vector<int>> chunks_of_tensor_;  // tensor -> the chunks it overlaps
   std::vector<int> chunk_tensors_;                  // chunk -> the tensors it overlaps
   std::vector<int> chunk_pending_;                  // chunk -> its tensors not yet ready this step
+  // chunk -> the compute stream's position when its last tensor became ready: the exchange's stream
+  // waits for it before reading the chunk (the host does not).
+  std::vector<std::unique_ptr<StreamEvent>> chunk_ready_;
   Tensor grads_;
   uint64_t step_ = 0;
-  Context* compute_ = nullptr;  // of the last tensor_ready, synchronized before the exchange reads
+  Context* compute_ = nullptr;  // of the last tensor_ready, ordered before the exchange reads
   bool step_open_ = false, step_done_ = false, stopping_ = false;
   std::exception_ptr error_;
   std::thread thread_;
