@@ -176,9 +176,8 @@ void GradientExchange::finish_step() {
     // backward (on CUDA the two streams are not ordered; without this the first buckets raced the last
     // kernels). An event orders the streams; the host does not wait.
     if (compute_ != nullptr) {
-      StreamEvent& backward_done = *buckets_.front().ready;
-      backward_done.record(*compute_);
-      backward_done.make_wait(*work_->ctx);
+      backward_done_.record(*compute_);
+      backward_done_.make_wait(*work_->ctx);
     }
     try {
       for (int b = 0; b < num_buckets(); ++b) {

@@ -175,6 +175,7 @@ class GradientExchange {
   // Without overlap: the context of the tensor_ready calls, whose stream the exchange's is ordered
   // after once in finish_step (null until the step's first tensor_ready).
   Context* compute_ = nullptr;
+  StreamEvent backward_done_;  // without overlap: compute_'s position at finish_step
 
   std::thread thread_;
   std::mutex mutex_;

@@ -254,9 +254,8 @@ void HierarchicalExchange::finish_step() {
     // Everything here, after backward: the exchange's stream is ordered after the compute stream's
     // work (an event; the host does not wait).
     if (compute_ != nullptr) {
-      StreamEvent& backward_done = *chunk_ready_.front();
-      backward_done.record(*compute_);
-      backward_done.make_wait(*ctx_);
+      backward_done_.record(*compute_);
+      backward_done_.make_wait(*ctx_);
     }
     const std::exception_ptr error = run_steps(false);
     std::lock_guard<std::mutex> lock(mutex_);

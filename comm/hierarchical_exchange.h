@@ -123,6 +123,7 @@ class HierarchicalExchange {
   // chunk -> the compute stream's position when its last tensor became ready: the exchange's stream
   // waits for it before reading the chunk (the host does not).
   std::vector<std::unique_ptr<StreamEvent>> chunk_ready_;
+  StreamEvent backward_done_;  // without the chunk thread: compute_'s position at finish_step
   Tensor grads_;
   uint64_t step_ = 0;
   Context* compute_ = nullptr;  // of the last tensor_ready, ordered before the exchange reads

@@ -65,12 +65,7 @@ __global__ void __launch_bounds__(kStreamThreads)
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     float4 x[kStreamUnroll];
-    QT_UNROLL
-    for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
-      const int64_t v = v0 + k * kStreamThreads;
-      x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
-    }
+    load_tile<Ef>(in, residual, v0, vecs, x);
     QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
@@ -194,12 +189,10 @@ __global__ void __launch_bounds__(kStreamThreads)
     const int64_t first_b = 4 * tile * kTileVecs / bucket, slots = 4 * last_v / bucket - first_b + 1;
     for (int64_t t = threadIdx.x; t < slots; t += kStreamThreads) slot[t] = 0;
     float4 x[kStreamUnroll];
-    QT_UNROLL
-    for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
-      const int64_t v = v0 + k * kStreamThreads;
-      x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (v < vecs) x[k] = residual ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
-    }
+    if (residual)
+      load_tile<true>(in, residual, v0, vecs, x);
+    else
+      load_tile<false>(in, residual, v0, vecs, x);
     __syncthreads();  // the slots are zero
     QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {

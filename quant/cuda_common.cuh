@@ -123,6 +123,26 @@ __device__ __forceinline__ void store4(float* __restrict__ p, int64_t v, float4 
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
   return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
+// A thread's float4s of a tile: x[k] = float4 v0 + k * kStreamThreads (plus the residual's with Ef),
+// zero past `vecs`. Every load is issued before any is used: kStreamUnroll loads in flight per thread.
+template <bool Ef>
+__device__ __forceinline__ void load_tile(const float* __restrict__ in, const float* __restrict__ residual, int64_t v0,
+                                          int64_t vecs, float4 (&x)[kStreamUnroll]) {
+  QT_UNROLL
+  for (int k = 0; k < kStreamUnroll; ++k) {
+    const int64_t v = v0 + k * kStreamThreads;
+    x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
+  }
+}
+// Writes float4 v of a decode's output: the decoded values y, or (decode_add) acc + y, acc being the
+// output's values before.
+template <bool Add>
+__device__ __forceinline__ void store_decoded(float* __restrict__ out, int64_t v, float4 acc, const float (&y)[4]) {
+  store4(
+      out, v,
+      Add ? make_float4(acc.x + y[0], acc.y + y[1], acc.z + y[2], acc.w + y[3]) : make_float4(y[0], y[1], y[2], y[3]));
+}
 __device__ __forceinline__ uint32_t max4_abs_bits(float4 a) {
   const uint32_t x = abs_bits(a.x) > abs_bits(a.y) ? abs_bits(a.x) : abs_bits(a.y);
   const uint32_t y = abs_bits(a.z) > abs_bits(a.w) ? abs_bits(a.z) : abs_bits(a.w);

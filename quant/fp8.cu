@@ -67,12 +67,7 @@ __global__ void __launch_bounds__(kStreamThreads)
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     float4 x[kStreamUnroll];
-    QT_UNROLL
-    for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
-      const int64_t v = v0 + k * kStreamThreads;
-      x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
-    }
+    load_tile<Ef>(in, residual, v0, vecs, x);
     QT_UNROLL
     for (int k = 0; k < kStreamUnroll; ++k) {
       const int64_t v = v0 + k * kStreamThreads;
@@ -158,9 +153,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       float y[4];
       QT_UNROLL
       for (int j = 0; j < 4; ++j) y[j] = minifloat_value<F>((w[k] >> (8 * j)) & 0xffu) * scale;
-      store4(out, v,
-             Add ? make_float4(acc[k].x + y[0], acc[k].y + y[1], acc[k].z + y[2], acc[k].w + y[3])
-                 : make_float4(y[0], y[1], y[2], y[3]));
+      store_decoded<Add>(out, v, acc[k], y);
     }
   }
   if (blockIdx.x == 0)

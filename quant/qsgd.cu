@@ -124,12 +124,7 @@ __global__ void __launch_bounds__(kStreamThreads)
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     float4 x[kStreamUnroll];
-    QT_UNROLL
-    for (int k = 0; k < kStreamUnroll; ++k) {  // every load before any use: kStreamUnroll in flight
-      const int64_t v = v0 + k * kStreamThreads;
-      x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (v < vecs) x[k] = Ef ? add4(load4(in, v), load4(residual, v)) : load4(in, v);
-    }
+    load_tile<Ef>(in, residual, v0, vecs, x);
     // The stage-1 words of float4 v are words 0-1 (v even) or 2-3 (v odd) of Philox block v / 2, the
     // block of its values i / 8. Lanes 2p and 2p + 1 hold float4s 2q and 2q + 1 of one block at every
     // k: the even lane computes the block of k, the odd one that of k + 1, and they trade halves.
@@ -275,9 +270,7 @@ __global__ void __launch_bounds__(kStreamThreads)
         const float mag = static_cast<float>(static_cast<int32_t>(code & (kSign - 1))) * step[k];
         y[j] = code & kSign ? -mag : mag;
       }
-      store4(out, v,
-             Add ? make_float4(acc[k].x + y[0], acc[k].y + y[1], acc[k].z + y[2], acc[k].w + y[3])
-                 : make_float4(y[0], y[1], y[2], y[3]));
+      store_decoded<Add>(out, v, acc[k], y);
     }
   }
   if (blockIdx.x == 0)

@@ -85,12 +85,7 @@ void Workspace::decode_from(int from_rank, std::span<const uint8_t> bytes, const
 
 void Workspace::decode_from_device(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
                                    const std::function<Span(int)>& where, bool owner_encoded) {
-  auto largest = [&](int t) {
-    const int64_t len = where(t).length;
-    const TensorPlan& p = plan(t);
-    const Quantizer& q = owner_encoded ? p.owner_q() : *p.quantizer;
-    return q.max_encoded_bytes(len, p.column_for(len, tensor(t).column));
-  };
+  auto largest = [&](int t) { return encoded_bound(t, where(t).length, owner_encoded); };
   size_t full = 0;
   for (int t : ids)
     if (where(t).length > 0) full += largest(t);
@@ -148,15 +143,17 @@ size_t Workspace::payload_length(std::span<const uint8_t> bytes, size_t cursor, 
   return static_cast<size_t>(h.total);
 }
 
+size_t Workspace::encoded_bound(int t, int64_t len, bool owner) const {
+  const TensorPlan& p = plan(t);
+  return (owner ? p.owner_q() : *p.quantizer).max_encoded_bytes(len, p.column_for(len, tensor(t).column));
+}
+
 size_t Workspace::piece_capacity(const std::vector<int>& ids, int s, int k) const {
   size_t c = 0;
   for (int t : ids) {
-    const auto [b, len] = piece(t, s, k);
-    const TensorPlan& p = plan(t);
-    if (len == 0) continue;
+    const int64_t len = piece(t, s, k).length;
     // Either quantization of the piece: the first, or the owner's.
-    const int64_t col = p.column_for(len, tensor(t).column);
-    c += std::max(p.quantizer->max_encoded_bytes(len, col), p.owner_q().max_encoded_bytes(len, col));
+    if (len > 0) c += std::max(encoded_bound(t, len, false), encoded_bound(t, len, true));
   }
   return c;
 }
@@ -170,10 +167,8 @@ bool Workspace::fixed_sizes(const std::vector<int>& ids) const {
 size_t Workspace::piece_bytes(const std::vector<int>& ids, int s, int k, bool owner) const {
   size_t c = 0;
   for (int t : ids) {
-    const auto [b, len] = piece(t, s, k);
-    if (len == 0) continue;
-    const TensorPlan& p = plan(t);
-    c += (owner ? p.owner_q() : *p.quantizer).max_encoded_bytes(len, p.column_for(len, tensor(t).column));
+    const int64_t len = piece(t, s, k).length;
+    if (len > 0) c += encoded_bound(t, len, owner);
   }
   return c;
 }

@@ -97,6 +97,9 @@ struct Workspace {
   void scale_piece(const std::vector<int>& ids, int k);
 
  private:
+  // The most bytes a payload of `len` values of tensor t takes: from its owner's quantizer when
+  // `owner`, else its first one (exactly that many for fixed-size methods).
+  size_t encoded_bound(int t, int64_t len, bool owner) const;
   // The payload for tensor `t` at `cursor` in host bytes `bytes` from rank `from_rank`: its length,
   // validated against what is left.
   size_t payload_length(std::span<const uint8_t> bytes, size_t cursor, int t, int from_rank) const;
