@@ -21,12 +21,14 @@ int64_t parse_count(const SafetensorsFile& f, const std::string& path, const std
 }
 }  // namespace
 
-void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer, const TrainingPosition& position,
-                     uint64_t seed, const std::string& resolved_config) {
+void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer,
+                     const std::vector<NamedTensor>& sync_state, const TrainingPosition& position, uint64_t seed,
+                     const std::string& resolved_config) {
   std::vector<NamedTensor> tensors;
   for (const ParamEntry& e : net.param_entries()) tensors.push_back({e.name, net.params().view(e.offset, e.shape)});
   for (const ParamEntry& e : net.buffer_entries()) tensors.push_back({e.name, net.buffers().view(e.offset, e.shape)});
   for (auto& [name, t] : optimizer.state()) tensors.push_back({"optimizer/" + name, t});
+  for (const NamedTensor& s : sync_state) tensors.push_back({"sync/" + s.name, s.tensor});
   const std::map<std::string, std::string> meta{
       {"format", kFormat},
       {"step", std::to_string(position.step)},
@@ -40,7 +42,8 @@ void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer, co
   save_safetensors(path, tensors, meta);
 }
 
-TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer) {
+TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer,
+                                 const std::vector<NamedTensor>& sync_state) {
   SafetensorsFile f(path);
   if (f.metadata_value("format") != kFormat)
     input_error("{}: not a qtrain checkpoint (format '{}', expected '{}')", path, f.metadata_value("format"), kFormat);
@@ -57,16 +60,22 @@ TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* o
       input_error("{}: checkpoint was written by optimizer '{}' but the config uses '{}'", path,
                   f.metadata_value("optimizer"), optimizer->type());
     for (auto& [name, t] : optimizer->state()) f.read_into("optimizer/" + name, t);
+    for (const NamedTensor& s : sync_state) {
+      Tensor t = s.tensor;
+      f.read_into("sync/" + s.name, t);
+    }
   }
   // A tensor nobody read means a checkpoint of another model (or optimizer configuration) whose
   // shared names happen to fit: loading only those would give a silently different network.
   std::set<std::string> read;
   for (const ParamEntry& e : net.param_entries()) read.insert(e.name);
   for (const ParamEntry& e : net.buffer_entries()) read.insert(e.name);
-  if (optimizer)
+  if (optimizer) {
     for (auto& [name, t] : optimizer->state()) read.insert("optimizer/" + name);
+    for (const NamedTensor& s : sync_state) read.insert("sync/" + s.name);
+  }
   for (const std::string& name : f.names()) {
-    const bool optimizer_state = name.rfind("optimizer/", 0) == 0;
+    const bool optimizer_state = name.rfind("optimizer/", 0) == 0 || name.rfind("sync/", 0) == 0;
     if (read.count(name) == 0 && !(optimizer_state && optimizer == nullptr))
       input_error(
           "{}: the checkpoint holds tensor '{}', which this {} does not have; it was written by another "

@@ -1,12 +1,15 @@
 // Training checkpoints: parameters (by their names, e.g. "dense1.weight"), buffers (likewise, e.g.
-// "bn1.running_mean"), optimizer state (whole
-// arenas, "optimizer/<state>"), and the position in training (step, epoch, batch) in one safetensors
-// file, written atomically. All randomness in qtrain is counter-based (Philox keyed by seed and
+// "bn1.running_mean"), optimizer state (whole arenas, "optimizer/<state>"), the sync strategy's state
+// that is the same on every rank ("sync/<its name>"), and the position in training (step, epoch,
+// batch) in one safetensors file, written atomically. What differs between ranks is in each rank's
+// own file (rank_state.h). All randomness in qtrain is counter-based (Philox keyed by seed and
 // step), so the step is the complete RNG state.
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "framework/core/safetensors.h"
 #include "framework/model/net.h"
 #include "optim/optimizer.h"
 
@@ -23,11 +26,16 @@ struct TrainingPosition {
   std::string config;
 };
 
-void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer, const TrainingPosition& position,
-                     uint64_t seed, const std::string& resolved_config);
+// `sync_state`: the strategy's shared state, stored as "sync/<name>".
+void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer,
+                     const std::vector<NamedTensor>& sync_state, const TrainingPosition& position, uint64_t seed,
+                     const std::string& resolved_config);
 
-// Restores parameters, buffers and optimizer state into `net` and `optimizer` (which must have the same layout)
-// and returns the position. Corrupt files and mismatched models are InputErrors naming the file.
-TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer);
+// Restores parameters, buffers, optimizer state and the strategy's shared state into `net`,
+// `optimizer` and `sync_state` (which must have the same layout) and returns the position. Corrupt
+// files and mismatched models are InputErrors naming the file. Without an optimizer (evaluation), the
+// optimizer's and the strategy's state are left unread.
+TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* optimizer,
+                                 const std::vector<NamedTensor>& sync_state = {});
 
 }  // namespace qtrain

@@ -54,6 +54,7 @@ RunConfig parse_run_config(const std::string& file, const std::vector<std::strin
   rc.quantization = QuantizationConfig::parse(quantization);
   ConfigNode communication = root.child("communication");
   rc.communication = CommunicationConfig::parse(communication);
+  rc.sync.options = root.child("sync");
   root.finish();  // before the required-section check, so that a misspelt section is named as such
   if (!root.has("optimizer")) root.fail("optimizer", "is required, e.g. optimizer: {type: sgd, lr: 0.1}");
   return rc;

@@ -30,6 +30,13 @@ struct OutputConfig {
   std::string progress = "auto";       // auto | bar | lines | none
 };
 
+// The `sync` section: how replicas synchronize (framework/train/sync/).
+// Read when the trainer builds the strategy (the registry of strategies stands above the config).
+struct SyncConfig {
+  std::string strategy = "every_step";  // filled in by the trainer from `options`
+  ConfigNode options;
+};
+
 struct RunConfig {
   std::string name;
   uint64_t seed = 1;
@@ -41,6 +48,7 @@ struct RunConfig {
   OutputConfig output;
   QuantizationConfig quantization;  // fp32 everywhere when the section is absent
   CommunicationConfig communication;
+  SyncConfig sync;
   YAML::Node resolved;  // the config after --set overrides, written to config.resolved.yaml
   std::string file;     // where it came from
 };

@@ -80,6 +80,14 @@ class BatchStaging {
   PinnedBuffer x_host_, labels_host_;
 };
 
+// The strategy's state that is the same on every rank: rank 0's checkpoint holds it.
+std::vector<NamedTensor> shared_sync_state(SyncStrategy& sync) {
+  std::vector<NamedTensor> out;
+  for (SyncState& s : sync.state())
+    if (!s.per_rank) out.push_back({s.name, s.tensor});
+  return out;
+}
+
 // Forward and loss of one batch: classification through Net::forward/loss, sequence batches (a
 // sequence loss such as ctc) through forward_sequence/loss_sequence.
 LossStats forward_and_loss(Net& net, Context& ctx, const DeviceBatch& b, bool training, bool with_gradient) {
@@ -175,6 +183,7 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   check_same_config();
 
   optimizer_->init(net_->params().numel(), DType::f32, device_);
+  build_sync();
 
   open_data();
   const int64_t steps_per_epoch = train_loader_->batches_per_epoch();
@@ -190,7 +199,6 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   ctx_ = std::make_unique<Context>(make_context(device_, config_.seed, config_.train.threads));
   net_->init_parameters(config_.seed);
 
-  build_exchange();
   prepare_run_dir();
   open_log();
   if (!schedule_note.empty()) log_->info("note: {}", schedule_note);
@@ -239,9 +247,9 @@ void Trainer::open_data() {
   test_loader_ = std::make_unique<Loader>(*test_set_, eo);
 }
 
-// The exchange of every gradient tensor, also in a world of one: quantization then still applies (its
+// The synchronization of the replicas, also in a world of one: quantization then still applies (its
 // effect on accuracy can be studied on one process).
-void Trainer::build_exchange() {
+void Trainer::build_sync() {
   std::vector<ExchangeTensor> tensors;
   tensors_of_layer_.assign(static_cast<size_t>(net_->num_layers()), {});
   for (const ParamEntry& e : net_->param_entries()) {
@@ -261,8 +269,9 @@ void Trainer::build_exchange() {
           "this model",
           o.where, i, o.name_pattern, o.type_pattern);
   }
-  exchange_ = std::make_unique<GradientExchange>(*comm_, device_, config_.seed, config_.communication,
-                                                 config_.quantization, std::move(tensors));
+  config_.sync.strategy = config_.sync.options.get_choice("strategy", config_.sync.strategy, sync_registry().names());
+  SyncSetup setup{*comm_, device_, config_, config_.sync.options, std::move(tensors), net_->params()};
+  sync_ = sync_registry().create(config_.sync.strategy, setup);
 }
 
 void Trainer::prepare_run_dir() {
@@ -295,7 +304,7 @@ void Trainer::open_log() {
 void Trainer::resume(int64_t steps_per_epoch) {
   if (!fs::exists(checkpoint_path_))
     input_error("--resume {}: no checkpoint.safetensors in that run directory", options_.resume_dir);
-  start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get());
+  start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get(), shared_sync_state(*sync_));
   if (start_.world_size > 0 && start_.world_size != comm_->size())
     input_error(
         "{}: the checkpoint was written by {} rank(s) but this run has {}; resume with {} (its position in "
@@ -349,12 +358,30 @@ void Trainer::check_resume_config() {
           options_.resume_dir, key, values.first, values.second, key);
 }
 
+// The per-rank part of a checkpoint: the strategy's per-rank state, and where replicas differ
+// between synchronizations, this rank's own parameters and optimizer state ("replica/...").
+std::vector<NamedTensor> Trainer::rank_state(int64_t step) {
+  std::vector<NamedTensor> out;
+  for (SyncState& s : sync_->state())
+    if (s.per_rank) out.push_back({s.name, s.tensor});
+  if (sync_->replicas_identical(step)) return out;
+  for (const ParamEntry& e : net_->param_entries())
+    out.push_back({"replica/" + e.name, net_->params().view(e.offset, e.shape)});
+  for (auto& [name, t] : optimizer_->state()) out.push_back({"replica/optimizer/" + name, t});
+  return out;
+}
+
 void Trainer::load_rank_state() {
-  auto state = exchange_->state();
-  if (state.empty()) return;  // no error-feedback residuals in this configuration
+  std::vector<NamedTensor> state = rank_state(start_.step);
+  if (state.empty()) return;  // nothing per rank in this configuration
   const SafetensorsFile f = open_rank_state(run_dir_, options_.rank, start_.step);
   try {
-    for (auto& [name, t] : state) f.read_into(name, t);
+    for (NamedTensor& s : state) {
+      // Versions before synchronization strategies wrote the exchange's state without its prefix.
+      const size_t slash = s.name.find('/');
+      const bool unprefixed = !f.contains(s.name) && slash != std::string::npos && f.contains(s.name.substr(slash + 1));
+      f.read_into(unprefixed ? s.name.substr(slash + 1) : s.name, s.tensor);
+    }
   } catch (const InputError& e) {
     // The residuals' names and shapes follow the stripes and pieces of reduce-scatter + allgather.
     input_error(
@@ -448,18 +475,19 @@ void Trainer::write_checkpoint(const TrainingPosition& position) {
       fmt::format("checkpoint at step {} (rank 0 writes while the others wait)", position.step));
   sync_buffers();  // in place, so a resumed run continues from the same buffers as one that never stopped
   ctx_->synchronize();
-  // Parameters and optimizer state are identical on every rank: rank 0 writes them. Error-feedback
-  // residuals are per rank: each rank writes its own file.
+  // Rank 0's checkpoint holds the parameters, the optimizer state and the strategy's shared state; each
+  // rank's own file holds what differs between ranks (rank_state()).
   TrainingPosition written = position;
   written.world_size = comm_->size();
-  // Two phases (rank_state.h): every rank's residuals for this step first, next to those of the last
+  // Two phases (rank_state.h): every rank's own state for this step first, next to that of the last
   // committed checkpoint; then rank 0's checkpoint, whose rename commits the step. A crash in between
   // leaves the previous checkpoint with all of its rank files.
-  std::vector<NamedTensor> state;
-  for (auto& [name, t] : exchange_->state()) state.push_back({name, t});
+  const std::vector<NamedTensor> state = rank_state(position.step);
   if (!state.empty()) save_rank_state(run_dir_, options_.rank, position.step, state);
   comm_->barrier();
-  if (options_.rank == 0) save_checkpoint(checkpoint_path_, *net_, *optimizer_, written, config_.seed, resolved_yaml_);
+  if (options_.rank == 0)
+    save_checkpoint(checkpoint_path_, *net_, *optimizer_, shared_sync_state(*sync_), written, config_.seed,
+                    resolved_yaml_);
   // Nobody continues (or exits) before the commit, and only then are the older rank files dropped.
   comm_->barrier();
   if (!state.empty()) remove_stale_rank_states(run_dir_, options_.rank, position.step);
@@ -572,23 +600,20 @@ void Trainer::log_start(int64_t steps_per_epoch) {
     log_info("model:\n" + summary);
   }
   log_topology();
-  log_info(
-      fmt::format("data parallel: {} rank(s) over {}, {:.2f}% of gradient values quantized, {} bucket(s), "
-                  "overlap {}",
-                  comm_->size(), comm_->name(), 100 * exchange_->fraction_quantized(), exchange_->num_buckets(),
-                  config_.communication.overlap ? "on" : "off"));
+  log_info(fmt::format("data parallel: {} rank(s) over {}, {}", comm_->size(), comm_->name(), sync_->summary()));
   if (options_.rank == 0) {
-    std::string plan = exchange_->describe();
+    std::string plan = sync_->describe();
     if (!plan.empty() && plan.back() == '\n') plan.pop_back();
-    log_info("gradient exchange:\n" + plan);
+    log_info(plan);
   }
   if (start_.step > 0)
     log_info(fmt::format("resumed from {} at step {} (epoch {}, batch {})", checkpoint_path_, start_.step,
                          start_.epoch + 1, start_.batch_in_epoch));
 }
 
-// One optimizer step on batch `b`: forward and loss, backward with the gradient exchange overlapping
-// it, the optimizer's update on the averaged gradients, and the position moved on by one batch.
+// One optimizer step on batch `b`: forward and loss, backward (the sync strategy sees each finished
+// gradient: the per-step exchange overlaps backward), the optimizer's update, the strategy's turn after
+// it, and the position moved on by one batch.
 void Trainer::train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally& tally) {
   ctx_->set_step(static_cast<uint64_t>(pos.step));
   {
@@ -603,15 +628,15 @@ void Trainer::train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally
   }
   {
     ScopedPhase p(tally.timers, Phase::backward);
-    exchange_->begin_step(net_->grads(), static_cast<uint64_t>(pos.step));
+    sync_->before_backward(net_->grads(), static_cast<uint64_t>(pos.step));
     net_->backward(*ctx_, [&](int layer) {
-      for (int t : tensors_of_layer_[static_cast<size_t>(layer)]) exchange_->tensor_ready(*ctx_, t);
+      for (int t : tensors_of_layer_[static_cast<size_t>(layer)]) sync_->tensor_ready(*ctx_, t);
     });
   }
   {
-    // What remains of the exchange after backward: the communication not hidden under it.
+    // What remains of the synchronization after backward: the communication not hidden under it.
     const auto t_wait = std::chrono::steady_clock::now();
-    exchange_->finish_step();
+    sync_->after_backward();
     tally.exposed_s += seconds_since(t_wait);
   }
   // Clipping sees the averaged gradients, identical on every rank, so replicas stay in step.
@@ -624,9 +649,18 @@ void Trainer::train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally
     tally.lr = schedule_->lr(pos.step, optimizer_->base_lr());
     optimizer_->step(*ctx_, net_->params(), net_->grads(), tally.lr);
   }
+  {
+    // Strategies that synchronize parameters rather than gradients do it here; its time is exposed.
+    const auto t_sync = std::chrono::steady_clock::now();
+    sync_->after_optimizer_step(*ctx_, net_->params(), static_cast<uint64_t>(pos.step));
+    tally.exposed_s += seconds_since(t_sync);
+  }
   ++pos.step;
   ++pos.batch_in_epoch;
-  if (options_.check_replicas_every > 0 && pos.step % options_.check_replicas_every == 0) check_replicas(pos.step);
+  // Only where replicas are meant to agree (a strategy that syncs every H steps lets them drift between).
+  if (options_.check_replicas_every > 0 && pos.step % options_.check_replicas_every == 0 &&
+      sync_->replicas_identical(pos.step))
+    check_replicas(pos.step);
 }
 
 // The end of an epoch (or of a run stopped within one): its metrics row with the exchange's
@@ -644,7 +678,7 @@ void Trainer::end_epoch(int64_t epoch, bool stop, const EpochTally& tally, Train
   row.train_loss = tally.seen ? tally.loss_sum / tally.seen : 0;
   row.train_accuracy = tally.seen ? static_cast<double>(tally.correct) / tally.seen : 0;
   row.samples_per_s = tally.seen * comm_->size() / std::max(epoch_time, 1e-9);
-  const ExchangeStats ex = exchange_->take_stats();
+  const ExchangeStats ex = sync_->take_stats();
   PhaseTimers timers = tally.timers;
   for (Phase p : {Phase::encode, Phase::communicate, Phase::decode}) timers.add(p, ex.phases.seconds(p));
   row.phases = timers;
@@ -653,9 +687,12 @@ void Trainer::end_epoch(int64_t epoch, bool stop, const EpochTally& tally, Train
   row.exposed_comm_s = tally.exposed_s;
   row.hidden_comm_s = std::max(0.0, ex.phases.seconds(Phase::encode) + ex.phases.seconds(Phase::communicate) +
                                         ex.phases.seconds(Phase::decode) - tally.exposed_s);
-  row.fraction_quantized = exchange_->fraction_quantized();
+  row.fraction_quantized = sync_->fraction_quantized();
   if (tc.eval_every_epoch || stop || epoch + 1 == tc.epochs) {
     sync_buffers();
+    if (!sync_->replicas_identical(pos.step))
+      log_info(fmt::format("note: the replicas differ at step {} (sync.strategy {}); the test figures are rank 0's",
+                           pos.step, config_.sync.strategy));
     summary.test = evaluate(*net_, *ctx_, *test_loader_);
     row.test_loss = summary.test.loss;
     row.test_accuracy = summary.test.accuracy;
@@ -692,8 +729,8 @@ void Trainer::log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, c
                 : fmt::format(" | test CER {:.2f}% WER {:.2f}%", 100 * row.test_cer, 100 * row.test_wer)));
   if (options_.rank == 0 && ex.steps > 0 && comm_->size() > 1) {
     std::string per_layer = "bytes sent per step by tensor:";
-    for (size_t t = 0; t < exchange_->tensors().size(); ++t)
-      per_layer += fmt::format(" {} {:.0f}", exchange_->tensors()[t].name,
+    for (size_t t = 0; t < sync_->tensors().size(); ++t)
+      per_layer += fmt::format(" {} {:.0f}", sync_->tensors()[t].name,
                                ex.bytes_sent_per_tensor[t] / static_cast<double>(ex.steps));
     log_info(per_layer);
   }

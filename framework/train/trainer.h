@@ -10,7 +10,6 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "comm/gradient_exchange.h"
 #include "data/loader.h"
 #include "framework/train/checkpoint.h"
 #include "framework/train/metrics.h"
@@ -18,6 +17,7 @@
 #include "framework/model/net.h"
 #include "framework/core/phase_timers.h"
 #include "framework/train/run_config.h"
+#include "framework/train/sync/sync_strategy.h"
 #include "optim/schedule.h"
 
 namespace spdlog {
@@ -87,7 +87,7 @@ class Trainer {
   };
   // The constructor's steps, in order.
   void open_data();
-  void build_exchange();
+  void build_sync();
   void prepare_run_dir();
   void open_log();
   void resume(int64_t steps_per_epoch);
@@ -100,6 +100,7 @@ class Trainer {
   void log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, const ExchangeStats& ex);
   void write_checkpoint(const TrainingPosition& position);
   void load_rank_state();
+  std::vector<NamedTensor> rank_state(int64_t step);  // what this rank's own checkpoint file holds
   void check_resume_config();
   void log_info(const std::string& line);
   void check_replicas(int64_t step);
@@ -113,8 +114,8 @@ class Trainer {
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Net> net_;
-  std::unique_ptr<GradientExchange> exchange_;
-  std::vector<std::vector<int>> tensors_of_layer_;  // exchange tensor indices per layer
+  std::unique_ptr<SyncStrategy> sync_;
+  std::vector<std::vector<int>> tensors_of_layer_;  // sync tensor indices per layer
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Dataset> train_set_, test_set_;
   std::unique_ptr<Loader> train_loader_, test_loader_;

@@ -110,14 +110,23 @@ TEST_CASE("powersgd: N steps equal N/2 steps + resume + N/2 steps, bit for bit",
   train(config, with({"train.max_steps=7", "output.dir=" + dir.file("split")}));
   const SafetensorsFile rank_file(dir.file("split/checkpoint.rank0.step7.safetensors"));
   const std::vector<std::string> names = rank_file.names();
-  CHECK(std::count(names.begin(), names.end(), "dense1.weight/powersgd/q") == 1);
-  CHECK(std::count(names.begin(), names.end(), "dense1.weight/powersgd/residual") == 1);
+  CHECK(std::count(names.begin(), names.end(), "exchange/dense1.weight/powersgd/q") == 1);
+  CHECK(std::count(names.begin(), names.end(), "exchange/dense1.weight/powersgd/residual") == 1);
+  // A rank file of a version before sync strategies, whose names had no "exchange/" prefix, resumes too.
+  std::filesystem::copy(dir.file("split"), dir.file("legacy"));
+  {
+    std::vector<NamedTensor> unprefixed;
+    for (const std::string& name : names) unprefixed.push_back({name.substr(name.find('/') + 1), rank_file.read(name)});
+    save_safetensors(dir.file("legacy/checkpoint.rank0.step7.safetensors"), unprefixed, rank_file.metadata());
+  }
   const TrainSummary resumed = train(config, with({"train.max_steps=14"}), dir.file("split"));
   REQUIRE(resumed.steps == 14);
   const auto a = checkpoint_values(dir.file("full/checkpoint.safetensors"));
   const auto b = checkpoint_values(dir.file("split/checkpoint.safetensors"));
   REQUIRE(a.size() == b.size());
   REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  train(config, with({"train.max_steps=14"}), dir.file("legacy"));
+  REQUIRE(checkpoint_values(dir.file("legacy/checkpoint.safetensors")) == a);
   // The compression changes the training (the comparison above is not of fp32 runs).
   train(config, {"train.max_steps=14", "output.dir=" + dir.file("fp32")});
   REQUIRE(checkpoint_values(dir.file("fp32/checkpoint.safetensors")) != a);

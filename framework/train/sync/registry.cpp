@@ -1,0 +1,16 @@
+// The table of `sync.strategy` names: the only place a new synchronization strategy has to be added
+// besides its own files and framework/CMakeLists.txt.
+#include "framework/train/sync/every_step.h"
+
+namespace qtrain {
+
+const SyncRegistry& sync_registry() {
+  static const SyncRegistry registry = [] {
+    SyncRegistry r("sync strategy");
+    r.add("every_step", make_every_step_sync);
+    return r;
+  }();
+  return registry;
+}
+
+}  // namespace qtrain
