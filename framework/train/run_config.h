@@ -33,7 +33,7 @@ struct OutputConfig {
 // The `sync` section: how replicas synchronize (framework/train/sync/).
 // Read when the trainer builds the strategy (the registry of strategies stands above the config).
 struct SyncConfig {
-  std::string strategy = "every_step";  // filled in by the trainer from `options`
+  std::string type = "every_step";  // filled in by the trainer from `options`
   ConfigNode options;
 };
 

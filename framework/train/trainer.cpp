@@ -183,7 +183,6 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
   check_same_config();
 
   optimizer_->init(net_->params().numel(), DType::f32, device_);
-  build_sync();
 
   open_data();
   const int64_t steps_per_epoch = train_loader_->batches_per_epoch();
@@ -198,6 +197,7 @@ Trainer::Trainer(RunConfig config, TrainOptions options) : config_(std::move(con
 
   ctx_ = std::make_unique<Context>(make_context(device_, config_.seed, config_.train.threads));
   net_->init_parameters(config_.seed);
+  build_sync();  // strategies that keep global parameters start from the initial ones
 
   prepare_run_dir();
   open_log();
@@ -269,9 +269,9 @@ void Trainer::build_sync() {
           "this model",
           o.where, i, o.name_pattern, o.type_pattern);
   }
-  config_.sync.strategy = config_.sync.options.get_choice("strategy", config_.sync.strategy, sync_registry().names());
+  config_.sync.type = config_.sync.options.get_choice("type", config_.sync.type, sync_registry().names());
   SyncSetup setup{*comm_, device_, config_, config_.sync.options, std::move(tensors), net_->params()};
-  sync_ = sync_registry().create(config_.sync.strategy, setup);
+  sync_ = sync_registry().create(config_.sync.type, setup);
 }
 
 void Trainer::prepare_run_dir() {
@@ -364,10 +364,11 @@ std::vector<NamedTensor> Trainer::rank_state(int64_t step) {
   std::vector<NamedTensor> out;
   for (SyncState& s : sync_->state())
     if (s.per_rank) out.push_back({s.name, s.tensor});
-  if (sync_->replicas_identical(step)) return out;
-  for (const ParamEntry& e : net_->param_entries())
-    out.push_back({"replica/" + e.name, net_->params().view(e.offset, e.shape)});
-  for (auto& [name, t] : optimizer_->state()) out.push_back({"replica/optimizer/" + name, t});
+  if (!sync_->replicas_identical(step))
+    for (const ParamEntry& e : net_->param_entries())
+      out.push_back({"replica/" + e.name, net_->params().view(e.offset, e.shape)});
+  if (sync_->optimizer_state_per_rank())
+    for (auto& [name, t] : optimizer_->state()) out.push_back({"replica/optimizer/" + name, t});
   return out;
 }
 
@@ -466,6 +467,27 @@ void Trainer::check_replicas(int64_t step) {
 
 Trainer::~Trainer() = default;
 
+// The test set on the model the run stands for: where replicas differ, the strategy's global parameters
+// (swapped in for the evaluation), or rank 0's replica if it keeps none.
+EvalResult Trainer::evaluate_model(int64_t step) {
+  const Tensor* global = sync_->global_parameters();
+  if (sync_->replicas_identical(step)) return evaluate(*net_, *ctx_, *test_loader_);
+  if (global == nullptr) {
+    log_info(fmt::format("note: the replicas differ at step {} (sync.type {}); the test figures are rank 0's", step,
+                         config_.sync.type));
+    return evaluate(*net_, *ctx_, *test_loader_);
+  }
+  log_info(fmt::format("note: evaluating the global parameters of sync.type {} at step {}", config_.sync.type, step));
+  // The copies run outside the compute stream (Tensor::copy_from): the stream is drained around them.
+  ctx_->synchronize();
+  Tensor own = net_->params().clone();
+  net_->params().copy_from(*global);
+  const EvalResult r = evaluate(*net_, *ctx_, *test_loader_);
+  ctx_->synchronize();
+  net_->params().copy_from(own);
+  return r;
+}
+
 void Trainer::log_info(const std::string& line) {
   if (options_.rank == 0) log_->info(line);
 }
@@ -548,7 +570,7 @@ TrainSummary Trainer::run() {
                     "evaluating it",
                     pos.step, tc.epochs, tc.max_steps));
     sync_buffers();
-    summary.test = evaluate(*net_, *ctx_, *test_loader_);
+    summary.test = evaluate_model(pos.step);
   }
   summary.steps = pos.step;
   summary.wall_time_s = seconds_since(t_start);
@@ -657,6 +679,7 @@ void Trainer::train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally
   }
   ++pos.step;
   ++pos.batch_in_epoch;
+  ++tally.steps;
   // Only where replicas are meant to agree (a strategy that syncs every H steps lets them drift between).
   if (options_.check_replicas_every > 0 && pos.step % options_.check_replicas_every == 0 &&
       sync_->replicas_identical(pos.step))
@@ -683,17 +706,15 @@ void Trainer::end_epoch(int64_t epoch, bool stop, const EpochTally& tally, Train
   for (Phase p : {Phase::encode, Phase::communicate, Phase::decode}) timers.add(p, ex.phases.seconds(p));
   row.phases = timers;
   row.bytes_sent = ex.bytes_sent;
-  row.bytes_sent_per_step = ex.steps > 0 ? ex.bytes_sent / static_cast<double>(ex.steps) : 0;
+  // Per training step: a strategy that syncs every H steps sends its bytes once per H steps.
+  row.bytes_sent_per_step = tally.steps > 0 ? ex.bytes_sent / static_cast<double>(tally.steps) : 0;
   row.exposed_comm_s = tally.exposed_s;
   row.hidden_comm_s = std::max(0.0, ex.phases.seconds(Phase::encode) + ex.phases.seconds(Phase::communicate) +
                                         ex.phases.seconds(Phase::decode) - tally.exposed_s);
   row.fraction_quantized = sync_->fraction_quantized();
   if (tc.eval_every_epoch || stop || epoch + 1 == tc.epochs) {
     sync_buffers();
-    if (!sync_->replicas_identical(pos.step))
-      log_info(fmt::format("note: the replicas differ at step {} (sync.strategy {}); the test figures are rank 0's",
-                           pos.step, config_.sync.strategy));
-    summary.test = evaluate(*net_, *ctx_, *test_loader_);
+    summary.test = evaluate_model(pos.step);
     row.test_loss = summary.test.loss;
     row.test_accuracy = summary.test.accuracy;
     row.test_cer = summary.test.cer;
@@ -701,7 +722,7 @@ void Trainer::end_epoch(int64_t epoch, bool stop, const EpochTally& tally, Train
   }
   row.wall_time_s = seconds_since(t_start);
   if (metrics) metrics->append(row);
-  log_epoch(epoch, epoch_done, row, ex);
+  log_epoch(epoch, epoch_done, row, ex, tally.steps);
   if (epoch_done) {
     pos.epoch = epoch + 1;
     pos.batch_in_epoch = 0;
@@ -713,7 +734,7 @@ void Trainer::end_epoch(int64_t epoch, bool stop, const EpochTally& tally, Train
     write_checkpoint(pos);
 }
 
-void Trainer::log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, const ExchangeStats& ex) {
+void Trainer::log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, const ExchangeStats& ex, int64_t steps) {
   const PhaseTimers& timers = row.phases;
   log_info(fmt::format("epoch {}/{}{} step {}: train loss {:.4f} acc {:.2f}% | test loss {:.4f} acc {:.2f}% | "
                        "{:.0f} samples/s | data {:.2f}s fwd {:.2f}s bwd {:.2f}s opt {:.2f}s | exchange: encode "
@@ -727,11 +748,11 @@ void Trainer::log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, c
            (std::isnan(row.test_cer)
                 ? std::string()
                 : fmt::format(" | test CER {:.2f}% WER {:.2f}%", 100 * row.test_cer, 100 * row.test_wer)));
-  if (options_.rank == 0 && ex.steps > 0 && comm_->size() > 1) {
+  if (options_.rank == 0 && steps > 0 && ex.steps > 0 && comm_->size() > 1) {
     std::string per_layer = "bytes sent per step by tensor:";
     for (size_t t = 0; t < sync_->tensors().size(); ++t)
-      per_layer += fmt::format(" {} {:.0f}", sync_->tensors()[t].name,
-                               ex.bytes_sent_per_tensor[t] / static_cast<double>(ex.steps));
+      per_layer +=
+          fmt::format(" {} {:.0f}", sync_->tensors()[t].name, ex.bytes_sent_per_tensor[t] / static_cast<double>(steps));
     log_info(per_layer);
   }
 }

@@ -81,6 +81,7 @@ class Trainer {
   struct EpochTally {
     PhaseTimers timers;
     double loss_sum = 0, exposed_s = 0;
+    int64_t steps = 0;
     int64_t correct = 0, seen = 0;
     double lr = 0;  // of the last step
     std::chrono::steady_clock::time_point start;
@@ -97,13 +98,14 @@ class Trainer {
   void train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally& tally);
   void end_epoch(int64_t epoch, bool stop, const EpochTally& tally, TrainingPosition& pos, TrainSummary& summary,
                  MetricsWriter* metrics, std::chrono::steady_clock::time_point t_start);
-  void log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, const ExchangeStats& ex);
+  void log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, const ExchangeStats& ex, int64_t steps);
   void write_checkpoint(const TrainingPosition& position);
   void load_rank_state();
   std::vector<NamedTensor> rank_state(int64_t step);  // what this rank's own checkpoint file holds
   void check_resume_config();
   void log_info(const std::string& line);
   void check_replicas(int64_t step);
+  EvalResult evaluate_model(int64_t step);
   void sync_buffers();
   void check_same_config();
 

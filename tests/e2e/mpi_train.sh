@@ -7,6 +7,8 @@
 #  2b. reduce-scatter + allgather in pipelined pieces, resumed, and a resume with other pieces refused;
 #  2c. 4 ranks in two levels (nodes of 2), resumed bit for bit;
 #  2d. PowerSGD: replicas identical, a resume bit for bit, a sensible accuracy in 300 steps;
+#  2e. DiLoCo (sync.type diloco) with qsgd pseudo-gradients: replicas identical at every outer step,
+#      a resume from inside an inner period bit for bit (per-rank parameters and optimizer state);
 #  3. ranks started with different configs stop at start-up with a clear message;
 #  4. a rank that dies (SIGKILL) stops the job within seconds instead of hanging;
 #  5. communication.backend: nccl fails with a clear message when there is no GPU.
@@ -162,6 +164,26 @@ if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set data.limit_t
   fi
 else
   fail "2 ranks, powersgd 300 steps"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
+
+# 2e. DiLoCo every 5 steps on 2 ranks, qsgd 4-bit pseudo-gradients with error feedback: the parameters
+#     identical on both ranks after every outer step (checked every 5 steps); 12 steps (a checkpoint
+#     inside the third inner period, where the replicas differ) + a resume to 23 give every rank's
+#     tensors of 23 uninterrupted steps bit for bit; the evaluation says it used the global parameters.
+diloco=(--set sync.type=diloco --set sync.inner_steps=5 --set quantization.method=qsgd
+        --set quantization.error_feedback=true --debug-check-replicas 5)
+if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=23 --set output.dir="$tmp/dl" \
+     "${diloco[@]}" >"$tmp/log" 2>&1 &&
+   "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=12 --set output.dir="$tmp/dl-r" \
+     "${diloco[@]}" >"$tmp/log" 2>&1 &&
+   [[ $(tensors "$tmp/dl-r" | grep -c " replica/") -gt 0 ]] &&
+   "${mpirun[@]}" -np 2 "$qtrain" train --resume "$tmp/dl-r" "${common[@]}" --set train.max_steps=23 \
+     "${diloco[@]}" >"$tmp/log" 2>&1 &&
+   diff <(tensors "$tmp/dl") <(tensors "$tmp/dl-r") >/dev/null &&
+   grep -q "evaluating the global parameters of sync.type diloco" "$tmp/dl/train.log"; then
+  echo "ok: 2 ranks, diloco every 5 steps, replicas identical at outer steps, 12 + resumed 11 = 23 straight"
+else
+  fail "2 ranks, diloco"; tail -5 "$tmp/log" | sed 's/^/    /'
 fi
 
 # 3. mismatched configs (MPMD: rank 1 gets another learning rate)

@@ -460,3 +460,56 @@ TEST_CASE("resuming a run that is already finished reports its accuracy, not 0",
   REQUIRE(again.test.accuracy == first.test.accuracy);
   REQUIRE(again.test.loss == first.test.loss);
 }
+
+TEST_CASE("diloco with H = 1, outer lr 1 and no momentum follows the per-step exchange", "[e2e][diloco]") {
+  // DiLoCo in this setting is SGD on the exchange's mean: theta_global - (theta_global - theta_local) is
+  // theta_local wherever the difference is exact, which Sterbenz's lemma guarantees when a step changes
+  // a parameter by less than half its magnitude (so in this world of one, bit for bit). With several
+  // ranks the mean of differences and the mean of gradients round differently: close, not identical.
+  TempDir dir;
+  write_small_mnist(dir);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.05}");
+  train(config, {"train.max_steps=10", "output.dir=" + dir.file("step")});
+  train(config, {"train.max_steps=10", "output.dir=" + dir.file("diloco"), "sync.type=diloco", "sync.inner_steps=1",
+                 "sync.outer.lr=1", "sync.outer.momentum=0", "sync.outer.nesterov=false"});
+  const SafetensorsFile a(dir.file("step/checkpoint.safetensors")), b(dir.file("diloco/checkpoint.safetensors"));
+  double worst = 0;
+  for (const std::string& name : a.names()) {
+    const Tensor x = a.read(name), y = b.read(name);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      worst = std::max(worst, static_cast<double>(std::abs(x.data<float>()[i] - y.data<float>()[i])));
+  }
+  REQUIRE(worst == 0);
+  // After an outer step the replica continues from the global parameters (an arena whose first tensor
+  // is dense1.weight).
+  const Tensor global = b.read("sync/diloco/global"), first = b.read("dense1.weight");
+  REQUIRE(global.numel() > first.numel());
+  REQUIRE(std::memcmp(global.raw(), first.raw(), first.nbytes()) == 0);
+}
+
+TEST_CASE("diloco: a resume inside an inner period continues bit for bit", "[e2e][diloco][resume]") {
+  // H = 4 with Nesterov outer momentum and Adam inside: a checkpoint at step 7 holds the replica's own
+  // parameters and Adam state beside the global parameters and the outer momentum.
+  TempDir dir;
+  write_small_mnist(dir);
+  const std::string config = small_config(dir, "{type: adam, lr: 0.001}");
+  const std::vector<std::string> dl = {"sync.type=diloco", "sync.inner_steps=4"};
+  auto with = [&](std::vector<std::string> o) {
+    o.insert(o.end(), dl.begin(), dl.end());
+    return o;
+  };
+  train(config, with({"train.max_steps=14", "output.dir=" + dir.file("full")}));
+  train(config, with({"train.max_steps=7", "output.dir=" + dir.file("split")}));
+  const SafetensorsFile rank_file(dir.file("split/checkpoint.rank0.step7.safetensors"));
+  const std::vector<std::string> names = rank_file.names();
+  CHECK(std::count(names.begin(), names.end(), "replica/dense1.weight") == 1);
+  CHECK(std::count(names.begin(), names.end(), "replica/optimizer/adam.exp_avg") == 1);
+  train(config, with({"train.max_steps=14"}), dir.file("split"));
+  REQUIRE(checkpoint_values(dir.file("split/checkpoint.safetensors")) ==
+          checkpoint_values(dir.file("full/checkpoint.safetensors")));
+  REQUIRE(checkpoint_values(dir.file("split/checkpoint.rank0.step14.safetensors")) ==
+          checkpoint_values(dir.file("full/checkpoint.rank0.step14.safetensors")));
+  // A bad inner_steps is refused naming the key.
+  REQUIRE_THROWS_WITH(train(config, {"sync.type=diloco", "sync.inner_steps=0", "output.dir=" + dir.file("bad")}),
+                      Catch::Contains("sync.inner_steps"));
+}

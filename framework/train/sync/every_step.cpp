@@ -19,6 +19,8 @@ class EveryStepSync final : public SyncStrategy {
   void after_backward() override { exchange_.finish_step(); }
   void after_optimizer_step(Context&, Tensor&, uint64_t) override {}
   bool replicas_identical(int64_t) const override { return true; }
+  bool optimizer_state_per_rank() const override { return false; }
+  const Tensor* global_parameters() const override { return nullptr; }
 
   // The exchange's error-feedback residuals and PowerSGD state, each rank's own.
   std::vector<SyncState> state() override {

@@ -1,5 +1,6 @@
-// The table of `sync.strategy` names: the only place a new synchronization strategy has to be added
+// The table of `sync.type` names: the only place a new synchronization strategy has to be added
 // besides its own files and framework/CMakeLists.txt.
+#include "framework/train/sync/diloco.h"
 #include "framework/train/sync/every_step.h"
 
 namespace qtrain {
@@ -8,6 +9,7 @@ const SyncRegistry& sync_registry() {
   static const SyncRegistry registry = [] {
     SyncRegistry r("sync strategy");
     r.add("every_step", make_every_step_sync);
+    r.add("diloco", make_diloco_sync);
     return r;
   }();
   return registry;

@@ -5,8 +5,10 @@
 // schedules that sync every H steps (periodic averaging, DiLoCo) are others.
 //
 // A strategy that lets replicas drift between synchronizations says so through replicas_identical():
-// the trainer then keeps each rank's parameters and optimizer state in that rank's own checkpoint file,
-// skips the bit-identity check of --debug-check-replicas, and reports evaluations as rank 0's replica.
+// the trainer then keeps each rank's parameters in that rank's own checkpoint file, skips the
+// bit-identity check of --debug-check-replicas, and evaluates the strategy's global parameters (or,
+// if it keeps none, rank 0's replica, and says so). Optimizer state that is never synchronized
+// (optimizer_state_per_rank) goes to the rank files too.
 //
 // A new strategy is its own files plus one line in framework/train/sync/registry.cpp.
 #pragma once
@@ -35,7 +37,7 @@ struct SyncSetup {
   Communicator& comm;
   Device device;
   const RunConfig& config;
-  // The `sync` section, `strategy` already read: the strategy reads its own keys and calls finish().
+  // The `sync` section, `type` already read: the strategy reads its own keys and calls finish().
   ConfigNode& options;
   std::vector<ExchangeTensor> tensors;  // the gradient tensors in arena order (Net's ParamEntry)
   Tensor params;                        // the parameter arena the optimizer updates
@@ -55,8 +57,13 @@ class SyncStrategy {
   // The optimizer has updated `params` for step `step` (the one before_backward named).
   virtual void after_optimizer_step(Context& ctx, Tensor& params, uint64_t step) = 0;
 
-  // Whether every rank holds the same parameters and optimizer state after `steps` steps.
+  // Whether every rank holds the same parameters after `steps` steps.
   virtual bool replicas_identical(int64_t steps) const = 0;
+  // Whether the (inner) optimizer's state differs between ranks.
+  virtual bool optimizer_state_per_rank() const = 0;
+  // The parameters an evaluation should see where replicas differ (a global model the strategy keeps,
+  // the same on every rank), or nullptr: then each replica evaluates its own.
+  virtual const Tensor* global_parameters() const = 0;
   // Everything a resume needs besides the parameters and the optimizer's state.
   virtual std::vector<SyncState> state() = 0;
 
@@ -69,7 +76,7 @@ class SyncStrategy {
 };
 
 using SyncRegistry = Registry<SyncStrategy, SyncSetup&>;
-// The strategies by their `sync.strategy` names.
+// The strategies by their `sync.type` names.
 const SyncRegistry& sync_registry();
 
 }  // namespace qtrain
