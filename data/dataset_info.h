@@ -46,7 +46,8 @@ std::vector<std::string> dataset_names(const std::function<bool(const DatasetInf
 // The descriptor of `name`; an InputError that lists the registered datasets when there is none.
 const DatasetInfo& dataset_info(const std::string& name);
 // The message for a key or transform that `dataset` lacks: "applies to dataset a only, not x" or
-// "applies to datasets a, b and c, not x", listing the datasets that satisfy `has`.
+// "applies to datasets a, b and c, not x", listing the datasets that satisfy `has` (a transform
+// that no reader implements: "applies to no registered dataset").
 std::string applies_only_to(const std::function<bool(const DatasetInfo&)>& has, const std::string& dataset);
 
 }  // namespace qtrain

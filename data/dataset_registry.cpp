@@ -62,6 +62,7 @@ const DatasetInfo& dataset_info(const std::string& name) {
 
 std::string applies_only_to(const std::function<bool(const DatasetInfo&)>& has, const std::string& dataset) {
   const std::vector<std::string> names = dataset_names(has);
+  if (names.empty()) return fmt::format("applies to no registered dataset, not {}", dataset);
   if (names.size() == 1) return fmt::format("applies to dataset {} only, not {}", names[0], dataset);
   std::string list;
   for (size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];

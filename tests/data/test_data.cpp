@@ -430,6 +430,13 @@ TEST_CASE("dataset registry: a reader's keys are refused for other datasets, nam
             data_config_from("data: {dataset: " + other->name + ", path: x, " + key + ": 1}\n"),
             Catch::Contains("data." + key + " applies to dataset") && Catch::Contains("not " + other->name));
       }
+  auto named = [](std::set<std::string> names) {
+    return [names](const DatasetInfo& d) { return names.count(d.name) != 0; };
+  };
+  REQUIRE(applies_only_to(named({"an4"}), "mnist") == "applies to dataset an4 only, not mnist");
+  REQUIRE(applies_only_to(named({"an4", "mnist", "cifar10"}), "x") ==
+          "applies to datasets mnist, cifar10 and an4, not x");
+  REQUIRE(applies_only_to(named({}), "mnist") == "applies to no registered dataset, not mnist");
   // A key nobody owns stays an unknown key.
   REQUIRE_THROWS_WITH(data_config_from("data: {dataset: an4, path: x, byte_ordr: big}\n"),
                       Catch::Contains("unknown key 'data.byte_ordr'"));
