@@ -5,12 +5,14 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "data/dataset_info.h"
 #include "framework/core/check.h"
 
 namespace qtrain {
@@ -334,4 +336,60 @@ std::unique_ptr<Dataset> open_an4(const std::string& folder, Split split, const 
                                       options.stack);
 }
 
+namespace {
+
+// data.features: the filterbank and the frames stacked per step.
+void parse_features(ConfigNode& f, An4Options* a) {
+  FilterbankOptions& fb = a->features;
+  fb.num_mels = static_cast<int>(f.get_int("num_mels", fb.num_mels, 1, 512));
+  fb.window_ms = f.get_double("window_ms", fb.window_ms, 1.0, 1000.0);
+  fb.hop_ms = f.get_double("hop_ms", fb.hop_ms, 0.1, 1000.0);
+  fb.fft_size = static_cast<int>(f.get_int("fft_size", fb.fft_size, 16, 1 << 16));
+  fb.window = f.get_choice("window", "hann", {"hann", "hamming"}) == "hamming" ? WindowType::hamming : WindowType::hann;
+  a->stack = f.get_int("stack", a->stack, 1, 16);
+  // The filterbank checks this too, but cannot name the key.
+  const long window = std::lround(fb.window_ms * fb.sample_rate / 1000.0);
+  if (fb.fft_size < window)
+    f.fail("fft_size", fmt::format("must be >= the window of {} samples (window_ms {} at {} Hz), got {}", window,
+                                   fb.window_ms, fb.sample_rate, fb.fft_size));
+  f.finish();
+}
+
+// The reader's keys: the byte order of headerless audio, the feature cache and data.features.
+An4Options parse_an4_keys(ConfigNode& section) {
+  An4Options a;
+  a.audio.raw_byte_order =
+      section.get_choice("byte_order", "big", {"big", "little"}) == "little" ? ByteOrder::little : ByteOrder::big;
+  a.cache_dir = section.get<std::string>("cache_dir", a.cache_dir);
+  if (section.has("features")) {
+    ConfigNode f = section.child("features");
+    parse_features(f, &a);
+  }
+  return a;
+}
+
+std::unique_ptr<Dataset> open_an4_split(const DataConfig& config, Split split) {
+  An4Options a = config.dataset_options_as<An4Options>();
+  a.limit = config.limit(split);
+  return open_an4(config.path, split, a);
+}
+
+}  // namespace
+
+namespace data_detail {
+
+const DatasetInfo& an4_dataset_info() {
+  static const DatasetInfo info = [] {
+    DatasetInfo d;
+    d.name = "an4";
+    d.no_mean_std = "its features are normalized per utterance";
+    d.keys = {"byte_order", "cache_dir", "features"};
+    d.parse = [](ConfigNode& section) { return std::any(parse_an4_keys(section)); };
+    d.open = open_an4_split;
+    return d;
+  }();
+  return info;
+}
+
+}  // namespace data_detail
 }  // namespace qtrain

@@ -7,12 +7,10 @@
 #include <cmath>
 #include <optional>
 
-#include "data/cifar.h"
+#include "data/dataset_info.h"
 
 namespace qtrain {
 namespace {
-
-bool is_cifar(const std::string& dataset) { return dataset == "cifar10" || dataset == "cifar100"; }
 
 // A transform given as `key: true|false` or as a mapping of its options (`key: {...}` turns it on):
 // the options (an empty mapping for `true`), or nothing when it is off. Returned by value: assigning
@@ -39,31 +37,34 @@ void get_range(ConfigNode& block, const std::string& key, double lo, double hi, 
 
 }  // namespace
 
-AugmentConfig parse_augment_config(ConfigNode& section, const std::string& dataset) {
+AugmentConfig parse_augment_config(ConfigNode& section, const DatasetInfo& dataset) {
   AugmentConfig a;
   if (std::optional<ConfigNode> crop = transform_block(section, "random_crop")) {
     ConfigNode& block = *crop;
-    if (!is_cifar(dataset))
-      section.fail("random_crop", fmt::format("applies to datasets cifar10 and cifar100, not {}{}", dataset,
-                                              dataset == "imagefolder" ? " (use random_resized_crop)" : ""));
+    const int64_t side = dataset.augment.crop_side;
+    if (side == 0)
+      section.fail("random_crop",
+                   applies_only_to([](const DatasetInfo& d) { return d.augment.crop_side > 0; }, dataset.name) +
+                       (dataset.augment.random_resized_crop ? " (use random_resized_crop)" : ""));
     a.random_crop = true;
-    a.crop_size = block.get_int("size", kCifarSide, 1, kCifarSide);
-    a.crop_padding = block.get_int("padding", 0, 0, kCifarSide);
+    a.crop_size = block.get_int("size", side, 1, side);
+    a.crop_padding = block.get_int("padding", 0, 0, side);
     block.finish();
   }
   if (std::optional<ConfigNode> resized = transform_block(section, "random_resized_crop")) {
     ConfigNode& block = *resized;
-    if (dataset != "imagefolder")
-      section.fail("random_resized_crop", fmt::format("applies to dataset imagefolder only, not {}", dataset));
+    if (!dataset.augment.random_resized_crop)
+      section.fail("random_resized_crop",
+                   applies_only_to([](const DatasetInfo& d) { return d.augment.random_resized_crop; }, dataset.name));
     a.random_resized_crop = true;
     get_range(block, "scale", 0.0, 1.0, &a.scale_min, &a.scale_max);
     get_range(block, "ratio", 0.0, 100.0, &a.ratio_min, &a.ratio_max);
     block.finish();
   }
   a.horizontal_flip = section.get<bool>("horizontal_flip", false);
-  if (a.horizontal_flip && !is_cifar(dataset) && dataset != "imagefolder")
+  if (a.horizontal_flip && !dataset.augment.horizontal_flip)
     section.fail("horizontal_flip",
-                 fmt::format("applies to datasets cifar10, cifar100 and imagefolder, not {}", dataset));
+                 applies_only_to([](const DatasetInfo& d) { return d.augment.horizontal_flip; }, dataset.name));
   section.finish();
   return a;
 }

@@ -4,10 +4,11 @@
 //
 //   random_crop         {size, padding}: pad the image with `padding` black pixels on every side, cut a
 //                       size x size window at a uniformly random offset (torchvision RandomCrop with
-//                       padding and fill 0). CIFAR only.
+//                       padding and fill 0). Small square images (CIFAR).
 //   random_resized_crop {scale, ratio}: a window of random area fraction and aspect ratio, resized to
-//                       data.image_size (torchvision RandomResizedCrop). imagefolder only.
+//                       data.image_size (torchvision RandomResizedCrop). Decoded images (imagefolder).
 //   horizontal_flip     mirror left-right with probability 1/2.
+// Which dataset offers which transform is its descriptor's AugmentSupport (data/dataset_info.h).
 #pragma once
 
 #include <cstdint>
@@ -30,9 +31,18 @@ struct AugmentConfig {
   bool any() const { return random_crop || random_resized_crop || horizontal_flip; }
 };
 
+// The transforms a dataset's reader implements in read_augmented(), as its descriptor states them.
+struct AugmentSupport {
+  int64_t crop_side = 0;  // random_crop, up to this size (the image's side); 0: no random_crop
+  bool random_resized_crop = false;
+  bool horizontal_flip = false;
+};
+
+struct DatasetInfo;
+
 // Parses `data.augment` for `dataset` (calls finish()). A transform the dataset does not support is
-// an error naming the key.
-AugmentConfig parse_augment_config(ConfigNode& section, const std::string& dataset);
+// an error naming the key and the datasets that support it.
+AugmentConfig parse_augment_config(ConfigNode& section, const DatasetInfo& dataset);
 
 // A window of an image in pixels; top/left may be negative (in padding) for random_crop.
 struct CropBox {

@@ -6,6 +6,7 @@
 #include <array>
 #include <filesystem>
 
+#include "data/dataset_info.h"
 #include "data/idx.h"
 #include "framework/core/check.h"
 
@@ -152,4 +153,53 @@ std::unique_ptr<Dataset> open_cifar(const std::string& folder, Split split, cons
                                         options.augment);
 }
 
+namespace {
+
+// The reader's options (cifar100's `label`) completed with the common keys for one split.
+std::unique_ptr<Dataset> open_cifar_split(CifarVariant variant, const DataConfig& config, Split split) {
+  CifarOptions o = config.dataset_options_as<CifarOptions>();
+  o.variant = variant;
+  o.mean = config.mean;
+  o.std = config.std;
+  o.limit = config.limit(split);
+  // Both splits have the random_crop size: the test split reads the central window.
+  o.size = config.augment.random_crop ? config.augment.crop_size : kCifarSide;
+  o.augment = config.augment_of(split);
+  return open_cifar(config.path, split, o);
+}
+
+DatasetInfo cifar_row(CifarVariant variant) {
+  DatasetInfo d;
+  d.name = layout(variant).name;
+  d.channels = 3;
+  d.augment = {.crop_side = kCifarSide, .horizontal_flip = true};
+  d.open = [variant](const DataConfig& config, Split split) { return open_cifar_split(variant, config, split); };
+  return d;
+}
+
+}  // namespace
+
+namespace data_detail {
+
+const DatasetInfo& cifar10_dataset_info() {
+  static const DatasetInfo info = cifar_row(CifarVariant::cifar10);
+  return info;
+}
+
+// cifar100 owns `label`: fine (the 100 classes) or coarse (the 20 superclasses).
+const DatasetInfo& cifar100_dataset_info() {
+  static const DatasetInfo info = [] {
+    DatasetInfo d = cifar_row(CifarVariant::cifar100);
+    d.keys = {"label"};
+    d.parse = [](ConfigNode& section) {
+      CifarOptions o;
+      o.coarse_labels = section.get_choice("label", "fine", {"fine", "coarse"}) == "coarse";
+      return std::any(o);
+    };
+    return d;
+  }();
+  return info;
+}
+
+}  // namespace data_detail
 }  // namespace qtrain

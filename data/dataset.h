@@ -3,6 +3,7 @@
 // missing or malformed file with its path and what was expected.
 #pragma once
 
+#include <any>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,9 +51,10 @@ class Dataset {
 
 enum class Split { train, test };
 
-// The `data` section of a config (docs/config-reference.md lists every key).
+// The `data` section of a config (docs/config-reference.md lists every key): the keys every dataset
+// has, and the options of the dataset's own keys as its reader parsed them (data/dataset_info.h).
 struct DataConfig {
-  std::string dataset = "mnist";  // mnist | fashion_mnist | cifar10 | cifar100 | imagefolder
+  std::string dataset = "mnist";  // a name of data/datasets.def
   std::string path;               // folder with the dataset's files (required)
   int64_t batch_size = 128;       // per replica
   int64_t eval_batch_size = 128;  // default: batch_size
@@ -64,32 +66,32 @@ struct DataConfig {
   int64_t limit_test = 0;         // use only the first N test samples (0 = all)
   int workers = 0;                // threads decoding one batch; 0 = the dataset's default (loader_workers)
   AugmentConfig augment;          // training split only
-  bool coarse_labels = false;     // cifar100: `label: coarse` (20 superclasses) instead of fine (100)
-  int64_t image_size = 224;       // imagefolder: side of the square samples
-  int64_t eval_resize = 256;      // imagefolder: evaluation resizes the shorter side to this (default
-                                  // image_size * 256 / 224), then center-crops image_size
-  // Speech datasets (an4): features and their cache. Ignored by the image datasets.
-  struct Speech {
-    std::string byte_order = "big";  // of headerless .raw audio: big | little
-    int num_mels = 40;
-    double window_ms = 25.0;
-    double hop_ms = 10.0;
-    int fft_size = 512;
-    std::string window = "hann";  // hann | hamming
-    int stack = 1;                // consecutive frames concatenated into one step
-    std::string cache_dir;        // where computed features are cached; empty: no cache
-  } speech;
+  // The keys the dataset's reader owns, in the reader's own options type (DatasetInfo::parse).
+  std::any dataset_options;
+
+  // The reader's options: what its parse returned (T must be its type), or T's defaults where the
+  // config was not parsed (a DataConfig built in code) or the dataset has no keys of its own.
+  template <typename T>
+  T dataset_options_as() const {
+    if (!dataset_options.has_value()) return T{};
+    const T* options = std::any_cast<T>(&dataset_options);
+    QT_CHECK(options != nullptr, "dataset {}: its parsed options are not of the type its reader reads", dataset);
+    return *options;
+  }
+  int64_t limit(Split split) const { return split == Split::train ? limit_train : limit_test; }
+  // Random transforms are for training only; the test split reads every sample deterministically.
+  AugmentConfig augment_of(Split split) const { return split == Split::train ? augment : AugmentConfig{}; }
 };
 
 // Parses and validates the `data` section (calls finish()).
 DataConfig parse_data_config(ConfigNode& section);
 
 // The loader threads for `config`: data.workers when set, else 1 for the in-memory datasets and up to
-// 8 (the hardware threads) for imagefolder, whose JPEG decoding dominates.
+// 8 (the hardware threads) for those whose decoding dominates (DatasetInfo::decodes_on_read).
 int loader_workers(const DataConfig& config);
 
-// Opens one split; a missing folder or file, a wrong magic number, a truncated file or mismatched
-// image/label counts are InputErrors naming the file and what was expected.
+// Opens one split with the dataset's reader; a missing folder or file, a wrong magic number, a
+// truncated file or mismatched image/label counts are InputErrors naming the file and what was expected.
 std::unique_ptr<Dataset> open_dataset(const DataConfig& config, Split split);
 
 }  // namespace qtrain

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "data/dataset_info.h"
 #include "data/jpeg.h"
 #include "data/resample.h"
 #include "framework/core/check.h"
@@ -193,4 +194,47 @@ std::unique_ptr<Dataset> open_imagefolder(const std::string& root, Split split, 
   }
 }
 
+namespace {
+
+// The reader's keys: the sample side and the evaluation resize.
+ImageFolderOptions parse_imagefolder_keys(ConfigNode& section) {
+  ImageFolderOptions o;
+  o.image_size = section.get_int("image_size", o.image_size, 1, 4096);
+  // The default keeps ImageNet's ratio 256 / 224 for other image sizes.
+  o.eval_resize = section.get_int("eval_resize", (o.image_size * 256 + 112) / 224, 1, 8192);
+  if (o.eval_resize < o.image_size)
+    section.fail("eval_resize",
+                 fmt::format("must be >= image_size ({}) for the center crop, got {}", o.image_size, o.eval_resize));
+  return o;
+}
+
+std::unique_ptr<Dataset> open_imagefolder_split(const DataConfig& config, Split split) {
+  ImageFolderOptions o = config.dataset_options_as<ImageFolderOptions>();
+  o.mean = config.mean;
+  o.std = config.std;
+  o.limit = config.limit(split);
+  o.augment = config.augment_of(split);
+  return open_imagefolder(config.path, split, o);
+}
+
+}  // namespace
+
+namespace data_detail {
+
+const DatasetInfo& imagefolder_dataset_info() {
+  static const DatasetInfo info = [] {
+    DatasetInfo d;
+    d.name = "imagefolder";
+    d.channels = 3;
+    d.augment = {.random_resized_crop = true, .horizontal_flip = true};
+    d.keys = {"image_size", "eval_resize"};
+    d.decodes_on_read = true;  // JPEG decoding dominates a sample's read
+    d.parse = [](ConfigNode& section) { return std::any(parse_imagefolder_keys(section)); };
+    d.open = open_imagefolder_split;
+    return d;
+  }();
+  return info;
+}
+
+}  // namespace data_detail
 }  // namespace qtrain

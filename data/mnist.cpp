@@ -6,6 +6,7 @@
 #include <array>
 #include <filesystem>
 
+#include "data/dataset_info.h"
 #include "data/idx.h"
 #include "framework/core/check.h"
 
@@ -108,4 +109,40 @@ std::unique_ptr<Dataset> open_mnist(const std::string& folder, Split split, cons
   return std::make_unique<MnistDataset>(std::move(images), std::move(labels), mean, std);
 }
 
+namespace {
+
+// The `data` section's normalization (one channel) and limit, for one split.
+std::unique_ptr<Dataset> open_mnist_split(MnistVariant variant, const DataConfig& config, Split split) {
+  MnistOptions o;
+  o.variant = variant;
+  if (!config.mean.empty()) o.mean = config.mean[0];
+  if (!config.std.empty()) o.std = config.std[0];
+  o.limit = config.limit(split);
+  return open_mnist(config.path, split, o);
+}
+
+// Both variants: grayscale, no transforms, no keys of their own.
+DatasetInfo mnist_row(MnistVariant variant) {
+  DatasetInfo d;
+  d.name = variant_name(variant);
+  d.channels = 1;
+  d.open = [variant](const DataConfig& config, Split split) { return open_mnist_split(variant, config, split); };
+  return d;
+}
+
+}  // namespace
+
+namespace data_detail {
+
+const DatasetInfo& mnist_dataset_info() {
+  static const DatasetInfo info = mnist_row(MnistVariant::mnist);
+  return info;
+}
+
+const DatasetInfo& fashion_mnist_dataset_info() {
+  static const DatasetInfo info = mnist_row(MnistVariant::fashion_mnist);
+  return info;
+}
+
+}  // namespace data_detail
 }  // namespace qtrain

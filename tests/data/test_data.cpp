@@ -1,7 +1,7 @@
 // data/: the IDX reader on files written here (good, wrong magic, truncated, mismatched counts, bad
-// labels, gzip), MNIST normalization and limits, the data config section, and the Loader: the epoch
-// permutation (deterministic, a permutation, pinned to golden values), shards, resume, prefetch
-// errors and restarts. The real MNIST / Fashion-MNIST files are checked when present.
+// labels, gzip), MNIST normalization and limits, the data config section, the dataset registry, and
+// the Loader: the epoch permutation (deterministic, a permutation, pinned to golden values), shards,
+// resume, prefetch errors and restarts. The real MNIST / Fashion-MNIST files are checked when present.
 #include <catch2/catch.hpp>
 #include <sys/resource.h>
 #include <zlib.h>
@@ -14,6 +14,7 @@
 #include <set>
 
 #include "data/dataset.h"
+#include "data/dataset_info.h"
 #include "data/idx.h"
 #include "data/loader.h"
 #include "data/mnist.h"
@@ -366,12 +367,79 @@ TEST_CASE("data config: errors", "[data][config]") {
                       Catch::Contains("data.prefetch must be >= 1, got 0"));
   // an4 never reads data.mean: the key is refused, not accepted and ignored.
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, dataset: an4, mean: [0.5, 0.5, 0.5]}\n"),
-                      Catch::Contains("data.mean applies to the image datasets only"));
+                      Catch::Contains("data.mean does not apply to dataset an4: its features are normalized per "
+                                      "utterance"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, dataset: an4, features: {window_ms: 100}}\n"),
                       Catch::Contains("data.features.fft_size must be >= the window of 1600 samples (window_ms 100 "
                                       "at 16000 Hz), got 512"));
   REQUIRE_THROWS_WITH(data_config_from("data: {path: x, batchsize: 8}\n"),
                       Catch::Contains("unknown key 'data.batchsize'") && Catch::Contains("did you mean 'batch_size'"));
+}
+
+// ----------------------------------------------------------------------------------------- registry
+
+TEST_CASE("dataset registry: names in datasets.def's order, unknown ones listed", "[data][registry]") {
+  REQUIRE(dataset_names() ==
+          std::vector<std::string>{"mnist", "fashion_mnist", "cifar10", "cifar100", "imagefolder", "an4"});
+  const char* listed = "(registered: mnist, fashion_mnist, cifar10, cifar100, imagefolder, an4)";
+  REQUIRE_THROWS_WITH(dataset_info("imagenet"),
+                      Catch::Contains("unknown dataset 'imagenet' ") && Catch::Contains(listed));
+  DataConfig built;  // in code, not parsed: open_dataset asks the registry too
+  built.dataset = "imagenet";
+  built.path = "x";
+  REQUIRE_THROWS_WITH(open_dataset(built, Split::train), Catch::Contains(listed));
+  for (const DatasetInfo* d : datasets()) REQUIRE(&dataset_info(d->name) == d);
+}
+
+TEST_CASE("dataset registry: data.mean and data.std have the descriptor's channels", "[data][registry]") {
+  for (const DatasetInfo* d : datasets()) {
+    CAPTURE(d->name);
+    auto with = [&](const std::string& key, int values) {
+      std::string list;
+      for (int i = 0; i < values; ++i) list += (i ? ", " : "") + std::string("0.5");
+      return "data: {dataset: " + d->name + ", path: x, " + key + ": [" + list + "]}\n";
+    };
+    if (d->channels == 0) {
+      REQUIRE_THROWS_WITH(data_config_from(with("std", 1)),
+                          Catch::Contains("data.std does not apply to dataset " + d->name + ": " + d->no_mean_std));
+      continue;
+    }
+    REQUIRE(data_config_from(with("mean", d->channels)).mean.size() == static_cast<size_t>(d->channels));
+    REQUIRE(data_config_from(with("std", d->channels)).std.size() == static_cast<size_t>(d->channels));
+    REQUIRE_THROWS_WITH(data_config_from(with("mean", d->channels + 1)),
+                        Catch::Contains(fmt::format("but dataset {} has {} channel(s)", d->name, d->channels)));
+  }
+  // The descriptor says what the reader serves.
+  TempDir dir;
+  write_mnist_folder(dir);
+  const DataConfig config = data_config_from("data: {path: " + dir.path().string() + "}\n");
+  REQUIRE(open_dataset(config, Split::train)->sample_shape()[0] == dataset_info("mnist").channels);
+}
+
+TEST_CASE("dataset registry: a reader's keys are refused for other datasets, naming the owners", "[data][registry]") {
+  REQUIRE_THROWS_WITH(data_config_from("data: {dataset: mnist, path: x, byte_order: little}\n"),
+                      Catch::Contains("data.byte_order applies to dataset an4 only, not mnist"));
+  REQUIRE_THROWS_WITH(data_config_from("data: {dataset: an4, path: x, features: {num_mels: 2}, image_size: 8}\n"),
+                      Catch::Contains("data.image_size applies to dataset imagefolder only, not an4"));
+  for (const DatasetInfo* owner : datasets())
+    for (const std::string& key : owner->keys)
+      for (const DatasetInfo* other : datasets()) {
+        if (std::count(other->keys.begin(), other->keys.end(), key)) continue;
+        CAPTURE(key, other->name);
+        REQUIRE_THROWS_WITH(
+            data_config_from("data: {dataset: " + other->name + ", path: x, " + key + ": 1}\n"),
+            Catch::Contains("data." + key + " applies to dataset") && Catch::Contains("not " + other->name));
+      }
+  auto named = [](std::set<std::string> names) {
+    return [names](const DatasetInfo& d) { return names.count(d.name) != 0; };
+  };
+  REQUIRE(applies_only_to(named({"an4"}), "mnist") == "applies to dataset an4 only, not mnist");
+  REQUIRE(applies_only_to(named({"an4", "mnist", "cifar10"}), "x") ==
+          "applies to datasets mnist, cifar10 and an4, not x");
+  REQUIRE(applies_only_to(named({}), "mnist") == "applies to no registered dataset, not mnist");
+  // A key nobody owns stays an unknown key.
+  REQUIRE_THROWS_WITH(data_config_from("data: {dataset: an4, path: x, byte_ordr: big}\n"),
+                      Catch::Contains("unknown key 'data.byte_ordr'"));
 }
 
 // ------------------------------------------------------------------------------------------- loader

@@ -16,6 +16,7 @@
 #include "data/augment.h"
 #include "data/cifar.h"
 #include "data/dataset.h"
+#include "data/dataset_info.h"
 #include "data/imagefolder.h"
 #include "data/jpeg.h"
 #include "data/loader.h"
@@ -138,6 +139,7 @@ TEST_CASE("cifar10: record order, labels and per-channel normalization", "[data]
   DataConfig config = data_config_from("data: {dataset: cifar10, path: " + dir.path().string() +
                                        ", mean: [0, 0.5, 1], std: [1, 0.5, 0.25], limit_train: 3}\n");
   auto custom = open_dataset(config, Split::train);
+  REQUIRE(custom->sample_shape()[0] == dataset_info("cifar10").channels);  // what data.mean is checked against
   REQUIRE(custom->size() == 3);
   const auto y = read_sample(*custom, 0, &label);
   REQUIRE(y[0] == Approx(cifar_pixel(0, 0, 0, 0) / 255.0));
@@ -601,6 +603,7 @@ TEST_CASE("imagefolder: classes sorted by folder, files sorted, other files igno
       data_config_from("data: {dataset: imagefolder, path: " + dir.path().string() + ", limit_train: 2}\n");
   REQUIRE(open_dataset(limited, Split::train)->size() == 2);
   REQUIRE(open_dataset(limited, Split::train)->sample_shape() == Shape{3, 224, 224});
+  REQUIRE(open_dataset(limited, Split::test)->sample_shape()[0] == dataset_info("imagefolder").channels);
 }
 
 TEST_CASE("imagefolder: random resized crops and flips keep shape and colour, deterministically",
@@ -610,7 +613,7 @@ TEST_CASE("imagefolder: random resized crops and flips keep shape and colour, de
   DataConfig config = data_config_from("data: {dataset: imagefolder, path: " + dir.path().string() +
                                        ", image_size: 24, augment: {random_resized_crop: true, "
                                        "horizontal_flip: true}}\n");
-  REQUIRE(config.eval_resize == 27);  // 24 * 256 / 224, rounded
+  REQUIRE(config.dataset_options_as<ImageFolderOptions>().eval_resize == 27);  // 24 * 256 / 224, rounded
   auto train = open_dataset(config, Split::train);
   const int colours[5][3] = {{128, 128, 128}, {10, 220, 90}, {200, 30, 60}, {180, 180, 180}, {0, 0, 255}};
   for (int64_t i = 0; i < 5; ++i)
@@ -736,21 +739,21 @@ TEST_CASE("data config: image datasets and augment keys", "[data][config]") {
   REQUIRE(!c.augment.random_resized_crop);
   REQUIRE(loader_workers(c) == 3);
   DataConfig d = data_config_from("data: {dataset: cifar100, path: x, label: coarse}\n");
-  REQUIRE(d.coarse_labels);
+  REQUIRE(d.dataset_options_as<CifarOptions>().coarse_labels);
   REQUIRE(!d.augment.any());
   REQUIRE(loader_workers(d) == 1);
   DataConfig i = data_config_from(
       "data: {dataset: imagefolder, path: x, image_size: 128, augment: {random_resized_crop: {scale: [0.25, 1], "
       "ratio: [0.5, 2]}}}\n");
-  REQUIRE(i.image_size == 128);
-  REQUIRE(i.eval_resize == 146);
+  REQUIRE(i.dataset_options_as<ImageFolderOptions>().image_size == 128);
+  REQUIRE(i.dataset_options_as<ImageFolderOptions>().eval_resize == 146);
   REQUIRE(i.augment.random_resized_crop);
   REQUIRE(i.augment.scale_min == 0.25);
   REQUIRE(i.augment.ratio_max == 2);
   REQUIRE(loader_workers(i) >= 1);
   DataConfig defaults = data_config_from("data: {dataset: imagefolder, path: x}\n");
-  REQUIRE(defaults.image_size == 224);
-  REQUIRE(defaults.eval_resize == 256);
+  REQUIRE(defaults.dataset_options_as<ImageFolderOptions>().image_size == 224);
+  REQUIRE(defaults.dataset_options_as<ImageFolderOptions>().eval_resize == 256);
   REQUIRE(data_config_from("data: {dataset: imagefolder, path: x, augment: {random_resized_crop: true}}\n")
               .augment.scale_min == 0.08);
   REQUIRE_THROWS_WITH(data_config_from("data: {dataset: cifar10, path: x, mean: [0.5]}\n"),
