@@ -9,28 +9,24 @@ namespace qtrain {
 
 const char* reduce_algorithm_name(ReduceAlgorithm a) {
   switch (a) {
-    case ReduceAlgorithm::allreduce: return "allreduce";
-    case ReduceAlgorithm::allgather: return "allgather";
-    case ReduceAlgorithm::reduce_scatter_allgather: return "reduce_scatter_allgather";
-    case ReduceAlgorithm::powersgd: return "powersgd";
-    case ReduceAlgorithm::allreduce_compact: return "allreduce_compact";
+#define QTRAIN_EXCHANGE_ALGORITHM(name) \
+  case ReduceAlgorithm::name:           \
+    return #name;
+#include "comm/exchange/algorithms.def"
+#undef QTRAIN_EXCHANGE_ALGORITHM
   }
   return "?";
 }
 
 ReduceAlgorithm default_algorithm(QuantMethod method) {
   const std::string& name = method_info(method).algorithm;
-  if (name == "allreduce") return ReduceAlgorithm::allreduce;
-  if (name == "allgather") return ReduceAlgorithm::allgather;
-  if (name == "powersgd") return ReduceAlgorithm::powersgd;
-  if (name == "allreduce_compact") {
-    QT_CHECK(method_info(method).summable_body, "quantization method {}: allreduce_compact needs a summable body",
-             quant_method_name(method));
-    return ReduceAlgorithm::allreduce_compact;
-  }
-  QT_CHECK(name == "reduce_scatter_allgather", "quantization method {}: unknown default algorithm '{}'",
+#define QTRAIN_EXCHANGE_ALGORITHM(id) \
+  if (name == #id) return ReduceAlgorithm::id;
+#include "comm/exchange/algorithms.def"
+#undef QTRAIN_EXCHANGE_ALGORITHM
+  QT_CHECK(false, "quantization method {}: unknown default algorithm '{}' (comm/exchange/algorithms.def)",
            quant_method_name(method), name);
-  return ReduceAlgorithm::reduce_scatter_allgather;
+  return ReduceAlgorithm::allreduce;
 }
 
 CommunicationConfig CommunicationConfig::parse(ConfigNode& section) {

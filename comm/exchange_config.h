@@ -13,12 +13,16 @@
 
 namespace qtrain {
 
-// powersgd is not a choice of communication.algorithm: it is the algorithm of the powersgd method
-// (quant/method.h, payload = false), whatever the section says.
-// allreduce_compact: the payloads of a method whose bodies sum elementwise (randomk: k values at
-// indices every rank shares) are encoded by every rank, their bodies summed with one native
-// allreduce, and the summed payload decoded once.
-enum class ReduceAlgorithm { allreduce, allgather, reduce_scatter_allgather, powersgd, allreduce_compact };
+// The reduction algorithms of comm/exchange/algorithms.def. powersgd is not a choice of
+// communication.algorithm: it is the algorithm of the powersgd method (quant/method.h, payload =
+// false), whatever the section says. allreduce_compact: the payloads of a method whose bodies sum
+// elementwise (randomk: k values at indices every rank shares) are encoded by every rank, their
+// bodies summed with one native allreduce, and the summed payload decoded once.
+enum class ReduceAlgorithm {
+#define QTRAIN_EXCHANGE_ALGORITHM(name) name,
+#include "comm/exchange/algorithms.def"
+#undef QTRAIN_EXCHANGE_ALGORITHM
+};
 
 const char* reduce_algorithm_name(ReduceAlgorithm a);
 // The method's default (its descriptor's `algorithm`): native allreduce for fp32/fp16/bf16, allgather

@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "comm/exchange/algorithm.h"
 #include "comm/exchange/plan.h"
 #include "comm/exchange/workspace.h"
 #include "comm/hierarchical_exchange.h"
@@ -67,18 +68,28 @@ void GradientExchange::make_buckets(double bucket_mb) {
     for (size_t b = 0; b < buckets_.size(); ++b) QT_CHECK(!buckets_[b].tensors.empty(), "bucket {} has no tensor", b);
     return;
   }
+  bucket_of_ = bucket_of(ts, bucket_mb);
+  for (size_t t = ts.size(); t-- > 0;) {
+    const auto b = static_cast<size_t>(bucket_of_[t]);
+    if (buckets_.size() <= b) buckets_.resize(b + 1);
+    buckets_[b].tensors.push_back(static_cast<int>(t));
+  }
+}
+
+std::vector<int> GradientExchange::bucket_of(const std::vector<ExchangeTensor>& tensors, double bucket_mb) {
   const double bucket_bytes = bucket_mb * 1024.0 * 1024.0;
   double filled = 0;
-  bucket_of_.assign(ts.size(), 0);
-  for (int t = static_cast<int>(ts.size()) - 1; t >= 0; --t) {
-    if (buckets_.empty() || filled >= bucket_bytes) {
-      buckets_.emplace_back();
+  int buckets = 0;
+  std::vector<int> out(tensors.size(), 0);
+  for (int t = static_cast<int>(tensors.size()) - 1; t >= 0; --t) {
+    if (buckets == 0 || filled >= bucket_bytes) {
+      ++buckets;
       filled = 0;
     }
-    buckets_.back().tensors.push_back(t);
-    bucket_of_[static_cast<size_t>(t)] = static_cast<int>(buckets_.size()) - 1;
-    filled += 4.0 * static_cast<double>(ts[static_cast<size_t>(t)].numel);
+    out[static_cast<size_t>(t)] = buckets - 1;
+    filled += 4.0 * static_cast<double>(tensors[static_cast<size_t>(t)].numel);
   }
+  return out;
 }
 
 GradientExchange::~GradientExchange() {
@@ -105,10 +116,7 @@ double GradientExchange::fraction_quantized() const {
     const auto numel = static_cast<double>(tensors()[t].numel);
     total += numel;
     const exchange::TensorPlan& p = work_->plans[t];
-    // powersgd sends its uncompressed tensors (vectors, matrices where compression does not pay) in fp32.
-    const bool fp32 = method_info(p.spec.method).cast_bits == 32 ||
-                      (p.algorithm == ReduceAlgorithm::powersgd && !p.low_rank.shape.compressed);
-    if (!fp32) quantized += numel;
+    if (!exchange::exchange_algorithm(p.algorithm).sends_fp32(p)) quantized += numel;
   }
   return total > 0 ? quantized / total : 0.0;
 }
@@ -122,12 +130,7 @@ std::string GradientExchange::describe() const {
   std::string s;
   for (size_t t = 0; t < tensors().size(); ++t) {
     const exchange::TensorPlan& p = work_->plans[t];
-    std::string algorithm = reduce_algorithm_name(p.algorithm);
-    // powersgd: the matrix it compresses, or that the tensor travels in fp32.
-    if (p.algorithm == ReduceAlgorithm::powersgd) {
-      const LowRankShape& l = p.low_rank.shape;
-      algorithm += l.compressed ? fmt::format(" {}x{} rank {}", l.rows, l.cols, l.rank) : " (fp32: not compressed)";
-    }
+    const std::string algorithm = exchange::exchange_algorithm(p.algorithm).describe(p);
     s += fmt::format("{:<20} {:>10} values  {:<40} {:<25} bucket {}\n", tensors()[t].name, tensors()[t].numel,
                      p.spec.str(), algorithm, bucket_of_[t]);
   }
@@ -241,16 +244,7 @@ std::vector<std::pair<std::string, Tensor>> GradientExchange::state() {
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t t = 0; t < tensors().size(); ++t) {
     exchange::TensorPlan& p = work_->plans[t];
-    auto add = [&](QuantState& s, const std::string& role) {
-      for (auto& [name, tensor] : s.state()) out.emplace_back(tensors()[t].name + role + "/" + name, tensor);
-    };
-    auto piece = [](size_t k) { return k == 0 ? std::string() : ".piece" + std::to_string(k); };
-    add(p.whole, "");
-    for (size_t s = 0; s < p.stripes.size(); ++s)
-      for (size_t k = 0; k < p.stripes[s].size(); ++k) add(p.stripes[s][k], "/stripe" + std::to_string(s) + piece(k));
-    for (size_t k = 0; k < p.owner.size(); ++k) add(p.owner[k], "/owner" + piece(k));
-    if (p.low_rank.q_t.defined()) out.emplace_back(tensors()[t].name + "/powersgd/q", p.low_rank.q_t);
-    if (p.low_rank.residual.defined()) out.emplace_back(tensors()[t].name + "/powersgd/residual", p.low_rank.residual);
+    exchange::exchange_algorithm(p.algorithm).state(p, tensors()[t].name, out);
   }
   return out;
 }
@@ -296,22 +290,16 @@ void GradientExchange::process_bucket(int b) {
   // The quantizers called below report their errors to the step's deferred checks (CUDA).
   std::optional<DeferredChecks::Scope> deferring;
   if (work_->checks) deferring.emplace(*work_->checks);
-  std::vector<int> native, gathered, striped, compact;
-  std::vector<int> low_rank;  // powersgd
+  // Each algorithm over its tensors of the bucket, in the order of algorithms.def.
+  std::vector<std::vector<int>> by_algorithm;
   for (int t : buckets_[static_cast<size_t>(b)].tensors) {
-    switch (work_->plan(t).algorithm) {
-      case ReduceAlgorithm::allreduce: native.push_back(t); break;
-      case ReduceAlgorithm::allgather: gathered.push_back(t); break;
-      case ReduceAlgorithm::reduce_scatter_allgather: striped.push_back(t); break;
-      case ReduceAlgorithm::powersgd: low_rank.push_back(t); break;
-      case ReduceAlgorithm::allreduce_compact: compact.push_back(t); break;
-    }
+    const auto a = static_cast<size_t>(work_->plan(t).algorithm);
+    if (by_algorithm.size() <= a) by_algorithm.resize(a + 1);
+    by_algorithm[a].push_back(t);
   }
-  if (!compact.empty()) exchange::reduce_allreduce_compact(*work_, compact);
-  if (!native.empty()) exchange::reduce_allreduce(*work_, native);
-  if (!gathered.empty()) exchange::reduce_allgather(*work_, gathered);
-  if (!striped.empty()) exchange::reduce_scatter_allgather(*work_, striped);
-  if (!low_rank.empty()) exchange::reduce_powersgd(*work_, low_rank);
+  for (size_t a = 0; a < by_algorithm.size(); ++a)
+    if (!by_algorithm[a].empty())
+      exchange::exchange_algorithm(static_cast<ReduceAlgorithm>(a)).reduce(*work_, by_algorithm[a]);
   buckets_[static_cast<size_t>(b)].done->record(*work_->ctx);
 }
 

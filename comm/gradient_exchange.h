@@ -70,11 +70,34 @@ struct LowRankShape {
   bool compressed = false;
 };
 
+// One tensor's traffic per step in the cost model's terms (tools/qtrain/predict_model.h), as its
+// algorithm sends it: the collective pattern that carries it, the bytes each rank puts into it, and
+// the gradient values those bytes stand for (0 where the model adds no per-value cost: only summed).
+struct WireCost {
+  enum class Pattern { allreduce, allgather, reduce_scatter_allgather };
+  Pattern pattern = Pattern::allreduce;
+  double bytes = 0;
+  double values = 0;
+  bool sixteen_bit = false;  // allreduce of fp16/bf16 values
+};
+
 struct ExchangeStats {
   PhaseTimers phases;     // encode, communicate, decode (seconds on the exchange's thread)
   double bytes_sent = 0;  // bytes this rank sent (see bytes_sent_per_tensor)
   std::vector<double> bytes_sent_per_tensor;
   int64_t steps = 0;
+};
+
+// The roles of the random streams of an exchange: every quantization state draws from the stream
+// (seed, step, rank, state_id(tensor, role, index)), so every role must be distinct. The numbers are
+// part of the format: they key the draws of runs whose checkpoints resume bit for bit.
+enum class StreamRole : int {
+  whole = 0,         // allgather and allreduce_compact: the tensor's one state (index 0)
+  stripe = 1,        // reduce-scatter + allgather: piece 0 of stripe `index`, the first quantization
+  owner = 2,         // reduce-scatter + allgather: piece 0 of the owner's re-quantization (index 0)
+  stripe_piece = 3,  // piece k >= 1 of stripe s: index k * P + s
+  owner_piece = 4,   // piece k >= 1 of the owner's re-quantization: index k
+  low_rank_q = 5,    // PowerSGD's draws of Q, the same on every rank (index 0)
 };
 
 namespace exchange {
@@ -126,26 +149,30 @@ class GradientExchange {
   std::string describe() const;
 
   // The conventions every rank (and the single-process simulation in the tests) must share:
-  // the random-stream identity of a quantization state (role 0: allgather, 1: stripe s of the first
-  // quantization, 2: the owner's re-quantization), the unit of stripe boundaries (whole columns for
-  // the methods that quantize per column), and the P + 1 stripe boundaries.
-  static uint64_t state_id(int tensor, int role, int stripe);
+  // the random-stream identity of a quantization state (StreamRole), the unit of stripe boundaries
+  // (whole columns for the methods that quantize per column), and the P + 1 stripe boundaries.
+  static uint64_t state_id(int tensor, StreamRole role, int index);
   static int64_t stripe_unit(const QuantSpec& spec, int64_t column);
   static std::vector<int64_t> stripe_bounds(int64_t numel, int64_t unit, int world_size);
   // Pieces of reduce-scatter + allgather (communication.piece_mb): every stripe of a tensor is cut
   // into the same number of pieces, the fewest that keep each within piece_values (at least one; all
-  // when piece_values is 0), in whole units and balanced. Piece 0 keeps the stripe's states (the
-  // state ids above); piece k >= 1 of stripe s has state id (tensor, 3, k * P + s) for the first
-  // quantization and (tensor, 4, k) for the owner's.
+  // when piece_values is 0), in whole units and balanced. Piece 0 keeps the stripe's states (roles
+  // stripe and owner); piece k >= 1 has roles stripe_piece (index k * P + s) and owner_piece (index k).
   static int piece_count(const std::vector<int64_t>& stripe_begin, int64_t unit, int64_t piece_values);
   static std::vector<int64_t> piece_bounds(int64_t begin, int64_t end, int64_t unit, int pieces);
   static uint64_t piece_state_id(int tensor, bool owner, int stripe, int piece, int world_size);
   // The column argument given to encode for a span of `length` values of a tensor with `column`.
   static int64_t encode_column(const QuantSpec& spec, int64_t length, int64_t column);
+  // The traffic of tensor `x` quantized with `spec` and reduced with `algorithm`, per step, as that
+  // algorithm counts it: what `qtrain predict` and run records model.
+  static WireCost wire_cost(const QuantSpec& spec, const ExchangeTensor& x, ReduceAlgorithm algorithm);
+  // Buckets as the exchange makes them without given ones: filled from the last tensor to the first
+  // (the order backward finishes them) up to bucket_mb of fp32 values; the bucket of every tensor.
+  static std::vector<int> bucket_of(const std::vector<ExchangeTensor>& tensors, double bucket_mb);
   // PowerSGD's matrix of a tensor with leading dimension `rows` (0: a vector) and `numel` values.
   static LowRankShape low_rank_shape(const QuantSpec& spec, int64_t rows, int64_t numel);
   // The identity of PowerSGD's random draws of Q for tensor t: derive_philox_key(seed, step, every_rank,
-  // state_id(t, 5, 0)), the same stream on every rank.
+  // state_id(t, StreamRole::low_rank_q, 0)), the same stream on every rank.
   static constexpr uint64_t kEveryRank = ~uint64_t{0};
 
  private:

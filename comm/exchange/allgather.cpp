@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "comm/buffer_ops.h"
+#include "comm/exchange/algorithm.h"
 #include "comm/exchange/workspace.h"
 
 namespace qtrain::exchange {
@@ -26,7 +27,7 @@ void reduce_allgather(Workspace& w, const std::vector<int>& ids) {
     TensorPlan& p = w.plan(t);
     const ExchangeTensor& x = w.tensor(t);
     const int64_t col = p.column_for(x.numel, x.column);
-    own[i] = p.quantizer->encode(ctx, {w.grad(t), static_cast<size_t>(x.numel)}, col, p.whole,
+    own[i] = p.quantizer->encode(ctx, {w.grad(t), static_cast<size_t>(x.numel)}, col, p.as<WholeState>().whole,
                                  {send + used, p.quantizer->max_encoded_bytes(x.numel, col)});
     used += own[i];
   }
@@ -55,6 +56,32 @@ void reduce_allgather(Workspace& w, const std::vector<int>& ids) {
   w.stats.phases.add(Phase::encode, encode_s);
   w.stats.phases.add(Phase::decode, decode_s);
   w.stats.phases.add(Phase::communicate, std::max(0.0, since(exchange_start) - decode_s));
+}
+
+namespace {
+
+class Allgather final : public ExchangeAlgorithm {
+ public:
+  void plan(TensorPlan& p, const ExchangeTensor& x, int index, const PlanContext& pc) const override {
+    plan_whole(p, x, index, pc);
+  }
+  void reduce(Workspace& w, const std::vector<int>& ids) const override { reduce_allgather(w, ids); }
+  // Every rank's whole payload to every rank.
+  WireCost cost(const QuantSpec& spec, const ExchangeTensor& x) const override {
+    return payload_cost(WireCost::Pattern::allgather,
+                        static_cast<double>(make_quantizer(spec)->max_encoded_bytes(x.numel, x.column)),
+                        static_cast<double>(x.numel));
+  }
+  void state(TensorPlan& p, const std::string& name, std::vector<std::pair<std::string, Tensor>>& out) const override {
+    add_state(p.as<WholeState>().whole, name, out);
+  }
+};
+
+}  // namespace
+
+const ExchangeAlgorithm& algorithm_allgather() {
+  static const Allgather algorithm;
+  return algorithm;
 }
 
 }  // namespace qtrain::exchange

@@ -4,6 +4,7 @@
 #include <array>
 
 #include "comm/buffer_ops.h"
+#include "comm/exchange/algorithm.h"
 #include "comm/exchange/workspace.h"
 #include "quant/method.h"
 
@@ -78,6 +79,28 @@ void reduce_allreduce(Workspace& w, const std::vector<int>& ids) {
     unpack(w, ids, format, stage);
     w.stats.phases.add(Phase::decode, since(t0));
   }
+}
+
+namespace {
+
+// fp32, fp16 and bf16 values summed by the transport's own allreduce: no plan state.
+class NativeAllreduce final : public ExchangeAlgorithm {
+ public:
+  void plan(TensorPlan&, const ExchangeTensor&, int, const PlanContext&) const override {}
+  void reduce(Workspace& w, const std::vector<int>& ids) const override { reduce_allreduce(w, ids); }
+  WireCost cost(const QuantSpec& spec, const ExchangeTensor& x) const override {
+    const auto n = static_cast<double>(x.numel);
+    WireCost c = payload_cost(WireCost::Pattern::allreduce, n * (spec.method == QuantMethod::fp32 ? 4 : 2), n);
+    c.sixteen_bit = spec.method != QuantMethod::fp32;
+    return c;
+  }
+};
+
+}  // namespace
+
+const ExchangeAlgorithm& algorithm_allreduce() {
+  static const NativeAllreduce algorithm;
+  return algorithm;
 }
 
 }  // namespace qtrain::exchange

@@ -8,7 +8,9 @@
 #include <algorithm>
 
 #include "comm/buffer_ops.h"
+#include "comm/exchange/algorithm.h"
 #include "comm/exchange/workspace.h"
+#include "quant/method.h"
 #include "quant/wire.h"
 
 namespace qtrain::exchange {
@@ -25,8 +27,9 @@ void reduce_allreduce_compact(Workspace& w, const std::vector<int>& ids) {
     const int t = ids[i];
     TensorPlan& p = w.plan(t);
     const int64_t n = w.tensor(t).numel;
-    offset[i + 1] = offset[i] + p.quantizer->encode(ctx, {w.grad(t), static_cast<size_t>(n)}, 1, p.whole,
-                                                    {send + offset[i], p.quantizer->max_encoded_bytes(n, 1)});
+    offset[i + 1] =
+        offset[i] + p.quantizer->encode(ctx, {w.grad(t), static_cast<size_t>(n)}, 1, p.as<WholeState>().whole,
+                                        {send + offset[i], p.quantizer->max_encoded_bytes(n, 1)});
   }
   // The bodies (padding included: zeros, which sum to zeros) back to back as f32 values.
   const size_t body_bytes = offset.back() - ids.size() * wire::kHeaderBytes;
@@ -58,6 +61,34 @@ void reduce_allreduce_compact(Workspace& w, const std::vector<int>& ids) {
     w.stats.bytes_sent_per_tensor[static_cast<size_t>(t)] += 2.0 * (P - 1) / P * static_cast<double>(len);
   }
   w.stats.phases.add(Phase::decode, since(t0));
+}
+
+namespace {
+
+class AllreduceCompact final : public ExchangeAlgorithm {
+ public:
+  void plan(TensorPlan& p, const ExchangeTensor& x, int index, const PlanContext& pc) const override {
+    QT_CHECK(method_info(p.spec.method).summable_body,
+             "quantization method {}: allreduce_compact needs a summable body", quant_method_name(p.spec.method));
+    plan_whole(p, x, index, pc);
+  }
+  void reduce(Workspace& w, const std::vector<int>& ids) const override { reduce_allreduce_compact(w, ids); }
+  // Only the bodies are summed: a native allreduce of the payload less its header.
+  WireCost cost(const QuantSpec& spec, const ExchangeTensor& x) const override {
+    return payload_cost(WireCost::Pattern::allreduce,
+                        static_cast<double>(make_quantizer(spec)->max_encoded_bytes(x.numel, 1) - wire::kHeaderBytes),
+                        0);
+  }
+  void state(TensorPlan& p, const std::string& name, std::vector<std::pair<std::string, Tensor>>& out) const override {
+    add_state(p.as<WholeState>().whole, name, out);
+  }
+};
+
+}  // namespace
+
+const ExchangeAlgorithm& algorithm_allreduce_compact() {
+  static const AllreduceCompact algorithm;
+  return algorithm;
 }
 
 }  // namespace qtrain::exchange

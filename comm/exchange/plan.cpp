@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "comm/exchange/algorithm.h"
 #include "quant/method.h"
 
 namespace qtrain {
@@ -15,16 +16,16 @@ bool uses_columns(const QuantSpec& s) { return method_info(s.method).columnar(s)
 }  // namespace exchange
 
 // Random-stream identities of the quantization states: distinct for every tensor, stripe and role.
-uint64_t GradientExchange::state_id(int t, int role, int stripe) {
-  return (static_cast<uint64_t>(t) << 24) | (static_cast<uint64_t>(role) << 20) | static_cast<uint64_t>(stripe);
+uint64_t GradientExchange::state_id(int t, StreamRole role, int index) {
+  return (static_cast<uint64_t>(t) << 24) | (static_cast<uint64_t>(role) << 20) | static_cast<uint64_t>(index);
 }
 
 uint64_t GradientExchange::piece_state_id(int t, bool owner, int stripe, int piece, int world_size) {
-  if (piece == 0) return owner ? state_id(t, 2, 0) : state_id(t, 1, stripe);
+  if (piece == 0) return owner ? state_id(t, StreamRole::owner, 0) : state_id(t, StreamRole::stripe, stripe);
   const int64_t index = owner ? piece : int64_t{piece} * world_size + stripe;
   QT_CHECK(index < (int64_t{1} << 20),
            "{} pieces of {} stripes exceed the random-stream ids; raise communication.piece_mb", piece + 1, world_size);
-  return state_id(t, owner ? 4 : 3, static_cast<int>(index));
+  return state_id(t, owner ? StreamRole::owner_piece : StreamRole::stripe_piece, static_cast<int>(index));
 }
 
 int GradientExchange::piece_count(const std::vector<int64_t>& stripe_begin, int64_t unit, int64_t piece_values) {
@@ -82,46 +83,7 @@ TensorPlan make_plan(const ExchangeTensor& x, int index, const QuantSpec& spec, 
   TensorPlan p;
   p.spec = spec;
   p.algorithm = algorithm;
-  if (p.algorithm == ReduceAlgorithm::allreduce) return p;
-  if (p.algorithm == ReduceAlgorithm::powersgd) {
-    LowRankState& l = p.low_rank;
-    l.shape = GradientExchange::low_rank_shape(spec, x.rows, x.numel);
-    if (!l.shape.compressed) return p;
-    l.seed = pc.seed;
-    l.q_t = Tensor::zeros({l.shape.rank, l.shape.cols}, DType::f32, pc.device);
-    if (spec.error_feedback) l.residual = Tensor::zeros({x.numel}, DType::f32, pc.device);
-    return p;
-  }
-  p.quantizer = make_quantizer(p.spec);
-  p.combine = method_info(p.spec.method).combine;
-  if (p.algorithm == ReduceAlgorithm::allgather || p.algorithm == ReduceAlgorithm::allreduce_compact) {
-    p.whole = QuantState(pc.seed, pc.rank, GradientExchange::state_id(index, 0, 0));
-    p.quantizer->init_state(p.whole, x.numel, pc.device);
-    return p;
-  }
-  // Stripes are balanced in units of whole columns for the methods that quantize per column.
-  const int P = pc.world_size;
-  p.unit = GradientExchange::stripe_unit(p.spec, x.column);
-  p.stripe_begin = GradientExchange::stripe_bounds(x.numel, p.unit, P);
-  const auto piece_values = static_cast<int64_t>(pc.piece_mb * 1024.0 * 1024.0 / 4.0);
-  const int K = GradientExchange::piece_count(p.stripe_begin, p.unit, piece_values);
-  p.stripes.resize(static_cast<size_t>(P));
-  for (int s = 0; s < P; ++s) {
-    p.piece_begin.push_back(GradientExchange::piece_bounds(p.stripe_begin[static_cast<size_t>(s)],
-                                                           p.stripe_begin[static_cast<size_t>(s) + 1], p.unit, K));
-    for (int k = 0; k < K; ++k) {
-      QuantState& st = p.stripes[static_cast<size_t>(s)].emplace_back(
-          pc.seed, pc.rank, GradientExchange::piece_state_id(index, false, s, k, P));
-      p.quantizer->init_state(st, p.piece_len(s, k), pc.device);
-    }
-  }
-  const QuantSpec owner_spec = method_info(p.spec.method).owner_spec(p.spec);
-  if (!(owner_spec == p.spec)) p.owner_quantizer = make_quantizer(owner_spec);
-  for (int k = 0; k < K; ++k) {
-    QuantState& st =
-        p.owner.emplace_back(pc.seed, pc.rank, GradientExchange::piece_state_id(index, true, pc.rank, k, P));
-    p.owner_q().init_state(st, p.piece_len(pc.rank, k), pc.device);
-  }
+  exchange_algorithm(algorithm).plan(p, x, index, pc);
   return p;
 }
 

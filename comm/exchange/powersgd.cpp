@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/buffer_ops.h"
+#include "comm/exchange/algorithm.h"
 #include "comm/exchange/low_rank.h"
 #include "comm/exchange/workspace.h"
 #include "framework/core/philox.h"
@@ -24,8 +25,8 @@ namespace {
 // Standard normal values (Box-Muller on two words of the stream per value, in double) for Q^T.
 void draw_q(Workspace& w, int t, LowRankState& l) {
   const int64_t n = l.q_t.numel();
-  const PhiloxKey key =
-      derive_philox_key(l.seed, w.ctx->step(), GradientExchange::kEveryRank, GradientExchange::state_id(t, 5, 0));
+  const PhiloxKey key = derive_philox_key(l.seed, w.ctx->step(), GradientExchange::kEveryRank,
+                                          GradientExchange::state_id(t, StreamRole::low_rank_q, 0));
   std::vector<float> values(static_cast<size_t>(n));
   auto uniform = [&](int64_t i) {  // (0, 1]
     const PhiloxBlock b = philox_subsequence_block(key, static_cast<uint64_t>(i) / 4);
@@ -57,7 +58,7 @@ void check_finite(Workspace& w, const std::vector<int>& compressed, const float*
   }
   int64_t at = 0;
   for (int t : compressed) {
-    const LowRankShape& s = w.plan(t).low_rank.shape;
+    const LowRankShape& s = w.plan(t).as<LowRankState>().shape;
     for (int64_t i = 0; i < s.rows * s.rank; ++i)
       if (!std::isfinite(p_all[at + i]))
         throw NonFiniteInputError(fmt::format(
@@ -75,14 +76,14 @@ void reduce_powersgd(Workspace& w, const std::vector<int>& ids) {
   for (int t : ids) {
     const TensorPlan& p = w.plan(t);
     const bool started = w.ctx->step() >= static_cast<uint64_t>(p.spec.integer("start_iter"));
-    (started && p.low_rank.shape.compressed ? compressed : uncompressed).push_back(t);
+    (started && p.as<LowRankState>().shape.compressed ? compressed : uncompressed).push_back(t);
   }
   if (!uncompressed.empty()) reduce_allreduce(w, uncompressed);
   if (compressed.empty()) return;
 
   int64_t p_values = 0, q_values = 0;
   for (int t : compressed) {
-    const LowRankShape& s = w.plan(t).low_rank.shape;
+    const LowRankShape& s = w.plan(t).as<LowRankState>().shape;
     p_values += s.rows * s.rank;
     q_values += s.cols * s.rank;
   }
@@ -93,13 +94,13 @@ void reduce_powersgd(Workspace& w, const std::vector<int>& ids) {
   // end); Q orthogonalized (or drawn); P = M Q.
   auto t0 = Clock::now();
   auto matrix = [&](int t) -> const float* {
-    LowRankState& l = w.plan(t).low_rank;
+    LowRankState& l = w.plan(t).as<LowRankState>();
     return l.residual.defined() ? l.residual.data<float>() : w.grad(t);
   };
   int64_t p_at = 0;
   for (int t : compressed) {
     TensorPlan& p = w.plan(t);
-    LowRankState& l = p.low_rank;
+    LowRankState& l = p.as<LowRankState>();
     if (l.residual.defined()) add_into(*w.ctx, l.residual.data<float>(), w.grad(t), w.tensor(t).numel);
     // Q comes from the random stream without warm start, and on the first compressed step (Q^T still
     // zero: looked at once per process, as a checkpoint may have restored it since the plan was made).
@@ -127,7 +128,7 @@ void reduce_powersgd(Workspace& w, const std::vector<int>& ids) {
   int64_t q_at = 0;
   for (int t : compressed) {
     const TensorPlan& p = w.plan(t);
-    const LowRankShape& s = p.low_rank.shape;
+    const LowRankShape& s = p.as<LowRankState>().shape;
     orthonormalize_rows(*w.ctx, p_all + p_at, s.rank, s.rows, static_cast<float>(p.spec.number("epsilon")));
     back_project_low_rank(*w.ctx, matrix(t), s.rows, s.cols, p_all + p_at, s.rank, q_all + q_at);
     p_at += s.rows * s.rank;
@@ -150,7 +151,7 @@ void reduce_powersgd(Workspace& w, const std::vector<int>& ids) {
   p_at = 0;
   q_at = 0;
   for (int t : compressed) {
-    LowRankState& l = w.plan(t).low_rank;
+    LowRankState& l = w.plan(t).as<LowRankState>();
     const LowRankShape& s = l.shape;
     copy_buffer(*w.ctx, l.q_t.raw(), q_all + q_at, static_cast<size_t>(s.cols * s.rank) * 4);
     expand_low_rank(*w.ctx, p_all + p_at, l.q_t.data<float>(), s.rows, s.cols, s.rank, w.grad(t),
@@ -163,6 +164,54 @@ void reduce_powersgd(Workspace& w, const std::vector<int>& ids) {
     q_at += s.cols * s.rank;
   }
   w.stats.phases.add(Phase::decode, since(t0));
+}
+
+namespace {
+
+class PowerSgd final : public ExchangeAlgorithm {
+ public:
+  void plan(TensorPlan& p, const ExchangeTensor& x, int, const PlanContext& pc) const override {
+    auto l = std::make_unique<LowRankState>();
+    l->shape = GradientExchange::low_rank_shape(p.spec, x.rows, x.numel);
+    if (l->shape.compressed) {
+      l->seed = pc.seed;
+      l->q_t = Tensor::zeros({l->shape.rank, l->shape.cols}, DType::f32, pc.device);
+      if (p.spec.error_feedback) l->residual = Tensor::zeros({x.numel}, DType::f32, pc.device);
+    }
+    p.state = std::move(l);
+  }
+  void reduce(Workspace& w, const std::vector<int>& ids) const override { reduce_powersgd(w, ids); }
+  // Steady state (after start_iter): P and Q in two fp32 all-reduces, (rows + cols) * rank values,
+  // modelled as one native all-reduce of those bytes; uncompressed tensors in fp32.
+  WireCost cost(const QuantSpec& spec, const ExchangeTensor& x) const override {
+    const LowRankShape s = GradientExchange::low_rank_shape(spec, x.rows, x.numel);
+    const auto n = static_cast<double>(x.numel);
+    return payload_cost(WireCost::Pattern::allreduce,
+                        s.compressed ? 4.0 * static_cast<double>((s.rows + s.cols) * s.rank) : 4.0 * n, n);
+  }
+  // "<tensor>/powersgd/q" (Q transposed, the same on every rank) and "<tensor>/powersgd/residual".
+  void state(TensorPlan& p, const std::string& name, std::vector<std::pair<std::string, Tensor>>& out) const override {
+    LowRankState& l = p.as<LowRankState>();
+    if (l.q_t.defined()) out.emplace_back(name + "/powersgd/q", l.q_t);
+    if (l.residual.defined()) out.emplace_back(name + "/powersgd/residual", l.residual);
+  }
+  // Vectors and matrices whose compression does not pay travel in fp32.
+  bool sends_fp32(const TensorPlan& p) const override {
+    return ExchangeAlgorithm::sends_fp32(p) || !p.as<LowRankState>().shape.compressed;
+  }
+  // The matrix it compresses, or that the tensor travels in fp32.
+  std::string describe(const TensorPlan& p) const override {
+    const LowRankShape& l = p.as<LowRankState>().shape;
+    return fmt::format("powersgd{}", l.compressed ? fmt::format(" {}x{} rank {}", l.rows, l.cols, l.rank)
+                                                  : std::string(" (fp32: not compressed)"));
+  }
+};
+
+}  // namespace
+
+const ExchangeAlgorithm& algorithm_powersgd() {
+  static const PowerSgd algorithm;
+  return algorithm;
 }
 
 }  // namespace qtrain::exchange

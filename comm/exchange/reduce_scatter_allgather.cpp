@@ -16,7 +16,9 @@
 #include <string>
 
 #include "comm/buffer_ops.h"
+#include "comm/exchange/algorithm.h"
 #include "comm/exchange/workspace.h"
+#include "quant/method.h"
 #include "comm/transport_common.h"
 
 namespace qtrain::exchange {
@@ -165,7 +167,7 @@ void reduce_scatter_allgather_piece_on_device(Workspace& w, const std::vector<in
 void reduce_scatter_allgather(Workspace& w, const std::vector<int>& ids) {
   const auto start = Clock::now();
   int pieces = 0;
-  for (int t : ids) pieces = std::max(pieces, w.plan(t).pieces());
+  for (int t : ids) pieces = std::max(pieces, w.plan(t).as<StripedState>().pieces());
   StripeTally tally;
   tally.sent.assign(ids.size(), 0.0);
   // Pipelining needs point-to-point messages on host memory, each piece's payload in one message.
@@ -188,6 +190,65 @@ void reduce_scatter_allgather(Workspace& w, const std::vector<int>& ids) {
   w.stats.phases.add(Phase::encode, tally.encode_s);
   w.stats.phases.add(Phase::decode, tally.decode_s);
   w.stats.phases.add(Phase::communicate, std::max(0.0, since(start) - tally.encode_s - tally.decode_s));
+}
+
+namespace {
+
+class ReduceScatterAllgather final : public ExchangeAlgorithm {
+ public:
+  // Stripes balanced in units of whole columns for the methods that quantize per column, each cut into
+  // pieces of at most communication.piece_mb.
+  void plan(TensorPlan& p, const ExchangeTensor& x, int index, const PlanContext& pc) const override {
+    p.quantizer = make_quantizer(p.spec);
+    p.combine = method_info(p.spec.method).combine;
+    const QuantSpec owner_spec = method_info(p.spec.method).owner_spec(p.spec);
+    if (!(owner_spec == p.spec)) p.owner_quantizer = make_quantizer(owner_spec);
+    auto st = std::make_unique<StripedState>();
+    const int P = pc.world_size;
+    st->unit = GradientExchange::stripe_unit(p.spec, x.column);
+    st->stripe_begin = GradientExchange::stripe_bounds(x.numel, st->unit, P);
+    const auto piece_values = static_cast<int64_t>(pc.piece_mb * 1024.0 * 1024.0 / 4.0);
+    const int K = GradientExchange::piece_count(st->stripe_begin, st->unit, piece_values);
+    st->stripes.resize(static_cast<size_t>(P));
+    for (int s = 0; s < P; ++s) {
+      st->piece_begin.push_back(GradientExchange::piece_bounds(
+          st->stripe_begin[static_cast<size_t>(s)], st->stripe_begin[static_cast<size_t>(s) + 1], st->unit, K));
+      for (int k = 0; k < K; ++k) {
+        QuantState& q = st->stripes[static_cast<size_t>(s)].emplace_back(
+            pc.seed, pc.rank, GradientExchange::piece_state_id(index, false, s, k, P));
+        p.quantizer->init_state(q, st->piece_len(s, k), pc.device);
+      }
+    }
+    for (int k = 0; k < K; ++k) {
+      QuantState& q =
+          st->owner.emplace_back(pc.seed, pc.rank, GradientExchange::piece_state_id(index, true, pc.rank, k, P));
+      p.owner_q().init_state(q, st->piece_len(pc.rank, k), pc.device);
+    }
+    p.state = std::move(st);
+  }
+  void reduce(Workspace& w, const std::vector<int>& ids) const override { reduce_scatter_allgather(w, ids); }
+  // Modelled as the whole tensor's payload per rank (one stripe to each owner, the owner's to all).
+  WireCost cost(const QuantSpec& spec, const ExchangeTensor& x) const override {
+    return payload_cost(WireCost::Pattern::reduce_scatter_allgather,
+                        static_cast<double>(make_quantizer(spec)->max_encoded_bytes(x.numel, x.column)),
+                        static_cast<double>(x.numel));
+  }
+  // "<tensor>/stripe<s>/...", "<tensor>/owner/..."; pieces k >= 1 as ".piece<k>" after the role.
+  void state(TensorPlan& p, const std::string& name, std::vector<std::pair<std::string, Tensor>>& out) const override {
+    StripedState& st = p.as<StripedState>();
+    auto piece = [](size_t k) { return k == 0 ? std::string() : ".piece" + std::to_string(k); };
+    for (size_t s = 0; s < st.stripes.size(); ++s)
+      for (size_t k = 0; k < st.stripes[s].size(); ++k)
+        add_state(st.stripes[s][k], name + "/stripe" + std::to_string(s) + piece(k), out);
+    for (size_t k = 0; k < st.owner.size(); ++k) add_state(st.owner[k], name + "/owner" + piece(k), out);
+  }
+};
+
+}  // namespace
+
+const ExchangeAlgorithm& algorithm_reduce_scatter_allgather() {
+  static const ReduceScatterAllgather algorithm;
+  return algorithm;
 }
 
 }  // namespace qtrain::exchange

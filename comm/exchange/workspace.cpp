@@ -182,8 +182,9 @@ size_t Workspace::encode_piece(const std::vector<int>& ids, int s, int k, bool o
     const auto [b, len] = piece(t, s, k);
     if (len == 0) continue;
     const int64_t col = p.column_for(len, tensor(t).column);
+    StripedState& striped = p.as<StripedState>();
     QuantState& state =
-        owner ? p.owner[static_cast<size_t>(k)] : p.stripes[static_cast<size_t>(s)][static_cast<size_t>(k)];
+        owner ? striped.owner[static_cast<size_t>(k)] : striped.stripes[static_cast<size_t>(s)][static_cast<size_t>(k)];
     const Quantizer& q = owner ? p.owner_q() : *p.quantizer;
     tag_checks(t, s, /*decode=*/false);
     const size_t bytes = q.encode(*ctx, {grad(t) + b, static_cast<size_t>(len)}, col, state,

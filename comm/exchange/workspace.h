@@ -77,7 +77,7 @@ struct Workspace {
   std::string describe_check(uint64_t tag) const;
 
   // Piece k of stripe s of tensor t (empty when t has fewer pieces).
-  Span piece(int t, int s, int k) const { return plan(t).piece(s, k); }
+  Span piece(int t, int s, int k) const { return plan(t).as<StripedState>().piece(s, k); }
   // The most bytes the payload of piece k of stripe s of the tensors `ids` can take (the same figure
   // on every rank).
   size_t piece_capacity(const std::vector<int>& ids, int s, int k) const;

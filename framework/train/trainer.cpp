@@ -249,14 +249,19 @@ void Trainer::open_data() {
 
 // The synchronization of the replicas, also in a world of one: quantization then still applies (its
 // effect on accuracy can be studied on one process).
-void Trainer::build_sync() {
+std::vector<ExchangeTensor> exchange_tensors(const Net& net) {
   std::vector<ExchangeTensor> tensors;
-  tensors_of_layer_.assign(static_cast<size_t>(net_->num_layers()), {});
-  for (const ParamEntry& e : net_->param_entries()) {
-    tensors_of_layer_[static_cast<size_t>(e.layer_index)].push_back(static_cast<int>(tensors.size()));
+  for (const ParamEntry& e : net.param_entries())
     tensors.push_back({e.name, e.layer_name, e.layer_type, e.offset, e.numel, e.shape.empty() ? 1 : e.shape.back(),
                        e.shape.size() >= 2 ? e.shape.front() : 0});
-  }
+  return tensors;
+}
+
+void Trainer::build_sync() {
+  std::vector<ExchangeTensor> tensors = exchange_tensors(*net_);
+  tensors_of_layer_.assign(static_cast<size_t>(net_->num_layers()), {});
+  for (size_t t = 0; t < tensors.size(); ++t)
+    tensors_of_layer_[static_cast<size_t>(net_->param_entries()[t].layer_index)].push_back(static_cast<int>(t));
   // An override matching no layer is a typo in its glob: those gradients would silently keep the
   // section's method.
   for (size_t i = 0; i < config_.quantization.overrides.size(); ++i) {

@@ -63,6 +63,10 @@ void check_net_fits_dataset(Net& net, const Dataset& data, const std::string& da
 MemoryFootprint training_footprint(const NetSizes& sizes, const Shape& input, int64_t batch,
                                    const std::string& optimizer_label, int64_t optimizer_arrays);
 
+// The gradient tensors of `net` as the exchange sees them (arena order, with their layers, columns and
+// rows): what the trainer's sync strategy and the cost model of run records are built from.
+std::vector<ExchangeTensor> exchange_tensors(const Net& net);
+
 // Evaluates `net` over all batches of `loader` for `epoch` 0 (no shuffling needed for evaluation).
 EvalResult evaluate(Net& net, Context& ctx, Loader& loader);
 

@@ -74,7 +74,7 @@ class Simulation {
         e.pieces.push_back(GradientExchange::piece_bounds(e.bounds[static_cast<size_t>(s)],
                                                           e.bounds[static_cast<size_t>(s) + 1], unit, K));
       for (int r = 0; r < P; ++r) {
-        e.whole.emplace_back(kSeed, r, GradientExchange::state_id(ti, 0, 0));
+        e.whole.emplace_back(kSeed, r, GradientExchange::state_id(ti, StreamRole::whole, 0));
         // Owner r's states for its pieces; rank r's first-quantization states for stripe s, piece k.
         e.owner.emplace_back();
         for (int k = 0; k < K; ++k)
@@ -568,7 +568,7 @@ TEST_CASE("randomk: the compact allreduce sums the k values at the indices every
       if (x.numel < 10000) continue;
       // The indices from the stream of (seed, step, tensor) alone (wire::randomk_index).
       const PhiloxKey key =
-          QuantState(kSeed, 0, GradientExchange::state_id(static_cast<int>(t), 0, 0)).shared_rng_key(k);
+          QuantState(kSeed, 0, GradientExchange::state_id(static_cast<int>(t), StreamRole::whole, 0)).shared_rng_key(k);
       const int64_t kk = wire::count_for_proportion(0.05, x.numel);
       std::vector<char> chosen(static_cast<size_t>(x.numel), 0);
       for (int64_t j = 0; j < kk; ++j) chosen[static_cast<size_t>(wire::randomk_index(key, j, x.numel, kk))] = 1;

@@ -16,6 +16,7 @@
 #include "framework/train/metrics.h"
 #include "framework/model/net.h"
 #include "framework/train/run_config.h"
+#include "framework/train/trainer.h"
 #include "layers/registry.h"
 #include "quant/method.h"
 #include "quant/policy.h"
@@ -199,57 +200,38 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
   prof.measured_ranks = run.ranks;
   prof.overlap = config.communication.overlap;
 
-  // The exchange plan, as GradientExchange builds it: per tensor a spec and an algorithm; buckets
-  // filled from the last tensor to the first (the order backward finishes them) up to bucket_mb.
+  // The exchange plan, as GradientExchange builds it: per tensor a spec and an algorithm, whose cost
+  // terms the algorithm itself gives, in the exchange's buckets.
   const Net net(config.model, DType::f32, Device::cpu(), layer_registry(), loss_registry());
-  const std::vector<ParamEntry>& entries = net.param_entries();
-  const double bucket_bytes = config.communication.bucket_mb * 1024.0 * 1024.0;
-  double filled = 0;
-  for (int t = static_cast<int>(entries.size()) - 1; t >= 0; --t) {
-    const ParamEntry& e = entries[static_cast<size_t>(t)];
-    if (prof.buckets.empty() || filled >= bucket_bytes) {
-      prof.buckets.emplace_back();
-      filled = 0;
-    }
-    filled += 4.0 * static_cast<double>(e.numel);
+  const std::vector<ExchangeTensor> tensors = exchange_tensors(net);
+  const std::vector<int> bucket_of = GradientExchange::bucket_of(tensors, config.communication.bucket_mb);
+  for (int t = static_cast<int>(tensors.size()) - 1; t >= 0; --t) {
+    const ExchangeTensor& x = tensors[static_cast<size_t>(t)];
+    if (static_cast<int>(prof.buckets.size()) <= bucket_of[static_cast<size_t>(t)]) prof.buckets.emplace_back();
     predict::Bucket& b = prof.buckets.back();
-    const double n = static_cast<double>(e.numel);
+    const double n = static_cast<double>(x.numel);
     b.values += n;
     run.gradient_values += n;
-    const QuantSpec spec = config.quantization.resolve(e.layer_name, e.layer_type, e.numel);
-    const ReduceAlgorithm algorithm = config.communication.algorithm_for(spec);
+    const QuantSpec spec = config.quantization.resolve(x.layer_name, x.layer_type, x.numel);
     const QuantMethodInfo& info = method_info(spec.method);
     if (!info.payload || info.combine != QuantCombine::sum) run.two_level_unsuited = info.name;
-    double bytes = 0;
-    if (algorithm == ReduceAlgorithm::powersgd) {
-      // Steady state (after start_iter): P and Q in two fp32 all-reduces, (rows + cols) * rank values,
-      // modelled as one native all-reduce of those bytes; uncompressed tensors in fp32.
-      const LowRankShape s = GradientExchange::low_rank_shape(spec, e.shape.size() >= 2 ? e.shape.front() : 0, e.numel);
-      bytes = s.compressed ? 4.0 * static_cast<double>((s.rows + s.cols) * s.rank) : 4.0 * n;
-      b.allreduce_bytes += bytes;
-      b.allreduce_values += n;
-    } else if (algorithm == ReduceAlgorithm::allreduce) {
-      const bool sixteen = spec.method != QuantMethod::fp32;
-      bytes = n * (sixteen ? 2 : 4);
-      b.allreduce_bytes += bytes;
-      b.allreduce_values += n;
-      if (sixteen) b.allreduce_16bit_values += n;
-    } else if (algorithm == ReduceAlgorithm::allreduce_compact) {
-      // Only the bodies are summed: a native allreduce of the payload less its header.
-      bytes = static_cast<double>(make_quantizer(spec)->max_encoded_bytes(e.numel, 1) - 32);
-      b.allreduce_bytes += bytes;
-    } else {
-      const int64_t column = e.shape.empty() ? 1 : e.shape.back();
-      bytes = static_cast<double>(make_quantizer(spec)->max_encoded_bytes(e.numel, column));
-      if (algorithm == ReduceAlgorithm::allgather) {
-        b.allgather_bytes += bytes;
-        b.allgather_values += n;
-      } else {
-        b.rsag_bytes += bytes;
-        b.rsag_values += n;
-      }
+    const WireCost c = GradientExchange::wire_cost(spec, x, config.communication.algorithm_for(spec));
+    switch (c.pattern) {
+      case WireCost::Pattern::allreduce:
+        b.allreduce_bytes += c.bytes;
+        b.allreduce_values += c.values;
+        if (c.sixteen_bit) b.allreduce_16bit_values += c.values;
+        break;
+      case WireCost::Pattern::allgather:
+        b.allgather_bytes += c.bytes;
+        b.allgather_values += c.values;
+        break;
+      case WireCost::Pattern::reduce_scatter_allgather:
+        b.rsag_bytes += c.bytes;
+        b.rsag_values += c.values;
+        break;
     }
-    run.payload_bytes += bytes;
+    run.payload_bytes += c.bytes;
   }
   return run;
 }

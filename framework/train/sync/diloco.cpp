@@ -67,10 +67,11 @@ class DiLoCoSync final : public SyncStrategy {
   const std::vector<ExchangeTensor>& tensors() const override { return exchange_.tensors(); }
   double fraction_quantized() const override { return exchange_.fraction_quantized(); }
   std::string summary() const override {
-    return fmt::format("DiLoCo every {} steps (outer SGD lr {}, momentum {}{}), {:.2f}% of pseudo-gradient values "
-                       "quantized",
-                       inner_steps_, outer_.options().lr, outer_.options().momentum,
-                       outer_.options().nesterov ? ", Nesterov" : "", 100 * exchange_.fraction_quantized());
+    return fmt::format(
+        "DiLoCo every {} steps (outer SGD lr {}, momentum {}{}), {:.2f}% of pseudo-gradient values "
+        "quantized",
+        inner_steps_, outer_.options().lr, outer_.options().momentum, outer_.options().nesterov ? ", Nesterov" : "",
+        100 * exchange_.fraction_quantized());
   }
   std::string describe() const override { return "pseudo-gradient exchange:\n" + exchange_.describe(); }
 
