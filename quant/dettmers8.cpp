@@ -11,6 +11,7 @@
 
 #include "quant/cpu_loops.h"
 #include "quant/cpu_memory.h"
+#include "quant/dettmers8_codes.h"
 #include "quant/dettmers8_cuda.h"
 #include "quant/dettmers8_wire.h"
 #include "quant/dettmers_table.h"
@@ -117,14 +118,11 @@ void encode_tree_avx2(const float* __restrict in, float* __restrict residual, ui
 #endif
 
 template <bool Ef>
-void encode_linear(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n,
+void encode_linear(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n, float m,
                    float r127, const float* __restrict d) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = Ef ? in[i] + residual[i] : in[i];
-    // Half up on a magnitude (>= 0), as the CUDA kernel rounds: the two paths must give the same bytes.
-    int32_t q = static_cast<int32_t>(__builtin_fabsf(v) * r127 + 0.5f);  // NOLINT(bugprone-incorrect-roundings)
-    q = q > 127 ? 127 : q;
-    const uint32_t code = static_cast<uint32_t>(q) | ((float_bits(v) >> 31) << 7);
+    const uint32_t code = dettmers8_linear_level(__builtin_fabsf(v), m, r127) | ((float_bits(v) >> 31) << 7);
     out[i] = static_cast<uint8_t>(code);
     if (Ef) residual[i] = v - d[code];
   }
@@ -198,9 +196,9 @@ class Dettmers8Quantizer final : public Quantizer {
     } else {
       const float r127 = inverse_scale(m, 127.0f);
       if (a.residual)
-        encode_linear<true>(a.in, a.residual, codes, a.n, r127, d);
+        encode_linear<true>(a.in, a.residual, codes, a.n, bits_float(m), r127, d);
       else
-        encode_linear<false>(a.in, nullptr, codes, a.n, r127, d);
+        encode_linear<false>(a.in, nullptr, codes, a.n, bits_float(m), r127, d);
     }
     return max_body_bytes(a.n, 1);
   }

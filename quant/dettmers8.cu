@@ -2,6 +2,7 @@
 // then one thread per value; the dynamic-tree index is the binary search that defines the CPU's
 // lookup table (tests/quant checks the two agree everywhere), the rest is dettmers8.cpp's arithmetic.
 #include "quant/cuda_common.cuh"
+#include "quant/dettmers8_codes.h"
 #include "quant/dettmers8_cuda.h"
 #include "quant/dettmers8_wire.h"
 #include "quant/dettmers_table.h"
@@ -83,13 +84,9 @@ __global__ void encode_kernel(DeviceTables tables, bool linear, const float* __r
     const float v = span_value(in, residual, i);
     uint32_t code;
     if (linear) {
-      // __float2int_rz, not a C++ cast: NaN or Inf input reaches here before the status check refuses
-      // it, and a C++ cast of those is undefined (the hardware's cvt.rzi gives 0 and INT_MAX, which
-      // the intrinsic guarantees; the UBSan run of the emulated tests reported the cast). Finite v
-      // gives the same value either way: |v| * r127 + 0.5 is at most 127.5.
-      int32_t q = __float2int_rz(fabsf(v) * r127 + 0.5f);
-      q = q > 127 ? 127 : q;
-      code = static_cast<uint32_t>(q);
+      // NaN or Inf input reaches here before the status check refuses it: the helper converts only
+      // finite estimates below 128 to int (a C++ cast of the others is undefined; UBSan reported it).
+      code = dettmers8_linear_level(fabsf(v), m, r127);
     } else {
       const uint32_t a = float_bits(fabsf(v) * r);
       // Number of midpoints below a: DettmersTables::nearest_by_search.

@@ -336,6 +336,39 @@ TEST_CASE("dettmers8 codes: zero, saturation, sign", "[quant][dettmers8]") {
   REQUIRE(std::signbit(y[3]));
 }
 
+// Issue 41: the float estimate (int)(|v| * (127 / M) + 0.5f) rounded 0.49999997 (times 127) up to 1.
+// The model is round(127 |v| / M), half up, in long double (64-bit significand: no half-integer lies
+// within its rounding of a float ratio), at the issue's example and next to every half level.
+TEST_CASE("dettmers8 linear level is round(127 |v| / M) exactly with ties up", "[quant][dettmers8]") {
+  Context ctx = Context::cpu(1, 1);
+  QuantSpec s = spec_of(QuantMethod::dettmers8);
+  s.set("variant", "linear");
+  auto q = make_quantizer(s);
+  QuantState st;
+  auto p = encode(*q, ctx, std::vector<float>{0.49999997f, 127.0f, 0.5f, -1.5f}, 1, st);
+  CHECK(p[32] == 0);          // 0.49999997 < 1/2: level 0 (the float estimate gave 1)
+  CHECK(p[33] == 127);        // M itself
+  CHECK(p[34] == 1);          // a tie rounds up
+  CHECK(p[35] == (2 | 128));  // and so does a negative one's magnitude
+  std::mt19937_64 rng(41);
+  std::uniform_real_distribution<double> scale(-40.0, 40.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const auto m = static_cast<float>(std::exp2(scale(rng)));
+    std::vector<float> x = {m};
+    for (int k = 0; k < 127; ++k) {
+      const float half = static_cast<float>((k + 0.5) * static_cast<double>(m) / 127);
+      float v = std::nextafter(std::nextafter(half, 0.0f), 0.0f);  // two ulps below to two above
+      for (int d = 0; d < 5; ++d, v = std::nextafter(v, m)) x.push_back(v);
+    }
+    p = encode(*q, ctx, x, 1, st);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const auto want = static_cast<int>(std::floor(127.0L * x[i] / m + 0.5L));
+      CAPTURE(m, x[i], i);
+      REQUIRE(int{p[32 + i]} == want);
+    }
+  }
+}
+
 TEST_CASE("qsgd is unbiased: the mean of many decodes converges to the input", "[quant][qsgd]") {
   Context ctx = Context::cpu(1, 1);
   const int64_t n = 2048;
