@@ -2,7 +2,8 @@
 // linear (7-bit magnitude), one scale M = max|v| per span in the header. Byte: bit 7 sign, bits 0..6
 // an index; dynamic_tree: 0..125 table entry, 126 zero, 127 saturation (+-M); linear: level q, value
 // q * M / 127. Encoding is two passes: max|v|, then one branch-free pass (one table read per value;
-// the dynamic_tree pass has an AVX2 version, quant/cpu_loops.h).
+// the dynamic_tree pass has an AVX2 version, quant/cpu_loops.h). dynamic_tree with `search:
+// clusternet` takes clusterNet's bisection instead of the nearest entry (quant/dettmers8_codes.h).
 #include <cfloat>
 
 #if defined(__AVX2__)
@@ -11,6 +12,7 @@
 
 #include "quant/cpu_loops.h"
 #include "quant/cpu_memory.h"
+#include "quant/dettmers8_codes.h"
 #include "quant/dettmers8_cuda.h"
 #include "quant/dettmers8_wire.h"
 #include "quant/dettmers_table.h"
@@ -117,14 +119,25 @@ void encode_tree_avx2(const float* __restrict in, float* __restrict residual, ui
 #endif
 
 template <bool Ef>
-void encode_linear(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n,
+void encode_linear(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n, float m,
                    float r127, const float* __restrict d) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = Ef ? in[i] + residual[i] : in[i];
-    // Half up on a magnitude (>= 0), as the CUDA kernel rounds: the two paths must give the same bytes.
-    int32_t q = static_cast<int32_t>(__builtin_fabsf(v) * r127 + 0.5f);  // NOLINT(bugprone-incorrect-roundings)
-    q = q > 127 ? 127 : q;
-    const uint32_t code = static_cast<uint32_t>(q) | ((float_bits(v) >> 31) << 7);
+    const uint32_t code = dettmers8_linear_level(__builtin_fabsf(v), m, r127) | ((float_bits(v) >> 31) << 7);
+    out[i] = static_cast<uint8_t>(code);
+    if (Ef) residual[i] = v - d[code];
+  }
+}
+
+// search: clusternet (quant/dettmers8_codes.h): a bisection per value, scalar; it exists to reproduce
+// the paper's figures, not for speed.
+template <bool Ef>
+void encode_clusternet(const float* __restrict in, float* __restrict residual, uint8_t* __restrict out, int64_t n,
+                       float m, const float* __restrict d) {
+  const float* table = dettmers_tables().value;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = Ef ? in[i] + residual[i] : in[i];
+    const uint32_t code = dettmers8_clusternet_index(__builtin_fabsf(v), m, table) | ((float_bits(v) >> 31) << 7);
     out[i] = static_cast<uint8_t>(code);
     if (Ef) residual[i] = v - d[code];
   }
@@ -192,22 +205,27 @@ class Dettmers8Quantizer final : public Quantizer {
     float d[256];
     decode_table(variant(), bits_float(m), d);
     uint8_t* codes = a.out + wire::kHeaderBytes;
-    if (variant() == Dettmers8Variant::dynamic_tree) {
+    if (clusternet()) {
+      if (a.residual)
+        encode_clusternet<true>(a.in, a.residual, codes, a.n, bits_float(m), d);
+      else
+        encode_clusternet<false>(a.in, nullptr, codes, a.n, bits_float(m), d);
+    } else if (variant() == Dettmers8Variant::dynamic_tree) {
       const float r = inverse_scale(m, 1.0f);
       dettmers8_tree_codes(CpuPath::fast, a.in, a.residual, codes, a.n, r, d);
     } else {
       const float r127 = inverse_scale(m, 127.0f);
       if (a.residual)
-        encode_linear<true>(a.in, a.residual, codes, a.n, r127, d);
+        encode_linear<true>(a.in, a.residual, codes, a.n, bits_float(m), r127, d);
       else
-        encode_linear<false>(a.in, nullptr, codes, a.n, r127, d);
+        encode_linear<false>(a.in, nullptr, codes, a.n, bits_float(m), r127, d);
     }
     return max_body_bytes(a.n, 1);
   }
 
 #if QTRAIN_QUANT_CUDA
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
-    dettmers8_encode_cuda(ctx, variant(), a);
+    dettmers8_encode_cuda(ctx, variant(), clusternet(), a);
     return max_body_bytes(a.n, 1);
   }
 #endif
@@ -233,6 +251,10 @@ class Dettmers8Quantizer final : public Quantizer {
 
  private:
   Dettmers8Variant variant() const { return static_cast<Dettmers8Variant>(spec().integer("variant")); }
+  // The payload does not record the search: decoding is the same table either way.
+  bool clusternet() const {
+    return variant() == Dettmers8Variant::dynamic_tree && spec().choice("search") == "clusternet";
+  }
 
   Dettmers8Variant check_body(const WireHeader& h) const {
     if (h.a > 1) wire::bad_payload(method(), fmt::format("variant field {} (0 dynamic_tree, 1 linear)", h.a));
@@ -254,15 +276,25 @@ const QuantMethodInfo& dettmers8_method_info() {
     m.id = QuantMethod::dettmers8;
     m.name = "dettmers8";
     // The choices' order is the wire value of the variant field.
-    m.params = {{.key = "variant", .kind = QuantParamDef::Kind::name, .choices = {"dynamic_tree", "linear"}}};
+    auto tree = [](const QuantSpec& s) { return s.choice("variant") == "dynamic_tree"; };
+    m.params = {{.key = "variant", .kind = QuantParamDef::Kind::name, .choices = {"dynamic_tree", "linear"}},
+                {.key = "search",
+                 .kind = QuantParamDef::Kind::name,
+                 .choices = {"nearest", "clusternet"},
+                 .applies = tree,
+                 .why_not = "applies to dettmers8 variant: dynamic_tree only (linear has no table to search)",
+                 .shown_at_default = false}};
     m.algorithm = "allgather";
-    // dynamic_tree: half the widest table gap (the last bin of [0.45, 1]: 0.55 / 32) times the scale, and
-    // the sign kept; linear: half a step of 127 levels. Both plus the float rounding.
-    m.within_bound = [](const QuantSpec& s, const RoundTripValue& v) {
-      if (s.choice("variant") == "linear") return std::fabs(v.y - v.x) <= v.max_abs / 254 * (1 + 1e-5);
-      return std::fabs(v.y - v.x) <= 0.0171875 / 2 * v.max_abs * (1 + 1e-5) && std::signbit(v.y) == std::signbit(v.x);
+    // dynamic_tree: half the widest table gap (the last bin of [0.45, 1]: 0.55 / 32) times the scale
+    // (a whole gap with clusterNet's search, which may take the farther neighbour), and the sign kept;
+    // linear: half a step of 127 levels. All plus the float rounding.
+    m.within_bound = [tree](const QuantSpec& s, const RoundTripValue& v) {
+      if (!tree(s)) return std::fabs(v.y - v.x) <= v.max_abs / 254 * (1 + 1e-5);
+      const double gaps = s.choice("search") == "clusternet" ? 1.0 : 0.5;
+      return std::fabs(v.y - v.x) <= 0.0171875 * gaps * v.max_abs * (1 + 1e-5) &&
+             std::signbit(v.y) == std::signbit(v.x);
     };
-    m.variants = {"dettmers8", "dettmers8:variant=linear"};
+    m.variants = {"dettmers8", "dettmers8:search=clusternet", "dettmers8:variant=linear"};
     m.make = [](const QuantSpec& spec) -> std::unique_ptr<Quantizer> {
       return std::make_unique<Dettmers8Quantizer>(spec);
     };

@@ -1,7 +1,9 @@
 // dettmers8 kernels: max|v| (an integer max of the float bits, so any order gives the CPU's value),
 // then one thread per value; the dynamic-tree index is the binary search that defines the CPU's
-// lookup table (tests/quant checks the two agree everywhere), the rest is dettmers8.cpp's arithmetic.
+// lookup table (tests/quant checks the two agree everywhere), the rest (the linear level, clusterNet's
+// search) quant/dettmers8_codes.h's, as on the CPU.
 #include "quant/cuda_common.cuh"
+#include "quant/dettmers8_codes.h"
 #include "quant/dettmers8_cuda.h"
 #include "quant/dettmers8_wire.h"
 #include "quant/dettmers_table.h"
@@ -57,7 +59,7 @@ __device__ __forceinline__ float decoded(const float* value, bool linear, float 
   return c & 128u ? -mag : mag;
 }
 
-__global__ void encode_kernel(DeviceTables tables, bool linear, const float* __restrict__ in,
+__global__ void encode_kernel(DeviceTables tables, bool linear, bool clusternet, const float* __restrict__ in,
                               float* __restrict__ residual, int64_t n, const uint32_t* max_bits_ptr,
                               uint8_t* __restrict__ out, WireHeaderFields h) {
   __shared__ float value[DettmersTables::kEntries];
@@ -83,13 +85,11 @@ __global__ void encode_kernel(DeviceTables tables, bool linear, const float* __r
     const float v = span_value(in, residual, i);
     uint32_t code;
     if (linear) {
-      // __float2int_rz, not a C++ cast: NaN or Inf input reaches here before the status check refuses
-      // it, and a C++ cast of those is undefined (the hardware's cvt.rzi gives 0 and INT_MAX, which
-      // the intrinsic guarantees; the UBSan run of the emulated tests reported the cast). Finite v
-      // gives the same value either way: |v| * r127 + 0.5 is at most 127.5.
-      int32_t q = __float2int_rz(fabsf(v) * r127 + 0.5f);
-      q = q > 127 ? 127 : q;
-      code = static_cast<uint32_t>(q);
+      // NaN or Inf input reaches here before the status check refuses it: the helper converts only
+      // finite estimates below 128 to int (a C++ cast of the others is undefined; UBSan reported it).
+      code = dettmers8_linear_level(fabsf(v), m, r127);
+    } else if (clusternet) {
+      code = dettmers8_clusternet_index(fabsf(v), m, value);
     } else {
       const uint32_t a = float_bits(fabsf(v) * r);
       // Number of midpoints below a: DettmersTables::nearest_by_search.
@@ -125,7 +125,7 @@ __global__ void decode_kernel(DeviceTables tables, bool linear, float m, const u
 
 }  // namespace
 
-void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, const EncodeArgs& a) {
+void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, bool clusternet, const EncodeArgs& a) {
   Carver carver(a.state->workspace(ctx.device(), 1024));
   EncodeStatus* status = fresh_status(ctx, carver);
   auto* max_bits = carver.take<uint32_t>(1);
@@ -141,8 +141,9 @@ void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, const EncodeA
   h.a = static_cast<uint32_t>(variant);
   h.n = static_cast<uint64_t>(a.n);
   h.total = wire::pad8(wire::kHeaderBytes + static_cast<size_t>(a.n));
-  encode_kernel<<<grid_for(a.n, kThreads), kThreads, 0, s>>>(device_tables(), variant == Dettmers8Variant::linear, a.in,
-                                                             a.residual, a.n, max_bits, a.out, fields_of(h));
+  encode_kernel<<<grid_for(a.n, kThreads), kThreads, 0, s>>>(device_tables(), variant == Dettmers8Variant::linear,
+                                                             clusternet, a.in, a.residual, a.n, max_bits, a.out,
+                                                             fields_of(h));
   CUDA_CHECK(cudaGetLastError());
   check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
     if (done.non_finite)

@@ -8,7 +8,8 @@
 
 namespace qtrain::quant_detail {
 
-void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, const EncodeArgs& a);
+// clusternet: dynamic_tree with clusterNet's search (quant/dettmers8_codes.h) instead of the nearest entry.
+void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, bool clusternet, const EncodeArgs& a);
 void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, float scale, const uint8_t* codes, float* out,
                            int64_t n, bool add);
 

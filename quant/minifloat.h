@@ -216,14 +216,30 @@ QT_HD uint32_t mx_scale_code(uint32_t max_bits) {
   return static_cast<uint32_t>((x < -127 ? -127 : x) + 127);
 }
 
-// NVFP4's two-level scale: tensor scale t = max|v| / (6 * 448); block b's E4M3 scale code is
-// max|v of b| / 6 / t rounded to nearest even and saturated at 448 (0 when t is below FLT_MIN: such a
-// tensor encodes as zeros); its decode scale is the code's value * t.
+// x (finite, >= 0) rounded to f32 by rounding to odd: toward zero, then the last bit set when that
+// was inexact. A nearest-even rounding of the result to at most 22 significant bits (E4M3 keeps 4)
+// then equals that of x itself: the set bit stands for what was cut, so no false tie appears.
+QT_HD uint32_t round_to_odd_bits(double x) {
+  const float f = static_cast<float>(x);
+  const double back = f;
+  const uint32_t toward_zero = float_bits(f) - (back > x ? 1u : 0u);
+  return toward_zero | (back != x ? 1u : 0u);
+}
+
+// NVFP4's two-level scale: tensor scale t = M / (6 * 448), M = max|v| of the tensor (tensor_max_bits);
+// block b's E4M3 scale code is (max|v of b| / 6) / (M / (6 * 448)) = 448 max_b / M rounded to nearest
+// even, exactly, and saturated at 448 (0 when t is below FLT_MIN: such a tensor encodes as zeros); its
+// decode scale is the code's value * t. Exactly: the f32 divisions this replaced rounded ratios just
+// above a midpoint onto it, and the tie went to the even code (issue 41: a block became zeros). Here
+// 448 max_b is exact in double (27 significant bits) and the quotient is rounded once; a ratio that
+// is not a midpoint (5 significant bits) differs from every one by more than 2^-31 of itself, far more
+// than that rounding, and one that is a midpoint is exact. round_to_odd_bits carries it to f32.
 constexpr float kNvfp4TensorDivisor = 6.0f * 448.0f;
-QT_HD uint32_t nvfp4_block_scale_code(uint32_t block_max_bits, float t) {
+QT_HD uint32_t nvfp4_block_scale_code(uint32_t block_max_bits, uint32_t tensor_max_bits) {
+  const float t = bits_float(tensor_max_bits) / kNvfp4TensorDivisor;
   if (float_bits(t) < 0x00800000u) return 0u;
-  const float ratio = bits_float(block_max_bits) / 6.0f / t;
-  return minifloat_magnitude<FloatE4M3, false>(float_bits(ratio), 0u);
+  const double ratio = 448.0 * static_cast<double>(bits_float(block_max_bits)) / bits_float(tensor_max_bits);
+  return minifloat_magnitude<FloatE4M3, false>(round_to_odd_bits(ratio), 0u);
 }
 QT_HD float nvfp4_decode_scale(uint32_t scale_code, float t) { return minifloat_abs_value<FloatE4M3>(scale_code) * t; }
 

@@ -1,5 +1,6 @@
 // nvfp4: NVIDIA's NVFP4 with its two-level scaling: one fp32 tensor scale t = max|v| / (6 * 448), and
-// per block of 16 values an FP8 E4M3 scale, the block's max|v| / 6 / t rounded to E4M3; each value is
+// per block of 16 values an FP8 E4M3 scale, the block's max|v| / 6 / (max|v| / (6 * 448)) rounded
+// exactly to E4M3 (quant/minifloat.h, nvfp4_block_scale_code); each value is
 // the FP4 E2M1 code of v / (E4M3 scale * t), rounded to nearest even (or stochastically) and saturated
 // at 6 (quant/minifloat.h). The division is a multiply by the reciprocal of the block's decode scale
 // (0 when that scale is below FLT_MIN: the block encodes as zeros). Two passes: max|v|, then a chunk
@@ -46,7 +47,7 @@ void block_codes(const float* __restrict g, float* __restrict e, int64_t len, fl
 // Chunks of 64 blocks in three phases: the blocks' maxima, their scales (a loop over blocks, so the
 // divisions of 16 blocks run in one vector instead of one after another), their codes.
 template <bool Ef, bool Sr>
-void encode_all(const EncodeArgs& a, const wire::Nvfp4Layout& l, float t) {
+void encode_all(const EncodeArgs& a, const wire::Nvfp4Layout& l, uint32_t m, float t) {
   uint8_t* scales = a.out + l.scales_offset;
   uint8_t* elements = a.out + wire::kHeaderBytes;
   constexpr int64_t kChunkBlocks = 64;
@@ -69,7 +70,7 @@ void encode_all(const EncodeArgs& a, const wire::Nvfp4Layout& l, float t) {
     if (full < nb)
       maxes[full] = max_abs_bits<Ef, 0>(g + full * kBlock, Ef ? e + full * kBlock : nullptr, l.len(b0 + full));
     for (int64_t k = 0; k < nb; ++k) {
-      const uint32_t sc = nvfp4_block_scale_code(maxes[k], t);
+      const uint32_t sc = nvfp4_block_scale_code(maxes[k], m);
       scales[b0 + k] = static_cast<uint8_t>(sc);
       d[k] = nvfp4_decode_scale(sc, t);
       inv[k] = inverse_scale(float_bits(d[k]), 1.0f);
@@ -154,14 +155,14 @@ class Nvfp4Quantizer final : public Quantizer {
     wire::write_header(a.out, header(l, float_bits(t)));
     if (a.residual) {
       if (stochastic_)
-        encode_all<true, true>(a, l, t);
+        encode_all<true, true>(a, l, m, t);
       else
-        encode_all<true, false>(a, l, t);
+        encode_all<true, false>(a, l, m, t);
     } else {
       if (stochastic_)
-        encode_all<false, true>(a, l, t);
+        encode_all<false, true>(a, l, m, t);
       else
-        encode_all<false, false>(a, l, t);
+        encode_all<false, false>(a, l, m, t);
     }
     return l.body_end;
   }

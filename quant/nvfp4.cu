@@ -33,15 +33,15 @@ __device__ __forceinline__ float tensor_scale_and_header(uint32_t max_bits, uint
 // writes 1/2 + 1/16 (+ 4).
 template <bool Sr>
 __device__ __forceinline__ void encode_block(const float* __restrict__ in, float* __restrict__ residual,
-                                             const wire::Nvfp4Layout& l, int64_t b, float t, PhiloxKey key,
-                                             uint8_t* __restrict__ out) {
+                                             const wire::Nvfp4Layout& l, int64_t b, uint32_t tensor_max, float t,
+                                             PhiloxKey key, uint8_t* __restrict__ out) {
   const int64_t len = l.len(b), first = b * kBlock;
   uint32_t m = 0;
   for (int64_t j = 0; j < len; ++j) {
     const uint32_t x = abs_bits(residual ? in[first + j] + residual[first + j] : in[first + j]);
     m = x > m ? x : m;
   }
-  const uint32_t sc = nvfp4_block_scale_code(m, t);
+  const uint32_t sc = nvfp4_block_scale_code(m, tensor_max);
   out[l.scales_offset + b] = static_cast<uint8_t>(sc);
   const float d = nvfp4_decode_scale(sc, t);
   const float inv = inverse_scale(float_bits(d), 1.0f);
@@ -63,10 +63,11 @@ template <bool Sr>
 __global__ void encode_kernel(const float* __restrict__ in, float* __restrict__ residual, wire::Nvfp4Layout l,
                               const uint32_t* max_bits_ptr, PhiloxKey key, uint8_t* __restrict__ out,
                               WireHeaderFields h, EncodeStatus* status) {
-  const float t = tensor_scale_and_header(*max_bits_ptr, out, h, status);
+  const uint32_t tensor_max = *max_bits_ptr;
+  const float t = tensor_scale_and_header(tensor_max, out, h, status);
   for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < l.blocks;
        b += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    encode_block<Sr>(in, residual, l, b, t, key, out);
+    encode_block<Sr>(in, residual, l, b, tensor_max, t, key, out);
 }
 
 // The whole blocks, streamed: lane group of 4 = one block, float4 v = values 4v .. 4v + 3 of block
@@ -77,7 +78,8 @@ __global__ void __launch_bounds__(kStreamThreads)
     encode_vec_kernel(const float* __restrict__ in, float* __restrict__ residual, wire::Nvfp4Layout l,
                       const uint32_t* max_bits_ptr, PhiloxKey key, uint8_t* __restrict__ out, WireHeaderFields h,
                       EncodeStatus* status) {
-  const float t = tensor_scale_and_header(*max_bits_ptr, out, h, status);
+  const uint32_t tensor_max = *max_bits_ptr;
+  const float t = tensor_scale_and_header(tensor_max, out, h, status);
   const int64_t full = l.n / kBlock, vecs = full * (kBlock / 4);
   const int sub = static_cast<int>(threadIdx.x % 4);                    // which float4 of its block
   auto* words = reinterpret_cast<uint32_t*>(out + wire::kHeaderBytes);  // two per block
@@ -93,7 +95,7 @@ __global__ void __launch_bounds__(kStreamThreads)
         const uint32_t y = __shfl_xor_sync(kFullMask, m, off);
         m = y > m ? y : m;
       }
-      const uint32_t sc = nvfp4_block_scale_code(m, t);
+      const uint32_t sc = nvfp4_block_scale_code(m, tensor_max);
       const float d = nvfp4_decode_scale(sc, t);
       const float inv = inverse_scale(float_bits(d), 1.0f);
       const float a[4] = {x[k].x, x[k].y, x[k].z, x[k].w};
@@ -116,7 +118,7 @@ __global__ void __launch_bounds__(kStreamThreads)
     }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0 && full < l.blocks)
-    encode_block<Sr>(in, Ef ? residual : nullptr, l, full, t, key, out);
+    encode_block<Sr>(in, Ef ? residual : nullptr, l, full, tensor_max, t, key, out);
 }
 
 __global__ void check_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, EncodeStatus* status) {

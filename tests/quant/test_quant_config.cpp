@@ -32,6 +32,10 @@ TEST_CASE("methods and their parameters", "[quant][config]") {
   c = parse("quantization: {method: dettmers8, variant: linear, error_feedback: true}\n");
   REQUIRE(c.base.choice("variant") == "linear");
   REQUIRE(c.base.error_feedback);
+  c = parse("quantization: {method: dettmers8, search: clusternet}\n");
+  REQUIRE(c.base.choice("search") == "clusternet");
+  REQUIRE(c.base.str() == "dettmers8(variant=dynamic_tree, search=clusternet)");
+  REQUIRE(parse("quantization: {method: dettmers8}\n").base.str() == "dettmers8(variant=dynamic_tree)");
   c = parse("quantization: {method: onebit, mode: bucket, bucket: 128}\n");
   REQUIRE(c.base.choice("mode") == "bucket");
   REQUIRE(c.base.integer("bucket") == 128);
@@ -63,6 +67,10 @@ TEST_CASE("invalid values are errors that list what is allowed", "[quant][config
                       Catch::Contains("quantization.fraction must be > 0, got 0"));
   REQUIRE_THROWS_WITH(parse("quantization: {method: dettmers8, variant: tree}\n"),
                       Catch::Contains("must be one of dynamic_tree, linear"));
+  REQUIRE_THROWS_WITH(parse("quantization: {method: dettmers8, search: bisect}\n"),
+                      Catch::Contains("quantization.search must be one of nearest, clusternet, got 'bisect'"));
+  REQUIRE_THROWS_WITH(parse("quantization: {method: dettmers8, variant: linear, search: clusternet}\n"),
+                      Catch::Contains("quantization.search") && Catch::Contains("dynamic_tree only"));
   REQUIRE_THROWS_WITH(parse("quantization: {method: qsgd, norm: l1}\n"), Catch::Contains("must be one of max, l2"));
   REQUIRE_THROWS_WITH(parse("quantization: {method: adaptive, proportion: 0}\n"),
                       Catch::Contains("quantization.proportion must be > 0"));

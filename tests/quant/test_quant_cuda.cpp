@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -12,6 +13,8 @@
 
 #include "framework/core/tensor.h"
 #include "quant/det_sum.h"
+#include "quant/minifloat.h"
+#include "quant/nvfp4_wire.h"
 #include "quant/wire.h"
 #include "tests/quant/cuda_common_probe.h"
 #include "tests/quant/quant_test_util.h"
@@ -182,6 +185,51 @@ TEST_CASE("CUDA encoders match the CPU on spans too small to invert (levels / ma
         REQUIRE(same_bits(to_host(gpu, gs.residual()),
                           std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
     }
+  }
+}
+
+// Issue 41's rounding edges, where the exact decision differs from a float one: dettmers8 linear's
+// levels next to every half level (and 0.49999997 * M / 127, level 0), and nvfp4 block maxima next to
+// every E4M3 midpoint (times M / 448), one per block, after a block holding M (and the issue's block).
+TEST_CASE("CUDA encoders write the CPU's bytes at exact-rounding edges", "[quant][cuda]") {
+  Context cpu = Context::cpu(1, 1);
+  Context gpu = Context::cuda(0, 1);
+  const float m = 994.56f;
+  std::vector<float> lin = {0.49999997f, 127.0f, m};
+  std::vector<float> blocks(32, 0.0f);
+  blocks[0] = m;
+  blocks[16] = blocks[17] = 0.0021679688f;
+  for (int k = 0; k < 127; ++k) {
+    float a = std::nextafter(static_cast<float>((k + 0.5) * m / 127), 0.0f);
+    for (int d = 0; d < 3; ++d, a = std::nextafter(a, m)) lin.push_back(a);
+  }
+  for (uint32_t c = 0; c < quant_detail::FloatE4M3::kMaxCode; ++c) {
+    const double mid = (static_cast<double>(quant_detail::minifloat_abs_value<quant_detail::FloatE4M3>(c)) +
+                        quant_detail::minifloat_abs_value<quant_detail::FloatE4M3>(c + 1)) /
+                       2;
+    float b = std::nextafter(static_cast<float>(mid * m / 448), 0.0f);
+    for (int d = 0; d < 3; ++d, b = std::nextafter(b, m)) {
+      blocks.push_back(b);
+      blocks.resize(blocks.size() + 15, 0.0f);
+    }
+  }
+  QuantSpec linear = QuantSpec::defaults(QuantMethod::dettmers8);
+  linear.set("variant", "linear");
+  for (const auto& [s, x] : {std::pair{linear, lin}, std::pair{QuantSpec::defaults(QuantMethod::nvfp4), blocks}}) {
+    CAPTURE(s.str());
+    auto q = make_quantizer(s);
+    const auto n = static_cast<int64_t>(x.size());
+    QuantState cs(5, 1, 3), gs(5, 1, 3);
+    const auto cp = encode(*q, cpu, x, 1, cs);
+    const size_t cap = q->max_encoded_bytes(n, 1);
+    Tensor gx = to_cuda(x);
+    Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
+    const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), 1, gs,
+                                    std::span<uint8_t>(gout.data<uint8_t>(), cap));
+    REQUIRE(gbytes == cp.size());
+    require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
+    if (s.method == QuantMethod::dettmers8) REQUIRE(cp[32] == 0);  // the float estimate gave level 1
+    if (s.method == QuantMethod::nvfp4) REQUIRE(cp[wire::nvfp4_layout(n).scales_offset + 1] == 0x01);  // not 0
   }
 }
 

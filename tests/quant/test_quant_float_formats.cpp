@@ -30,14 +30,14 @@ double value(uint32_t code) {
   return minifloat_value<F>(code);
 }
 
-// The reference rounding in double precision: the nearest magnitude among all finite codes, ties to
-// the even code, beyond the largest magnitude saturated.
+// The reference rounding in long double precision: the nearest magnitude among all finite codes, ties
+// to the even code, beyond the largest magnitude saturated.
 template <class F>
-uint32_t reference_nearest(double a) {
+uint32_t reference_nearest(long double a) {
   uint32_t best = 0;
-  double best_err = INFINITY;
+  long double best_err = INFINITY;
   for (uint32_t c = 0; c <= F::kMaxCode; ++c) {
-    const double err = std::fabs(value<F>(c) - a);
+    const long double err = std::fabs(value<F>(c) - a);
     if (err < best_err || (err == best_err && c % 2 == 0)) best = c, best_err = err;
   }
   return best;
@@ -251,6 +251,44 @@ TEST_CASE("NVFP4 two-level scales: t = max / (6 * 448), block scale max / 6 / t 
   REQUIRE(q[33] == (0x2 | (0x6 << 4)));
   REQUIRE(q[34] == 0x4);
   REQUIRE(q[35] == 0x7e);  // the block holds the tensor's max: scale 448 (d = 448 t = 1), after 3 element bytes
+}
+
+// Issue 41: the block scale is 448 max_b / M rounded to E4M3 exactly. The f32 divisions it replaced,
+// max_b / 6 / t, rounded the issue's block (max 0.0021679688 in a tensor of max 994.56: 448 max_b / M
+// is 2^-10 + 1.5e-11, just above the midpoint of E4M3's 0 and 2^-9) onto that midpoint; the tie went
+// to the even code 0 and the block decoded as zeros.
+TEST_CASE("NVFP4 block scale: 448 max_b / M rounded exactly, at the issue's block and every midpoint",
+          "[quant][float][nvfp4]") {
+  std::vector<float> x(32, 0.0f);
+  x[0] = x[1] = 0.0021679688f;
+  x[16] = 994.56f;
+  const auto p = encode_with(spec(QuantMethod::nvfp4), x);
+  const size_t scales = 32 + 16;
+  REQUIRE(p[scales] == 0x01);  // 2^-9
+  REQUIRE(p[scales + 1] == 0x7e);
+  Context ctx = Context::cpu(1, 1);
+  const auto y = decode(*make_quantizer(spec(QuantMethod::nvfp4)), ctx, p, 32);
+  REQUIRE(y[0] == Approx(0.0021679688).epsilon(1e-6));  // 3 * 2^-9 * t
+  REQUIRE(y[1] == y[0]);
+
+  // One or two ulps either side of every midpoint (times M / 448), for tensor maxima over 12 decades.
+  std::mt19937_64 rng(41);
+  std::uniform_real_distribution<double> decade(-6.0, 6.0);
+  for (int trial = 0; trial < 20; ++trial) {
+    const auto m = static_cast<float>(std::pow(10.0, decade(rng)));
+    for (uint32_t c = 0; c < FloatE4M3::kMaxCode; ++c) {
+      const double mid = (value<FloatE4M3>(c) + value<FloatE4M3>(c + 1)) / 2;
+      float b = std::nextafter(std::nextafter(static_cast<float>(mid * m / 448), 0.0f), 0.0f);
+      for (int d = 0; d < 5; ++d, b = std::nextafter(b, INFINITY)) {
+        if (b > m) continue;
+        x.assign(32, 0.0f);
+        x[0] = b;
+        x[16] = m;
+        CAPTURE(m, b, c);
+        REQUIRE(encode_with(spec(QuantMethod::nvfp4), x)[scales] == reference_nearest<FloatE4M3>(448.0L * b / m));
+      }
+    }
+  }
 }
 
 TEST_CASE("fp8: per-tensor scale max / 448 (E4M3) or max / 57344 (E5M2)", "[quant][float][fp8]") {

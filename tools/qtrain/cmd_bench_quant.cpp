@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -138,6 +139,19 @@ void fill_data(std::vector<float>& normal, std::vector<float>& heavy, int64_t n,
         float h = static_cast<float>(1e-3 * (2 * u - 1) / std::sqrt(2 * u * (1 - u)));
         heavy[static_cast<size_t>(j + t)] = h != 0.0f ? h : 1e-12f;
       }
+    }
+  });
+}
+
+// U(0, 1] (never zero), the uniform data of Dettmers' Table 2: its own Philox stream (counter word 2 =
+// 1), each value a function of its index alone, like fill_data's.
+void fill_uniform(std::vector<float>& uniform, int64_t n, uint64_t seed) {
+  uniform.resize(static_cast<size_t>(n));
+  const PhiloxKey key = derive_philox_key(seed, 0x62656e6368ull);
+  for_each_chunk(chunks_of(n), [&](int64_t c) {
+    for (int64_t j = c * kChunk; j < std::min(n, (c + 1) * kChunk); j += 4) {  // kChunk is a multiple of 4
+      const PhiloxBlock b = philox4x32_10(static_cast<uint32_t>(j), static_cast<uint32_t>(j >> 32), 1, 0, key);
+      for (int64_t t = 0; t < 4 && j + t < n; ++t) uniform[static_cast<size_t>(j + t)] = uniform_from_bits(b.v[t]);
     }
   });
 }
@@ -300,6 +314,7 @@ struct Row {
   double encode_gbs = 0, decode_gbs = 0, copy_gbs = 0;
   double bits_per_value = 0, traffic = 0, floor_ratio = 0;
   Errors normal, heavy;
+  Errors uniform;  // CPU rows only (the errors table and its paper comparison are the CPU's)
 };
 
 // Bytes moved per value by encode + decode at their minimum: the fp32 input (and the residual read
@@ -322,14 +337,15 @@ void bench_cpu(const Options& o, const std::vector<QuantSpec>& specs, const std:
     // What this size allocates, checked first: a size beyond the machine's memory would otherwise end
     // in std::bad_alloc, or in the OOM killer after minutes of filling it.
     MemoryFootprint f;
-    f.items.push_back({"normal and heavy-tailed data", 8 * n});
+    f.items.push_back({"normal, heavy-tailed and uniform data", 12 * n});
     f.items.push_back({"decoded output and memcpy target", 8 * n});
     f.items.push_back({"payloads and residuals (at most)", 12 * n});
     check_memory_fits(f, available_memory(Device::cpu()), 1, Device::cpu(),
                       fmt::format("bench-quant --sizes {}", size_str(n)));
-    std::vector<float> normal, heavy;
+    std::vector<float> normal, heavy, uniform;
     fill_data(normal, heavy, n, o.seed);
-    const double max_normal = max_abs_of(normal), max_heavy = max_abs_of(heavy);
+    fill_uniform(uniform, n, o.seed);
+    const double max_normal = max_abs_of(normal), max_heavy = max_abs_of(heavy), max_uniform = max_abs_of(uniform);
     std::vector<float> out(static_cast<size_t>(n));
     std::vector<float> copy_dst(static_cast<size_t>(n));
     for (int threads : thread_counts) {
@@ -378,14 +394,15 @@ void bench_cpu(const Options& o, const std::vector<QuantSpec>& specs, const std:
         row.size = size_str(n);
         row.threads = threads;
         // Validate, and measure the errors of one step from a zero residual, before any timing.
-        for (auto* data : {&normal, &heavy}) {
+        for (auto [data, max, errors] :
+             {std::tuple{&normal, max_normal, &row.normal}, std::tuple{&heavy, max_heavy, &row.heavy},
+              std::tuple{&uniform, max_uniform, &row.uniform}}) {
           for (auto& st : states) st.reset();
           encode_all(*data);
           decode_all(out);
           const auto t_checks = Clock::now();
-          if (threads == 1)
-            validate_round_trip(spec, *data, data == &normal ? max_normal : max_heavy, payloads[0], out);
-          (data == &normal ? row.normal : row.heavy) = errors_of(*data, out);
+          if (threads == 1) validate_round_trip(spec, *data, max, payloads[0], out);
+          *errors = errors_of(*data, out);
           checks_s += std::chrono::duration<double>(Clock::now() - t_checks).count();
         }
         // memcpy, encode and decode take turns, so that whatever else runs on the machine weighs on
@@ -580,16 +597,18 @@ void bench_cuda(const Options& o, const std::vector<QuantSpec>& specs, const std
 
 void print_errors(const std::vector<Row>& rows) {
   fmt::print(
-      "\nErrors of one step (zero residual), normal N(0, 0.01^2) and Student-t(2) data. MRE = mean of\n"
-      "|decoded - x| / |x|, relL2 = ||decoded - x|| / ||x||. Methods that do not keep small values (onebit,\n"
-      "2-bit qsgd, the sparse ones) have an MRE dominated by the smallest |x|; compare them by relL2.\n");
-  fmt::print("{:<8} {:<40} {:>6} {:>7} {:>11} {:>11} {:>11} {:>11}\n", "size", "method", "bits/v", "ratio",
-             "MRE normal", "relL2 norm", "MRE heavy", "relL2 heavy");
+      "\nErrors of one step (zero residual), normal N(0, 0.01^2), Student-t(2) and uniform U(0, 1] data. MRE =\n"
+      "mean of |decoded - x| / |x|, relL2 = ||decoded - x|| / ||x||. Methods that do not keep small values\n"
+      "(onebit, 2-bit qsgd, the sparse ones) have an MRE dominated by the smallest |x|; compare them by relL2.\n"
+      "Dettmers' Table 2 is the MRE of uniform and normal data (scale-free for dettmers8).\n");
+  fmt::print("{:<8} {:<40} {:>6} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "size", "method", "bits/v", "ratio",
+             "MRE normal", "relL2 norm", "MRE heavy", "relL2 heavy", "MRE unif");
   for (const Row& r : rows) {
     if (r.threads != 1 || r.device != "cpu") continue;
     auto pct = [](double x) { return x < 10 ? fmt::format("{:.3f}%", 100 * x) : fmt::format("{:.1e}%", 100 * x); };
-    fmt::print("{:<8} {:<40} {:>6.2f} {:>6.1f}x {:>11} {:>11} {:>11} {:>11}\n", r.size, r.method, r.bits_per_value,
-               32.0 / r.bits_per_value, pct(r.normal.mre), pct(r.normal.rel_l2), pct(r.heavy.mre), pct(r.heavy.rel_l2));
+    fmt::print("{:<8} {:<40} {:>6.2f} {:>6.1f}x {:>11} {:>11} {:>11} {:>11} {:>11}\n", r.size, r.method,
+               r.bits_per_value, 32.0 / r.bits_per_value, pct(r.normal.mre), pct(r.normal.rel_l2), pct(r.heavy.mre),
+               pct(r.heavy.rel_l2), pct(r.uniform.mre));
   }
 }
 
@@ -604,9 +623,10 @@ void write_json(const std::string& file, const std::vector<Row>& rows) {
         "\"decode_gbs\": {:.4f}, \"copy_gbs\": {:.4f}, \"bits_per_value\": {:.4f}, \"traffic_bytes_per_value\": "
         "{:.3f}, "
         "\"floor_ratio\": {:.4f}, \"mre_normal\": {:.6g}, \"rel_l2_normal\": {:.6g}, \"mre_heavy\": {:.6g}, "
-        "\"rel_l2_heavy\": {:.6g}}}{}\n",
+        "\"rel_l2_heavy\": {:.6g}, \"mre_uniform\": {}}}{}\n",
         r.device, r.method, r.size, r.threads, r.encode_gbs, r.decode_gbs, r.copy_gbs, r.bits_per_value, r.traffic,
-        r.floor_ratio, r.normal.mre, r.normal.rel_l2, r.heavy.mre, r.heavy.rel_l2, i + 1 < rows.size() ? "," : "");
+        r.floor_ratio, r.normal.mre, r.normal.rel_l2, r.heavy.mre, r.heavy.rel_l2,
+        r.device == "cpu" ? fmt::format("{:.6g}", r.uniform.mre) : "null", i + 1 < rows.size() ? "," : "");
   }
   out << "]\n";
 }
