@@ -17,17 +17,13 @@
 // In every case each rank decodes the same bytes in the same order, so replicas stay bit-identical.
 // The two quantized algorithms run on the communicator's streaming collectives: the payload for one
 // owner leaves while the next is encoded, and each arrival is decoded while later ones are in flight.
-// This class groups the tensors into buckets and runs the communication thread; the algorithms are
-// in comm/exchange/ (internal).
+// This class chooses between the flat exchange (comm/flat_exchange.h: buckets and the communication
+// thread) and the two-level one (comm/hierarchical_exchange.h); the algorithms are in comm/exchange/
+// (internal).
 #pragma once
 
-#include <condition_variable>
-#include <deque>
-#include <exception>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -100,10 +96,24 @@ enum class StreamRole : int {
   low_rank_q = 5,    // PowerSGD's draws of Q, the same on every rank (index 0)
 };
 
-namespace exchange {
-struct Workspace;
-}
-class HierarchicalExchange;
+// What a GradientExchange runs: one flat exchange among all ranks, or two levels (inside the nodes,
+// then between them). The facade forwards every call to it.
+class ExchangeImpl {
+ public:
+  virtual ~ExchangeImpl() = default;
+  virtual void begin_step(Tensor grads, uint64_t step) = 0;
+  virtual void tensor_ready(Context& compute, int t) = 0;
+  virtual void finish_step() = 0;
+  virtual void wait_buckets(int n, Context& consumer) = 0;
+  virtual ExchangeStats take_stats() = 0;
+  virtual std::vector<std::pair<std::string, Tensor>> state() = 0;
+  virtual const std::vector<ExchangeTensor>& tensors() const = 0;
+  virtual ReduceAlgorithm algorithm(int t) const = 0;
+  virtual double fraction_quantized() const = 0;
+  virtual bool two_levels() const = 0;
+  virtual int num_buckets() const = 0;
+  virtual std::string describe() const = 0;
+};
 
 class GradientExchange {
  public:
@@ -140,13 +150,13 @@ class GradientExchange {
   // copying into them restores the state (before the first step).
   std::vector<std::pair<std::string, Tensor>> state();
 
-  const std::vector<ExchangeTensor>& tensors() const;
-  ReduceAlgorithm algorithm(int t) const;
-  double fraction_quantized() const;                         // of all gradient values, those not sent as fp32
-  bool two_levels() const { return hierarchy_ != nullptr; }  // communication.hierarchy chose two levels
-  int num_buckets() const;
+  const std::vector<ExchangeTensor>& tensors() const { return impl_->tensors(); }
+  ReduceAlgorithm algorithm(int t) const { return impl_->algorithm(t); }
+  double fraction_quantized() const { return impl_->fraction_quantized(); }  // of all values, those not sent as fp32
+  bool two_levels() const { return impl_->two_levels(); }                    // communication.hierarchy chose two levels
+  int num_buckets() const { return impl_->num_buckets(); }
   // One line per tensor: method, algorithm, bucket.
-  std::string describe() const;
+  std::string describe() const { return impl_->describe(); }
 
   // The conventions every rank (and the single-process simulation in the tests) must share:
   // the random-stream identity of a quantization state (StreamRole), the unit of stripe boundaries
@@ -176,42 +186,9 @@ class GradientExchange {
   static constexpr uint64_t kEveryRank = ~uint64_t{0};
 
  private:
-  struct Bucket {
-    std::vector<int> tensors;
-    int pending = 0;  // tensors not yet ready this step
-    // The compute stream's position when the bucket's last tensor became ready: the exchange's stream
-    // waits for it on the GPU; the host does not.
-    std::unique_ptr<StreamEvent> ready = std::make_unique<StreamEvent>();
-    // The exchange's stream at the end of the bucket's work, for wait_buckets' consumer.
-    std::unique_ptr<StreamEvent> done = std::make_unique<StreamEvent>();
-  };
-
-  void make_buckets(double bucket_mb);
-  void run_thread();
-  void process_bucket(int b);
-
   Device device_;
-  CommunicationConfig config_;
-  // Nodes of several ranks (communication.hierarchy): every step goes through the two levels, and
-  // the members below stay empty.
-  std::unique_ptr<HierarchicalExchange> hierarchy_;
-  std::vector<ExchangeTensor> hierarchy_tensors_;
-  std::unique_ptr<exchange::Workspace> work_;  // the tensors, their plans and what the algorithms share
-  std::vector<Bucket> buckets_;
-  std::vector<int> bucket_of_;  // per tensor
-  // Without overlap: the context of the tensor_ready calls, whose stream the exchange's is ordered
-  // after once in finish_step (null until the step's first tensor_ready).
-  Context* compute_ = nullptr;
-  StreamEvent backward_done_;  // without overlap: compute_'s position at finish_step
-
-  std::thread thread_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<int> queue_;
-  int done_ = 0;
-  std::vector<int> processed_;  // this step's buckets in the order they were exchanged
-  bool stopping_ = false;
-  std::exception_ptr error_;
+  // The flat exchange (comm/flat_exchange.h) or the two-level one (comm/hierarchical_exchange.h).
+  std::unique_ptr<ExchangeImpl> impl_;
 };
 
 }  // namespace qtrain

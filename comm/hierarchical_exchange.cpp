@@ -371,4 +371,8 @@ int64_t HierarchicalExchange::node_values(int l) const {
   return n;
 }
 
+void HierarchicalExchange::wait_buckets(int, Context&) {
+  QT_CHECK(false, "wait_buckets is not offered by the two-level exchange (communication.hierarchy)");
+}
+
 }  // namespace qtrain

@@ -55,33 +55,37 @@ bool wants_two_levels(Communicator& world, Device device, const CommunicationCon
                       const QuantizationConfig& quantization, const std::vector<ExchangeTensor>& tensors,
                       NodeLayout& layout);
 
-class HierarchicalExchange {
+class HierarchicalExchange final : public ExchangeImpl {
  public:
   HierarchicalExchange(Communicator& world, Device device, uint64_t seed, const CommunicationConfig& config,
                        const QuantizationConfig& quantization, const std::vector<ExchangeTensor>& tensors,
                        const NodeLayout& layout);
-  ~HierarchicalExchange();
+  ~HierarchicalExchange() override;
 
   // One step sums (and with reduce: mean, averages) the gradient arena over every rank, in place:
   // begin_step, every tensor_ready, then finish_step, as GradientExchange's. With several chunks
   // and communication.overlap, a chunk thread starts each chunk as soon as backward has finished its
   // tensors (the last chunk first); otherwise all of it runs in finish_step.
-  void begin_step(Tensor grads, uint64_t step);
-  void tensor_ready(Context& compute, int t);
-  void finish_step();
+  void begin_step(Tensor grads, uint64_t step) override;
+  void tensor_ready(Context& compute, int t) override;
+  void finish_step() override;
+  // Not offered: a bucket of the cross-node exchange is not a bucket of the model's tensors.
+  void wait_buckets(int n, Context& consumer) override;
 
   // Error-feedback state of the cross-node exchange, names prefixed "inter/".
-  std::vector<std::pair<std::string, Tensor>> state();
+  std::vector<std::pair<std::string, Tensor>> state() override;
   // Phases of the three levels (communicate: the node's collectives on the calling thread, which
   // overlap the cross-node exchange's phases when there are several chunks); bytes are those this
   // rank sent to other nodes (the node-local sums go over shared memory and are not counted).
-  ExchangeStats take_stats();
-  double fraction_quantized() const { return fraction_quantized_; }
-  int num_buckets() const { return inter_->num_buckets(); }
+  ExchangeStats take_stats() override;
+  const std::vector<ExchangeTensor>& tensors() const override { return tensors_; }
+  double fraction_quantized() const override { return fraction_quantized_; }
+  bool two_levels() const override { return true; }
+  int num_buckets() const override { return inter_->num_buckets(); }
   // Tensor t's algorithm between nodes (as its method decides it on the whole tensor, also where
   // this rank's range holds none of it).
-  ReduceAlgorithm algorithm(int t) const { return algorithms_[static_cast<size_t>(t)]; }
-  std::string describe() const;
+  ReduceAlgorithm algorithm(int t) const override { return algorithms_[static_cast<size_t>(t)]; }
+  std::string describe() const override;
   const NodeLayout& layout() const { return layout_; }
 
  private:
