@@ -8,8 +8,9 @@
 #include <cstring>
 
 #include "comm/communicator.h"
+#include "comm/transport_check.h"
 #include "comm/buffer_ops.h"
-#include "comm/exchange_config.h"
+#include "comm/transport_config.h"
 #include "comm/cuda_staging.h"
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
@@ -238,7 +239,7 @@ void Communicator::all_gather_streamed(Context& ctx, std::span<const uint8_t> se
             {recv.data() + stream_recv_offsets_[static_cast<size_t>(s)], stream_recv_sizes_[static_cast<size_t>(s)]});
 }
 
-std::unique_ptr<Communicator> make_communicator(const CommunicationConfig& config, Device device) {
+std::unique_ptr<Communicator> make_communicator(const TransportConfig& config, Device device) {
   std::unique_ptr<Communicator> comm = make_communicator(config.backend, device);
   if (auto* mpi = dynamic_cast<MpiComm*>(comm.get()); mpi && config.mpi_allreduce == "library")
     mpi->set_ring(0, mpi->ring_segment_bytes());

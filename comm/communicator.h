@@ -156,8 +156,8 @@ class Communicator {
 // several ranks, an unknown name) is an InputError saying why, raised on every rank alike.
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Device device);
 
-struct CommunicationConfig;
+struct TransportConfig;
 // The same from the `communication:` section, with its transport options applied (mpi_allreduce).
-std::unique_ptr<Communicator> make_communicator(const CommunicationConfig& config, Device device);
+std::unique_ptr<Communicator> make_communicator(const TransportConfig& config, Device device);
 
 }  // namespace qtrain

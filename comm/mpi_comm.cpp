@@ -4,6 +4,7 @@
 // larger than max_message_bytes() go in several MPI calls because MPI counts and displacements are
 // int.
 #include "comm/mpi_comm.h"
+#include "comm/transport_check.h"
 
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>  // Open MPI's MPIX_CUDA_AWARE_SUPPORT and MPIX_Query_cuda_support()

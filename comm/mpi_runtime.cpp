@@ -1,5 +1,6 @@
 // MPI start-up: thread level, rank, size, local rank (via a shared-memory split), host name.
 #include "comm/mpi_runtime.h"
+#include "comm/transport_check.h"
 
 #include <mpi.h>
 

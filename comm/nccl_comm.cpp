@@ -4,6 +4,7 @@
 // copied into the caller's host vector. Host inputs are staged through device scratch. Compiled only
 // with CUDA.
 #include "comm/nccl_comm.h"
+#include "comm/transport_check.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>

@@ -1,5 +1,6 @@
 // The ring allreduce: chunk bounds, the two phases, and the element-wise sums.
 #include "comm/ring_allreduce.h"
+#include "comm/transport_check.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,7 +1,7 @@
 // powersgd: PowerSGD (Vogels, Karimireddy, Jaggi, NeurIPS 2019) as PyTorch DDP's powerSGD_hook runs
 // it. Not a payload quantizer: a rank-r approximation of a gradient matrix needs two all-reduces
 // between its compression and its decompression (P = M Q, then Q = M^T P), so the gradient exchange
-// runs it as an algorithm of its own (comm/exchange/powersgd.cpp). This row holds its parameters,
+// runs it as an algorithm of its own (exchange/algorithms/powersgd.cpp). This row holds its parameters,
 // their defaults (the hook's PowerSGDState) and checks; `payload = false` tells the rest of qtrain
 // that no Quantizer exists for it.
 #include "quant/method.h"

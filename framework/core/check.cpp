@@ -1,8 +1,6 @@
 // Formatting of qtrain errors: location, rank and host are added here, once.
 #include "framework/core/check.h"
 
-#include <mpi.h>
-
 namespace qtrain::detail {
 namespace {
 // Process-wide because an error can be raised from any thread before or after the communicator
@@ -36,13 +34,6 @@ void fail_library(const char* library, const char* file, int line, const char* e
                   const std::string& library_message) {
   throw Error(fmt::format("{} error: {} in `{}` at {}:{}{}", library, library_message, expr, basename_of(file), line,
                           origin()));
-}
-
-std::string mpi_error_string(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return fmt::format("MPI error code {}", code);
-  return std::string(text, static_cast<size_t>(length));
 }
 
 }  // namespace qtrain::detail

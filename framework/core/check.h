@@ -30,13 +30,12 @@ void set_error_origin(int rank, const std::string& host);
 [[noreturn]] void fail(const char* file, int line, const char* expr, const std::string& message);
 [[noreturn]] void fail_library(const char* library, const char* file, int line, const char* expr,
                                const std::string& library_message);
-// Library error strings; each is implemented where the library is linked (check.cpp, check_cuda.cpp).
-std::string mpi_error_string(int code);
+// Library error strings; each is implemented where the library is linked (check_cuda.cpp; the
+// transports' MPI and NCCL ones in comm/transport_check.h).
 std::string cuda_error_string(int code);
 std::string cublas_error_string(int code);
 std::string cudnn_error_string(int code);
 std::string curand_error_string(int code);
-std::string nccl_error_string(int code);
 }  // namespace detail
 
 // Throws InputError with a formatted message.
@@ -70,9 +69,7 @@ template <typename... Args>
       ::qtrain::detail::fail_library(library, __FILE__, __LINE__, #call, ::qtrain::detail::to_string(qt_code_)); \
   } while (0)
 
-#define MPI_CHECK(call) QT_LIBRARY_CHECK_("MPI", 0, mpi_error_string, call)
 #define CUDA_CHECK(call) QT_LIBRARY_CHECK_("CUDA", 0, cuda_error_string, call)
 #define CUBLAS_CHECK(call) QT_LIBRARY_CHECK_("cuBLAS", 0, cublas_error_string, call)
 #define CUDNN_CHECK(call) QT_LIBRARY_CHECK_("cuDNN", 0, cudnn_error_string, call)
 #define CURAND_CHECK(call) QT_LIBRARY_CHECK_("cuRAND", 0, curand_error_string, call)
-#define NCCL_CHECK(call) QT_LIBRARY_CHECK_("NCCL", 0, nccl_error_string, call)

@@ -1,10 +1,9 @@
-// Error strings of the CUDA libraries, for the CUDA_/CUBLAS_/CUDNN_/CURAND_/NCCL_CHECK macros.
+// Error strings of the CUDA libraries, for the CUDA_/CUBLAS_/CUDNN_/CURAND_CHECK macros.
 // Compiled only when the CUDA paths are built (check_nocuda.cpp otherwise).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <curand.h>
-#include <nccl.h>
 
 #include "framework/core/check.h"
 
@@ -35,12 +34,6 @@ std::string curand_error_string(int code) {
     case CURAND_STATUS_INTERNAL_ERROR: return "CURAND_STATUS_INTERNAL_ERROR";
     default: return fmt::format("cuRAND status {}", code);
   }
-}
-
-std::string nccl_error_string(int code) {
-  int version = 0;
-  ncclGetVersion(&version);
-  return fmt::format("{} (NCCL {})", ncclGetErrorString(static_cast<ncclResult_t>(code)), version);
 }
 
 }  // namespace qtrain::detail

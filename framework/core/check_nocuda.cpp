@@ -7,5 +7,4 @@ std::string cuda_error_string(int code) { return fmt::format("CUDA error {} (bui
 std::string cublas_error_string(int code) { return fmt::format("cuBLAS status {}", code); }
 std::string cudnn_error_string(int code) { return fmt::format("cuDNN status {}", code); }
 std::string curand_error_string(int code) { return fmt::format("cuRAND status {}", code); }
-std::string nccl_error_string(int code) { return fmt::format("NCCL result {}", code); }
 }  // namespace qtrain::detail

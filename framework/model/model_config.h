@@ -1,5 +1,5 @@
 // ModelConfig: the `model` section of a run config (input shape, layer blocks, loss), all that Net
-// needs from the config; the rest of the run config (framework/train/run_config.h) stays above the model.
+// needs from the config; the rest of the run config (train/run_config.h) stays above the model.
 #pragma once
 
 #include <string>

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "framework/core/check.h"
+#include "comm/transport_check.h"
 #include "framework/core/device.h"
 #include "tests/comm/mpi_test_main.h"
 

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include "comm/communicator.h"
+#include "comm/transport_check.h"
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
 #include "quant/numerics.h"

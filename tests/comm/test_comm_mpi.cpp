@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "comm/communicator.h"
+#include "comm/transport_check.h"
 #include "comm/mpi_comm.h"
 #include "quant/numerics.h"
 #include "tests/comm/comm_test_util.h"

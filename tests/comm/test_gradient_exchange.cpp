@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "comm/communicator.h"
-#include "comm/gradient_exchange.h"
+#include "exchange/gradient_exchange.h"
 #include "comm/mpi_comm.h"
 #include "quant/method.h"
 #include "quant/randomk_wire.h"
@@ -53,7 +53,7 @@ void fill(std::vector<float>& g, int r, int k) {
 // The exchange of one world, simulated in one process with the quantizers and the shared conventions.
 class Simulation {
  public:
-  Simulation(int P, const CommunicationConfig& cc, const QuantizationConfig& qc)
+  Simulation(int P, const ExchangeConfig& cc, const QuantizationConfig& qc)
       : P_(P), cc_(cc), ctx_(Context::cpu(kSeed, 1)) {
     const auto ts = layout();
     for (size_t t = 0; t < ts.size(); ++t) {
@@ -190,7 +190,7 @@ class Simulation {
   }
 
   int P_;
-  CommunicationConfig cc_;
+  ExchangeConfig cc_;
   Context ctx_;
   std::vector<Entry> entries_;
 };
@@ -202,8 +202,8 @@ QuantizationConfig quantization(const std::string& yaml) {
   return QuantizationConfig::parse(n);
 }
 
-CommunicationConfig communication(const std::string& algorithm, bool overlap, double piece_mb = 4) {
-  CommunicationConfig c;
+ExchangeConfig communication(const std::string& algorithm, bool overlap, double piece_mb = 4) {
+  ExchangeConfig c;
   c.algorithm = algorithm;
   c.overlap = overlap;
   c.bucket_mb = 0.05;  // several buckets for this small model
@@ -263,7 +263,7 @@ TEST_CASE("every method and algorithm: identical on all ranks and equal to the s
       auto* mpi = dynamic_cast<MpiComm*>(comm.get());
       if (mpi) mpi->set_max_message_bytes(max_message > 0 ? max_message : size_t{1} << 30);
       const QuantizationConfig qc = quantization(qyaml);
-      const CommunicationConfig cc = communication(algorithm, overlap, piece_mb);
+      const ExchangeConfig cc = communication(algorithm, overlap, piece_mb);
       GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
       const bool simulated = qc.base.method != QuantMethod::fp16 && qc.base.method != QuantMethod::bf16;
       std::unique_ptr<Simulation> sim;
@@ -343,7 +343,7 @@ TEST_CASE("a bucket holding fp16 and bf16 tensors sums each in its own format", 
   const int P = comm->size(), me = comm->rank();
   // One bucket (the default 25 MB): dense1.weight in fp16, dense2.weight in bf16, the bias in fp32.
   const QuantizationConfig qc = quantization("{method: fp16, overrides: [{match: {name: dense2}, method: bf16}]}");
-  CommunicationConfig cc = communication("auto", true);
+  ExchangeConfig cc = communication("auto", true);
   cc.bucket_mb = 25;
   GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
   REQUIRE(ex.num_buckets() == 1);
@@ -394,7 +394,7 @@ TEST_CASE("two levels: every rank the same bits; fp32 the exact sum; state per l
   // pipelined through the cross-node exchange's thread.
   for (const double piece_mb : {4.0, 0.02})
     for (const char* method : {"fp32", "qsgd", "onebit", "dettmers8"}) {
-      CommunicationConfig cc = communication("auto", true);
+      ExchangeConfig cc = communication("auto", true);
       cc.hierarchy = "two_level";
       cc.ranks_per_node = per_node;
       cc.piece_mb = piece_mb;
@@ -446,7 +446,7 @@ TEST_CASE("two levels in chunks: overlapping backward gives the bits of the exch
     const QuantizationConfig qc = quantization(fmt::format("{{method: {}}}", method));
     std::vector<uint64_t> hashes;
     for (const bool overlap : {false, true}) {
-      CommunicationConfig cc = communication("auto", overlap, 0.02);  // 4 chunks
+      ExchangeConfig cc = communication("auto", overlap, 0.02);  // 4 chunks
       cc.hierarchy = "two_level";
       cc.ranks_per_node = per_node;
       GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
@@ -478,7 +478,7 @@ TEST_CASE("two levels leave OpenBLAS's thread count as the run set it", "[exchan
   if (comm->size() % 2 != 0) return;               // nodes of 2 ranks (a world of one is flat)
   const Context compute = Context::cpu(kSeed, 2);  // as the trainer's context sets it, before the exchange
   if (compute.cpu_threads() < 2) return;           // an OpenBLAS that cannot run 2 threads here
-  CommunicationConfig cc = communication("auto", true);
+  ExchangeConfig cc = communication("auto", true);
   cc.hierarchy = "two_level";
   cc.ranks_per_node = 2;
   const GradientExchange ex(*comm, Device::cpu(), kSeed, cc, quantization("{method: qsgd}"), layout());
@@ -490,14 +490,14 @@ TEST_CASE("two levels: unequal nodes and impossible requests are errors naming t
   auto comm = make_communicator("auto", Device::cpu());
   const int P = comm->size();
   if (P == 4) {
-    CommunicationConfig cc = communication("auto", true);
+    ExchangeConfig cc = communication("auto", true);
     cc.hierarchy = "two_level";
     cc.ranks_per_node = 3;
     REQUIRE_THROWS_WITH(GradientExchange(*comm, Device::cpu(), kSeed, cc, quantization("{method: qsgd}"), layout()),
                         Catch::Contains("communication.ranks_per_node: 4 ranks do not split into nodes of 3"));
   }
   // auto on one node of several ranks, or nodes of one rank: flat.
-  CommunicationConfig cc = communication("auto", true);
+  ExchangeConfig cc = communication("auto", true);
   cc.ranks_per_node = 1;
   GradientExchange flat(*comm, Device::cpu(), kSeed, cc, quantization("{method: qsgd}"), layout());
   CHECK_THAT(flat.describe(), !Catch::Contains("two levels"));
@@ -549,7 +549,7 @@ TEST_CASE("randomk: the compact allreduce sums the k values at the indices every
   // Small integers times 1/4: every partial sum is exact, so MPI's order cannot change the result.
   auto crafted = [](int r, int k, int64_t i) { return static_cast<float>((i * 13 + 5 * r + 3 * k) % 41 - 20) * 0.25f; };
   const QuantizationConfig qc = quantization("{method: randomk, fraction: 0.05, error_feedback: false}");
-  CommunicationConfig cc = communication("auto", true);
+  ExchangeConfig cc = communication("auto", true);
   cc.mean = false;  // the sum itself, not a mean whose 1/P rounds
   GradientExchange ex(*comm, Device::cpu(), kSeed, cc, qc, layout());
   for (int t = 0; t < 3; ++t)

@@ -1,4 +1,4 @@
-// PowerSGD's pieces in one process: the low-rank arithmetic (comm/exchange/low_rank.h) composed as
+// PowerSGD's pieces in one process: the low-rank arithmetic (exchange/algorithms/low_rank.h) composed as
 // powerSGD_hook composes it, against PyTorch's values for a 2-rank simulation over two steps (warm
 // start and error feedback carried over); the orthogonalization's properties; which tensors are
 // compressed (vectors, the min_compression_rate rule, the rank cap); the method's config keys.
@@ -7,9 +7,9 @@
 #include <cmath>
 #include <vector>
 
-#include "comm/exchange/low_rank.h"
-#include "comm/exchange_config.h"
-#include "comm/gradient_exchange.h"
+#include "exchange/algorithms/low_rank.h"
+#include "exchange/exchange_config.h"
+#include "exchange/gradient_exchange.h"
 #include "quant/method.h"
 #include "quant/policy.h"
 #include "tests/comm/powersgd_reference.h"
@@ -175,7 +175,7 @@ TEST_CASE("powersgd config: the hook's defaults, its keys checked, its own algor
   REQUIRE_THROWS_WITH(quantization("{method: powersgd, bits: 4}"), Catch::Contains("bits"));
   // Whatever communication.algorithm says, powersgd runs as its own algorithm.
   for (const char* algorithm : {"auto", "allreduce", "allgather", "reduce_scatter_allgather"}) {
-    CommunicationConfig cc;
+    ExchangeConfig cc;
     cc.algorithm = algorithm;
     CHECK(cc.algorithm_for(s) == ReduceAlgorithm::powersgd);
   }

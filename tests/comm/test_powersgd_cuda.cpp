@@ -1,6 +1,6 @@
 // PowerSGD on CUDA against the CPU (skips, exit 77, without a GPU; runs under the CUDA emulator as
 // test_powersgd_cuda_emu, whose cuBLAS is OpenBLAS): the orthogonalization and the expansion
-// (M_hat and the residual) are the CPU's bits for the same input (comm/exchange/low_rank.h); the two
+// (M_hat and the residual) are the CPU's bits for the same input (exchange/algorithms/low_rank.h); the two
 // products M Q and M^T P (cuBLAS) agree within float rounding of their sums; the whole exchange over
 // several steps (a world of one) stays within a small tolerance of the CPU's.
 #include <catch2/catch.hpp>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/exchange/low_rank.h"
-#include "comm/gradient_exchange.h"
+#include "exchange/algorithms/low_rank.h"
+#include "exchange/gradient_exchange.h"
 #include "framework/core/philox.h"
 
 using namespace qtrain;
@@ -118,7 +118,7 @@ TEST_CASE("powersgd exchange on CUDA follows the CPU's within the products' roun
   source->file = "test";
   ConfigNode node(YAML::Load("{method: powersgd, rank: 2, start_iter: 1, min_numel: 0}"), "quantization", source);
   const QuantizationConfig qc = QuantizationConfig::parse(node);
-  CommunicationConfig cc;
+  ExchangeConfig cc;
   cc.overlap = true;
   const Device dev = Device::cuda(0);
   auto cpu_comm = make_communicator("local", Device::cpu());

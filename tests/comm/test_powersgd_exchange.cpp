@@ -11,7 +11,7 @@
 #include <map>
 
 #include "comm/communicator.h"
-#include "comm/gradient_exchange.h"
+#include "exchange/gradient_exchange.h"
 #include "tests/comm/powersgd_reference.h"
 
 using namespace qtrain;
@@ -55,8 +55,8 @@ QuantizationConfig quantization(const std::string& yaml) {
   return QuantizationConfig::parse(n);
 }
 
-CommunicationConfig communication(bool overlap) {
-  CommunicationConfig c;
+ExchangeConfig communication(bool overlap) {
+  ExchangeConfig c;
   c.overlap = overlap;
   c.bucket_mb = 0.05;  // dense.weight in a bucket of its own, the rest in another
   return c;
@@ -252,7 +252,7 @@ TEST_CASE("powersgd with reduce: sum gives the world size times the mean's gradi
   auto comm = make_communicator("auto", Device::cpu());
   const int P = comm->size(), me = comm->rank();
   const QuantizationConfig qc = quantization("{method: powersgd, rank: 2, start_iter: 1, min_numel: 0}");
-  CommunicationConfig sum = communication(true);
+  ExchangeConfig sum = communication(true);
   sum.mean = false;
   Context ctx = Context::cpu(kSeed, 1);
   GradientExchange a(*comm, Device::cpu(), kSeed, communication(true), qc, layout());

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "framework/train/trainer.h"
+#include "train/trainer.h"
 #include "tests/support/image_files.h"
 #include "tests/support/temp_dir.h"
 

@@ -7,9 +7,9 @@
 #include <filesystem>
 
 #include "framework/core/file_io.h"
-#include "framework/train/metrics.h"
+#include "train/metrics.h"
 #include "framework/core/safetensors.h"
-#include "framework/train/trainer.h"
+#include "train/trainer.h"
 #include "layers/registry.h"
 #include "tests/support/idx_files.h"
 #include "tests/support/image_files.h"

@@ -8,7 +8,7 @@
 #include <map>
 
 #include "framework/model/net.h"
-#include "framework/train/run_config.h"
+#include "train/run_config.h"
 #include "layers/registry.h"
 #include "tests/support/gradcheck.h"
 #include "tests/support/temp_dir.h"

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "framework/train/checkpoint.h"
+#include "train/checkpoint.h"
 #include "framework/model/net.h"
-#include "framework/train/run_config.h"
+#include "train/run_config.h"
 #include "framework/core/safetensors.h"
 #include "layers/registry.h"
 #include "tests/support/temp_dir.h"

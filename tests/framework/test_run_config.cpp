@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "framework/model/net.h"
-#include "framework/train/run_config.h"
+#include "train/run_config.h"
 #include "layers/registry.h"
 #include "optim/optimizer.h"
 #include "tests/support/temp_dir.h"

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "framework/model/net.h"
-#include "framework/train/run_config.h"
+#include "train/run_config.h"
 #include "layers/registry.h"
 
 using namespace qtrain;

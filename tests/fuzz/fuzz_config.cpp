@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/train/run_config.h"
+#include "train/run_config.h"
 #include "tests/fuzz/fuzz_support.h"
 
 using namespace qtrain;

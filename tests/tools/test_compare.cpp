@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "framework/core/check.h"
-#include "framework/train/metrics.h"
+#include "train/metrics.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 #include "tools/qtrain/loss_curve.h"

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-DEFAULT_PIECE_MB = 4  # communication.piece_mb's default (comm/exchange_config.h)
+DEFAULT_PIECE_MB = 4  # communication.piece_mb's default (exchange/exchange_config.h)
 KEYS = ["host_syncs", "d2h_copies", "h2d_copies", "launches"]
 PATHS = [("device", {}), ("host", {"QTRAIN_EXCHANGE_HOST_PAYLOADS": "1"})]
 

@@ -26,8 +26,8 @@
 #include <optional>
 
 #include "comm/communicator.h"
-#include "comm/gradient_exchange.h"
-#include "comm/hierarchical_exchange.h"
+#include "exchange/gradient_exchange.h"
+#include "exchange/hierarchical_exchange.h"
 #include "comm/mpi_comm.h"
 #include "framework/core/context.h"
 #include "framework/core/philox.h"
@@ -49,9 +49,9 @@ struct Options {
   std::string backend = "mpi";
   std::string device;  // cpu, cuda or auto; empty: cuda for the nccl backend, else cpu
   std::string mpi_allreduce = "ring";
-  double piece_mb = CommunicationConfig{}.piece_mb;
-  std::string hierarchy = CommunicationConfig{}.hierarchy;
-  std::string intra = CommunicationConfig{}.intra;
+  double piece_mb = ExchangeConfig{}.piece_mb;
+  std::string hierarchy = ExchangeConfig{}.hierarchy;
+  std::string intra = ExchangeConfig{}.intra;
   int64_t ranks_per_node = 0;
   std::string json;
   bool no_library = false;
@@ -182,7 +182,7 @@ void run(const Options& o, int local_rank) {
       return wire;  // a ring: one of the host's ranks sends to the next host
     };
     auto time_exchange = [&](const MethodChoice& m, const std::string& alg) -> std::optional<Timed> {
-      CommunicationConfig cc;
+      ExchangeConfig cc;
       cc.algorithm = alg;
       cc.overlap = false;
       cc.bucket_mb = 1e6;

@@ -12,7 +12,7 @@
 
 #include "framework/model/net.h"
 #include "framework/core/philox.h"
-#include "framework/train/trainer.h"
+#include "train/trainer.h"
 #include "layers/registry.h"
 #include "optim/optimizer.h"
 #include "tools/qtrain/commands.h"

@@ -26,7 +26,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "framework/core/check.h"
-#include "framework/train/run_config.h"
+#include "train/run_config.h"
 #include "framework/core/file_io.h"
 #include "tools/qtrain/commands.h"
 #include "tools/qtrain/report.h"

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "framework/train/trainer.h"
+#include "train/trainer.h"
 #include "layers/registry.h"
 #include "tools/qtrain/commands.h"
 

@@ -1,7 +1,7 @@
 // `qtrain train CONFIG [--set key=value ...] [--resume RUN_DIR]`
 #include <filesystem>
 
-#include "framework/train/trainer.h"
+#include "train/trainer.h"
 #include "tools/qtrain/commands.h"
 
 namespace qtrain::cli {

@@ -53,7 +53,7 @@
 //     reduce-scatter + allgather (direct sends of stripes b/p, then of the owners' stripes):
 //                               2 G (N-1)/N * b / B + 2(p-1) alpha
 //     (G = 1 gives the formulas above; N = 1 is one node: the formulas above with p = G, B_i, alpha_i.)
-//   two levels (comm/hierarchical_exchange.h), after backward, without overlap:
+//   two levels (exchange/hierarchical_exchange.h), after backward, without overlap:
 //     intra sum: a reduce-scatter of the node's n values at the intra precision (w = 4 or 2 bytes),
 //            each stripe to its owner:  (G-1)/G * n w / B_i + (G-1) alpha_i
 //     inter: local rank l sends stripe l (b/G) with the bucket's algorithm over the N nodes; the G

@@ -10,13 +10,13 @@
 #include <optional>
 #include <sstream>
 
-#include "comm/exchange_config.h"
-#include "comm/gradient_exchange.h"
+#include "exchange/exchange_config.h"
+#include "exchange/gradient_exchange.h"
 #include "framework/core/check.h"
-#include "framework/train/metrics.h"
+#include "train/metrics.h"
 #include "framework/model/net.h"
-#include "framework/train/run_config.h"
-#include "framework/train/trainer.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
 #include "layers/registry.h"
 #include "quant/method.h"
 #include "quant/policy.h"
@@ -198,13 +198,13 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
   prof.encode_s = per_step(Phase::encode);
   prof.decode_s = per_step(Phase::decode);
   prof.measured_ranks = run.ranks;
-  prof.overlap = config.communication.overlap;
+  prof.overlap = config.exchange.overlap;
 
   // The exchange plan, as GradientExchange builds it: per tensor a spec and an algorithm, whose cost
   // terms the algorithm itself gives, in the exchange's buckets.
   const Net net(config.model, DType::f32, Device::cpu(), layer_registry(), loss_registry());
   const std::vector<ExchangeTensor> tensors = exchange_tensors(net);
-  const std::vector<int> bucket_of = GradientExchange::bucket_of(tensors, config.communication.bucket_mb);
+  const std::vector<int> bucket_of = GradientExchange::bucket_of(tensors, config.exchange.bucket_mb);
   for (int t = static_cast<int>(tensors.size()) - 1; t >= 0; --t) {
     const ExchangeTensor& x = tensors[static_cast<size_t>(t)];
     if (static_cast<int>(prof.buckets.size()) <= bucket_of[static_cast<size_t>(t)]) prof.buckets.emplace_back();
@@ -215,7 +215,7 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
     const QuantSpec spec = config.quantization.resolve(x.layer_name, x.layer_type, x.numel);
     const QuantMethodInfo& info = method_info(spec.method);
     if (!info.payload || info.combine != QuantCombine::sum) run.two_level_unsuited = info.name;
-    const WireCost c = GradientExchange::wire_cost(spec, x, config.communication.algorithm_for(spec));
+    const WireCost c = GradientExchange::wire_cost(spec, x, config.exchange.algorithm_for(spec));
     switch (c.pattern) {
       case WireCost::Pattern::allreduce:
         b.allreduce_bytes += c.bytes;

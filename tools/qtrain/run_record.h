@@ -48,7 +48,7 @@ struct RunRecord {
   int nodes = 1, ranks_per_node = 1;
   bool two_level = false;
   std::string intra = "fp32";
-  // A method of this run the two levels cannot carry (comm/hierarchical_exchange.h); empty if none.
+  // A method of this run the two levels cannot carry (exchange/hierarchical_exchange.h); empty if none.
   std::string two_level_unsuited;
   uint64_t seed = 0;       // the config's seed
   int64_t batch_size = 0;  // per replica

@@ -1,0 +1,87 @@
+// Allgather: every rank encodes each tensor whole, every rank's payload goes to every rank, and each
+// rank decodes and sums them all in rank order, then finishes the sum by the method's combine (the
+// mean's scaling, or signsgd's vote).
+#include <algorithm>
+
+#include "comm/buffer_ops.h"
+#include "exchange/algorithms/algorithm.h"
+#include "exchange/algorithms/workspace.h"
+
+namespace qtrain::exchange {
+
+void reduce_allgather(Workspace& w, const std::vector<int>& ids) {
+  Context& ctx = *w.ctx;
+  const int P = w.comm.size();
+  // Encode every tensor of the bucket, back to back, into one send buffer.
+  const auto start = Clock::now();
+  size_t capacity = 0;
+  for (int t : ids) {
+    const ExchangeTensor& x = w.tensor(t);
+    capacity += w.plan(t).quantizer->max_encoded_bytes(x.numel, w.plan(t).column_for(x.numel, x.column));
+  }
+  uint8_t* send = w.send_buffer(capacity);
+  size_t used = 0;
+  std::vector<size_t> own(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int t = ids[i];
+    TensorPlan& p = w.plan(t);
+    const ExchangeTensor& x = w.tensor(t);
+    const int64_t col = p.column_for(x.numel, x.column);
+    own[i] = p.quantizer->encode(ctx, {w.grad(t), static_cast<size_t>(x.numel)}, col, p.as<WholeState>().whole,
+                                 {send + used, p.quantizer->max_encoded_bytes(x.numel, col)});
+    used += own[i];
+  }
+  if (w.device.is_cuda()) copy_to_host(ctx, w.send_host.data(), send, used);
+  const double encode_s = since(start);
+
+  // Every rank's payload goes to every rank; each is decoded as soon as it and those of the lower
+  // ranks have arrived, in rank order: the first overwrites, the others add, so every rank sums the
+  // same bytes in the same order.
+  double decode_s = 0;
+  const auto exchange_start = Clock::now();
+  w.capacity.assign(static_cast<size_t>(P), capacity);
+  w.comm.all_gather_streamed(
+      ctx, {w.send_host.data(), used}, w.capacity, w.recv_host, [&](int r, std::span<const uint8_t> bytes) {
+        const auto t0 = Clock::now();
+        w.decode_from(r, bytes, ids, /*add=*/r > 0, [&](int t) { return Span{0, w.tensor(t).numel}; });
+        decode_s += since(t0);
+      });
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int t = ids[i];
+    w.finish_sum(t, w.grad(t), w.tensor(t).numel);
+    w.stats.bytes_sent_per_tensor[static_cast<size_t>(t)] += static_cast<double>(own[i]) * (P - 1);
+  }
+  decode_s += since(t0);
+  w.stats.phases.add(Phase::encode, encode_s);
+  w.stats.phases.add(Phase::decode, decode_s);
+  w.stats.phases.add(Phase::communicate, std::max(0.0, since(exchange_start) - decode_s));
+}
+
+namespace {
+
+class Allgather final : public ExchangeAlgorithm {
+ public:
+  void plan(TensorPlan& p, const ExchangeTensor& x, int index, const PlanContext& pc) const override {
+    plan_whole(p, x, index, pc);
+  }
+  void reduce(Workspace& w, const std::vector<int>& ids) const override { reduce_allgather(w, ids); }
+  // Every rank's whole payload to every rank.
+  WireCost cost(const QuantSpec& spec, const ExchangeTensor& x) const override {
+    return payload_cost(WireCost::Pattern::allgather,
+                        static_cast<double>(make_quantizer(spec)->max_encoded_bytes(x.numel, x.column)),
+                        static_cast<double>(x.numel));
+  }
+  void state(TensorPlan& p, const std::string& name, std::vector<std::pair<std::string, Tensor>>& out) const override {
+    add_state(p.as<WholeState>().whole, name, out);
+  }
+};
+
+}  // namespace
+
+const ExchangeAlgorithm& algorithm_allgather() {
+  static const Allgather algorithm;
+  return algorithm;
+}
+
+}  // namespace qtrain::exchange

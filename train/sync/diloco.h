@@ -1,0 +1,22 @@
+// diloco: DiLoCo (Douillard et al. 2023, arXiv 2311.08105). Each replica takes `inner_steps` (H)
+// steps with its own optimizer (the run's `optimizer`, never synchronized); then the replicas average
+// the pseudo-gradient delta = theta_global - theta_local through the run's gradient exchange (any
+// `quantization` method and `communication` algorithm, error feedback carried from one outer step to
+// the next), an outer SGD with Nesterov momentum (`sync.outer`, the paper's lr 0.7 and momentum 0.9)
+// applies it to theta_global, and every replica continues from theta_global. The replicas' parameters
+// are bit-identical after every outer step (every rank decodes the same bytes and runs the same outer
+// step); between them they differ, and evaluation sees theta_global.
+//
+// Outer lr 1 without momentum is plain periodic model averaging (PyTorch's PeriodicModelAverager, the
+// post-local-SGD of Lin et al. 2020), up to the rounding of delta.
+#pragma once
+
+#include <memory>
+
+#include "train/sync/sync_strategy.h"
+
+namespace qtrain {
+
+std::unique_ptr<SyncStrategy> make_diloco_sync(SyncSetup& setup);
+
+}  // namespace qtrain
