@@ -30,7 +30,7 @@ Algo pick_algorithm(const Perf* perf, int count, const char* direction, Workspac
     need = std::max(need, bytes);
     return perf[i].algo;
   }
-  QT_CHECK(false, "conv2d: cuDNN offers no {} algorithm for this shape", direction);
+  QT_FAIL("conv2d: cuDNN offers no {} algorithm for this shape", direction);
   return Algo{};
 }
 }  // namespace

@@ -84,7 +84,7 @@ QuantSpec& QuantSpec::set(std::string_view key, const char* choice_name) {
   const QuantParamDef& p = param_of(method, key);
   for (size_t i = 0; i < p.choices.size(); ++i)
     if (p.choices[i] == choice_name) return set(key, static_cast<double>(i));
-  QT_CHECK(false, "{}: '{}' is not a choice of parameter '{}'", quant_method_name(method), choice_name, key);
+  QT_FAIL("{}: '{}' is not a choice of parameter '{}'", quant_method_name(method), choice_name, key);
   return *this;
 }
 

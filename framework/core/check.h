@@ -1,7 +1,11 @@
-// Errors and checked calls, in one header (style.md §3.5).
-// Every failure goes through qtrain::detail::fail(), which throws qtrain::Error carrying file:line,
-// the MPI rank and host, the failed expression and a message. Library code never calls exit();
-// tools/qtrain catches Error at the top and prints one line.
+// Errors and checked calls, in one header, so that each kind of failure is raised one way:
+//  - an internal error (a broken precondition, a case that cannot be reached): QT_CHECK or QT_FAIL,
+//    through qtrain::detail::fail(), which throws qtrain::Error carrying file:line, the MPI rank and
+//    host, the failed expression (QT_CHECK) and a message;
+//  - bad user input (config, data file, checkpoint, payload): input_error(), an InputError whose
+//    message names the file, key or line, without a source location;
+//  - a failed library call: MPI_CHECK, CUDA_CHECK and their kin.
+// Library code never calls exit(); tools/qtrain catches Error at the top and prints one line.
 #pragma once
 
 #include <fmt/format.h>
@@ -27,6 +31,7 @@ class InputError : public Error {
 namespace detail {
 // The rank and host shown in every error; set once by the communicator at start-up.
 void set_error_origin(int rank, const std::string& host);
+// expr is the failed condition, or nullptr for an unconditional failure (QT_FAIL).
 [[noreturn]] void fail(const char* file, int line, const char* expr, const std::string& message);
 [[noreturn]] void fail_library(const char* library, const char* file, int line, const char* expr,
                                const std::string& library_message);
@@ -52,6 +57,10 @@ template <typename... Args>
   do {                                                                                        \
     if (!(cond)) ::qtrain::detail::fail(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
   } while (0)
+
+// QT_FAIL("fmt", args...): an internal error without a condition to test (a case that cannot be
+// reached, a call this build or class does not support); the same location and exception as QT_CHECK.
+#define QT_FAIL(...) ::qtrain::detail::fail(__FILE__, __LINE__, nullptr, fmt::format(__VA_ARGS__))
 
 // QT_CHECK_EQ(a, b, "fmt", args...): prints both values.
 #define QT_CHECK_EQ(a, b, ...)                                                                      \
