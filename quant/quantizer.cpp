@@ -29,8 +29,7 @@ namespace {
 // A CUDA span reached a quantizer whose kernels this build does not link: a clear error, never a
 // silent CPU fallback.
 [[noreturn]] void no_cuda_kernels(const QuantSpec& spec) {
-  throw Error(
-      fmt::format("{}: a CUDA span was given but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", spec.str()));
+  QT_FAIL("{}: a CUDA span was given but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", spec.str());
 }
 
 const QuantParamDef& param_of(QuantMethod method, std::string_view key) {

@@ -445,8 +445,7 @@ void Trainer::sync_buffers() {
   if (options_.check_replicas_every > 0) {  // --debug-check-replicas: the averages must agree bit for bit
     const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(host.raw(), host.nbytes()));
     for (size_t r = 0; r < all.size(); ++r)
-      if (all[r] != all[0])
-        throw Error(fmt::format("replica check: after averaging, the buffers of rank {} differ from rank 0's", r));
+      if (all[r] != all[0]) QT_FAIL("replica check: after averaging, the buffers of rank {} differ from rank 0's", r);
   }
 }
 
@@ -459,10 +458,8 @@ void Trainer::check_replicas(int64_t step) {
   const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(host.raw(), host.nbytes()));
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r] != all[0])
-      throw Error(
-          fmt::format("replica check at step {}: the parameters of rank {} differ from rank 0's "
-                      "(checksums {:016x} vs {:016x})",
-                      step, r, all[r], all[0]));
+      QT_FAIL("replica check at step {}: the parameters of rank {} differ from rank 0's (checksums {:016x} vs {:016x})",
+              step, r, all[r], all[0]);
 }
 
 Trainer::~Trainer() = default;

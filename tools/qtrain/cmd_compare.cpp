@@ -143,7 +143,7 @@ std::pair<double, int64_t> continue_curve(const fs::path& path) {
 int run_child(const std::vector<std::string>& argv, const std::function<void(const std::string&)>& on_line,
               const std::function<void()>& on_tick) {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(fmt::format("compare: pipe failed: {}", std::strerror(errno)));
+  if (::pipe2(fds, O_CLOEXEC) != 0) input_error("compare: pipe failed: {}", std::strerror(errno));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
@@ -433,11 +433,11 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
     log.close();
     curve.close();
     if (g_signal != 0)
-      throw Error(
-          fmt::format("compare: interrupted (signal {}) during the {} run; run the same command again to "
-                      "continue (finished runs are kept{})",
-                      static_cast<int>(g_signal), job.label,
-                      a.resume ? "" : "; add --resume to continue this one from its checkpoint"));
+      input_error(
+          "compare: interrupted (signal {}) during the {} run; run the same command again to continue "
+          "(finished runs are kept{})",
+          static_cast<int>(g_signal), job.label,
+          a.resume ? "" : "; add --resume to continue this one from its checkpoint");
     if (status != 0)
       input_error("compare: the {} run failed (exit status {}); its output is in {}; last line: {}", job.label, status,
                   (job.run_dir / "output.log").string(), last_line);
