@@ -223,6 +223,13 @@ void Communicator::all_gather_blocks(Context& ctx, void* data, std::span<const i
   }
 }
 
+std::optional<Communicator::Disagreement> Communicator::first_disagreement(uint64_t value) {
+  const std::vector<uint64_t> all = all_gather_u64(value);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r] != all[0]) return Disagreement{static_cast<int>(r), all[r], all[0]};
+  return std::nullopt;
+}
+
 void Communicator::complete_all() { QT_FAIL("the {} communicator has no point-to-point messages", name()); }
 
 void Communicator::all_gather_streamed(Context& ctx, std::span<const uint8_t> send,

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -114,6 +115,13 @@ class Communicator {
   virtual void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) = 0;
   // Host-side helpers for control data (checksums, config hashes, metrics): always on the CPU.
   virtual std::vector<uint64_t> all_gather_u64(uint64_t value) = 0;
+  // Whether every rank passed the same `value` (a config hash, a device kind, a checksum); if not, the
+  // lowest rank that differs from rank 0, with both values for the error. Collective.
+  struct Disagreement {
+    int rank;
+    uint64_t value, rank0_value;
+  };
+  std::optional<Disagreement> first_disagreement(uint64_t value);
   virtual void all_reduce_sum_f64(std::span<double> values) = 0;
   virtual void barrier() = 0;
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -85,3 +86,15 @@ template <typename... Args>
 #define CUDNN_CHECK(call) QT_LIBRARY_CHECK_("cuDNN", 0, cudnn_error_string, call)
 #define CURAND_CHECK(call) QT_LIBRARY_CHECK_("cuRAND", 0, curand_error_string, call)
 #define NCCL_CHECK(call) QT_LIBRARY_CHECK_("NCCL", 0, nccl_error_string, call)
+
+namespace qtrain {
+
+// v as an int, for the interfaces that count in int (cuBLAS, cuDNN, kernel arguments): one guard for
+// every caller, so that a count past 2^31 - 1 fails the same way everywhere instead of wrapping. The
+// error names the value: "<owner>: <what> = <v> exceeds the int range".
+inline int checked_int(int64_t v, const char* owner, const char* what) {
+  QT_CHECK(v >= 0 && v <= INT32_MAX, "{}: {} = {} exceeds the int range", owner, what, v);
+  return static_cast<int>(v);
+}
+
+}  // namespace qtrain
