@@ -1,4 +1,4 @@
-// Communicator: the narrow, typed transport under the gradient exchange (style.md §3.7). Counts come
+// Communicator: the narrow, typed transport under the gradient exchange: few operations. Counts come
 // from typed spans (never bytes-vs-elements confusion); arguments are checked once at the entry and
 // errors name the operation. Implementations: LocalComm (a world of one), MpiComm (Open MPI; CUDA
 // buffers staged through pinned host memory unless the MPI is CUDA-aware), NcclComm (one GPU per

@@ -52,7 +52,7 @@ enum class Split { train, test };
 
 // The `data` section of a config (docs/config-reference.md lists every key).
 struct DataConfig {
-  std::string dataset = "mnist";  // mnist | fashion_mnist | cifar10 | cifar100 | imagefolder
+  std::string dataset = "mnist";  // one of the choices parse_data_config (dataset.cpp) accepts
   std::string path;               // folder with the dataset's files (required)
   int64_t batch_size = 128;       // per replica
   int64_t eval_batch_size = 128;  // default: batch_size
