@@ -11,6 +11,7 @@ using namespace qtrain;
 using Catch::Contains;
 
 namespace {
+constexpr int kFailLine = __LINE__ + 1;  // the lines of the QT_FAIL and the QT_CHECK below
 [[noreturn]] void unreachable_case(int value) { QT_FAIL("case {} cannot happen", value); }
 void checked(int value) { QT_CHECK(value > 0, "value must be > 0, got {}", value); }
 
@@ -31,14 +32,15 @@ std::pair<std::string, bool> thrown(F f) {
 TEST_CASE("QT_FAIL throws an internal Error with the message and its location", "[check]") {
   const auto [message, is_input] = thrown([] { unreachable_case(7); });
   CHECK_FALSE(is_input);
-  CHECK_THAT(message, Contains("case 7 cannot happen") && Contains("test_check.cpp:13"));
+  CHECK_THAT(message,
+             Contains("case 7 cannot happen") && Contains(fmt::format("failed at test_check.cpp:{}", kFailLine)));
   CHECK_THAT(message, !Contains("check `"));
 }
 
 TEST_CASE("QT_CHECK names the failed condition", "[check]") {
   const auto [message, is_input] = thrown([] { checked(-1); });
   CHECK_FALSE(is_input);
-  CHECK_THAT(message,
-             Contains("value must be > 0, got -1") && Contains("check `value > 0` failed at test_check.cpp:14"));
+  CHECK_THAT(message, Contains("value must be > 0, got -1") &&
+                          Contains(fmt::format("check `value > 0` failed at test_check.cpp:{}", kFailLine + 1)));
   CHECK_NOTHROW(checked(1));
 }
