@@ -145,33 +145,33 @@ void Communicator::all_to_all_streamed(Context& ctx, const Produce& produce, con
 const uint8_t* Communicator::all_to_all_device(Context&, std::span<const uint8_t>, const std::vector<size_t>&,
                                                const std::vector<size_t>&, std::vector<size_t>&, std::vector<size_t>&,
                                                bool) {
-  QT_CHECK(false, "the {} communicator has no device byte collectives", name());
+  QT_FAIL("the {} communicator has no device byte collectives", name());
   return nullptr;
 }
 
 const uint8_t* Communicator::all_gather_device(Context&, std::span<const uint8_t>, std::vector<size_t>&,
                                                std::vector<size_t>&, bool) {
-  QT_CHECK(false, "the {} communicator has no device byte collectives", name());
+  QT_FAIL("the {} communicator has no device byte collectives", name());
   return nullptr;
 }
 
 int Communicator::post_send(std::span<const uint8_t>, int, int) {
-  QT_CHECK(false, "the {} communicator has no point-to-point messages", name());
+  QT_FAIL("the {} communicator has no point-to-point messages", name());
   return -1;
 }
 
 int Communicator::post_recv(std::span<uint8_t>, int, int) {
-  QT_CHECK(false, "the {} communicator has no point-to-point messages", name());
+  QT_FAIL("the {} communicator has no point-to-point messages", name());
   return -1;
 }
 
 bool Communicator::test(int, size_t*) {
-  QT_CHECK(false, "the {} communicator has no point-to-point messages", name());
+  QT_FAIL("the {} communicator has no point-to-point messages", name());
   return false;
 }
 
 int Communicator::wait_any(const std::vector<int>&, size_t*) {
-  QT_CHECK(false, "the {} communicator has no point-to-point messages", name());
+  QT_FAIL("the {} communicator has no point-to-point messages", name());
   return -1;
 }
 
@@ -224,7 +224,14 @@ void Communicator::all_gather_blocks(Context& ctx, void* data, std::span<const i
   }
 }
 
-void Communicator::complete_all() { QT_CHECK(false, "the {} communicator has no point-to-point messages", name()); }
+std::optional<Communicator::Disagreement> Communicator::first_disagreement(uint64_t value) {
+  const std::vector<uint64_t> all = all_gather_u64(value);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r] != all[0]) return Disagreement{static_cast<int>(r), all[r], all[0]};
+  return std::nullopt;
+}
+
+void Communicator::complete_all() { QT_FAIL("the {} communicator has no point-to-point messages", name()); }
 
 void Communicator::all_gather_streamed(Context& ctx, std::span<const uint8_t> send,
                                        const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,

@@ -1,4 +1,4 @@
-// Communicator: the narrow, typed transport under the gradient exchange (style.md §3.7). Counts come
+// Communicator: the narrow, typed transport under the gradient exchange: few operations. Counts come
 // from typed spans (never bytes-vs-elements confusion); arguments are checked once at the entry and
 // errors name the operation. Implementations: LocalComm (a world of one), MpiComm (Open MPI; CUDA
 // buffers staged through pinned host memory unless the MPI is CUDA-aware), NcclComm (one GPU per
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -114,6 +115,13 @@ class Communicator {
   virtual void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) = 0;
   // Host-side helpers for control data (checksums, config hashes, metrics): always on the CPU.
   virtual std::vector<uint64_t> all_gather_u64(uint64_t value) = 0;
+  // Whether every rank passed the same `value` (a config hash, a device kind, a checksum); if not, the
+  // lowest rank that differs from rank 0, with both values for the error. Collective.
+  struct Disagreement {
+    int rank;
+    uint64_t value, rank0_value;
+  };
+  std::optional<Disagreement> first_disagreement(uint64_t value);
   virtual void all_reduce_sum_f64(std::span<double> values) = 0;
   virtual void barrier() = 0;
 

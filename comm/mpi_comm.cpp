@@ -432,7 +432,7 @@ int MpiComm::wait_any(const std::vector<int>& among, size_t* received) {
   const int rc = MPI_Waitany(static_cast<int>(pending.size()), pending.data(), &index, &status);
   if (index == MPI_UNDEFINED) {
     MPI_CHECK(rc);
-    QT_CHECK(false, "wait_any: every request had completed already");
+    QT_FAIL("wait_any: every request had completed already");
   }
   const int r = among[static_cast<size_t>(index)];
   p2p_requests_[static_cast<size_t>(r)] = pending[static_cast<size_t>(index)];

@@ -63,8 +63,7 @@ class NcclGroup {
 cudaStream_t stream_of(const char* op, Context& ctx, Device device, ncclComm_t comm) {
   // NcclComm::wait aborts the communicator on an asynchronous error; NCCL would answer a later call
   // with only "invalid argument".
-  if (comm == nullptr)
-    throw Error(fmt::format("{}: the NCCL communicator was aborted after an earlier asynchronous error", op));
+  QT_CHECK(comm != nullptr, "{}: the NCCL communicator was aborted after an earlier asynchronous error", op);
   QT_CHECK(ctx.device() == device, "{}: the context is on {}, but the NCCL communicator works on {}", op,
            ctx.device().str(), device.str());
   CUDA_CHECK(cudaSetDevice(device.index));
@@ -129,8 +128,8 @@ void NcclComm::wait(void* stream, const char* op) {
       // then has nothing left to tear down.
       ncclCommAbort(comm_);
       comm_ = nullptr;
-      throw Error(fmt::format("{}: NCCL reported an asynchronous error ({}): a peer failed or a link broke", op,
-                              detail::nccl_error_string(static_cast<int>(async))));
+      QT_FAIL("{}: NCCL reported an asynchronous error ({}): a peer failed or a link broke", op,
+              detail::nccl_error_string(static_cast<int>(async)));
     }
     // Most collectives here end within microseconds: spin first, then sleep between polls so that a
     // long wait leaves the core to the rest of the rank.

@@ -245,7 +245,7 @@ class An4Dataset final : public Dataset {
   Shape sample_shape() const override { return {step_}; }
   int num_classes() const override { return static_cast<int>(vocab_.size()); }
   void read(int64_t /*index*/, float* /*x*/, int32_t* /*label*/) const override {
-    throw Error("an4 holds sequences; read it with read_sequence (the loader does so for sequence datasets)");
+    QT_FAIL("an4 holds sequences; read it with read_sequence (the loader does so for sequence datasets)");
   }
   bool is_sequence() const override { return true; }
   int64_t sequence_length(int64_t index) const override { return steps_.at(static_cast<size_t>(index)); }

@@ -42,7 +42,7 @@ class Dataset {
   virtual int64_t sequence_length(int64_t /*index*/) const { return 1; }
   // Writes sequence_length(index) frames into x and replaces *targets. Safe to call concurrently.
   virtual void read_sequence(int64_t /*index*/, float* /*x*/, std::vector<int32_t>* /*targets*/) const {
-    throw Error("this dataset holds no sequences");
+    QT_FAIL("this dataset holds no sequences");
   }
   // The text of each class, for decoding (index 0, the blank, is ""; " " separates words); empty
   // for classification datasets.

@@ -24,7 +24,7 @@ ReduceAlgorithm default_algorithm(QuantMethod method) {
   if (name == #id) return ReduceAlgorithm::id;
 #include "exchange/algorithms/algorithms.def"
 #undef QTRAIN_EXCHANGE_ALGORITHM
-  QT_CHECK(false, "quantization method {}: unknown default algorithm '{}' (exchange/algorithms/algorithms.def)",
+  QT_FAIL("quantization method {}: unknown default algorithm '{}' (exchange/algorithms/algorithms.def)",
            quant_method_name(method), name);
   return ReduceAlgorithm::allreduce;
 }
@@ -73,7 +73,7 @@ ReduceAlgorithm ExchangeConfig::algorithm_for(const QuantSpec& spec) const {
   if (choosable && algorithm == #name) return ReduceAlgorithm::name;
 #include "exchange/algorithms/algorithms.def"
 #undef QTRAIN_EXCHANGE_ALGORITHM
-  QT_CHECK(false, "communication.algorithm '{}' names no choosable algorithm", algorithm);
+  QT_FAIL("communication.algorithm '{}' names no choosable algorithm", algorithm);
   return ReduceAlgorithm::allreduce;
 }
 

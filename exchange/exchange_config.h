@@ -25,9 +25,8 @@ enum class ReduceAlgorithm {
 };
 
 const char* reduce_algorithm_name(ReduceAlgorithm a);
-// The method's default (its descriptor's `algorithm`): native allreduce for fp32/fp16/bf16, allgather
-// for dettmers8, topk and efsign, reduce-scatter + allgather for onebit, qsgd, adaptive, terngrad,
-// signsgd, fp8, mx and nvfp4, allreduce_compact for randomk, powersgd's own.
+// The method's default: its descriptor's `algorithm` (quant/method.h), set in the method's own .cpp
+// file (quant/methods.def lists the methods).
 ReduceAlgorithm default_algorithm(QuantMethod method);
 
 // The exchange's keys of the `communication:` section (the transport's are comm/transport_config.h).

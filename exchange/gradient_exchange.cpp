@@ -13,13 +13,11 @@ GradientExchange::GradientExchange(Communicator& comm, Device device, uint64_t s
   // (pipelined pieces on the CPU, piece by piece on a GPU), and ranks on different schedules wait for
   // different messages (a hang); their replicas could not stay identical either. With device: auto a
   // host without a GPU would put its ranks on the CPU.
-  const std::vector<uint64_t> kinds = comm.all_gather_u64(device.is_cuda() ? 1 : 0);
-  for (size_t r = 0; r < kinds.size(); ++r)
-    if (kinds[r] != kinds[0])
-      input_error(
-          "rank {} runs on {} but rank 0 on {}; every rank must train on the same kind of device (give "
-          "every host a GPU, or set device: cpu)",
-          r, kinds[r] ? "a GPU" : "the CPU", kinds[0] ? "a GPU" : "the CPU");
+  if (const auto d = comm.first_disagreement(device.is_cuda() ? 1 : 0))
+    input_error(
+        "rank {} runs on {} but rank 0 on {}; every rank must train on the same kind of device (give "
+        "every host a GPU, or set device: cpu)",
+        d->rank, d->value ? "a GPU" : "the CPU", d->rank0_value ? "a GPU" : "the CPU");
   NodeLayout layout;
   if (wants_two_levels(comm, device, config, quantization, tensors, layout))
     impl_ =

@@ -372,7 +372,7 @@ int64_t HierarchicalExchange::node_values(int l) const {
 }
 
 void HierarchicalExchange::wait_buckets(int, Context&) {
-  QT_CHECK(false, "wait_buckets is not offered by the two-level exchange (communication.hierarchy)");
+  QT_FAIL("wait_buckets is not offered by the two-level exchange (communication.hierarchy)");
 }
 
 }  // namespace qtrain

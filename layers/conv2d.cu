@@ -30,7 +30,7 @@ Algo pick_algorithm(const Perf* perf, int count, const char* direction, Workspac
     need = std::max(need, bytes);
     return perf[i].algo;
   }
-  QT_CHECK(false, "conv2d: cuDNN offers no {} algorithm for this shape", direction);
+  QT_FAIL("conv2d: cuDNN offers no {} algorithm for this shape", direction);
   return Algo{};
 }
 }  // namespace
@@ -60,10 +60,7 @@ void Conv2dCudnnDeleter::operator()(Conv2dCudnn* state) const noexcept { delete 
 
 namespace {
 
-int as_int(int64_t v, const char* what) {
-  QT_CHECK(v >= 0 && v <= 0x7fffffffLL, "conv2d: {} = {} exceeds cuDNN's int range", what, v);
-  return static_cast<int>(v);
-}
+int as_int(int64_t v, const char* what) { return checked_int(v, "conv2d", what); }
 
 // The descriptors and algorithms for `batch` samples (rebuilt when the batch changes).
 Conv2dCudnn& prepare(Context& ctx, Conv2dCudnnPtr& state, const ImageGeometry& g, const Window2d& win,

@@ -58,10 +58,7 @@ void bias_grad(const Tensor& dy, Tensor& db, cudaStream_t stream) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-int as_int(long long v, const char* what) {
-  QT_CHECK(v >= 0 && v <= 0x7fffffffLL, "dense: {} = {} exceeds cuBLAS's int range", what, v);
-  return static_cast<int>(v);
-}
+int as_int(int64_t v, const char* what) { return checked_int(v, "dense", what); }
 
 }  // namespace
 

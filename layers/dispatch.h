@@ -56,7 +56,7 @@ void dispatch_float(DType dtype, F&& f) {
   switch (dtype) {
     case DType::f32: f.template operator()<float>(); return;
     case DType::f64: f.template operator()<double>(); return;
-    default: QT_CHECK(false, "no CPU layer path for dtype {}", dtype_name(dtype));
+    default: QT_FAIL("no CPU layer path for dtype {}", dtype_name(dtype));
   }
 }
 

@@ -92,10 +92,7 @@ __global__ void col2im_kernel(Dims d, const float* __restrict__ dcols, float* __
 
 #undef QT_GRID_STRIDE
 
-int as_int(int64_t v, const char* what) {
-  QT_CHECK(v >= 0 && v <= 0x7fffffffLL, "locally_connected2d: {} = {} exceeds int range", what, v);
-  return static_cast<int>(v);
-}
+int as_int(int64_t v, const char* what) { return checked_int(v, "locally_connected2d", what); }
 
 Dims make_dims(const ImageGeometry& g, const Window2d& win, int64_t batch, int64_t out_channels) {
   Dims d{as_int(batch, "batch"),

@@ -56,10 +56,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-int as_int(int64_t v, const char* what) {
-  QT_CHECK(v >= 0 && v <= 0x7fffffffLL, "lstm: {} = {} exceeds cuDNN's int range", what, v);
-  return static_cast<int>(v);
-}
+int as_int(int64_t v, const char* what) { return checked_int(v, "lstm", what); }
 
 }  // namespace
 

@@ -96,10 +96,7 @@ __global__ void pool_backward_kernel(bool is_max, Geo g, const float* __restrict
 
 Geo make_geo(const PoolOptions& o, const ImageGeometry& g) {
   const Window2d& w = o.window;
-  auto i32 = [](int64_t v) {
-    QT_CHECK(v >= 0 && v <= 0x7fffffffLL, "pooling: dimension {} exceeds int range", v);
-    return static_cast<int>(v);
-  };
+  auto i32 = [](int64_t v) { return checked_int(v, "pooling", "dimension"); };
   return {i32(g.h),  i32(g.w),  i32(g.oh), i32(g.ow), i32(w.kh),          i32(w.kw),
           i32(w.sh), i32(w.sw), i32(w.ph), i32(w.pw), o.count_include_pad};
 }

@@ -44,8 +44,7 @@ void with_flag(bool flag, F&& f) {
 // A CUDA arena in a build without the toolkit: a clear error naming the optimizer, never a silent
 // CPU fallback.
 [[noreturn]] inline void refuse_cuda_step(const char* optimizer) {
-  throw Error(
-      fmt::format("{}: a CUDA step was requested but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", optimizer));
+  QT_FAIL("{}: a CUDA step was requested but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", optimizer);
 }
 
 }  // namespace qtrain::optim_detail

@@ -50,7 +50,7 @@ void DeferredChecks::allocate(size_t capacity) {
   capacity_ = capacity;
 #else
   (void)capacity;
-  QT_CHECK(false, "this build has no CUDA quantizers");
+  QT_FAIL("this build has no CUDA quantizers");
 #endif
 }
 

@@ -49,7 +49,7 @@ const auto& table() {
 const QuantMethodInfo& method_info(QuantMethod method) {
   for (const QuantMethodInfo* m : table())
     if (m->id == method) return *m;
-  throw Error(fmt::format("quantization method id {} is unknown", static_cast<int>(method)));
+  QT_FAIL("quantization method id {} is unknown", static_cast<int>(method));
 }
 
 std::span<const QuantMethodInfo* const> quant_methods() { return table(); }

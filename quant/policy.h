@@ -4,7 +4,7 @@
 // tensor its QuantSpec, and make_quantizer() turns a spec into a Quantizer.
 //
 //   quantization:
-//     method: qsgd          # fp32 | fp16 | bf16 | dettmers8 | onebit | qsgd | adaptive | topk
+//     method: qsgd          # a method of quant/methods.def
 //     bits: 4               # the method's own keys (docs/quantizers.md lists them)
 //     min_numel: 10000      # smaller tensors are sent in fp32
 //     overrides:            # the first matching entry wins

@@ -29,8 +29,7 @@ namespace {
 // A CUDA span reached a quantizer whose kernels this build does not link: a clear error, never a
 // silent CPU fallback.
 [[noreturn]] void no_cuda_kernels(const QuantSpec& spec) {
-  throw Error(
-      fmt::format("{}: a CUDA span was given but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", spec.str()));
+  QT_FAIL("{}: a CUDA span was given but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", spec.str());
 }
 
 const QuantParamDef& param_of(QuantMethod method, std::string_view key) {
@@ -84,7 +83,7 @@ QuantSpec& QuantSpec::set(std::string_view key, const char* choice_name) {
   const QuantParamDef& p = param_of(method, key);
   for (size_t i = 0; i < p.choices.size(); ++i)
     if (p.choices[i] == choice_name) return set(key, static_cast<double>(i));
-  QT_CHECK(false, "{}: '{}' is not a choice of parameter '{}'", quant_method_name(method), choice_name, key);
+  QT_FAIL("{}: '{}' is not a choice of parameter '{}'", quant_method_name(method), choice_name, key);
   return *this;
 }
 

@@ -402,13 +402,11 @@ void Trainer::check_same_config() {
   // Ranks that parsed different configs (a different file or --set on one host) would train
   // different models and hang or diverge later: compare a hash of the resolved config at start-up.
   const WatchActivity activity("start-up: comparing the ranks' configs");
-  const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(resolved_yaml_.data(), resolved_yaml_.size()));
-  for (size_t r = 0; r < all.size(); ++r)
-    if (all[r] != all[0])
-      input_error(
-          "rank {} was started with a different config than rank 0 (resolved-config hashes {:016x} vs {:016x}); "
-          "every rank must get the same config file and --set options",
-          r, all[r], all[0]);
+  if (const auto d = comm_->first_disagreement(fnv1a64(resolved_yaml_.data(), resolved_yaml_.size())))
+    input_error(
+        "rank {} was started with a different config than rank 0 (resolved-config hashes {:016x} vs {:016x}); "
+        "every rank must get the same config file and --set options",
+        d->rank, d->value, d->rank0_value);
 }
 
 // Buffers (batch norm's running statistics) are computed by each rank on its own shard, so replicas'
@@ -448,10 +446,8 @@ void Trainer::sync_buffers() {
     (void)buffers.view(0, {1}).to(Device::cpu());
   }
   if (options_.check_replicas_every > 0) {  // --debug-check-replicas: the averages must agree bit for bit
-    const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(host.raw(), host.nbytes()));
-    for (size_t r = 0; r < all.size(); ++r)
-      if (all[r] != all[0])
-        throw Error(fmt::format("replica check: after averaging, the buffers of rank {} differ from rank 0's", r));
+    if (const auto d = comm_->first_disagreement(fnv1a64(host.raw(), host.nbytes())))
+      QT_FAIL("replica check: after averaging, the buffers of rank {} differ from rank 0's", d->rank);
   }
 }
 
@@ -461,13 +457,9 @@ void Trainer::check_replicas(int64_t step) {
   const WatchActivity activity(fmt::format("replica check at step {}", step));
   ctx_->synchronize();
   const Tensor host = net_->params().device().is_cpu() ? net_->params() : net_->params().to(Device::cpu());
-  const std::vector<uint64_t> all = comm_->all_gather_u64(fnv1a64(host.raw(), host.nbytes()));
-  for (size_t r = 0; r < all.size(); ++r)
-    if (all[r] != all[0])
-      throw Error(
-          fmt::format("replica check at step {}: the parameters of rank {} differ from rank 0's "
-                      "(checksums {:016x} vs {:016x})",
-                      step, r, all[r], all[0]));
+  if (const auto d = comm_->first_disagreement(fnv1a64(host.raw(), host.nbytes())))
+    QT_FAIL("replica check at step {}: the parameters of rank {} differ from rank 0's (checksums {:016x} vs {:016x})",
+            step, d->rank, d->value, d->rank0_value);
 }
 
 Trainer::~Trainer() = default;

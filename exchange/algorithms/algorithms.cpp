@@ -13,7 +13,7 @@ const ExchangeAlgorithm& exchange_algorithm(ReduceAlgorithm id) {
 #include "exchange/algorithms/algorithms.def"
 #undef QTRAIN_EXCHANGE_ALGORITHM
   }
-  QT_CHECK(false, "no exchange algorithm has id {}", static_cast<int>(id));
+  QT_FAIL("no exchange algorithm has id {}", static_cast<int>(id));
   return algorithm_allreduce();
 }
 

@@ -8,10 +8,7 @@
 namespace qtrain::exchange::low_rank_cuda {
 namespace {
 
-int as_int(int64_t v, const char* what) {
-  QT_CHECK(v >= 0 && v <= 0x7fffffffLL, "powersgd: {} = {} exceeds cuBLAS's int range", what, v);
-  return static_cast<int>(v);
-}
+int as_int(int64_t v, const char* what) { return checked_int(v, "powersgd", what); }
 
 __global__ void expand_kernel(const float* p_t, const float* q_t, long long rows, long long cols, int rank, float* out,
                               float* residual) {

@@ -27,6 +27,7 @@ void set_error_origin(int rank, const std::string& host) {
 }
 
 void fail(const char* file, int line, const char* expr, const std::string& message) {
+  if (expr == nullptr) throw Error(fmt::format("{} (failed at {}:{}{})", message, basename_of(file), line, origin()));
   throw Error(fmt::format("{} (check `{}` failed at {}:{}{})", message, expr, basename_of(file), line, origin()));
 }
 

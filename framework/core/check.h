@@ -1,11 +1,16 @@
-// Errors and checked calls, in one header (style.md §3.5).
-// Every failure goes through qtrain::detail::fail(), which throws qtrain::Error carrying file:line,
-// the MPI rank and host, the failed expression and a message. Library code never calls exit();
-// tools/qtrain catches Error at the top and prints one line.
+// Errors and checked calls, in one header, so that each kind of failure is raised one way:
+//  - an internal error (a broken precondition, a case that cannot be reached): QT_CHECK or QT_FAIL,
+//    through qtrain::detail::fail(), which throws qtrain::Error carrying file:line, the MPI rank and
+//    host, the failed expression (QT_CHECK) and a message;
+//  - bad user input (config, data file, checkpoint, payload): input_error(), an InputError whose
+//    message names the file, key or line, without a source location;
+//  - a failed library call: MPI_CHECK, CUDA_CHECK and their kin.
+// Library code never calls exit(); tools/qtrain catches Error at the top and prints one line.
 #pragma once
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -27,6 +32,7 @@ class InputError : public Error {
 namespace detail {
 // The rank and host shown in every error; set once by the communicator at start-up.
 void set_error_origin(int rank, const std::string& host);
+// expr is the failed condition, or nullptr for an unconditional failure (QT_FAIL).
 [[noreturn]] void fail(const char* file, int line, const char* expr, const std::string& message);
 [[noreturn]] void fail_library(const char* library, const char* file, int line, const char* expr,
                                const std::string& library_message);
@@ -52,6 +58,10 @@ template <typename... Args>
     if (!(cond)) ::qtrain::detail::fail(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
   } while (0)
 
+// QT_FAIL("fmt", args...): an internal error without a condition to test (a case that cannot be
+// reached, a call this build or class does not support); the same location and exception as QT_CHECK.
+#define QT_FAIL(...) ::qtrain::detail::fail(__FILE__, __LINE__, nullptr, fmt::format(__VA_ARGS__))
+
 // QT_CHECK_EQ(a, b, "fmt", args...): prints both values.
 #define QT_CHECK_EQ(a, b, ...)                                                                      \
   do {                                                                                              \
@@ -73,3 +83,15 @@ template <typename... Args>
 #define CUBLAS_CHECK(call) QT_LIBRARY_CHECK_("cuBLAS", 0, cublas_error_string, call)
 #define CUDNN_CHECK(call) QT_LIBRARY_CHECK_("cuDNN", 0, cudnn_error_string, call)
 #define CURAND_CHECK(call) QT_LIBRARY_CHECK_("cuRAND", 0, curand_error_string, call)
+
+namespace qtrain {
+
+// v as an int, for the interfaces that count in int (cuBLAS, cuDNN, kernel arguments): one guard for
+// every caller, so that a count past 2^31 - 1 fails the same way everywhere instead of wrapping. The
+// error names the value: "<owner>: <what> = <v> exceeds the int range".
+inline int checked_int(int64_t v, const char* owner, const char* what) {
+  QT_CHECK(v >= 0 && v <= INT32_MAX, "{}: {} = {} exceeds the int range", owner, what, v);
+  return static_cast<int>(v);
+}
+
+}  // namespace qtrain

@@ -7,7 +7,7 @@ namespace qtrain {
 struct CudaHandles {};
 
 CudaHandles* make_cuda_handles(int index, uint64_t) {
-  throw Error(fmt::format("device cuda:{} requested but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", index));
+  QT_FAIL("device cuda:{} requested but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", index);
 }
 void CudaHandlesDeleter::operator()(CudaHandles* handles) const noexcept { delete handles; }
 void synchronize_cuda_handles(CudaHandles&) {}

@@ -9,7 +9,7 @@ bool cuda_available() { return false; }
 
 namespace cuda_memory {
 [[noreturn]] static void unavailable(const char* what) {
-  throw Error(fmt::format("{}: this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", what));
+  QT_FAIL("{}: this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", what);
 }
 void* alloc(int, size_t) { unavailable("allocating CUDA memory"); }
 void free(int, void*) noexcept {}

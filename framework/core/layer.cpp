@@ -114,22 +114,22 @@ void Layer::backward_inputs(Context& ctx, std::span<const Tensor> xs, const Tens
 }
 
 void Layer::forward_cuda(Context&, const Tensor&, Tensor&, bool) {
-  QT_CHECK(false, "{}: layer type '{}' has no CUDA implementation; run it with device: cpu", describe(), type());
+  QT_FAIL("{}: layer type '{}' has no CUDA implementation; run it with device: cpu", describe(), type());
 }
 void Layer::backward_cuda(Context&, const Tensor&, const Tensor&, const Tensor&, Tensor&) {
-  QT_CHECK(false, "{}: layer type '{}' has no CUDA implementation; run it with device: cpu", describe(), type());
+  QT_FAIL("{}: layer type '{}' has no CUDA implementation; run it with device: cpu", describe(), type());
 }
 
 // Unreachable: the entry points check the input count before dispatching.
 Shape MultiInputLayer::configure(const Shape&) {
-  QT_CHECK(false, "{} takes two or more inputs", describe());
+  QT_FAIL("{} takes two or more inputs", describe());
   return {};
 }
 void MultiInputLayer::forward_cpu(Context&, const Tensor&, Tensor&, bool) {
-  QT_CHECK(false, "{} takes two or more inputs", describe());
+  QT_FAIL("{} takes two or more inputs", describe());
 }
 void MultiInputLayer::backward_cpu(Context&, const Tensor&, const Tensor&, const Tensor&, Tensor&) {
-  QT_CHECK(false, "{} takes two or more inputs", describe());
+  QT_FAIL("{} takes two or more inputs", describe());
 }
 
 }  // namespace qtrain

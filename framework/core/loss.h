@@ -44,7 +44,7 @@ class Loss {
   virtual bool is_sequence_loss() const { return false; }
   virtual LossStats compute_sequence(Context& /*ctx*/, const Tensor& /*logits*/, const SequenceTargets& /*targets*/,
                                      Tensor* /*dlogits*/) {
-    throw Error(fmt::format("loss {} does not take sequence targets", type()));
+    QT_FAIL("loss {} does not take sequence targets", type());
   }
   // The text of each class (Dataset::vocabulary()), for losses that report word error rates.
   virtual void set_vocabulary(const std::vector<std::string>& /*vocabulary*/) {}

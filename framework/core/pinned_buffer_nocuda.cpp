@@ -8,12 +8,12 @@ namespace qtrain {
 PinnedBuffer::~PinnedBuffer() = default;
 
 uint8_t* PinnedBuffer::reserve(size_t bytes) {
-  QT_CHECK(false, "pinned staging of {} bytes requested, but this qtrain was built without CUDA", bytes);
+  QT_FAIL("pinned staging of {} bytes requested, but this qtrain was built without CUDA", bytes);
   return nullptr;
 }
 
 void copy_async(Context&, void*, const void*, size_t bytes) {
-  QT_CHECK(false, "a CUDA copy of {} bytes requested, but this qtrain was built without CUDA", bytes);
+  QT_FAIL("a CUDA copy of {} bytes requested, but this qtrain was built without CUDA", bytes);
 }
 
 }  // namespace qtrain

@@ -120,7 +120,7 @@ void Tensor::fill_(double value) {
     case DType::f64: std::fill_n(data<double>(), numel_, value); break;
     case DType::i32: std::fill_n(data<int32_t>(), numel_, static_cast<int32_t>(value)); break;
     case DType::u8: std::fill_n(data<uint8_t>(), numel_, static_cast<uint8_t>(value)); break;
-    default: QT_CHECK(false, "fill_ does not support {}", dtype_name(dtype_));
+    default: QT_FAIL("fill_ does not support {}", dtype_name(dtype_));
   }
 }
 

@@ -64,7 +64,7 @@ void check_size(const Shape& shape, const std::string& what) {
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0 || (d > 0 && n > kMaxTensorValues / d))
-      throw Error(fmt::format("{} {} would hold more than 2^40 values", what, shape_str(shape)));
+      input_error("{} {} would hold more than 2^40 values", what, shape_str(shape));
     n *= d;
   }
 }

@@ -1,8 +1,9 @@
-// Float64 central-difference gradient checks for any Layer or Loss (style.md §13, Caffe's
-// GradientChecker). A layer is checked through the scalar L = sum(y * r) for a fixed random r, so one
-// backward call with dy = r gives dL/dx and dL/dparams at once; each coordinate is then perturbed by
-// +-h and compared as |a - n| <= rtol * max(|a|, |n|, 1). Backward's outputs are pre-filled with NaN so
-// a coordinate it forgets to write (or accumulates into) fails. Header-only: tests link it directly.
+// Float64 central-difference gradient checks for any Layer or Loss: every backward is tested against
+// them (after Caffe's GradientChecker). A layer is checked through the scalar L = sum(y * r) for a
+// fixed random r, so one backward call with dy = r gives dL/dx and dL/dparams at once; each
+// coordinate is then perturbed by +-h and compared as |a - n| <= rtol * max(|a|, |n|, 1). Backward's
+// outputs are pre-filled with NaN so a coordinate it forgets to write (or accumulates into) fails.
+// Header-only: tests link it directly.
 #pragma once
 
 #include <algorithm>

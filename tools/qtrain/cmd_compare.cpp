@@ -143,7 +143,7 @@ std::pair<double, int64_t> continue_curve(const fs::path& path) {
 int run_child(const std::vector<std::string>& argv, const std::function<void(const std::string&)>& on_line,
               const std::function<void()>& on_tick) {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(fmt::format("compare: pipe failed: {}", std::strerror(errno)));
+  if (::pipe2(fds, O_CLOEXEC) != 0) input_error("compare: pipe failed: {}", std::strerror(errno));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
@@ -254,7 +254,8 @@ void make_report(const fs::path& dir, const CompareArgs& a) {
                (dir / "report" / "report.md").c_str());
 }
 
-void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
+// The checks of compare's arguments that read no file but the config's name: before anything else.
+void check_sweep_args(const CompareArgs& a) {
   // compare starts every rank on this machine (or on its emulated hosts): beyond a few hundred the
   // launch alone stalls the machine (100000 ranks sat in mpirun for minutes without a word).
   constexpr int kMaxRanks = 256;
@@ -266,9 +267,11 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
   if (a.ranks_per_host < 1 || a.ranks % a.ranks_per_host != 0)
     input_error("compare: --ranks {} does not split into hosts of --ranks-per-host {}", a.ranks, a.ranks_per_host);
   if (!fs::exists(a.config)) input_error("{}: config file not found", a.config);
-  std::vector<Variant> variants = parse_variants(a.methods);
-  const std::string baseline = add_baseline(variants, a.baseline);
-  std::vector<std::optional<int64_t>> seeds;  // one run per entry; nullopt: the config's own seed
+}
+
+// One run per entry; nullopt: the config's own seed.
+std::vector<std::optional<int64_t>> sweep_seeds(const CompareArgs& a) {
+  std::vector<std::optional<int64_t>> seeds;
   if (!a.seeds.empty()) {
     for (const std::string& o : a.overrides)
       if (o.rfind("seed=", 0) == 0) input_error("compare: --set {} and --seeds both set the seed; give one of them", o);
@@ -276,23 +279,24 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
   } else {
     seeds.emplace_back(std::nullopt);
   }
-  const fs::path dir = fs::absolute(a.out.empty() ? fs::path("runs") / ("compare-" + fs::path(a.config).stem().string())
-                                                  : fs::path(a.out));
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
-  if (!a.netbed.empty() && !fs::exists(a.netbed_script))
-    input_error("compare --netbed: {} not found (give --netbed-script)", a.netbed_script);
+  return seeds;
+}
 
-  // Every variant's config is parsed before anything runs, so that a bad --set or method parameter
-  // does not stop the sweep half way.
+struct Job {
+  Variant variant;
+  std::string label;  // the variant's, with its seed: "qsgd:bits=4 seed 2"
+  fs::path run_dir;
+  std::vector<std::string> train_args;  // after the launcher
+  RunLength length;
+};
+
+// Every variant's config is parsed before anything runs, so that a bad --set or method parameter
+// does not stop the sweep half way.
+std::vector<Job> plan_jobs(const CompareArgs& a, const std::vector<Variant>& variants,
+                           const std::vector<std::optional<int64_t>>& seeds, const fs::path& dir,
+                           const std::string& self) {
   bool threads_given = false;
   for (const std::string& o : a.overrides) threads_given |= o.rfind("train.threads=", 0) == 0;
-  struct Job {
-    Variant variant;
-    std::string label;  // the variant's, with its seed: "qsgd:bits=4 seed 2"
-    fs::path run_dir;
-    std::vector<std::string> train_args;  // after the launcher
-    RunLength length;
-  };
   std::vector<Job> jobs;
   for (const Variant& v : variants) {
     for (const std::optional<int64_t>& seed : seeds) {
@@ -321,134 +325,189 @@ void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
       jobs.push_back(std::move(job));
     }
   }
-  auto launcher = [&]() -> std::vector<std::string> {
-    if (a.ranks == 1) return {};
-    if (!a.netbed.empty())
-      return {a.netbed_script,
-              "run",
-              "--hosts",
-              std::to_string(a.ranks / a.ranks_per_host),
-              "--ranks-per-host",
-              std::to_string(a.ranks_per_host),
-              "--rate",
-              a.netbed,
-              "--prefix",
-              "qtcmp",
-              "--"};
-    return {"mpirun",
-            "-np",
-            std::to_string(a.ranks),
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-            "--mca",
-            "btl",
-            "self,vader",
-            "--mca",
-            "mpi_yield_when_idle",
-            "1"};
-  };
+  return jobs;
+}
 
+// What starts a run's ranks in front of `qtrain train`: nothing for one rank, else netbed or mpirun.
+std::vector<std::string> launcher(const CompareArgs& a) {
+  if (a.ranks == 1) return {};
+  if (!a.netbed.empty())
+    return {a.netbed_script,
+            "run",
+            "--hosts",
+            std::to_string(a.ranks / a.ranks_per_host),
+            "--ranks-per-host",
+            std::to_string(a.ranks_per_host),
+            "--rate",
+            a.netbed,
+            "--prefix",
+            "qtcmp",
+            "--"};
+  return {"mpirun",
+          "-np",
+          std::to_string(a.ranks),
+          "--oversubscribe",
+          "--bind-to",
+          "none",
+          "--mca",
+          "btl",
+          "self,vader",
+          "--mca",
+          "mpi_yield_when_idle",
+          "1"};
+}
+
+// The sweep folder with its sweep.yaml: the command, the baseline, the seeds and the variants, which
+// --report-only and predict read back.
+void create_sweep_folder(const fs::path& dir, const CompareArgs& a, const std::vector<std::string>& own_argv,
+                         const std::string& baseline, const std::vector<std::optional<int64_t>>& seeds,
+                         const std::vector<Variant>& variants) {
   std::error_code ec;
   fs::create_directories(dir / "runs", ec);
   if (ec) input_error("{}: cannot create the sweep folder (--out): {}", (dir / "runs").string(), ec.message());
-  {
-    YAML::Emitter e;
-    e << YAML::BeginMap << YAML::Key << "command" << YAML::Value << shell_join(own_argv) << YAML::Key << "baseline"
-      << YAML::Value << baseline;
-    if (!a.seeds.empty()) {
-      e << YAML::Key << "seeds" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-      for (const std::optional<int64_t>& seed : seeds) e << *seed;
-      e << YAML::EndSeq;
-    }
-    e << YAML::Key << "variants" << YAML::Value << YAML::BeginSeq;
-    for (const Variant& v : variants)
-      e << YAML::BeginMap << YAML::Key << "label" << YAML::Value << v.label << YAML::Key << "folder" << YAML::Value
-        << v.folder << YAML::EndMap;
-    e << YAML::EndSeq << YAML::EndMap;
-    write_file_atomically((dir / "sweep.yaml").string(), std::string(e.c_str()) + "\n");
+  YAML::Emitter e;
+  e << YAML::BeginMap << YAML::Key << "command" << YAML::Value << shell_join(own_argv) << YAML::Key << "baseline"
+    << YAML::Value << baseline;
+  if (!a.seeds.empty()) {
+    e << YAML::Key << "seeds" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const std::optional<int64_t>& seed : seeds) e << *seed;
+    e << YAML::EndSeq;
   }
+  e << YAML::Key << "variants" << YAML::Value << YAML::BeginSeq;
+  for (const Variant& v : variants)
+    e << YAML::BeginMap << YAML::Key << "label" << YAML::Value << v.label << YAML::Key << "folder" << YAML::Value
+      << v.folder << YAML::EndMap;
+  e << YAML::EndSeq << YAML::EndMap;
+  write_file_atomically((dir / "sweep.yaml").string(), std::string(e.c_str()) + "\n");
+}
 
+// How a job's run starts: its command line, and where its curve.csv left off when it continues.
+struct RunStart {
+  std::vector<std::string> argv;
+  double wall_offset = 0;
+  int64_t last_step = -1;  // the last step in curve.csv: only later steps are appended
+};
+
+// A fresh run (an earlier unfinished or replaced one set aside), or with --resume the continuation
+// of an unfinished run from its checkpoint.
+RunStart prepare_run(const CompareArgs& a, const Job& job, RunState state, std::vector<std::string> argv,
+                     const fs::path& dir, const std::string& self, SweepProgress& progress) {
+  RunStart run{std::move(argv)};
+  if (state == RunState::unfinished && a.resume && fs::exists(job.run_dir / "checkpoint.safetensors")) {
+    // Continue from the checkpoint with the launcher of this sweep and the run's own resolved config.
+    run.argv = launcher(a);
+    for (const std::string& s : {self, std::string("train"), std::string("--resume"), job.run_dir.string()})
+      run.argv.push_back(s);
+    std::tie(run.wall_offset, run.last_step) = continue_curve(job.run_dir / "curve.csv");
+    progress.message(fmt::format("{}: resuming the unfinished run from its checkpoint", job.label));
+    return run;
+  }
+  if (state != RunState::absent) {
+    const std::string kept = set_aside(dir.string(), job.run_dir.string());
+    progress.message(fmt::format("{}: {} run in {} is started again (the old one is kept in {})", job.label,
+                                 run_state_name(state), job.run_dir.string(), kept));
+  }
+  std::error_code ec;
+  fs::create_directories(job.run_dir, ec);
+  if (ec) input_error("{}: cannot create the run directory: {}", job.run_dir.string(), ec.message());
+  return run;
+}
+
+struct RunEnd {
+  int status = 0;
+  std::string last_line;  // the last non-empty line of its output
+  Clock::time_point start;
+};
+
+// Runs the job: its output appended to output.log, its training loss to curve.csv, the progress
+// line updated as it goes.
+RunEnd train_job(const Job& job, size_t index, RunStart run, SweepProgress& progress) {
+  const fs::path curve_path = job.run_dir / "curve.csv";
+  const bool new_curve = !fs::exists(curve_path);
+  std::ofstream curve(curve_path, std::ios::app);
+  if (new_curve) curve << "wall_s,step,train_loss\n";
+  std::ofstream log(job.run_dir / "output.log", std::ios::app);
+  log << "$ " << shell_join(run.argv) << "\n";
+  RunEnd end;
+  end.start = Clock::now();
+  double fraction = 0;
+  std::string detail = "starting";
+  end.status = run_child(
+      run.argv,
+      [&](const std::string& line) {
+        log << line << "\n";
+        if (!line.empty()) end.last_line = line;
+        ProgressLine p;
+        if (!parse_progress_line(line, p) || p.batches <= 0 || p.epochs <= 0 || p.step <= run.last_step) return;
+        run.last_step = p.step;
+        curve << fmt::format("{:.3f},{},{:.6f}\n", run.wall_offset + seconds_since(end.start), p.step, p.loss);
+        // Of the whole run: its epochs, or its train.max_steps when that ends it first.
+        const double total = static_cast<double>(p.epochs) * static_cast<double>(p.batches);
+        const double steps =
+            job.length.max_steps > 0 ? std::min(total, static_cast<double>(job.length.max_steps)) : total;
+        fraction = std::min(1.0, static_cast<double>(p.step) / steps);
+        detail = fmt::format("epoch {}/{} batch {}/{} loss {:.4f}", p.epoch, p.epochs, p.batch, p.batches, p.loss);
+      },
+      [&] {
+        log.flush();
+        curve.flush();
+        progress.update(index, job.label, fraction, detail);
+      });
+  return end;
+}
+
+// A run that was interrupted, failed or stopped short stops the sweep; a finished one gets its marker.
+void finish_job(const CompareArgs& a, const Job& job, const RunEnd& end, const std::string& command,
+                SweepProgress& progress) {
+  if (g_signal != 0)
+    input_error(
+        "compare: interrupted (signal {}) during the {} run; run the same command again to continue "
+        "(finished runs are kept{})",
+        static_cast<int>(g_signal), job.label,
+        a.resume ? "" : "; add --resume to continue this one from its checkpoint");
+  if (end.status != 0)
+    input_error("compare: the {} run failed (exit status {}); its output is in {}; last line: {}", job.label,
+                end.status, (job.run_dir / "output.log").string(), end.last_line);
+  const std::vector<MetricsRecord> rows = read_metrics_csv((job.run_dir / "metrics.csv").string());
+  if (!job.length.reached_by(rows.back()))
+    input_error("compare: the {} run exited at step {} ({} complete epochs), short of its {} (see {})", job.label,
+                rows.back().step, rows.back().epoch, job.length.str(), (job.run_dir / "output.log").string());
+  write_marker(job.run_dir.string(), job.variant.label, command, seconds_since(end.start));
+  progress.message(fmt::format("{}: done in {}, test accuracy {:.2f}%", job.label,
+                               format_duration(seconds_since(end.start)), 100 * rows.back().test_accuracy));
+}
+
+// One job of the sweep: reused when finished with the same command, else trained (or continued).
+void run_job(const CompareArgs& a, const Job& job, size_t index, const fs::path& dir, const std::string& self,
+             SweepProgress& progress) {
+  std::vector<std::string> argv = launcher(a);
+  argv.insert(argv.end(), job.train_args.begin(), job.train_args.end());
+  const std::string command = shell_join(argv);
+  const RunState state = run_state(job.run_dir.string(), command, job.length);
+  if (state == RunState::finished) {
+    progress.message(fmt::format("{}: finished run reused ({})", job.label, job.run_dir.string()));
+    return;
+  }
+  RunStart run = prepare_run(a, job, state, std::move(argv), dir, self, progress);
+  const RunEnd end = train_job(job, index, std::move(run), progress);
+  finish_job(a, job, end, command, progress);
+}
+
+void run_sweep(const CompareArgs& a, const std::vector<std::string>& own_argv) {
+  check_sweep_args(a);
+  std::vector<Variant> variants = parse_variants(a.methods);
+  const std::string baseline = add_baseline(variants, a.baseline);
+  const std::vector<std::optional<int64_t>> seeds = sweep_seeds(a);
+  const fs::path dir = fs::absolute(a.out.empty() ? fs::path("runs") / ("compare-" + fs::path(a.config).stem().string())
+                                                  : fs::path(a.out));
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  if (!a.netbed.empty() && !fs::exists(a.netbed_script))
+    input_error("compare --netbed: {} not found (give --netbed-script)", a.netbed_script);
+  const std::vector<Job> jobs = plan_jobs(a, variants, seeds, dir, self);
+  create_sweep_folder(dir, a, own_argv, baseline, seeds, variants);
   install_signal_forwarding();
   SweepProgress progress(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Job& job = jobs[i];
-    std::vector<std::string> argv = launcher();
-    argv.insert(argv.end(), job.train_args.begin(), job.train_args.end());
-    const std::string command = shell_join(argv);
-    const RunState state = run_state(job.run_dir.string(), command, job.length);
-    if (state == RunState::finished) {
-      progress.message(fmt::format("{}: finished run reused ({})", job.label, job.run_dir.string()));
-      continue;
-    }
-    double wall_offset = 0;
-    int64_t last_step = -1;  // the last step in curve.csv: only later steps are appended
-    const fs::path curve_path = job.run_dir / "curve.csv";
-    if (state == RunState::unfinished && a.resume && fs::exists(job.run_dir / "checkpoint.safetensors")) {
-      // Continue from the checkpoint with the launcher of this sweep and the run's own resolved config.
-      argv = launcher();
-      for (const std::string& s : {self, std::string("train"), std::string("--resume"), job.run_dir.string()})
-        argv.push_back(s);
-      std::tie(wall_offset, last_step) = continue_curve(curve_path);
-      progress.message(fmt::format("{}: resuming the unfinished run from its checkpoint", job.label));
-    } else {
-      if (state != RunState::absent) {
-        const std::string kept = set_aside(dir.string(), job.run_dir.string());
-        progress.message(fmt::format("{}: {} run in {} is started again (the old one is kept in {})", job.label,
-                                     run_state_name(state), job.run_dir.string(), kept));
-      }
-      fs::create_directories(job.run_dir, ec);
-      if (ec) input_error("{}: cannot create the run directory: {}", job.run_dir.string(), ec.message());
-    }
-    const bool new_curve = !fs::exists(curve_path);
-    std::ofstream curve(curve_path, std::ios::app);
-    if (new_curve) curve << "wall_s,step,train_loss\n";
-    std::ofstream log(job.run_dir / "output.log", std::ios::app);
-    log << "$ " << shell_join(argv) << "\n";
-    const auto start = Clock::now();
-    double fraction = 0;
-    std::string detail = "starting";
-    std::string last_line;
-    const int status = run_child(
-        argv,
-        [&](const std::string& line) {
-          log << line << "\n";
-          if (!line.empty()) last_line = line;
-          ProgressLine p;
-          if (!parse_progress_line(line, p) || p.batches <= 0 || p.epochs <= 0 || p.step <= last_step) return;
-          last_step = p.step;
-          curve << fmt::format("{:.3f},{},{:.6f}\n", wall_offset + seconds_since(start), p.step, p.loss);
-          // Of the whole run: its epochs, or its train.max_steps when that ends it first.
-          const double total = static_cast<double>(p.epochs) * static_cast<double>(p.batches);
-          const double steps =
-              job.length.max_steps > 0 ? std::min(total, static_cast<double>(job.length.max_steps)) : total;
-          fraction = std::min(1.0, static_cast<double>(p.step) / steps);
-          detail = fmt::format("epoch {}/{} batch {}/{} loss {:.4f}", p.epoch, p.epochs, p.batch, p.batches, p.loss);
-        },
-        [&] {
-          log.flush();
-          curve.flush();
-          progress.update(i, job.label, fraction, detail);
-        });
-    log.close();
-    curve.close();
-    if (g_signal != 0)
-      throw Error(
-          fmt::format("compare: interrupted (signal {}) during the {} run; run the same command again to "
-                      "continue (finished runs are kept{})",
-                      static_cast<int>(g_signal), job.label,
-                      a.resume ? "" : "; add --resume to continue this one from its checkpoint"));
-    if (status != 0)
-      input_error("compare: the {} run failed (exit status {}); its output is in {}; last line: {}", job.label, status,
-                  (job.run_dir / "output.log").string(), last_line);
-    const std::vector<MetricsRecord> rows = read_metrics_csv((job.run_dir / "metrics.csv").string());
-    if (!job.length.reached_by(rows.back()))
-      input_error("compare: the {} run exited at step {} ({} complete epochs), short of its {} (see {})", job.label,
-                  rows.back().step, rows.back().epoch, job.length.str(), (job.run_dir / "output.log").string());
-    write_marker(job.run_dir.string(), job.variant.label, command, seconds_since(start));
-    progress.message(fmt::format("{}: done in {}, test accuracy {:.2f}%", job.label,
-                                 format_duration(seconds_since(start)), 100 * rows.back().test_accuracy));
-  }
+  for (size_t i = 0; i < jobs.size(); ++i) run_job(a, jobs[i], i, dir, self, progress);
   make_report(dir, a);
 }
 
