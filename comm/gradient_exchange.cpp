@@ -8,6 +8,7 @@
 #include "comm/exchange/workspace.h"
 #include "comm/hierarchical_exchange.h"
 #include "comm/watchdog.h"
+#include "framework/core/float_env.h"
 #include "quant/deferred_checks.h"
 #include "quant/method.h"
 
@@ -256,6 +257,7 @@ std::vector<std::pair<std::string, Tensor>> GradientExchange::state() {
 }
 
 void GradientExchange::run_thread() {
+  flush_subnormals();
   bool device_selected = false;
   for (;;) {
     int b = -1;
