@@ -13,6 +13,10 @@ endif()
 target_compile_options(qtrain_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
+# Every kernel flushes subnormals (--ftz=true), as every CPU thread does (framework/core/float_env.h):
+# the quantizers and optimizers stay bit-identical to their CPU loops, the emulator (tests/cuemu) runs
+# every kernel so, and no kernel pays for subnormal arithmetic. docs/design.md, "Arithmetic".
+target_compile_options(qtrain_flags INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--ftz=true>)
 # fmt 9 switches its constexpr support off when it sees __NVCC__, which leaves its consteval
 # format-string check calling non-constexpr helpers; nvcc 12+ handles them, so turn it back on (format
 # strings stay checked at compile time in .cu files too).

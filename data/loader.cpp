@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "data/random_stream.h"
+#include "framework/core/float_env.h"
 
 namespace qtrain {
 
@@ -146,6 +147,7 @@ Batch Loader::assemble_sequences(const std::vector<int64_t>& permutation, int64_
 }
 
 void Loader::produce(int64_t epoch, int64_t first_batch) {
+  flush_subnormals();
   try {
     const std::vector<int64_t> permutation = epoch_permutation(dataset_.size(), options_.seed, epoch, options_.shuffle);
     const int64_t batches = batches_per_epoch();

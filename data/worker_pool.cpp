@@ -5,6 +5,8 @@
 
 #include <limits>
 
+#include "framework/core/float_env.h"
+
 namespace qtrain {
 
 WorkerPool::WorkerPool(int threads) {
@@ -74,6 +76,7 @@ void WorkerPool::run_items() {
 }
 
 void WorkerPool::helper_loop() {
+  flush_subnormals();
   uint64_t seen = 0;
   for (;;) {
     {

@@ -8,6 +8,7 @@
 #include "exchange/algorithms/plan.h"
 #include "exchange/algorithms/workspace.h"
 #include "comm/watchdog.h"
+#include "framework/core/float_env.h"
 #include "quant/deferred_checks.h"
 #include "quant/method.h"
 
@@ -190,6 +191,7 @@ std::vector<std::pair<std::string, Tensor>> FlatExchange::state() {
 }
 
 void FlatExchange::run_thread() {
+  flush_subnormals();
   bool device_selected = false;
   for (;;) {
     int b = -1;

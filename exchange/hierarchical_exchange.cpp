@@ -7,6 +7,7 @@
 #include <map>
 
 #include "comm/buffer_ops.h"
+#include "framework/core/float_env.h"
 #include "quant/method.h"
 
 namespace qtrain {
@@ -274,6 +275,7 @@ void HierarchicalExchange::finish_step() {
 }
 
 void HierarchicalExchange::run_thread() {
+  flush_subnormals();
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);

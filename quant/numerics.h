@@ -69,6 +69,20 @@ QT_HD float inverse_scale(uint32_t scale_bits, float numerator) {
   return abs_bits(r) >= kNonFinite ? 0.0f : r;
 }
 
+// The l2 norm as max * sqrt(sum((v * r)^2)) with r = 1 / max (qsgd's norm=l2, both paths). Above
+// 2^126, 1 / max is subnormal, which flush-to-zero arithmetic (every qtrain thread and kernel,
+// docs/design.md "Arithmetic") reads as 0: the sum would be 0 and a norm beyond the float range would
+// pass as 0 instead of failing. There r = 2^32 / max, normal, and l2_norm takes the 2^32 back out; the
+// squares stay below 2^64 each. At or below 2^126 both are exactly the plain formula.
+constexpr uint32_t kTwoTo126Bits = 0x7e800000u;
+QT_HD float l2_inverse(uint32_t max_bits) {
+  return max_bits > kTwoTo126Bits ? 0x1p32f / bits_float(max_bits) : 1.0f / bits_float(max_bits);
+}
+QT_HD float l2_norm(uint32_t max_bits, float sqrt_sum) {
+  const float m = bits_float(max_bits);
+  return max_bits > kTwoTo126Bits ? (m * 0x1p-32f) * sqrt_sum : m * sqrt_sum;
+}
+
 // ---- deterministic summation ----------------------------------------------------------------------
 // Means and norms must be bit-identical on the CPU and the GPU, so their sums follow one fixed order:
 // a span is cut into chunks of kSumChunk values; in a chunk, lane j (of kSumLanes) adds values j,

@@ -79,15 +79,14 @@ struct Bucket {
   // overflow the squares.
   float l2(uint32_t max_bits) const {
     if (max_bits < 0x00800000u) return bits_float(max_bits);
-    const float m = bits_float(max_bits);
-    const float r = 1.0f / m;
+    const float r = l2_inverse(max_bits);
     const float sum = det_sum_of(
         [this, r](int64_t i) {
           const float x = value(i) * r;
           return x * x;
         },
         len);
-    return m * std::sqrt(sum);
+    return l2_norm(max_bits, std::sqrt(sum));
   }
 
   // Codes of [c, c + clen) into codes[0..clen); returns whether a stage-1 tie needs stage 2.

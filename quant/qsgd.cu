@@ -21,7 +21,7 @@ struct SquaresOverMax {
   __device__ Contribution operator()(int64_t b, int64_t i) const {
     const uint32_t m = max_bits[b];
     if (m < 0x00800000u) return {0.0f, 0.0f, 0, 0, 0u};
-    const float r = 1.0f / bits_float(m);
+    const float r = l2_inverse(m);
     const float x = (residual ? in[i] + residual[i] : in[i]) * r;
     return {x * x, 0.0f, 0, 0, 0u};
   }
@@ -33,7 +33,7 @@ struct L2Scale {
   EncodeStatus* status;
   __device__ void operator()(int64_t b, float sum, float, long long, long long) const {
     const uint32_t m = max_bits[b];
-    scales[b] = m < 0x00800000u ? bits_float(m) : bits_float(m) * sqrtf(sum);
+    scales[b] = m < 0x00800000u ? bits_float(m) : l2_norm(m, sqrtf(sum));
     if (float_bits(scales[b]) >= kNonFinite) atomicOr(&status->overflow, 1u);  // as qsgd.cpp's check
   }
 };

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "framework/core/check.h"
+#include "framework/core/float_env.h"
 
 namespace qtrain {
 
@@ -19,6 +20,7 @@ thread_local bool t_in_pool = false;
 
 CpuPool::CpuPool(int lanes, int spin_us) : lanes_(std::max(1, lanes)), spin_us_(std::max(0, spin_us)) {
   QT_CHECK(lanes >= 1 && lanes <= 1024, "CpuPool: {} lanes, expected 1..1024", lanes);
+  flush_subnormals();  // lane 0 is the constructing thread: it computes like the others
   threads_.reserve(static_cast<size_t>(lanes_ - 1));
   for (int lane = 1; lane < lanes_; ++lane) threads_.emplace_back([this, lane] { worker(lane); });
 }
@@ -51,6 +53,7 @@ bool CpuPool::poll(Ready&& ready) const {
 }
 
 void CpuPool::worker(int lane) {
+  flush_subnormals();
   t_in_pool = true;
   uint64_t seen = 0;
   for (;;) {

@@ -7,17 +7,20 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include "data/dataset.h"
 #include "data/dataset_info.h"
 #include "data/idx.h"
 #include "data/loader.h"
 #include "data/mnist.h"
+#include "framework/core/float_env.h"
 #include "tests/support/idx_files.h"
 #include "tests/support/real_data.h"
 #include "tests/support/temp_dir.h"
@@ -577,4 +580,55 @@ TEST_CASE("the real Fashion-MNIST of Debian's dataset-fashion-mnist (gzipped)",
   double sum = 0;
   for (float v : x) sum += v;
   REQUIRE(sum / 784 == Approx((76247.0 / 784 / 255 - 0.2860) / 0.3530).epsilon(1e-5));
+}
+
+// ---------------------------------------------------------------------------------------- float env
+
+namespace {
+
+// Records, for every sample read, whether the reading thread computes with subnormals flushed.
+class FlushProbeDataset final : public Dataset {
+ public:
+  explicit FlushProbeDataset(int64_t n) : n_(n) {}
+  int64_t size() const override { return n_; }
+  Shape sample_shape() const override { return {1, 2, 2}; }
+  int num_classes() const override { return 10; }
+  void read(int64_t index, float* x, int32_t* label) const override {
+    (subnormals_flushed() ? flushed_ : kept_).fetch_add(1);
+    std::fill_n(x, 4, static_cast<float>(index));
+    *label = static_cast<int32_t>(index % 10);
+  }
+  mutable std::atomic<int64_t> flushed_{0}, kept_{0};
+
+ private:
+  int64_t n_;
+};
+
+}  // namespace
+
+// The prefetch thread and the WorkerPool's helpers set the flags themselves (framework/core/float_env.h):
+// the loader is built and started on a thread that keeps subnormals, which they would otherwise inherit.
+TEST_CASE("loader: the prefetch thread and its workers compute with subnormals flushed", "[data][loader][float_env]") {
+  if (!subnormals_flushable()) {
+    WARN("no flush-to-zero mode on this architecture: nothing to check");
+    return;
+  }
+  FlushProbeDataset dataset(512);
+  LoaderOptions options;
+  options.batch_size = 64;
+  options.workers = 3;
+  int64_t batches = 0;
+  bool creator_flushed = true;
+  std::thread creator([&] {  // no Catch2 assertion on this thread: they are not thread-safe
+    keep_subnormals();
+    creator_flushed = subnormals_flushed();
+    Loader loader(dataset, options);
+    loader.start_epoch(0);
+    while (loader.next()) ++batches;
+  });
+  creator.join();
+  REQUIRE_FALSE(creator_flushed);  // the probe tells the two modes apart
+  REQUIRE(batches == 8);
+  CHECK(dataset.kept_.load() == 0);
+  CHECK(dataset.flushed_.load() == 512);
 }

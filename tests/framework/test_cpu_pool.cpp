@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "framework/core/cpu_pool.h"
+#include "framework/core/float_env.h"
 
 using namespace qtrain;
 
@@ -96,5 +97,37 @@ TEST_CASE("CpuPool hands tasks over whether its threads poll or sleep between th
       if (lane == 1) throw std::runtime_error("lane 1 failed");
     }),
                         "lane 1 failed");
+  }
+}
+
+// Every lane computes with subnormals flushed (framework/core/float_env.h), each setting the flags
+// itself: the pool is built on a thread that keeps subnormals, so a lane that inherited its creator's
+// flags would report them.
+TEST_CASE("CpuPool's lanes compute with subnormals flushed, set by each lane itself", "[core][cpu_pool][float_env]") {
+  if (!subnormals_flushable()) {
+    WARN("no flush-to-zero mode on this architecture: nothing to check");
+    return;
+  }
+  for (int lanes : {1, 2, 4}) {
+    std::vector<int> flushed(static_cast<size_t>(lanes), -1);
+    std::vector<unsigned long> words(static_cast<size_t>(lanes), 0);
+    bool creator_flushed = true;
+    // No Catch2 assertion on this thread (they are not thread-safe; a failing REQUIRE would throw here).
+    std::thread creator([&] {
+      keep_subnormals();
+      creator_flushed = subnormals_flushed();
+      CpuPool pool(lanes);
+      for (int call = 0; call < 3; ++call)
+        pool.run([&](int lane) {
+          flushed[static_cast<size_t>(lane)] = subnormals_flushed() ? 1 : 0;
+          words[static_cast<size_t>(lane)] = float_control_word();
+        });
+    });
+    creator.join();
+    REQUIRE_FALSE(creator_flushed);  // the probe tells the two modes apart
+    for (int lane = 0; lane < lanes; ++lane) {
+      INFO("lane " << lane << " of " << lanes << ", control word 0x" << std::hex << words[static_cast<size_t>(lane)]);
+      CHECK(flushed[static_cast<size_t>(lane)] == 1);
+    }
   }
 }

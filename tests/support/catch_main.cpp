@@ -8,9 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/float_env.h"
 #include "tests/support/real_data.h"
 
 int main(int argc, char** argv) {
+  // The tests compute as qtrain's programs do: subnormals flushed (framework/core/float_env.h).
+  qtrain::flush_subnormals();
   Catch::Session session;
   std::vector<std::string> needs;
   session.cli(session.cli() | Catch::clara::Opt(needs, "dataset")["--needs-data"](

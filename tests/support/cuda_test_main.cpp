@@ -6,8 +6,11 @@
 #include <cstdio>
 
 #include "framework/core/device.h"
+#include "framework/core/float_env.h"
 
 int main(int argc, char** argv) {
+  // The tests compute as qtrain's programs do: subnormals flushed (framework/core/float_env.h).
+  qtrain::flush_subnormals();
   if (!qtrain::cuda_available()) {
     std::printf("SKIPPED: no CUDA GPU on this machine (QTRAIN_HAS_CUDA=%d); CUDA tests need one\n", QTRAIN_HAS_CUDA);
     return 77;

@@ -9,7 +9,9 @@ run, alternating the two programs. Both train on SYNTHETIC RANDOM INPUT (this is
   tools/bench/bench_convnet_cpu.py --model resnet110 --skip-layers    # ResNet-110 instead
 
 Reports the median over the repetitions of each program's median step time. Environment as in
-bench_mlp_cpu.py: OMP_WAIT_POLICY=passive, OPENBLAS_CORETYPE=SkylakeX on AVX-512 CPUs.
+bench_mlp_cpu.py: OMP_WAIT_POLICY=passive, OPENBLAS_CORETYPE=SkylakeX on AVX-512 CPUs. PyTorch runs
+both without and with torch.set_flush_denormal(True) (tools/bench/flush_denormal.py), one row (or
+column) each; --pytorch-flush off or on keeps one.
 """
 import argparse
 import json
@@ -18,6 +20,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+import flush_denormal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(ROOT, "tools/bench/models/dettmers_cifar10_convnet.yaml")
@@ -54,7 +58,9 @@ def main():
     p.add_argument("--model", choices=["dettmers", "resnet110"], default="dettmers",
                    help="the whole-model comparison: Dettmers' convnet or configs/cifar_resnet110.yaml")
     p.add_argument("--qtrain", default=os.path.join(ROOT, "build/qtrain"))
+    flush_denormal.add_driver_flag(p)
     args = p.parse_args()
+    peers = flush_denormal.variants(args)
 
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
     with open("/proc/cpuinfo") as f:
@@ -65,43 +71,53 @@ def main():
     import torch
 
     model = MODEL if args.model == "dettmers" else os.path.join(ROOT, "configs/cifar_resnet110.yaml")
-    q_rates, t_rates = [], []
+    q_rates, t_rates = [], {key: [] for key, _, _ in peers}
     for _ in range(args.repeat):
         q_rates.append(run([args.qtrain, "bench-model", model, "--device", "cpu", "--threads", str(args.threads)]
                            + common, env)["samples_per_s"])
-        t_rates.append(run(peer + ["model", "--model", args.model, "--threads", str(args.threads)] + common,
-                           env)["samples_per_s"])
-    q, t = statistics.median(q_rates), statistics.median(t_rates)
+        for key, _, extra in peers:
+            t_rates[key].append(run(peer + ["model", "--model", args.model, "--threads", str(args.threads)] + common
+                                    + extra, env)["samples_per_s"])
+    q = statistics.median(q_rates)
     name = "Dettmers CIFAR-10 convnet" if args.model == "dettmers" else "CIFAR-10 ResNet-110"
     print(f"{name}, batch {args.batch}, SGD, {args.threads} threads, synthetic input, "
           f"median step of {args.steps} after {args.warmup} warm-up, median of {args.repeat} alternating runs")
     print("| program | samples/s | runs (samples/s) |")
     print("|---|---|---|")
     print(f"| qtrain | {q:.0f} | {', '.join(f'{v:.0f}' for v in q_rates)} |")
-    print(f"| PyTorch {torch.__version__} | {t:.0f} | {', '.join(f'{v:.0f}' for v in t_rates)} |")
-    print(f"qtrain / PyTorch: {q / t:.2f}x samples/s")
+    for key, label, _ in peers:
+        print(f"| PyTorch {torch.__version__}{label} | {statistics.median(t_rates[key]):.0f} | "
+              f"{', '.join(f'{v:.0f}' for v in t_rates[key])} |")
+    for key, label, _ in peers:
+        print(f"qtrain / PyTorch{label}: {q / statistics.median(t_rates[key]):.2f}x samples/s")
     if args.skip_layers:
         return
 
     with tempfile.TemporaryDirectory() as tmp:
         q_layers = {case: [] for case in CONV_CASES}
-        t_layers = {case: [] for case in CONV_CASES}
+        t_layers = {(key, case): [] for key, _, _ in peers for case in CONV_CASES}
         for _ in range(args.repeat):
             for ch, hw in CONV_CASES:
                 r = run([args.qtrain, "bench-model", conv_config(tmp, ch, hw), "--device", "cpu", "--per-layer",
                          "--threads", str(args.threads)] + common, env)
                 conv = r["layers"][1]
                 q_layers[(ch, hw)].append(conv["forward_ms"] + conv["backward_ms"])
-            for layer in run(peer + ["layers", "--threads", str(args.threads)] + common, env)["layers"]:
-                t_layers[(layer["channels"], layer["hw"])].append(layer["forward_ms"] + layer["backward_ms"])
+            for key, _, extra in peers:
+                for layer in run(peer + ["layers", "--threads", str(args.threads)] + common + extra, env)["layers"]:
+                    t_layers[(key, (layer["channels"], layer["hw"]))].append(layer["forward_ms"] + layer["backward_ms"])
     print()
     print(f"3x3 convolution, padding 1, C -> C channels, batch {args.batch}: forward + backward (input and "
           f"weight gradients) in ms, median of {args.repeat} alternating runs")
-    print("| channels | H x W | qtrain (ms) | PyTorch (ms) | qtrain / PyTorch speed |")
-    print("|---|---|---|---|---|")
+    print("| channels | H x W | qtrain (ms) |" + "".join(f" PyTorch{label} (ms) | qtrain / PyTorch{label} speed |"
+                                                     for _, label, _ in peers))
+    print("|---|---|---|" + "---|---|" * len(peers))
     for ch, hw in CONV_CASES:
-        qm, tm = statistics.median(q_layers[(ch, hw)]), statistics.median(t_layers[(ch, hw)])
-        print(f"| {ch} | {hw}x{hw} | {qm:.1f} | {tm:.1f} | {tm / qm:.2f}x |")
+        qm = statistics.median(q_layers[(ch, hw)])
+        cells = ""
+        for key, _, _ in peers:
+            tm = statistics.median(t_layers[(key, (ch, hw))])
+            cells += f" {tm:.1f} | {tm / qm:.2f}x |"
+        print(f"| {ch} | {hw}x{hw} | {qm:.1f} |{cells}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ ranks) for E whole epochs instead, the same 948 utterances per epoch for both, a
 whole run's samples/s (E over the sum of the epochs' 1/samples-per-s: the epochs hold the same
 samples) with each epoch's figure. The PyTorch peer still runs --steps steps (an epoch of its LSTM
 takes 5-20 minutes on 2 cores); --no-pytorch leaves it out.
+PyTorch runs both without and with torch.set_flush_denormal(True) (tools/bench/flush_denormal.py), one
+row each; --pytorch-flush off or on keeps one.
 """
 import argparse
 import csv
@@ -30,6 +32,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+import flush_denormal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -51,13 +55,15 @@ def main():
     p.add_argument("--ranks", type=int, default=0, help="also qtrain on this many ranks of threads/ranks threads")
     p.add_argument("--epochs", type=int, default=0, help="qtrain runs train this many whole epochs (not --steps)")
     p.add_argument("--no-pytorch", action="store_true", help="leave the PyTorch peer out")
+    flush_denormal.add_driver_flag(p)
     args = p.parse_args()
     if args.epochs < 0 or args.steps < 1 or args.repeat < 1:
         sys.exit("--epochs must be >= 0, --steps and --repeat >= 1")
     if args.ranks and (args.ranks < 2 or args.threads % args.ranks):
         sys.exit(f"--ranks {args.ranks}: expected at least 2 and a divisor of --threads {args.threads}")
     env = dict(os.environ, OMP_WAIT_POLICY="passive", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    results = {"qtrain": [], "pytorch": [], "ranks": []}
+    peers = [] if args.no_pytorch else flush_denormal.variants(args)
+    results = {"qtrain": [], "ranks": [], **{key: [] for key, _, _ in peers}}
     epochs = {"qtrain": [], "ranks": []}  # per run, each epoch's samples/s (--epochs)
     with tempfile.TemporaryDirectory() as tmp:
         # record: None for a run of `steps` steps (returns its last row's samples/s); a list for a run of
@@ -88,10 +94,10 @@ def main():
             if args.ranks:
                 results["ranks"].append(
                     qtrain_run(f"ranks{r}", args.steps, args.ranks, record=epochs["ranks"] if whole else None))
-            if not args.no_pytorch:
+            for key, _, extra in peers:
                 out = run(["/usr/bin/python3", os.path.join(ROOT, "tools/bench/torch_lstm_peer.py"), "--data",
-                           args.data, "--steps", str(args.steps), "--threads", str(args.threads)], env)
-                results["pytorch"].append(json.loads(out)["samples_per_s"])
+                           args.data, "--steps", str(args.steps), "--threads", str(args.threads)] + extra, env)
+                results[key].append(json.loads(out)["samples_per_s"])
     q = statistics.median(results["qtrain"])
     what = f"{args.steps} steps"
     if args.epochs:
@@ -110,12 +116,13 @@ def main():
         r = statistics.median(results["ranks"])
         print(f"| qtrain, {args.ranks} ranks x {args.threads // args.ranks} thread(s) | {r:.1f} | "
               f"{', '.join(f'{v:.1f}' for v in results['ranks'])} |{per_epoch('ranks')}")
-    if results["pytorch"]:
+    for key, label, _ in peers:
         import torch
-        t = statistics.median(results["pytorch"])
-        print(f"| PyTorch {torch.__version__} | {t:.1f} | {', '.join(f'{v:.1f}' for v in results['pytorch'])} |"
+        t = statistics.median(results[key])
+        print(f"| PyTorch {torch.__version__}{label} | {t:.1f} | {', '.join(f'{v:.1f}' for v in results[key])} |"
               + (" |" if args.epochs else ""))
-        print(f"qtrain / PyTorch: {q / t:.2f}x samples/s")
+    for key, label, _ in peers:
+        print(f"qtrain / PyTorch{label}: {q / statistics.median(results[key]):.2f}x samples/s")
     if args.ranks:
         print(f"qtrain 1 replica x {args.threads} threads / {args.ranks} ranks x {args.threads // args.ranks}: "
               f"{q / r:.2f}x (median of each); per run pair: "

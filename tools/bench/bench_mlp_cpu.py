@@ -14,6 +14,8 @@ last epoch's speed against the first's, and the test accuracy: the figures a sho
 Both programs run with OPENBLAS_CORETYPE=SkylakeX when the CPU has AVX-512 (Debian's OpenBLAS
 misdetects such CPUs as Prescott; qtrain sets it by itself, PyTorch needs it in the environment) and
 OMP_WAIT_POLICY=passive: this is the tuned PyTorch figure of docs/performance.md, not the default one.
+PyTorch runs both without and with torch.set_flush_denormal(True) (qtrain always flushes subnormals:
+tools/bench/flush_denormal.py), two rows; --pytorch-flush off or on keeps one.
 """
 import argparse
 import csv
@@ -24,6 +26,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+import flush_denormal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -47,6 +51,7 @@ def main():
     p.add_argument("--data", default=os.path.join(ROOT, "data/mnist"))
     p.add_argument("--qtrain", default=os.path.join(ROOT, "build/qtrain"))
     p.add_argument("--epochs", type=int, default=0, help="whole runs of this many epochs (0: --steps)")
+    flush_denormal.add_driver_flag(p)
     args = p.parse_args()
 
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
@@ -55,8 +60,9 @@ def main():
             env["OPENBLAS_CORETYPE"] = "SkylakeX"
     if args.epochs > 0:
         return whole_runs(args, env)
-    results = {"qtrain": [], "pytorch": []}
-    peak = {"qtrain": 0.0, "pytorch": 0.0}
+    peers = flush_denormal.variants(args)
+    results = {"qtrain": [], **{key: [] for key, _, _ in peers}}
+    peak = {key: 0.0 for key in results}
     # Both programs are timed from their first training step to their last (qtrain's metrics.csv
     # samples/s of the run; the peer's own clock), so start-up costs weigh the same on both sides.
     warmup = 0
@@ -73,21 +79,26 @@ def main():
                 row = list(csv.DictReader(f))[-1]
             results["qtrain"].append(float(row["samples_per_s"]))
             peak["qtrain"] = max(peak["qtrain"], rss)
-            out, rss = run(["/usr/bin/python3", os.path.join(ROOT, "tools/bench/torch_mlp_peer.py"), "--data", args.data,
-                            "--steps", str(args.steps), "--warmup", str(warmup), "--threads", str(args.threads)], env)
-            results["pytorch"].append(json.loads(out)["samples_per_s"])
-            peak["pytorch"] = max(peak["pytorch"], rss)
+            for key, _, extra in peers:
+                out, rss = run(["/usr/bin/python3", os.path.join(ROOT, "tools/bench/torch_mlp_peer.py"), "--data",
+                                args.data, "--steps", str(args.steps), "--warmup", str(warmup), "--threads",
+                                str(args.threads)] + extra, env)
+                results[key].append(json.loads(out)["samples_per_s"])
+                peak[key] = max(peak[key], rss)
     q = statistics.median(results["qtrain"])
-    t = statistics.median(results["pytorch"])
     import torch
     print(f"MNIST MLP 784-1024-1024-10, batch 128, RMSProp, {args.threads} threads, {args.steps} timed steps, "
           f"median of {args.repeat} alternating runs")
     print("| program | samples/s | peak RSS (MiB) | runs (samples/s) |")
     print("|---|---|---|---|")
     print(f"| qtrain | {q:.0f} | {peak['qtrain']:.0f} | {', '.join(f'{v:.0f}' for v in results['qtrain'])} |")
-    print(f"| PyTorch {torch.__version__} | {t:.0f} | {peak['pytorch']:.0f} | "
-          f"{', '.join(f'{v:.0f}' for v in results['pytorch'])} |")
-    print(f"qtrain / PyTorch: {q / t:.2f}x samples/s, {peak['qtrain'] / peak['pytorch']:.2f}x peak memory")
+    for key, label, _ in peers:
+        t = statistics.median(results[key])
+        print(f"| PyTorch {torch.__version__}{label} | {t:.0f} | {peak[key]:.0f} | "
+              f"{', '.join(f'{v:.0f}' for v in results[key])} |")
+    for key, label, _ in peers:
+        t = statistics.median(results[key])
+        print(f"qtrain / PyTorch{label}: {q / t:.2f}x samples/s, {peak['qtrain'] / peak[key]:.2f}x peak memory")
 
 
 def whole_runs(args, env):
@@ -106,22 +117,29 @@ def whole_runs(args, env):
     q_rates = [float(r["samples_per_s"]) for r in rows]
     q_train_s = sum(60000 / v for v in q_rates)  # samples/s of an epoch of MNIST's 60000 training images
     q_acc = float(rows[-1]["test_accuracy"])
-    out, t_rss = run(["/usr/bin/python3", os.path.join(ROOT, "tools/bench/torch_mlp_peer.py"), "--data", args.data,
-                      "--epochs", str(args.epochs), "--steps-per-epoch", str(per_epoch),
-                      "--threads", str(args.threads)], env)
-    peer = json.loads(out)
-    t_rates = peer["epoch_samples_per_s"]
+    peers = []  # (label, the peer's JSON, its peak RSS)
+    for _, label, extra in flush_denormal.variants(args):
+        out, t_rss = run(["/usr/bin/python3", os.path.join(ROOT, "tools/bench/torch_mlp_peer.py"), "--data", args.data,
+                          "--epochs", str(args.epochs), "--steps-per-epoch", str(per_epoch),
+                          "--threads", str(args.threads)] + extra, env)
+        peers.append((label, json.loads(out), t_rss))
     print(f"MNIST MLP 784-1024-1024-10, batch 128, RMSProp on a cosine schedule, {args.threads} threads, "
           f"{args.epochs} whole epochs of {per_epoch} steps, one run each")
-    print(f"| epoch | qtrain samples/s | PyTorch {torch.__version__} samples/s |")
-    print("|---|---|---|")
-    for e, (q, t) in enumerate(zip(q_rates, t_rates), start=1):
-        print(f"| {e} | {q:.0f} | {t:.0f} |")
-    print(f"| whole run (training s) | {q_train_s:.1f} | {peer['train_s']:.1f} |")
-    print(f"| last / first epoch | {q_rates[-1] / q_rates[0]:.2f} | {t_rates[-1] / t_rates[0]:.2f} |")
-    print(f"| test accuracy | {100 * q_acc:.2f}% | {100 * peer['test_accuracy']:.2f}% |")
-    print(f"| peak RSS (MiB) | {q_rss:.0f} | {t_rss:.0f} |")
-    print(f"qtrain / PyTorch over the whole run: {peer['train_s'] / q_train_s:.2f}x")
+    print("| epoch | qtrain samples/s |" + "".join(f" PyTorch {torch.__version__}{label} samples/s |"
+                                                   for label, _, _ in peers))
+    print("|---|---|" + "---|" * len(peers))
+
+    def row(name, mine, theirs):
+        print(f"| {name} | {mine} |" + "".join(f" {theirs(peer, rss)} |" for _, peer, rss in peers))
+    for e, q in enumerate(q_rates, start=1):
+        row(e, f"{q:.0f}", lambda peer, rss: f"{peer['epoch_samples_per_s'][e - 1]:.0f}")
+    row("whole run (training s)", f"{q_train_s:.1f}", lambda peer, rss: f"{peer['train_s']:.1f}")
+    row("last / first epoch", f"{q_rates[-1] / q_rates[0]:.2f}",
+        lambda peer, rss: f"{peer['epoch_samples_per_s'][-1] / peer['epoch_samples_per_s'][0]:.2f}")
+    row("test accuracy", f"{100 * q_acc:.2f}%", lambda peer, rss: f"{100 * peer['test_accuracy']:.2f}%")
+    row("peak RSS (MiB)", f"{q_rss:.0f}", lambda peer, rss: f"{rss:.0f}")
+    for label, peer, _ in peers:
+        print(f"qtrain / PyTorch{label} over the whole run: {peer['train_s'] / q_train_s:.2f}x")
 
 
 if __name__ == "__main__":

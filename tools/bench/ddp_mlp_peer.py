@@ -20,6 +20,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import flush_denormal
 from torch_mnist import load_mnist_train, mnist_mlp
 
 
@@ -37,7 +38,9 @@ def main():
     p.add_argument("--powersgd-rank", type=int, default=1, help="matrix_approximation_rank")
     p.add_argument("--powersgd-start-iter", type=int, default=1000,
                    help="start_powerSGD_iter: plain allreduce before this step (PyTorch requires > 1)")
+    flush_denormal.add_peer_flag(p)
     args = p.parse_args()
+    flush_denormal.apply(args)
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
     world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
     torch.set_num_threads(args.threads)

@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import flush_denormal
+
 
 class LocallyConnected2d(nn.Module):
     """A convolution without weight sharing: weight (P, OC, C*k*k), bias (OC, OH, OW), as qtrain's."""
@@ -150,7 +152,9 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--model", choices=["dettmers", "resnet110"], default="dettmers")
+    flush_denormal.add_peer_flag(p)
     args = p.parse_args()
+    flush_denormal.apply(args)
     torch.set_num_threads(args.threads)
     print(json.dumps(time_model(args) if args.mode == "model" else time_layers(args)))
 

@@ -13,6 +13,8 @@ import time
 
 import torch
 
+import flush_denormal
+
 
 def an4_lengths(folder):
     ids = [l.strip() for l in open(os.path.join(folder, "etc/an4_train.fileids")) if l.strip()]
@@ -33,7 +35,9 @@ def main():
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--batch", type=int, default=16)
+    flush_denormal.add_peer_flag(p)
     args = p.parse_args()
+    flush_denormal.apply(args)
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     random.seed(1)

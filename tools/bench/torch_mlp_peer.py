@@ -14,6 +14,7 @@ import time
 
 import torch
 
+import flush_denormal
 from torch_mnist import load_mnist_train, mnist_mlp
 
 
@@ -28,7 +29,9 @@ def main():
     p.add_argument("--epochs", type=int, default=0, help="train whole epochs (0: --steps steps)")
     p.add_argument("--steps-per-epoch", type=int, default=0, help="with --epochs: qtrain's (default N // batch)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (model and data on that device)")
+    flush_denormal.add_peer_flag(p)
     args = p.parse_args()
+    flush_denormal.apply(args)
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
 

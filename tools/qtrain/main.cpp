@@ -13,6 +13,7 @@
 
 #include "comm/mpi_runtime.h"
 #include "framework/core/check.h"
+#include "framework/core/float_env.h"
 #include "tools/qtrain/commands.h"
 
 namespace {
@@ -62,6 +63,8 @@ void prepare_openblas_environment(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Already set before OpenBLAS started its threads (float_env.cpp); the call also links that in.
+  qtrain::flush_subnormals();
   prepare_openblas_environment(argv);
   // Spinning OpenMP pools would fight OpenBLAS's threads on small machines (netbed.md).
   setenv("OMP_WAIT_POLICY", "passive", 0);

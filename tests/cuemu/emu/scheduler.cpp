@@ -13,6 +13,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <xmmintrin.h>
 
 #include "tests/cuemu/emu/counters.h"
 #include "tests/cuemu/emu/fiber.h"
@@ -373,6 +374,23 @@ void log_launch(const char* kernel, Site site, uint3v block) {
   if (written != len) fail("CUEMU_LAUNCH_LOG=%s: short write", path);
 }
 
+// qtrain's kernels are built with nvcc --ftz=true (docs/design.md, "Arithmetic"): every float
+// operation of a kernel reads a subnormal operand as zero and flushes a subnormal result to zero. On
+// x86 that is MXCSR's DAZ (bit 6) and FTZ (bit 15), set for the launch on the thread that runs it and
+// restored after, so that a kernel flushes whatever the host thread's own flags (the fibers run with
+// them: fiber.cpp does not switch MXCSR).
+class FlushSubnormals {
+ public:
+  FlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtz | kDaz); }
+  ~FlushSubnormals() { _mm_setcsr(saved_); }
+  FlushSubnormals(const FlushSubnormals&) = delete;
+  FlushSubnormals& operator=(const FlushSubnormals&) = delete;
+
+ private:
+  static constexpr unsigned kFtz = 1u << 15, kDaz = 1u << 6;
+  unsigned saved_;
+};
+
 }  // namespace
 
 void run_grid(const char* kernel, Site site, uint3v grid, uint3v block, void (*body)(void*), void* context) {
@@ -397,6 +415,7 @@ void run_grid(const char* kernel, Site site, uint3v grid, uint3v block, void (*b
       for (unsigned x = 0; x < grid.x; ++x) blocks.push_back({x, y, z});
   std::mt19937_64 rng(schedule().seed * 0x9E3779B97F4A7C15ull + 1);
   if (schedule().seed) std::shuffle(blocks.begin(), blocks.end(), rng);
+  const FlushSubnormals ftz;
   for (const uint3v& b : blocks) {
     l.block_idx = b;
     g_geometry.block_idx = b;

@@ -2,6 +2,9 @@
 // poisoned memory, and the faults it must refuse (each in a child process).
 #include <catch2/catch.hpp>
 
+#include <xmmintrin.h>
+
+#include <cfloat>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -36,6 +39,13 @@ __global__ void block_sum(const int* in, int* out) {
     if (t < h) s[t] += s[t + h];
   }
   if (t == 0) out[blockIdx.x] = s[0];
+}
+
+// A subnormal operand and a product below FLT_MIN: both zero under nvcc --ftz=true. The factors come
+// from memory: a compiler folds x * 1.0f to x.
+__global__ void flush_probe(const float* in, float* out) {
+  out[0] = in[0] * in[2];
+  out[1] = in[1] * in[3];
 }
 
 __global__ void shuffles(int* out) {
@@ -110,6 +120,24 @@ TEST_CASE("barriers order a block's shared-memory reduction") {
     for (int i = 0; i < 256; ++i) want += in[static_cast<size_t>(b * 256 + i)];
     REQUIRE(out[static_cast<size_t>(b)] == want);
   }
+  cudaFree(d_in);
+  cudaFree(d_out);
+}
+
+TEST_CASE("kernels flush subnormals as under --ftz=true, whatever the host thread's MXCSR") {
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved & ~((1u << 15) | (1u << 6)));  // the host thread keeps subnormals
+  float* d_in = device_copy(std::vector<float>{FLT_MIN / 4, FLT_MIN, 1.0f, 0.5f});
+  float* d_out = device_copy(std::vector<float>{-1.0f, -1.0f});
+  flush_probe<<<1, 1>>>(d_in, d_out);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto out = host_copy(d_out, 2);
+  CHECK(out[0] == 0.0f);
+  CHECK(out[1] == 0.0f);
+  // The host thread's own flags are restored after the launch: its arithmetic keeps subnormals.
+  const unsigned after = _mm_getcsr();
+  _mm_setcsr(saved);
+  CHECK((after & ((1u << 15) | (1u << 6))) == 0u);
   cudaFree(d_in);
   cudaFree(d_out);
 }
