@@ -25,7 +25,7 @@ ReduceAlgorithm default_algorithm(QuantMethod method) {
 #include "exchange/algorithms/algorithms.def"
 #undef QTRAIN_EXCHANGE_ALGORITHM
   QT_FAIL("quantization method {}: unknown default algorithm '{}' (exchange/algorithms/algorithms.def)",
-           quant_method_name(method), name);
+          quant_method_name(method), name);
   return ReduceAlgorithm::allreduce;
 }
 
