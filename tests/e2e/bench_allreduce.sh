@@ -3,7 +3,9 @@
 #  1. by default the speedups are over the bf16 all-reduce: its row comes right after MPI_Allreduce,
 #     reads 1.00, and bf16 among --methods is not measured a second time;
 #  2. --baseline fp32 and --baseline library (the communicator's fp32 all-reduce) move the 1.00;
-#  3. an unknown baseline fails naming the known methods; a list fails too.
+#  3. an unknown baseline fails naming the known methods; a list fails too;
+#  4. every exchange row was checked before it was timed: #wrong 0 (every rank's result identical),
+#     a relative error to the fp32 mean, and the library's row unchecked ("-", null).
 # Only which row is the baseline is checked: the times are measured, never asserted on.
 # Usage: bench_allreduce.sh QTRAIN_BINARY
 set -uo pipefail
@@ -42,6 +44,13 @@ grep -q "bench-allreduce --baseline int3: quantization.method must be one of fp3
   fail "--baseline int3 message: $(cat "$tmp/err")"
 if "$qtrain" bench-allreduce --baseline fp32,bf16 --sizes 0.25 2>"$tmp/err"; then fail "a list as --baseline accepted"; fi
 grep -q "give one method" "$tmp/err" || fail "--baseline list message: $(cat "$tmp/err")"
+
+# 4. the correctness columns
+grep -q '"method": "qsgd:bits=4", .*"wrong": 0, "rel_error": [0-9]' "$tmp/rows.json" ||
+  fail "the qsgd row was not checked: $(cat "$tmp/rows.json")"
+grep -q '"wrong": [1-9]' "$tmp/rows.json" && fail "ranks disagree: $(cat "$tmp/rows.json")"
+grep -q '"method": "MPI_Allreduce fp32", .*"wrong": null' "$tmp/rows.json" ||
+  fail "the library's row claims a check: $(cat "$tmp/rows.json")"
 
 if [[ $failures -gt 0 ]]; then echo "$failures failure(s)"; exit 1; fi
 echo "bench_allreduce: all checks passed"

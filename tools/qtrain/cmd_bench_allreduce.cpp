@@ -23,7 +23,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <optional>
+#include <string_view>
 
 #include "comm/communicator.h"
 #include "exchange/gradient_exchange.h"
@@ -96,9 +98,12 @@ void run(const Options& o, int local_rank) {
                 comm->name(), device.str().c_str(), o.iterations, o.warmup);
     std::printf("# speedup: time of the baseline, %s, at the same size / time of the row\n",
                 baseline ? (baseline->label + " (algorithm auto)").c_str() : "the library's fp32 all-reduce (native)");
-    std::printf("%10s %-24s %-25s %10s %9s %9s %12s %8s %8s %8s %8s%s\n", "size(MB)", "method", "algorithm", "time(ms)",
-                "algbw", "busbw", "wire(MB)", "speedup", "enc(ms)", "dec(ms)", "cpu(ms)",
-                o.link_gbit > 0 ? "   ideal(ms) /ideal" : "");
+    std::printf(
+        "# every case is checked once before it is timed: #wrong = ranks whose result differs from rank 0's "
+        "(must be 0), relerr = its relative L2 distance to the fp32 mean (signsgd: a vote, not a mean)\n");
+    std::printf("%10s %-24s %-25s %10s %9s %9s %12s %8s %8s %8s %8s %6s %9s%s\n", "size(MB)", "method", "algorithm",
+                "time(ms)", "algbw", "busbw", "wire(MB)", "speedup", "enc(ms)", "dec(ms)", "cpu(ms)", "#wrong",
+                "relerr", o.link_gbit > 0 ? "   ideal(ms) /ideal" : "");
   }
   // CPU seconds (user + system) of this process so far.
   auto cpu_seconds = [] {
@@ -108,6 +113,7 @@ void run(const Options& o, int local_rank) {
     return sec(u.ru_utime) + sec(u.ru_stime);
   };
   double cpu_per_iteration = 0;  // of the last barrier_time call, mean over its timed iterations
+  int wrong_cases = 0;           // cases (rows) in which some rank's result differed from rank 0's
   // `reset` restores the input before the barrier, untimed (the exchange works in place); `body` is
   // the timed exchange.
   auto barrier_time = [&](auto&& reset, auto&& body) {
@@ -159,11 +165,46 @@ void run(const Options& o, int local_rank) {
     const size_t ring_min = mpi ? mpi->ring_min_bytes() : 0;
     if (mpi) mpi->set_ring(0, mpi->ring_segment_bytes());
     auto reset = [&] { work.copy_from(data); };
+    // The reference every case is checked against: the fp32 mean of the ranks' data, on the host.
+    Tensor reference = data.clone();
+    comm->all_reduce_sum(ctx, reference.raw(), n, ReduceType::f32);
+    ctx.synchronize();
+    if (!reference.device().is_cpu()) reference = reference.to(Device::cpu());
+    // One exchange of the data, untimed: how many ranks' results differ from rank 0's, and the result's
+    // relative L2 distance to the fp32 mean.
+    struct Checked {
+      bool done = false;  // false: not checked (the library's all-reduce, which promises no identical bits)
+      int wrong = 0;
+      double rel_error = 0;
+    };
+    auto check_case = [&](GradientExchange& ex, uint64_t& step) {
+      reset();
+      ex.exchange(ctx, work, step++);
+      ctx.synchronize();
+      const Tensor result = work.device().is_cpu() ? work : work.to(Device::cpu());
+      const std::string_view bytes(static_cast<const char*>(result.raw()), result.nbytes());
+      const std::vector<uint64_t> all = comm->all_gather_u64(std::hash<std::string_view>{}(bytes));
+      Checked c;
+      c.done = true;
+      for (uint64_t h : all) c.wrong += h != all[0] ? 1 : 0;
+      double diff = 0, norm = 0;
+      const float* r = result.data<float>();
+      const float* sum = reference.data<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        const double mean = static_cast<double>(sum[i]) / P;
+        diff += (r[i] - mean) * (r[i] - mean);
+        norm += mean * mean;
+      }
+      c.rel_error = norm > 0 ? std::sqrt(diff / norm) : 0;
+      return c;
+    };
     const double t_base_library =
         o.no_library ? 0.0
                      : median(barrier_time(reset, [&] { comm->all_reduce_sum(ctx, work.raw(), n, ReduceType::f32); }));
     if (mpi && o.mpi_allreduce == "ring") mpi->set_ring(ring_min, mpi->ring_segment_bytes());
     const double t_library = t_base_library;
+    // The library's all-reduce is not checked (MPI_Allreduce promises no identical bits): "-".
+    const Checked library_check{};
     const double cpu_library = cpu_per_iteration;
     // One method's exchange under one algorithm: its median time, rank 0's statistics and CPU time,
     // or nothing (and a "skipped" row) when the method does not run under that algorithm.
@@ -171,6 +212,7 @@ void run(const Options& o, int local_rank) {
       double time = 0, wire = 0, encode = 0, decode = 0, cpu = 0;
       std::string algorithm;
       bool two_levels = false;
+      Checked check;
     };
     // The bytes on the busiest host link (see the top of this file) when each rank puts `wire` bytes on the wire.
     auto host_link_bytes = [&](double wire, const std::string& algorithm, bool two_levels) {
@@ -200,6 +242,8 @@ void run(const Options& o, int local_rank) {
         return std::nullopt;
       }
       uint64_t step = 0;
+      const Checked check = check_case(*ex, step);
+      (void)ex->take_stats();  // the check's exchange is not timed
       const std::vector<double> times = barrier_time(reset, [&] { ex->exchange(ctx, work, step++); });
       const ExchangeStats st = ex->take_stats();
       const double steps = static_cast<double>(std::max<int64_t>(st.steps, 1));
@@ -209,7 +253,8 @@ void run(const Options& o, int local_rank) {
                    st.phases.seconds(Phase::decode) / steps,
                    cpu_per_iteration,
                    reduce_algorithm_name(ex->algorithm(0)),
-                   ex->two_levels()};
+                   ex->two_levels(),
+                   check};
     };
     // The baseline first: every row's speedup is over it.
     std::optional<Timed> base;
@@ -221,11 +266,14 @@ void run(const Options& o, int local_rank) {
     const double t_base = base ? base->time : t_library;
     // enc and dec: rank 0's encode and decode seconds per exchange (0 for the library's all-reduce).
     auto print = [&](const std::string& method, const std::string& algorithm, double t, double wire, double enc,
-                     double dec, double cpu, bool two_levels) {
+                     double dec, double cpu, bool two_levels, const Checked& check) {
+      wrong_cases += check.wrong > 0 ? 1 : 0;
       if (!root) return;
       const double algbw = bytes / t / 1e9, busbw = algbw * 2.0 * (P - 1) / std::max(P, 1);
-      std::printf("%10.1f %-24s %-25s %10.3f %9.3f %9.3f %12.3f %8.2f %8.1f %8.1f %8.1f", mb, method.c_str(),
-                  algorithm.c_str(), 1e3 * t, algbw, busbw, wire / 1e6, t_base / t, 1e3 * enc, 1e3 * dec, 1e3 * cpu);
+      std::printf("%10.1f %-24s %-25s %10.3f %9.3f %9.3f %12.3f %8.2f %8.1f %8.1f %8.1f %6s %9s", mb, method.c_str(),
+                  algorithm.c_str(), 1e3 * t, algbw, busbw, wire / 1e6, t_base / t, 1e3 * enc, 1e3 * dec, 1e3 * cpu,
+                  check.done ? std::to_string(check.wrong).c_str() : "-",
+                  check.done ? fmt::format("{:.2e}", check.rel_error).c_str() : "-");
       double ideal = 0;
       // The library's own all-reduce follows no model here once hosts hold several ranks (it may
       // reduce inside a host first): its row has no ideal then.
@@ -241,25 +289,30 @@ void run(const Options& o, int local_rank) {
             "{{\"size_mb\": {}, \"method\": \"{}\", \"algorithm\": \"{}\", \"ranks\": {}, \"time_s\": {:.6g}, "
             "\"algbw_gbs\": {:.6g}, \"busbw_gbs\": {:.6g}, \"wire_bytes\": {:.0f}, \"baseline\": \"{}\", "
             "\"speedup_vs_baseline\": {:.4g}, \"speedup_vs_mpi_allreduce\": {:.4g}, \"ideal_s\": {:.6g}, "
-            "\"encode_s\": {:.6g}, \"decode_s\": {:.6g}, \"cpu_s\": {:.6g}}}\n",
+            "\"encode_s\": {:.6g}, \"decode_s\": {:.6g}, \"cpu_s\": {:.6g}, \"wrong\": {}, \"rel_error\": {}}}\n",
             mb, method, algorithm, P, t, algbw, busbw, wire, baseline ? baseline->label : "library", t_base / t,
-            t_library / t, ideal, enc, dec, cpu);
+            t_library / t, ideal, enc, dec, cpu, check.done ? std::to_string(check.wrong) : "null",
+            check.done ? fmt::format("{:.6g}", check.rel_error) : "null");
     };
     if (!o.no_library)
       print(mpi ? "MPI_Allreduce fp32" : fmt::format("{} all-reduce fp32", comm->name()), "native", t_library,
-            2.0 * (P - 1) / P * bytes, 0, 0, cpu_library, false);
+            2.0 * (P - 1) / P * bytes, 0, 0, cpu_library, false, library_check);
     if (base)
       print(baseline->label + " (baseline)", base->algorithm, base->time, base->wire, base->encode, base->decode,
-            base->cpu, base->two_levels);
+            base->cpu, base->two_levels, base->check);
 
     for (const MethodChoice& m : methods) {
       for (const std::string& alg : o.algorithms) {
         if (base && m.label == baseline->label && alg == "auto") continue;  // the baseline row above
         const std::optional<Timed> t = time_exchange(m, alg);
-        if (t) print(m.label, t->algorithm, t->time, t->wire, t->encode, t->decode, t->cpu, t->two_levels);
+        if (t) print(m.label, t->algorithm, t->time, t->wire, t->encode, t->decode, t->cpu, t->two_levels, t->check);
       }
     }
   }
+  // As nccl-tests: a case whose ranks disagree fails the run, after every row is printed.
+  if (wrong_cases > 0)
+    QT_FAIL("bench-allreduce: in {} case(s) the ranks' results differ (the #wrong column); replicas would diverge",
+            wrong_cases);
 }
 
 }  // namespace
