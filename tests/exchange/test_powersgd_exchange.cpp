@@ -12,7 +12,7 @@
 
 #include "comm/communicator.h"
 #include "exchange/gradient_exchange.h"
-#include "tests/comm/powersgd_reference.h"
+#include "tests/exchange/powersgd_reference.h"
 
 using namespace qtrain;
 

@@ -12,7 +12,7 @@
 #include "exchange/gradient_exchange.h"
 #include "quant/method.h"
 #include "quant/policy.h"
-#include "tests/comm/powersgd_reference.h"
+#include "tests/exchange/powersgd_reference.h"
 
 using namespace qtrain;
 using namespace qtrain::powersgd_test;
