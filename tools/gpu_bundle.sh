@@ -17,7 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build-gpu}" && pwd)
 archive=${2:-$root/.gpu/qtrain-gpu.tar.xz}
 programs=(qtrain tests/quant/test_quant_cuda tests/optim/test_optim_cuda tests/layers/test_layers_cuda
-          tests/layers/test_sequence_cuda tests/comm/test_comm_cuda tests/comm/test_powersgd_cuda)
+          tests/layers/test_sequence_cuda tests/comm/test_comm_cuda tests/exchange/test_powersgd_cuda)
 for p in "${programs[@]}"; do
   [[ -x "$build/$p" ]] || { echo "gpu_bundle: $build/$p is missing: build it first" >&2; exit 1; }
 done

@@ -311,7 +311,7 @@ fi
 # memcheck and synccheck first (seconds each), racecheck last (test_quant_cuda's alone about 100 s).
 cuda_tests=("$build/tests/quant/test_quant_cuda" "$build/tests/optim/test_optim_cuda"
             "$build/tests/layers/test_layers_cuda" "$build/tests/layers/test_sequence_cuda"
-            "$build/tests/comm/test_powersgd_cuda")
+            "$build/tests/exchange/test_powersgd_cuda")
 if [[ $dry -eq 1 ]]; then
   hardware "compute-sanitizer memcheck, synccheck and racecheck over the CUDA test programs"
 elif command -v compute-sanitizer >/dev/null; then

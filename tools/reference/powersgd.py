@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference values of tests/comm/test_powersgd.cpp: two steps of PowerSGD on a world of 2 ranks,
+"""Reference values of tests/exchange/test_powersgd.cpp: two steps of PowerSGD on a world of 2 ranks,
 computed with the functions of PyTorch's powerSGD_hook (its _orthogonalize, then the hook's products
 and means) in float64, rank 2, warm start and error feedback on, epsilon 0.
 
