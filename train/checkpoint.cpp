@@ -23,13 +23,13 @@ int64_t parse_count(const SafetensorsFile& f, const std::string& path, const std
 
 void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer,
                      const std::vector<NamedTensor>& sync_state, const TrainingPosition& position, uint64_t seed,
-                     const std::string& resolved_config) {
+                     const std::string& resolved_config, const std::string& evaluate) {
   std::vector<NamedTensor> tensors;
   for (const ParamEntry& e : net.param_entries()) tensors.push_back({e.name, net.params().view(e.offset, e.shape)});
   for (const ParamEntry& e : net.buffer_entries()) tensors.push_back({e.name, net.buffers().view(e.offset, e.shape)});
   for (auto& [name, t] : optimizer.state()) tensors.push_back({"optimizer/" + name, t});
   for (const NamedTensor& s : sync_state) tensors.push_back({"sync/" + s.name, s.tensor});
-  const std::map<std::string, std::string> meta{
+  std::map<std::string, std::string> meta{
       {"format", kFormat},
       {"step", std::to_string(position.step)},
       {"epoch", std::to_string(position.epoch)},
@@ -39,6 +39,7 @@ void save_checkpoint(const std::string& path, Net& net, Optimizer& optimizer,
       {"optimizer", optimizer.type()},
       {"config", resolved_config},
   };
+  if (!evaluate.empty()) meta["evaluate"] = "sync/" + evaluate;
   save_safetensors(path, tensors, meta);
 }
 
@@ -83,6 +84,11 @@ TrainingPosition load_checkpoint(const std::string& path, Net& net, Optimizer* o
           path, name, optimizer_state ? "optimizer configuration" : "model");
   }
   TrainingPosition p;
+  if (optimizer == nullptr && f.metadata().count("evaluate")) {
+    Tensor params = net.params();
+    f.read_into(f.metadata_value("evaluate"), params);
+    p.global_parameters = true;
+  }
   p.step = parse_count(f, path, "step");
   p.epoch = parse_count(f, path, "epoch");
   p.batch_in_epoch = parse_count(f, path, "batch_in_epoch");

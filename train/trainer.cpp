@@ -377,6 +377,16 @@ std::vector<NamedTensor> Trainer::rank_state(int64_t step) {
   return out;
 }
 
+// The name of the strategy's state that an evaluation of the checkpoint at `step` should load instead
+// of rank 0's parameters: its global parameters where the replicas differ, else "".
+std::string Trainer::evaluated_state(int64_t step) {
+  const Tensor* global = sync_->global_parameters();
+  if (global == nullptr || sync_->replicas_identical(step)) return "";
+  for (SyncState& s : sync_->state())
+    if (!s.per_rank && s.tensor.raw() == global->raw()) return s.name;
+  return "";
+}
+
 void Trainer::load_rank_state() {
   std::vector<NamedTensor> state = rank_state(start_.step);
   if (state.empty()) return;  // nothing per rank in this configuration
@@ -506,7 +516,7 @@ void Trainer::write_checkpoint(const TrainingPosition& position) {
   comm_->barrier();
   if (options_.rank == 0)
     save_checkpoint(checkpoint_path_, *net_, *optimizer_, shared_sync_state(*sync_), written, config_.seed,
-                    resolved_yaml_);
+                    resolved_yaml_, evaluated_state(position.step));
   // Nobody continues (or exits) before the commit, and only then are the older rank files dropped.
   comm_->barrier();
   if (!state.empty()) remove_stale_rank_states(run_dir_, options_.rank, position.step);

@@ -105,6 +105,7 @@ class Trainer {
   void log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, const ExchangeStats& ex, int64_t steps);
   void write_checkpoint(const TrainingPosition& position);
   void load_rank_state();
+  std::string evaluated_state(int64_t step);
   std::vector<NamedTensor> rank_state(int64_t step);  // what this rank's own checkpoint file holds
   void check_resume_config();
   void log_info(const std::string& line);

@@ -509,6 +509,17 @@ TEST_CASE("diloco: a resume inside an inner period continues bit for bit", "[e2e
           checkpoint_values(dir.file("full/checkpoint.safetensors")));
   REQUIRE(checkpoint_values(dir.file("split/checkpoint.rank0.step14.safetensors")) ==
           checkpoint_values(dir.file("full/checkpoint.rank0.step14.safetensors")));
+  // An evaluation of the checkpoint (step 14, inside an inner period) loads the global parameters.
+  {
+    RunConfig rc = parse_run_config(config, with({}));
+    Net net(rc.model, DType::f32, Device::cpu(), layer_registry(), loss_registry());
+    const TrainingPosition pos = load_checkpoint(dir.file("full/checkpoint.safetensors"), net, nullptr);
+    REQUIRE(pos.global_parameters);
+    const SafetensorsFile f(dir.file("full/checkpoint.safetensors"));
+    const Tensor global = f.read("sync/diloco/global"), own = f.read("dense1.weight");
+    REQUIRE(std::memcmp(net.params().raw(), global.raw(), global.nbytes()) == 0);
+    REQUIRE(std::memcmp(net.params().raw(), own.raw(), own.nbytes()) != 0);  // rank 0's replica differs
+  }
   // A bad inner_steps is refused naming the key.
   REQUIRE_THROWS_WITH(train(config, {"sync.type=diloco", "sync.inner_steps=0", "output.dir=" + dir.file("bad")}),
                       Catch::Contains("sync.inner_steps"));

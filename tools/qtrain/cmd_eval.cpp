@@ -46,8 +46,10 @@ void add_eval_command(CLI::App& app) {
     Loader loader(*test, lo);
     Context ctx = make_context(device, rc.seed, rc.train.threads);
     const EvalResult r = evaluate(net, ctx, loader);
-    std::printf("%s: step %lld, %lld test samples, loss %.4f, accuracy %.2f%%\n", checkpoint.c_str(),
-                static_cast<long long>(pos.step), static_cast<long long>(r.samples), r.loss, 100 * r.accuracy);
+    std::printf("%s: step %lld%s, %lld test samples, loss %.4f, accuracy %.2f%%\n", checkpoint.c_str(),
+                static_cast<long long>(pos.step),
+                pos.global_parameters ? " (the sync strategy's global parameters)" : "",
+                static_cast<long long>(r.samples), r.loss, 100 * r.accuracy);
     if (!std::isnan(r.cer))
       std::printf("character error rate %.2f%%, word error rate %.2f%%\n", 100 * r.cer, 100 * r.wer);
   });
