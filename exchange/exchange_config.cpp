@@ -26,7 +26,6 @@ ReduceAlgorithm default_algorithm(QuantMethod method) {
 #undef QTRAIN_EXCHANGE_ALGORITHM
   QT_FAIL("quantization method {}: unknown default algorithm '{}' (exchange/algorithms/algorithms.def)",
           quant_method_name(method), name);
-  return ReduceAlgorithm::allreduce;
 }
 
 ExchangeConfig ExchangeConfig::parse(ConfigNode& section) {
@@ -74,7 +73,6 @@ ReduceAlgorithm ExchangeConfig::algorithm_for(const QuantSpec& spec) const {
 #include "exchange/algorithms/algorithms.def"
 #undef QTRAIN_EXCHANGE_ALGORITHM
   QT_FAIL("communication.algorithm '{}' names no choosable algorithm", algorithm);
-  return ReduceAlgorithm::allreduce;
 }
 
 }  // namespace qtrain

@@ -82,9 +82,6 @@ def include_violations(root):
                     yield f"{rel}:{number}: includes \"{m.group(1)}\": {rule}"
 
 
-LIBRARY_CALL = re.compile(r"qtrain_library\((\w+)(.*?)\)\s*$", re.S | re.M)
-
-
 def link_violations(root):
     for cmake in sorted(root.glob("*/**/CMakeLists.txt")):
         text = cmake.read_text()

@@ -81,9 +81,9 @@ class BatchStaging {
 };
 
 // The strategy's state that is the same on every rank: rank 0's checkpoint holds it.
-std::vector<NamedTensor> shared_sync_state(SyncStrategy& sync) {
+std::vector<NamedTensor> shared_sync_state(const std::vector<SyncState>& state) {
   std::vector<NamedTensor> out;
-  for (SyncState& s : sync.state())
+  for (const SyncState& s : state)
     if (!s.per_rank) out.push_back({s.name, s.tensor});
   return out;
 }
@@ -309,7 +309,9 @@ void Trainer::open_log() {
 void Trainer::resume(int64_t steps_per_epoch) {
   if (!fs::exists(checkpoint_path_))
     input_error("--resume {}: no checkpoint.safetensors in that run directory", options_.resume_dir);
-  start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get(), shared_sync_state(*sync_));
+  // The strategy's state, named once: rank 0's checkpoint holds its shared part, the rank file the rest.
+  const std::vector<SyncState> sync_state = sync_->state();
+  start_ = load_checkpoint(checkpoint_path_, *net_, optimizer_.get(), shared_sync_state(sync_state));
   if (start_.world_size > 0 && start_.world_size != comm_->size())
     input_error(
         "{}: the checkpoint was written by {} rank(s) but this run has {}; resume with {} (its position in "
@@ -321,7 +323,7 @@ void Trainer::resume(int64_t steps_per_epoch) {
         "{}: the checkpoint stopped after batch {} of epoch {}, but an epoch now has {} batches; resume "
         "with the data.batch_size, dataset and number of ranks it was written with",
         checkpoint_path_, start_.batch_in_epoch, start_.epoch + 1, steps_per_epoch);
-  load_rank_state();
+  load_rank_state(sync_state);
 }
 
 void Trainer::check_resume_config() {
@@ -365,9 +367,9 @@ void Trainer::check_resume_config() {
 
 // The per-rank part of a checkpoint: the strategy's per-rank state, and where replicas differ
 // between synchronizations, this rank's own parameters and optimizer state ("replica/...").
-std::vector<NamedTensor> Trainer::rank_state(int64_t step) {
+std::vector<NamedTensor> Trainer::rank_state(const std::vector<SyncState>& sync_state, int64_t step) {
   std::vector<NamedTensor> out;
-  for (SyncState& s : sync_->state())
+  for (const SyncState& s : sync_state)
     if (s.per_rank) out.push_back({s.name, s.tensor});
   if (!sync_->replicas_identical(step))
     for (const ParamEntry& e : net_->param_entries())
@@ -379,16 +381,16 @@ std::vector<NamedTensor> Trainer::rank_state(int64_t step) {
 
 // The name of the strategy's state that an evaluation of the checkpoint at `step` should load instead
 // of rank 0's parameters: its global parameters where the replicas differ, else "".
-std::string Trainer::evaluated_state(int64_t step) {
+std::string Trainer::evaluated_state(const std::vector<SyncState>& sync_state, int64_t step) {
   const Tensor* global = sync_->global_parameters();
   if (global == nullptr || sync_->replicas_identical(step)) return "";
-  for (SyncState& s : sync_->state())
+  for (const SyncState& s : sync_state)
     if (!s.per_rank && s.tensor.raw() == global->raw()) return s.name;
   return "";
 }
 
-void Trainer::load_rank_state() {
-  std::vector<NamedTensor> state = rank_state(start_.step);
+void Trainer::load_rank_state(const std::vector<SyncState>& sync_state) {
+  std::vector<NamedTensor> state = rank_state(sync_state, start_.step);
   if (state.empty()) return;  // nothing per rank in this configuration
   const SafetensorsFile f = open_rank_state(run_dir_, options_.rank, start_.step);
   try {
@@ -511,12 +513,13 @@ void Trainer::write_checkpoint(const TrainingPosition& position) {
   // Two phases (rank_state.h): every rank's own state for this step first, next to that of the last
   // committed checkpoint; then rank 0's checkpoint, whose rename commits the step. A crash in between
   // leaves the previous checkpoint with all of its rank files.
-  const std::vector<NamedTensor> state = rank_state(position.step);
+  const std::vector<SyncState> sync_state = sync_->state();
+  const std::vector<NamedTensor> state = rank_state(sync_state, position.step);
   if (!state.empty()) save_rank_state(run_dir_, options_.rank, position.step, state);
   comm_->barrier();
   if (options_.rank == 0)
-    save_checkpoint(checkpoint_path_, *net_, *optimizer_, shared_sync_state(*sync_), written, config_.seed,
-                    resolved_yaml_, evaluated_state(position.step));
+    save_checkpoint(checkpoint_path_, *net_, *optimizer_, shared_sync_state(sync_state), written, config_.seed,
+                    resolved_yaml_, evaluated_state(sync_state, position.step));
   // Nobody continues (or exits) before the commit, and only then are the older rank files dropped.
   comm_->barrier();
   if (!state.empty()) remove_stale_rank_states(run_dir_, options_.rank, position.step);

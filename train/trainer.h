@@ -104,9 +104,11 @@ class Trainer {
                  MetricsWriter* metrics, std::chrono::steady_clock::time_point t_start);
   void log_epoch(int64_t epoch, bool epoch_done, const MetricsRow& row, const ExchangeStats& ex, int64_t steps);
   void write_checkpoint(const TrainingPosition& position);
-  void load_rank_state();
-  std::string evaluated_state(int64_t step);
-  std::vector<NamedTensor> rank_state(int64_t step);  // what this rank's own checkpoint file holds
+  // Each takes the strategy's state as sync_->state() named it once for the checkpoint.
+  void load_rank_state(const std::vector<SyncState>& sync_state);
+  std::string evaluated_state(const std::vector<SyncState>& sync_state, int64_t step);
+  // What this rank's own checkpoint file holds at `step`.
+  std::vector<NamedTensor> rank_state(const std::vector<SyncState>& sync_state, int64_t step);
   void check_resume_config();
   void log_info(const std::string& line);
   void check_replicas(int64_t step);

@@ -14,7 +14,6 @@ const ExchangeAlgorithm& exchange_algorithm(ReduceAlgorithm id) {
 #undef QTRAIN_EXCHANGE_ALGORITHM
   }
   QT_FAIL("no exchange algorithm has id {}", static_cast<int>(id));
-  return algorithm_allreduce();
 }
 
 void ExchangeAlgorithm::state(TensorPlan&, const std::string&, std::vector<std::pair<std::string, Tensor>>&) const {}
