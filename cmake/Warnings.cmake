@@ -17,6 +17,11 @@ target_compile_options(qtrain_flags INTERFACE
 # the quantizers and optimizers stay bit-identical to their CPU loops, the emulator (tests/cuemu) runs
 # every kernel so, and no kernel pays for subnormal arithmetic. docs/design.md, "Arithmetic".
 target_compile_options(qtrain_flags INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--ftz=true>)
+# Every program flushes subnormals on its main thread from its start (framework/core/float_env_at_load.cpp):
+# executables pull that object out of qtrain_core by asking for its symbol; shared objects (the Python
+# module) never hold it.
+target_link_options(qtrain_flags INTERFACE
+  "$<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,EXECUTABLE>:LINKER:--undefined=qtrain_flush_subnormals_at_load>")
 # fmt 9 switches its constexpr support off when it sees __NVCC__, which leaves its consteval
 # format-string check calling non-constexpr helpers; nvcc 12+ handles them, so turn it back on (format
 # strings stay checked at compile time in .cu files too).

@@ -2,6 +2,7 @@
 // reduction algorithms are in exchange/algorithms/.
 #include "exchange/flat_exchange.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "exchange/algorithms/algorithm.h"
@@ -229,12 +230,17 @@ void FlatExchange::process_bucket(int b) {
   const WatchActivity activity(
       fmt::format("step {}, exchange of bucket {} of {}", work_->ctx->step(), b + 1, num_buckets()));
   if (config_.overlap) buckets_[static_cast<size_t>(b)].ready->make_wait(*work_->ctx);
+  reduce_tensors(buckets_[static_cast<size_t>(b)].tensors);
+  buckets_[static_cast<size_t>(b)].done->record(*work_->ctx);
+}
+
+void FlatExchange::reduce_tensors(const std::vector<int>& ids) {
   // The quantizers called below report their errors to the step's deferred checks (CUDA).
   std::optional<DeferredChecks::Scope> deferring;
   if (work_->checks) deferring.emplace(*work_->checks);
   // Each algorithm over its tensors of the bucket, in the order of algorithms.def.
   std::vector<std::vector<int>> by_algorithm;
-  for (int t : buckets_[static_cast<size_t>(b)].tensors) {
+  for (int t : ids) {
     const auto a = static_cast<size_t>(work_->plan(t).algorithm);
     if (by_algorithm.size() <= a) by_algorithm.resize(a + 1);
     by_algorithm[a].push_back(t);
@@ -242,7 +248,30 @@ void FlatExchange::process_bucket(int b) {
   for (size_t a = 0; a < by_algorithm.size(); ++a)
     if (!by_algorithm[a].empty())
       exchange::exchange_algorithm(static_cast<ReduceAlgorithm>(a)).reduce(*work_, by_algorithm[a]);
-  buckets_[static_cast<size_t>(b)].done->record(*work_->ctx);
+}
+
+void FlatExchange::exchange_now(Tensor grads, uint64_t step, const std::vector<int>& ids) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    QT_CHECK(queue_.empty(), "exchange_now while a step is being exchanged");
+  }
+  work_->grads = std::move(grads);
+  work_->ctx->set_step(step);
+  const WatchActivity activity(fmt::format("step {}, exchange of {} tensors", step, ids.size()));
+  // In tensor order, whatever order the caller lists them in (DDP's first buckets list parameters in
+  // model order, its rebuilt ones in the order backward finished them): a native allreduce sums the
+  // concatenation of a bucket's fp32 tensors in an order that depends on their places in it.
+  std::vector<int> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  try {
+    reduce_tensors(sorted);
+  } catch (...) {
+    work_->discard_checks();
+    work_->grads = Tensor();
+    throw;
+  }
+  work_->settle_checks();
+  work_->grads = Tensor();
 }
 
 }  // namespace qtrain

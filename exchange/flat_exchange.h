@@ -34,6 +34,7 @@ class FlatExchange final : public ExchangeImpl {
   void tensor_ready(Context& compute, int t) override;
   void finish_step() override;
   void wait_buckets(int n, Context& consumer) override;
+  void exchange_now(Tensor grads, uint64_t step, const std::vector<int>& ids) override;
   ExchangeStats take_stats() override;
   std::vector<std::pair<std::string, Tensor>> state() override;
   const std::vector<ExchangeTensor>& tensors() const override;
@@ -57,6 +58,8 @@ class FlatExchange final : public ExchangeImpl {
   void make_buckets(double bucket_mb);
   void run_thread();
   void process_bucket(int b);
+  // Runs the algorithms of `ids` (one bucket's tensors) on the exchange's context.
+  void reduce_tensors(const std::vector<int>& ids);
 
   Device device_;
   ExchangeConfig config_;

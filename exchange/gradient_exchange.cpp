@@ -67,6 +67,17 @@ void GradientExchange::exchange(Context& compute, Tensor grads, uint64_t step) {
   finish_step();
 }
 
+void GradientExchange::exchange_now(Tensor grads, uint64_t step, const std::vector<int>& ids) {
+  QT_CHECK(grads.dtype() == DType::f32 && grads.device() == device_, "gradients must be f32 on {}, got {} on {}",
+           device_.str(), dtype_name(grads.dtype()), grads.device().str());
+  for (int t : ids) {
+    QT_CHECK(t >= 0 && t < static_cast<int>(tensors().size()), "tensor index {} out of range", t);
+    const ExchangeTensor& x = tensors()[static_cast<size_t>(t)];
+    QT_CHECK(x.offset + x.numel <= grads.numel(), "tensor {} lies outside the gradient arena", x.name);
+  }
+  impl_->exchange_now(std::move(grads), step, ids);
+}
+
 ExchangeStats GradientExchange::take_stats() { return impl_->take_stats(); }
 
 std::vector<std::pair<std::string, Tensor>> GradientExchange::state() { return impl_->state(); }

@@ -105,6 +105,7 @@ class ExchangeImpl {
   virtual void tensor_ready(Context& compute, int t) = 0;
   virtual void finish_step() = 0;
   virtual void wait_buckets(int n, Context& consumer) = 0;
+  virtual void exchange_now(Tensor grads, uint64_t step, const std::vector<int>& ids) = 0;
   virtual ExchangeStats take_stats() = 0;
   virtual std::vector<std::pair<std::string, Tensor>> state() = 0;
   virtual const std::vector<ExchangeTensor>& tensors() const = 0;
@@ -140,6 +141,14 @@ class GradientExchange {
   void wait_buckets(int n, Context& consumer);
   // begin_step + every tensor ready + finish_step.
   void exchange(Context& compute, Tensor grads, uint64_t step);
+  // For callers that group the tensors into buckets themselves, step by step (PyTorch's DDP reducer,
+  // whose buckets change after its first iteration: python/): exchanges the tensors `ids` of `grads`
+  // now, on this thread, as one bucket (in tensor order, whatever the order of `ids`), and returns
+  // when their results are in place (on CUDA: waited for). Between steps only (no begin_step
+  // pending). Every tensor has its own payloads, random streams and states, so the grouping changes
+  // no quantized tensor's bits; a native allreduce (fp32 tensors, PowerSGD's factors) may sum a
+  // bucket of other tensors in another order. Flat exchange only.
+  void exchange_now(Tensor grads, uint64_t step, const std::vector<int>& ids);
 
   ExchangeStats take_stats();  // and reset them
   // Error-feedback residuals by name ("<tensor>/residual", "<tensor>/stripe<s>/residual",

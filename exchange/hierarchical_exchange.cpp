@@ -377,4 +377,8 @@ void HierarchicalExchange::wait_buckets(int, Context&) {
   QT_FAIL("wait_buckets is not offered by the two-level exchange (communication.hierarchy)");
 }
 
+void HierarchicalExchange::exchange_now(Tensor, uint64_t, const std::vector<int>&) {
+  QT_FAIL("exchange_now is not offered by the two-level exchange (communication.hierarchy: flat)");
+}
+
 }  // namespace qtrain

@@ -71,6 +71,7 @@ class HierarchicalExchange final : public ExchangeImpl {
   void finish_step() override;
   // Not offered: a bucket of the cross-node exchange is not a bucket of the model's tensors.
   void wait_buckets(int n, Context& consumer) override;
+  void exchange_now(Tensor grads, uint64_t step, const std::vector<int>& ids) override;
 
   // Error-feedback state of the cross-node exchange, names prefixed "inter/".
   std::vector<std::pair<std::string, Tensor>> state() override;

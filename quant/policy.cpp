@@ -64,7 +64,7 @@ QuantSpec parse_quant_spec(ConfigNode& node, const QuantSpec& inherit) {
   return s;
 }
 
-QuantSpec parse_method_entry(const std::string& entry) {
+YAML::Node method_entry_section(const std::string& entry, const std::string& origin) {
   YAML::Node node(YAML::NodeType::Map);
   size_t at = 0;
   bool first = true;
@@ -79,16 +79,21 @@ QuantSpec parse_method_entry(const std::string& entry) {
     }
     const size_t eq = part.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == part.size())
-      input_error("--methods {}: expected key=value after the method name, got '{}'", entry, part);
+      input_error("{} {}: expected key=value after the method name, got '{}'", origin, entry, part);
     const std::string key = part.substr(0, eq);
     // A second value would silently replace the first (and the label would show both).
-    if (node[key]) input_error("--methods {}: '{}' is given twice", entry, key);
+    if (node[key]) input_error("{} {}: '{}' is given twice", origin, entry, key);
     try {
       node[key] = load_yaml(part.substr(eq + 1));
     } catch (const YAML::Exception& e) {
-      input_error("--methods {}: the value of '{}' is not valid YAML: {}", entry, key, e.msg);
+      input_error("{} {}: the value of '{}' is not valid YAML: {}", origin, entry, key, e.msg);
     }
   }
+  return node;
+}
+
+QuantSpec parse_method_entry(const std::string& entry) {
+  const YAML::Node node = method_entry_section(entry, "--methods");
   auto source = std::make_shared<ConfigSource>();
   source->file = "--methods " + entry;
   source->positions = false;  // each value was parsed on its own: every one would be at 1:1

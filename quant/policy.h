@@ -29,6 +29,10 @@ QuantSpec parse_quant_spec(ConfigNode& node, const QuantSpec& inherit);
 // A spec from a `--methods` entry: "qsgd", "qsgd:bits=2", "onebit:mode=bucket:bucket=64" (the keys of
 // the `quantization:` section, checked the same way). Throws InputError naming the entry.
 QuantSpec parse_method_entry(const std::string& entry);
+// The section such an entry stands for ("qsgd:bits=2": {method: qsgd, bits: 2}), for callers that add
+// keys of their own (min_numel) before parsing it; `origin` says where the entry came from in its
+// errors ("--methods", "qtrain.torch.hook").
+YAML::Node method_entry_section(const std::string& entry, const std::string& origin);
 
 // Every method's variants (QuantMethodInfo::variants), as the tests and benchmarks sweep them.
 std::vector<QuantSpec> all_method_variants();

@@ -27,6 +27,8 @@ ALLOWED = {
     "exchange/": [CORE, "comm/", "quant/"],
     "train/": [CORE, MODEL, "layers/", "optim/", "data/", "quant/", "comm/", "exchange/"],
     "tools/": [CORE, MODEL, "layers/", "optim/", "data/", "quant/", "comm/", "exchange/", "train/"],
+    # The Python module: the quantizers and the exchange, over PyTorch's process groups; no trainer.
+    "python/": [CORE, "quant/", "comm/", "exchange/"],
 }
 # The CMake library of each folder (qtrain_library names), for the link rules.
 LIBRARY = {

@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages qtrain builds with, when any is missing (idempotent: a no-op, in well
 # under a second, when everything is present). The CUDA toolkit is not a Debian package: when
 # /usr/local/cuda exists the CUDA paths are built, otherwise the build is CPU-only.
-# Usage: tools/install_deps.sh [--bench]   (--bench adds PyTorch for the CPU comparison benchmarks)
+# Usage: tools/install_deps.sh [--bench]   (--bench adds what the CPU comparison benchmarks need besides PyTorch)
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config git
@@ -14,9 +14,12 @@ packages=(build-essential cmake ninja-build pkg-config git
           dataset-fashion-mnist   # the second dataset of docs/results.md (real-data tests use it too)
           clang-format  # tools/check_format.sh, the CTest test check_format
           clang-tidy    # tools/check_tidy.sh, the CTest test check_tidy
-          clang libclang-rt-14-dev)  # libFuzzer: tools/test.sh's short fuzz of every target (docs/fuzzing.md)
+          clang libclang-rt-14-dev   # libFuzzer: tools/test.sh's short fuzz of every target (docs/fuzzing.md)
+          # The Python module (python/, docs/python.md) and its tests: PyTorch 1.13 is what its DDP hook
+          # plugs into, never a dependency of the qtrain program.
+          python3-dev pybind11-dev python3-torch python3-numpy python3-pytest python3-setuptools python3-pip)
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch python3-numpy python3-psutil)
+  packages+=(python3-psutil)
 fi
 
 missing=()

@@ -1,9 +1,5 @@
-// Subnormal flushing (float_env.h): the per-thread flags, and a .preinit_array entry that sets them on
-// the main thread before any shared library's constructor runs. OpenBLAS (the pthread build) starts
-// its worker threads in its own constructor, before main(); those threads inherit the main thread's
-// flags at that moment and qtrain has no other way to reach them. Static libraries only: this object
-// is linked into every program that uses CpuPool, and the loader runs .preinit_array entries of the
-// executable only.
+// Subnormal flushing (float_env.h): the per-thread flags. float_env_at_load.cpp sets them on the main
+// thread of every qtrain program before any shared library's constructor runs.
 #include "framework/core/float_env.h"
 
 #include <cfloat>
@@ -43,15 +39,10 @@ void clear_flags() {
 #endif
 }
 
-__attribute__((no_sanitize("address", "undefined"))) void flush_at_load(int, char**, char**) { set_flags(); }
-
 }  // namespace
 
-// Runs on the main thread before the shared libraries' constructors (OpenBLAS's thread start).
-__attribute__((section(".preinit_array"), used)) void (*const qtrain_flush_subnormals_at_load)(int, char**,
-                                                                                               char**) = flush_at_load;
-
-void flush_subnormals() { set_flags(); }
+// Not instrumented: float_env_at_load.cpp calls it before AddressSanitizer's runtime may be initialized.
+__attribute__((no_sanitize("address", "undefined"))) void flush_subnormals() { set_flags(); }
 
 void keep_subnormals() { clear_flags(); }
 

@@ -1,0 +1,170 @@
+// The DDP hook's exchange (python/qtrain/torch.py): qtrain's GradientExchange over every parameter of
+// a model, driven bucket by bucket by PyTorch's DDP reducer over its process group
+// (python_collectives_comm.h). The tensors, their plans, random streams and error-feedback states are
+// the exchange's own, per parameter: a bucket is only the list of tensors DDP hands over together, so
+// DDP's rebuild of its buckets after the first iteration changes nothing, and the averaged gradient is
+// bit for bit what GradientExchange gives for the same tensors, seeds and steps.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exchange/exchange_config.h"
+#include "exchange/gradient_exchange.h"
+#include "framework/core/config_node.h"
+#include "python/src/bindings.h"
+#include "python/src/float_env_scope.h"
+#include "python/src/python_collectives_comm.h"
+#include "quant/policy.h"
+
+namespace qtrain::python {
+namespace {
+
+std::shared_ptr<ConfigSource> source_named(const std::string& what) {
+  auto source = std::make_shared<ConfigSource>();
+  source->file = what;
+  source->positions = false;
+  return source;
+}
+
+class HookExchange {
+ public:
+  // `shapes[i]` is tensor i's shape as stored (PyTorch's, row-major): its innermost dimension is the
+  // column of the methods that quantize per column, its leading one PowerSGD's rows.
+  HookExchange(py::object collectives, const std::vector<std::string>& names,
+               const std::vector<std::vector<int64_t>>& shapes, const std::string& method, const std::string& algorithm,
+               uint64_t seed, int64_t min_numel, double piece_mb)
+      : comm_(std::move(collectives)) {
+    const FlushedFloats flushed;
+    const std::string where = "qtrain.torch.hook('" + method + "')";
+    QT_CHECK(names.size() == shapes.size(), "{} names for {} shapes", names.size(), shapes.size());
+    YAML::Node q = method_entry_section(method, "qtrain.torch.hook");
+    q["min_numel"] = min_numel;
+    ConfigNode quantization(q, "quantization", source_named(where));
+    const QuantizationConfig qc = QuantizationConfig::parse(quantization);
+
+    YAML::Node c(YAML::NodeType::Map);
+    c["algorithm"] = algorithm;
+    c["piece_mb"] = piece_mb;
+    c["overlap"] = false;  // DDP calls in bucket by bucket; the exchange runs on its thread
+    c["hierarchy"] = "flat";
+    ConfigNode communication(c, "communication", source_named(where));
+    const ExchangeConfig ec = ExchangeConfig::parse(communication);
+    communication.finish();
+
+    std::vector<ExchangeTensor> tensors;
+    int64_t offset = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::vector<int64_t>& shape = shapes[i];
+      int64_t numel = 1;
+      for (int64_t d : shape) {
+        if (d < 0) input_error("{}: tensor {} has a negative dimension", where, names[i]);
+        numel *= d;
+      }
+      ExchangeTensor x;
+      x.name = names[i];
+      x.layer_name = names[i];
+      x.offset = offset;
+      x.numel = numel;
+      x.column = shape.empty() ? 1 : std::max<int64_t>(shape.back(), 1);
+      x.rows = shape.size() >= 2 ? shape.front() : 0;
+      offset += numel;
+      tensors.push_back(std::move(x));
+    }
+    arena_ = Tensor::zeros({std::max<int64_t>(offset, 1)}, DType::f32);
+    exchange_ = std::make_unique<GradientExchange>(comm_, Device::cpu(), seed, ec, qc, std::move(tensors));
+  }
+
+  // Averages the tensors `ids` whose gradients lie in `buffer` at `offsets` (DDP's bucket), in place.
+  void reduce(const std::vector<int>& ids, const py::buffer& buffer, const std::vector<int64_t>& offsets,
+              uint64_t step) {
+    const std::span<float> values = float_buffer(buffer, "the bucket's gradients", true);
+    QT_CHECK(ids.size() == offsets.size(), "{} tensors with {} offsets", ids.size(), offsets.size());
+    const std::vector<ExchangeTensor>& ts = exchange_->tensors();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      QT_CHECK(ids[i] >= 0 && ids[i] < static_cast<int>(ts.size()), "tensor index {} of {}", ids[i], ts.size());
+      const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
+      QT_CHECK(offsets[i] >= 0 && offsets[i] + x.numel <= static_cast<int64_t>(values.size()),
+               "tensor {} at {} outside the bucket's {} values", x.name, offsets[i], values.size());
+    }
+    const FlushedFloats flushed;
+    float* arena = arena_.data<float>();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
+      std::copy_n(values.data() + offsets[i], x.numel, arena + x.offset);
+    }
+    exchange_->exchange_now(arena_, step, ids);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
+      std::copy_n(arena + x.offset, x.numel, values.data() + offsets[i]);
+    }
+  }
+
+  // The exchange's state (error-feedback residuals, PowerSGD's Q and residuals), copied out by name.
+  std::vector<std::pair<std::string, py::array_t<float>>> state() {
+    std::vector<std::pair<std::string, py::array_t<float>>> out;
+    for (auto& [name, t] : exchange_->state()) {
+      py::array_t<float> a(static_cast<py::ssize_t>(t.numel()));
+      std::copy_n(t.data<float>(), t.numel(), a.mutable_data());
+      out.emplace_back(name, std::move(a));
+    }
+    return out;
+  }
+
+  // Restores what state() gave: every name, each with its size (a strict load, as PyTorch's).
+  void load_state(const std::vector<std::pair<std::string, py::buffer>>& entries) {
+    std::vector<std::pair<std::string, Tensor>> live = exchange_->state();
+    std::vector<bool> loaded(live.size(), false);
+    for (const auto& [name, buffer] : entries) {
+      const std::span<float> v = float_buffer(buffer, "load_state_dict: " + name, false);
+      size_t i = 0;
+      while (i < live.size() && live[i].first != name) ++i;
+      if (i == live.size())
+        input_error("load_state_dict: '{}' is not a state of this hook (method and model must be those that saved it)",
+                    name);
+      if (static_cast<int64_t>(v.size()) != live[i].second.numel())
+        input_error("load_state_dict: '{}' holds {} values, this hook's {}", name, v.size(), live[i].second.numel());
+      std::copy(v.begin(), v.end(), live[i].second.data<float>());
+      loaded[i] = true;
+    }
+    for (size_t i = 0; i < live.size(); ++i)
+      if (!loaded[i]) input_error("load_state_dict: '{}' is missing", live[i].first);
+  }
+
+  std::string describe() const { return exchange_->describe(); }
+  std::vector<std::string> algorithms() const {
+    std::vector<std::string> out;
+    for (size_t t = 0; t < exchange_->tensors().size(); ++t)
+      out.emplace_back(reduce_algorithm_name(exchange_->algorithm(static_cast<int>(t))));
+    return out;
+  }
+  // Bytes this rank sent since the last call.
+  double take_bytes_sent() { return exchange_->take_stats().bytes_sent; }
+
+ private:
+  PythonCollectivesComm comm_;
+  Tensor arena_;
+  std::unique_ptr<GradientExchange> exchange_;
+};
+
+}  // namespace
+
+void bind_exchange(py::module_& m) {
+  py::class_<HookExchange>(m, "Exchange")
+      .def(py::init<py::object, const std::vector<std::string>&, const std::vector<std::vector<int64_t>>&,
+                    const std::string&, const std::string&, uint64_t, int64_t, double>(),
+           py::arg("collectives"), py::arg("names"), py::arg("shapes"), py::arg("method"),
+           py::arg("algorithm") = "auto", py::arg("seed") = 0, py::arg("min_numel") = 10000,
+           py::arg("piece_mb") = 4.0)
+      .def("reduce", &HookExchange::reduce, py::arg("ids"), py::arg("buffer"), py::arg("offsets"), py::arg("step"))
+      .def("state", &HookExchange::state)
+      .def("load_state", &HookExchange::load_state)
+      .def("describe", &HookExchange::describe)
+      .def_property_readonly("algorithms", &HookExchange::algorithms)
+      .def("take_bytes_sent", &HookExchange::take_bytes_sent);
+}
+
+}  // namespace qtrain::python

@@ -1,0 +1,149 @@
+"""The ranks of the DDP hook tests (test_hook.py): each function runs in one process of a gloo group on
+localhost, started by torch.multiprocessing, and raises (failing the test) when a check fails."""
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import qtrain.torch as qt
+from qtrain import _qtrain
+
+
+def init(rank, world, port):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def model():
+    torch.manual_seed(0)  # the same initial parameters on every rank
+    return torch.nn.Sequential(torch.nn.Linear(48, 96), torch.nn.ReLU(), torch.nn.Linear(96, 64), torch.nn.ReLU(),
+                               torch.nn.Linear(64, 10))
+
+
+def batch(rank, step):
+    g = torch.Generator().manual_seed(1000 * step + rank)  # each rank its own data
+    return torch.randn(16, 48, generator=g), torch.randint(0, 10, (16,), generator=g)
+
+
+class Recorder:
+    """Wraps qtrain's hook: keeps each parameter's gradient before and after the exchange, per step."""
+
+    def __init__(self):
+        self.before, self.after = {}, {}
+        self.buckets = {}  # step -> the parameters of each bucket, in the order DDP handed them over
+
+        def recording_qtrain_hook(state, bucket):  # DDP wants a function (it reads its name)
+            step = state.step
+            self.buckets.setdefault(step, []).append([id(p) for p in bucket.parameters()])
+            for p, g in zip(bucket.parameters(), bucket.gradients()):
+                self.before[(step, id(p))] = g.detach().clone()
+            fut = qt.qtrain_hook(state, bucket)
+            for p, g in zip(bucket.parameters(), bucket.gradients()):
+                self.after[(step, id(p))] = g.detach().clone()
+            return fut
+
+        self.hook = recording_qtrain_hook
+
+
+def train(method, algorithm, steps, rank, pass_model=True, bucket_mb=0.01):
+    m = model()
+    # 0.01 MB: several buckets, rebuilt after the first iteration.
+    ddp = DDP(m, bucket_cap_mb=bucket_mb)
+    state, _ = qt.hook(method, ddp if pass_model else None, algorithm=algorithm, seed=7, min_numel=100)
+    rec = Recorder()
+    ddp.register_comm_hook(state, rec.hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    for step in range(steps):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return m, state, rec
+
+
+def params_digest(m):
+    return torch.cat([p.detach().flatten() for p in m.parameters()])
+
+
+def check_replicas(m, world):
+    mine = params_digest(m)
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    for r, other in enumerate(every):
+        assert torch.equal(other, mine), f"rank {r}'s parameters differ from this rank's"
+
+
+def equivalence(rank, world, port, method, algorithm, pass_model):
+    """The hook's averaged gradients equal qtrain's GradientExchange's for the same local gradients, tensors,
+    seed and steps, bit for bit; the replicas stay identical."""
+    init(rank, world, port)
+    steps = 4
+    m, state, rec = train(method, algorithm, steps, rank, pass_model)
+    check_replicas(m, world)
+    # The reference: qtrain's exchange fed every step's local gradients at once, as qtrain's trainer does.
+    names, shapes = state._names, state._shapes
+    ref = _qtrain.Exchange(qt._ProcessGroupCollectives(dist.group.WORLD), names, shapes, method, algorithm=algorithm,
+                           seed=7, min_numel=100)
+    first = 0 if pass_model else 1  # without the model, the first iteration is a plain allreduce
+    compared = 0
+    for step in range(first, steps):
+        # Bucket by bucket as DDP grouped them this step: a native allreduce (the fp32 tensors) sums a
+        # bucket's buffer in an order that depends on its length.
+        for bucket in rec.buckets[step]:
+            ids = [state._index[p] for p in bucket]
+            grads = [rec.before[(step, p)].flatten() for p in bucket]
+            flat = torch.cat(grads).contiguous()
+            offsets, at = [], 0
+            for g in grads:
+                offsets.append(at)
+                at += g.numel()
+            ref.reduce(ids, flat.numpy(), offsets, step)
+            for p, i, g, o in zip(bucket, ids, grads, offsets):
+                got = rec.after[(step, p)].flatten()
+                want = flat[o:o + g.numel()]
+                assert torch.equal(got, want), \
+                    f"step {step}, {names[i]}: the hook's result differs from the exchange's " \
+                    f"(max |diff| {float((got - want).abs().max())})"
+                compared += 1
+    assert compared > 0
+    if rank == 0:
+        print(f"{method} {algorithm}: {compared} tensors bit for bit; {state.describe().count(chr(10))} tensors")
+    dist.destroy_process_group()
+
+
+def resume(rank, world, port, method, algorithm):
+    """A run stopped after k steps and resumed from the hook's state_dict (and the model's and optimizer's)
+    continues bit for bit as the uninterrupted run."""
+    init(rank, world, port)
+    # One bucket: DDP's buckets after a restart are its first iteration's, not the rebuilt ones of the
+    # uninterrupted run, and a native allreduce (the fp32 tensors, PowerSGD's factors) sums a bucket in
+    # an order that depends on what the bucket holds.
+    whole, _, _ = train(method, algorithm, 6, rank, bucket_mb=25)
+    first, state, _ = train(method, algorithm, 3, rank, bucket_mb=25)
+    saved = state.state_dict()
+    assert saved["step"] == 3 and saved["exchange"], "the hook saved no state"
+    # The second half: a fresh model with the first half's parameters, a fresh hook with its state.
+    m = model()
+    m.load_state_dict(first.state_dict())
+    ddp = DDP(m, bucket_cap_mb=25)
+    st, hk = qt.hook(method, ddp, algorithm=algorithm, seed=7, min_numel=100)
+    st.load_state_dict(saved)
+    ddp.register_comm_hook(st, hk)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)  # plain SGD keeps no state of its own
+    for step in range(3, 6):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    assert torch.equal(params_digest(m), params_digest(whole)), "the resumed run differs from the uninterrupted one"
+    # A state of another method is refused with the key that differs.
+    other, _ = qt.hook("fp16", None, seed=7, min_numel=100)
+    try:
+        other.load_state_dict(saved)
+        raise AssertionError("a state of another method was accepted")
+    except ValueError as e:
+        assert "method" in str(e), str(e)
+    dist.destroy_process_group()

@@ -1,0 +1,44 @@
+"""qtrain's DDP communication hook (python/qtrain/torch.py) on 4 gloo ranks on localhost: its averaged
+gradient equals qtrain's GradientExchange's bit for bit for every algorithm (the quantized payloads,
+PowerSGD, fp16), the replicas stay identical, and a resume from its state_dict is exact."""
+import socket
+
+import pytest
+import torch.multiprocessing as mp
+
+import hook_workers
+
+WORLD = 4
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(fn, *args):
+    # join=True raises ProcessRaisedException with the failing rank's traceback.
+    mp.spawn(fn, args=(WORLD, free_port()) + args, nprocs=WORLD, join=True)
+
+
+@pytest.mark.parametrize("method,algorithm", [
+    ("qsgd:bits=4", "reduce_scatter_allgather"),
+    ("qsgd:bits=4", "allgather"),
+    ("onebit", "auto"),
+    ("dettmers8", "auto"),
+    ("terngrad", "auto"),
+    ("powersgd:rank=2", "auto"),
+    ("fp16", "auto"),
+])
+def test_hook_equals_exchange(method, algorithm):
+    spawn(hook_workers.equivalence, method, algorithm, True)
+
+
+def test_hook_without_model_learns_parameters():
+    spawn(hook_workers.equivalence, "qsgd:bits=4", "reduce_scatter_allgather", False)
+
+
+@pytest.mark.parametrize("method,algorithm", [("onebit", "auto"), ("powersgd:rank=2", "auto")])
+def test_resume_is_exact(method, algorithm):
+    spawn(hook_workers.resume, method, algorithm)
