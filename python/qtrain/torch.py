@@ -76,7 +76,7 @@ class HookState:
         self._names, self._shapes, self._index = [], [], {}
         self._exchange = None
         self._pending = None
-        self._bytes_sent = 0.0
+        self._waiting = []  # this step's buckets until the last one
         if model is not None:
             module = getattr(model, "module", model)  # DDP wraps the model as .module
             for name, p in module.named_parameters():
@@ -101,9 +101,12 @@ class HookState:
         """One line per parameter: method, algorithm (empty before the exchange is built)."""
         return self._exchange.describe() if self._exchange is not None else ""
 
-    def take_bytes_sent(self):
-        """The bytes this rank sent since the last call."""
-        return self._exchange.take_bytes_sent() if self._exchange is not None else 0.0
+    def take_stats(self):
+        """Since the last call: seconds this rank spent encoding, communicating and decoding
+        ("encode_s", "communicate_s", "decode_s") and the bytes it sent ("bytes_sent")."""
+        if self._exchange is None:
+            return {"encode_s": 0.0, "communicate_s": 0.0, "decode_s": 0.0, "bytes_sent": 0.0}
+        return dict(self._exchange.take_stats())
 
     def state_dict(self):
         """This rank's state: the step and every quantization state by name ("<param>/residual", ...)."""
@@ -153,7 +156,12 @@ def _allreduce_mean(state, bucket):
 
 
 def qtrain_hook(state, bucket):
-    """The communication hook: qtrain's exchange of this bucket's gradients (averaged in place)."""
+    """The communication hook: qtrain's exchange of this step's gradients (averaged in place).
+
+    DDP hands the buckets over one by one and waits for their futures only at the end of backward;
+    the hook keeps them until the last one and exchanges them all at once: one set of collectives per
+    step instead of one per bucket (each collective costs its hops' latency, which dominates on
+    loaded hosts and slow links), and results that do not depend on DDP's bucketing."""
     buf = bucket.buffer()
     if buf.device.type != "cpu":
         raise TypeError(f"qtrain.torch.hook: gradients on {buf.device}; this build of qtrain exchanges CPU tensors "
@@ -161,25 +169,35 @@ def qtrain_hook(state, bucket):
     if buf.dtype != torch.float32:
         raise TypeError(f"qtrain.torch.hook: gradients of {buf.dtype}; qtrain exchanges float32 gradients")
     params = bucket.parameters()
+    fut = torch.futures.Future()
     if state._exchange is None and any(id(p) not in state._index for p in params):
         # No model given: learn the parameters during a first plain iteration.
         for p in params:
             if id(p) not in state._index:
                 state._register(p, f"param{len(state._names)}")
         _allreduce_mean(state, bucket)
+        fut.set_result(buf)
     else:
-        if state._exchange is None:
-            state._build()
         try:
             ids = [state._index[id(p)] for p in params]
         except KeyError:
             raise ValueError("qtrain.torch.hook: a parameter that the model given to the hook does not have "
                              "(pass the model DDP wraps)") from None
-        state._exchange.reduce(ids, buf.numpy(), _offsets(bucket), state.step)
+        state._waiting.append(((ids, buf.numpy(), _offsets(bucket)), buf, fut))
+        if bucket.is_last():
+            if state._exchange is None:
+                state._build()
+            waiting, state._waiting = state._waiting, []
+            try:
+                state._exchange.reduce([w[0] for w in waiting], state.step)
+            except BaseException as e:
+                for _, _, f in waiting[:-1]:
+                    f.set_exception(e)
+                raise
+            for _, b, f in waiting:
+                f.set_result(b)
     if bucket.is_last():
         state.step += 1
-    fut = torch.futures.Future()
-    fut.set_result(buf)
     return fut
 
 

@@ -9,12 +9,14 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "exchange/exchange_config.h"
 #include "exchange/gradient_exchange.h"
 #include "framework/core/config_node.h"
+#include "framework/core/phase_timers.h"
 #include "python/src/bindings.h"
 #include "python/src/float_env_scope.h"
 #include "python/src/python_collectives_comm.h"
@@ -78,28 +80,40 @@ class HookExchange {
     exchange_ = std::make_unique<GradientExchange>(comm_, Device::cpu(), seed, ec, qc, std::move(tensors));
   }
 
-  // Averages the tensors `ids` whose gradients lie in `buffer` at `offsets` (DDP's bucket), in place.
-  void reduce(const std::vector<int>& ids, const py::buffer& buffer, const std::vector<int64_t>& offsets,
+  // Averages the tensors of `buckets` (DDP's buckets of one step: the tensors `ids` of each, whose
+  // gradients lie in its buffer at `offsets`), in place, as one exchange.
+  void reduce(const std::vector<std::tuple<std::vector<int>, py::buffer, std::vector<int64_t>>>& buckets,
               uint64_t step) {
-    const std::span<float> values = float_buffer(buffer, "the bucket's gradients", true);
-    QT_CHECK(ids.size() == offsets.size(), "{} tensors with {} offsets", ids.size(), offsets.size());
     const std::vector<ExchangeTensor>& ts = exchange_->tensors();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      QT_CHECK(ids[i] >= 0 && ids[i] < static_cast<int>(ts.size()), "tensor index {} of {}", ids[i], ts.size());
-      const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
-      QT_CHECK(offsets[i] >= 0 && offsets[i] + x.numel <= static_cast<int64_t>(values.size()),
-               "tensor {} at {} outside the bucket's {} values", x.name, offsets[i], values.size());
+    std::vector<std::span<float>> values;
+    std::vector<int> all;
+    for (const auto& [ids, buffer, offsets] : buckets) {
+      values.push_back(float_buffer(buffer, "the bucket's gradients", true));
+      QT_CHECK(ids.size() == offsets.size(), "{} tensors with {} offsets", ids.size(), offsets.size());
+      for (size_t i = 0; i < ids.size(); ++i) {
+        QT_CHECK(ids[i] >= 0 && ids[i] < static_cast<int>(ts.size()), "tensor index {} of {}", ids[i], ts.size());
+        const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
+        QT_CHECK(offsets[i] >= 0 && offsets[i] + x.numel <= static_cast<int64_t>(values.back().size()),
+                 "tensor {} at {} outside the bucket's {} values", x.name, offsets[i], values.back().size());
+        all.push_back(ids[i]);
+      }
     }
     const FlushedFloats flushed;
     float* arena = arena_.data<float>();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
-      std::copy_n(values.data() + offsets[i], x.numel, arena + x.offset);
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      const auto& [ids, buffer, offsets] = buckets[b];
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
+        std::copy_n(values[b].data() + offsets[i], x.numel, arena + x.offset);
+      }
     }
-    exchange_->exchange_now(arena_, step, ids);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
-      std::copy_n(arena + x.offset, x.numel, values.data() + offsets[i]);
+    exchange_->exchange_now(arena_, step, all);
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      const auto& [ids, buffer, offsets] = buckets[b];
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
+        std::copy_n(arena + x.offset, x.numel, values[b].data() + offsets[i]);
+      }
     }
   }
 
@@ -141,8 +155,15 @@ class HookExchange {
       out.emplace_back(reduce_algorithm_name(exchange_->algorithm(static_cast<int>(t))));
     return out;
   }
-  // Bytes this rank sent since the last call.
-  double take_bytes_sent() { return exchange_->take_stats().bytes_sent; }
+  // Since the last call: seconds encoding, communicating and decoding, and the bytes this rank sent.
+  py::dict take_stats() {
+    const ExchangeStats s = exchange_->take_stats();
+    py::dict out;
+    for (Phase p : {Phase::encode, Phase::communicate, Phase::decode})
+      out[py::str(std::string(phase_name(p)) + "_s")] = s.phases.seconds(p);
+    out["bytes_sent"] = s.bytes_sent;
+    return out;
+  }
 
  private:
   PythonCollectivesComm comm_;
@@ -159,12 +180,12 @@ void bind_exchange(py::module_& m) {
            py::arg("collectives"), py::arg("names"), py::arg("shapes"), py::arg("method"),
            py::arg("algorithm") = "auto", py::arg("seed") = 0, py::arg("min_numel") = 10000,
            py::arg("piece_mb") = 4.0)
-      .def("reduce", &HookExchange::reduce, py::arg("ids"), py::arg("buffer"), py::arg("offsets"), py::arg("step"))
+      .def("reduce", &HookExchange::reduce, py::arg("buckets"), py::arg("step"))
       .def("state", &HookExchange::state)
       .def("load_state", &HookExchange::load_state)
       .def("describe", &HookExchange::describe)
       .def_property_readonly("algorithms", &HookExchange::algorithms)
-      .def("take_bytes_sent", &HookExchange::take_bytes_sent);
+      .def("take_stats", &HookExchange::take_stats);
 }
 
 }  // namespace qtrain::python

@@ -1,14 +1,18 @@
 #!/usr/bin/python3
 """PyTorch DDP peer of qtrain's data-parallel benchmark: the MNIST MLP of configs/mnist_mlp.yaml
 (784-1024-1024-10, ReLU, dropout 0.2/0.3/0.3, RMSProp lr 0.003), one process per rank, gloo over TCP,
-optionally with DDP's fp16 compression hook or its PowerSGD hook (powerSGD_hook with PowerSGDState:
---powersgd-rank, --powersgd-start-iter; error feedback and warm start on, PyTorch's defaults).
-Launched by mpirun (it reads Open MPI's rank variables),
+optionally with DDP's fp16 compression hook, its PowerSGD hook (powerSGD_hook with PowerSGDState:
+--powersgd-rank, --powersgd-start-iter; error feedback and warm start on, PyTorch's defaults) or
+qtrain's hook (qtrain.torch.hook, docs/python.md: --hook qtrain --method qsgd:bits=4 [--algorithm A];
+needs PYTHONPATH=build/python). Launched by mpirun (it reads Open MPI's rank variables),
 e.g. on the 1 Gbit/s testbed:
 
   tools/netbed.sh run --hosts 4 --rate 1gbit -- tools/bench/ddp_mlp_peer.py --master 10.77.0.1 --hook fp16
 
-Rank 0 prints one JSON line: {"samples_per_s": global samples/s over the timed steps, ...}."""
+--steps N times N steps; --epochs E trains E whole epochs of each rank's shard (the config's cosine
+schedule is not applied: a constant learning rate, as the throughput runs) and then evaluates the test
+set. Rank 0 prints one JSON line: {"samples_per_s": global samples/s over the timed steps, "accuracy":
+test accuracy after --epochs (else absent), ...}."""
 import argparse
 import json
 import os
@@ -33,7 +37,13 @@ def main():
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--batch", type=int, default=128, help="per rank")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--hook", choices=["none", "fp16", "powersgd"], default="none")
+    p.add_argument("--hook", choices=["none", "fp16", "powersgd", "qtrain", "local"], default="none",
+                   help="local: a hook that exchanges nothing (each rank keeps its own gradient): the "
+                        "ceiling that compute alone sets")
+    p.add_argument("--method", default="qsgd:bits=4", help="--hook qtrain: qtrain's method")
+    p.add_argument("--algorithm", default="auto", help="--hook qtrain: qtrain's exchange algorithm")
+    p.add_argument("--epochs", type=int, default=0, help="whole epochs, then the test accuracy (0: --steps)")
+    p.add_argument("--seed", type=int, default=1)
     p.add_argument("--bucket-mb", type=float, default=25, help="DDP's bucket_cap_mb (its default 25)")
     p.add_argument("--powersgd-rank", type=int, default=1, help="matrix_approximation_rank")
     p.add_argument("--powersgd-start-iter", type=int, default=1000,
@@ -44,7 +54,7 @@ def main():
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
     world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
     torch.set_num_threads(args.threads)
-    torch.manual_seed(1)
+    torch.manual_seed(args.seed)
     dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=rank, world_size=world)
 
     x_all, y_all = load_mnist_train(args.data)
@@ -60,17 +70,31 @@ def main():
     ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
     if args.hook == "fp16":
         ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
+    elif args.hook == "local":
+        def local_hook(_, bucket):
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+        ddp.register_comm_hook(None, local_hook)
+    elif args.hook == "qtrain":
+        import qtrain.torch
+        state, hook = qtrain.torch.hook(args.method, ddp, algorithm=args.algorithm, seed=args.seed)
+        ddp.register_comm_hook(state, hook)
     elif args.hook == "powersgd":
         state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
                                        start_powerSGD_iter=args.powersgd_start_iter)
         ddp.register_comm_hook(state, powersgd.powerSGD_hook)
     opt = torch.optim.RMSprop(ddp.parameters(), lr=0.003, alpha=0.99, eps=1e-8)
     loss_fn = torch.nn.CrossEntropyLoss()
+    steps_per_epoch = shard // args.batch
+    steps = args.epochs * steps_per_epoch if args.epochs > 0 else args.steps
     perm = torch.randperm(shard)
     dist.barrier()
     start = time.perf_counter()
-    for step in range(args.steps):
-        i = (step * args.batch) % (shard - args.batch)
+    for step in range(steps):
+        if args.epochs > 0 and step % steps_per_epoch == 0:
+            perm = torch.randperm(shard)  # a new order each epoch, from the seed: the same on every rank
+        i = (step % steps_per_epoch) * args.batch if args.epochs > 0 else (step * args.batch) % (shard - args.batch)
         idx = perm[i:i + args.batch]
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(ddp(x_all[idx]), y_all[idx])
@@ -78,9 +102,20 @@ def main():
         opt.step()
     dist.barrier()
     elapsed = time.perf_counter() - start
+    result = {"samples_per_s": steps * args.batch * world / elapsed, "ranks": world, "hook": args.hook,
+              "steps": steps, "final_loss": float(loss), "seconds": elapsed}
+    if args.hook == "qtrain":
+        result["method"] = args.method
+        result.update({k: v / steps for k, v in state.take_stats().items()})  # per step, this rank
+    if args.epochs > 0 and rank == 0:
+        x_test, y_test = load_mnist_train(args.data, "t10k")
+        model.eval()
+        with torch.no_grad():
+            correct = sum(int((model(x_test[j:j + 1000]).argmax(1) == y_test[j:j + 1000]).sum())
+                          for j in range(0, x_test.shape[0], 1000))
+        result["accuracy"] = correct / x_test.shape[0]
     if rank == 0:
-        print(json.dumps({"samples_per_s": args.steps * args.batch * world / elapsed, "ranks": world,
-                          "hook": args.hook, "steps": args.steps, "final_loss": float(loss)}))
+        print(json.dumps(result))
     dist.destroy_process_group()
 
 
