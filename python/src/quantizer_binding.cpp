@@ -112,6 +112,13 @@ void bind_quantizer(py::module_& m) {
       .def_property_readonly("fixed_size", &PyQuantizer::fixed_size)
       .def_property_readonly("error_feedback", &PyQuantizer::error_feedback)
       .def("__str__", &PyQuantizer::str);
+  // The `--methods` entries the tests and benchmarks sweep for every payload method (QuantMethodInfo::variants).
+  m.def("payload_variants", [] {
+    std::vector<std::string> entries;
+    for (const QuantMethodInfo* info : quant_methods())
+      if (info->payload) entries.insert(entries.end(), info->variants.begin(), info->variants.end());
+    return entries;
+  });
   m.def("methods", [] {
     std::vector<std::string> names;
     for (const QuantMethodInfo* info : quant_methods()) names.emplace_back(info->name);
