@@ -9,6 +9,8 @@
 #  2d. PowerSGD: replicas identical, a resume bit for bit, a sensible accuracy in 300 steps;
 #  2e. DiLoCo (sync.type diloco) with qsgd pseudo-gradients: replicas identical at every outer step,
 #      a resume from inside an inner period bit for bit (per-rank parameters and optimizer state);
+#  2f. Streaming DiLoCo (2 fragments, overlap 2): global parameters identical every step, a resume inside a
+#      fragment's flight exact;
 #  3. ranks started with different configs stop at start-up with a clear message;
 #  4. a rank that dies (SIGKILL) stops the job within seconds instead of hanging;
 #  5. communication.backend: nccl fails with a clear message when there is no GPU.
@@ -184,6 +186,26 @@ if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_st
   echo "ok: 2 ranks, diloco every 5 steps, replicas identical at outer steps, 12 + resumed 11 = 23 straight"
 else
   fail "2 ranks, diloco"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
+
+# 2f. Streaming DiLoCo on 2 ranks: 2 fragments synced in turn every 6 steps, each merged 2 steps after it
+#     is sent (its exchange on the exchange thread meanwhile), qsgd 4-bit pseudo-gradients: the global
+#     parameters identical on both ranks at every step (checked every step); 9 steps (a checkpoint inside
+#     fragment 1's flight: sent at 9, merged at 11) + a resume to 20 give every rank's tensors of 20
+#     uninterrupted steps bit for bit.
+streaming=(--set sync.type=diloco --set sync.inner_steps=6 --set sync.fragments=2 --set sync.overlap=2
+           --set quantization.method=qsgd --debug-check-replicas 1)
+if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=20 --set output.dir="$tmp/sd" \
+     "${streaming[@]}" >"$tmp/log" 2>&1 &&
+   "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=9 --set output.dir="$tmp/sd-r" \
+     "${streaming[@]}" >"$tmp/log" 2>&1 &&
+   [[ $(tensors "$tmp/sd-r" | grep -c "in_flight") -gt 0 ]] &&
+   "${mpirun[@]}" -np 2 "$qtrain" train --resume "$tmp/sd-r" "${common[@]}" --set train.max_steps=20 \
+     "${streaming[@]}" >"$tmp/log" 2>&1 &&
+   diff <(tensors "$tmp/sd") <(tensors "$tmp/sd-r") >/dev/null; then
+  echo "ok: 2 ranks, streaming diloco (2 fragments, overlap 2), global parameters identical every step, 9 + resumed 11 = 20 straight"
+else
+  fail "2 ranks, streaming diloco"; tail -5 "$tmp/log" | sed 's/^/    /'
 fi
 
 # 3. mismatched configs (MPMD: rank 1 gets another learning rate)
