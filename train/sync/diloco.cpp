@@ -23,26 +23,45 @@ SgdOptions parse_outer(ConfigNode outer) {
   return o;
 }
 
-// The tensors cut into `count` fragments of consecutive tensors (so each is a contiguous range of the
-// arena), as even in values as whole tensors allow: fragment f ends at the first tensor boundary at or
-// past (f + 1) / count of the values, keeping at least one tensor for each fragment after it.
-std::vector<size_t> fragment_ends(const std::vector<ExchangeTensor>& tensors, int64_t count) {
+// The tensors cut into `count` fragments, contiguous ranges of the arena as even in values as the
+// tensors' leading dimension allows: boundary f sits at f / count of the values, moved to the nearest
+// boundary between two slabs of its tensor's leading dimension (rows of a matrix, output channels of a
+// convolution); a vector is never cut. A cut tensor's parts are tensors of their own for the exchange
+// ("dense2.weight[0:512]": the rows they hold, their own quantization states), quantized as the whole
+// tensor would be (decided_numel). Fragments may come out empty only when count exceeds the cuts the
+// tensors offer: an error for the caller.
+std::vector<std::vector<ExchangeTensor>> cut_fragments(const std::vector<ExchangeTensor>& tensors, int64_t count) {
   int64_t total = 0;
   for (const ExchangeTensor& x : tensors) total += x.numel;
-  std::vector<size_t> ends;
-  size_t t = 0;
-  int64_t seen = 0;
-  for (int64_t f = 0; f < count; ++f) {
-    const size_t last_allowed = tensors.size() - static_cast<size_t>(count - 1 - f);  // exclusive end
-    const auto target = static_cast<double>(total) * static_cast<double>(f + 1) / static_cast<double>(count);
-    do {
-      seen += tensors[t].numel;
-      ++t;
-    } while (t < last_allowed && static_cast<double>(seen) < target);
-    ends.push_back(t);
+  // Where fragment j begins, in values of the tensors laid end to end.
+  auto boundary = [&](int64_t j) { return (j * total + count - 1) / count; };
+  std::vector<std::vector<ExchangeTensor>> fragments(static_cast<size_t>(count));
+  int64_t f = 0;
+  int64_t before = 0;  // values of the tensors before this one
+  for (const ExchangeTensor& x : tensors) {
+    const int64_t rows = x.rows > 0 ? x.rows : 1;  // a vector is one slab
+    const int64_t slab = x.numel / rows;           // values per leading-dimension index
+    int64_t row = 0;
+    while (row < rows) {
+      while (f + 1 < count && before + row * slab >= boundary(f + 1)) ++f;
+      int64_t end_row = rows;
+      if (f + 1 < count && boundary(f + 1) - before < x.numel)
+        end_row = std::clamp((boundary(f + 1) - before + slab / 2) / slab, row + 1, rows);
+      ExchangeTensor part = x;
+      part.offset = x.offset + row * slab;
+      part.numel = (end_row - row) * slab;
+      if (part.numel != x.numel) {
+        part.name = fmt::format("{}[{}:{}]", x.name, row, end_row);
+        part.rows = end_row - row;
+        part.decided_numel = x.decided_numel > 0 ? x.decided_numel : x.numel;
+      }
+      fragments[static_cast<size_t>(f)].push_back(std::move(part));
+      if (end_row < rows) ++f;  // cut at fragment f + 1's boundary
+      row = end_row;
+    }
+    before += x.numel;
   }
-  ends.back() = tensors.size();
-  return ends;
+  return fragments;
 }
 
 // One fragment: a contiguous range of tensors synced on its own schedule, with its own exchange, outer
@@ -62,11 +81,7 @@ class DiLoCoSync final : public SyncStrategy {
   explicit DiLoCoSync(SyncSetup& s)
       : inner_steps_(s.options.get_int("inner_steps", 500, 1, INT64_MAX)),
         outer_options_(parse_outer(s.options.child("outer"))) {
-    const auto n_tensors = static_cast<int64_t>(s.tensors.size());
     const int64_t count = s.options.get_int("fragments", 1, 1, INT64_MAX);
-    if (count > n_tensors)
-      s.options.fail("fragments", fmt::format("the model has {} parameter tensors: at most that many fragments, got {}",
-                                              n_tensors, count));
     if (count > inner_steps_)
       s.options.fail("fragments", fmt::format("at most sync.inner_steps ({}) fragments, each synced at its own step "
                                               "of the period, got {}",
@@ -83,22 +98,24 @@ class DiLoCoSync final : public SyncStrategy {
     // An exchange with overlap runs on the exchange's thread; without, the step waits for it.
     ExchangeConfig exchange_config = s.config.exchange;
     exchange_config.overlap = overlap_ > 0;
-    const std::vector<size_t> ends = fragment_ends(s.tensors, count);
+    const std::vector<std::vector<ExchangeTensor>> parts = cut_fragments(s.tensors, count);
+    for (int64_t f = 0; f < count; ++f)
+      if (parts[static_cast<size_t>(f)].empty())
+        s.options.fail("fragments", fmt::format("the model's tensors cut into at most {} fragments of consecutive "
+                                                "rows here, got {}",
+                                                f, count));
     // The fragments tile the whole arena: the first begins at 0, the last ends at its end, the others
-    // at their first tensor (one fragment: the arena, as plain DiLoCo has always stepped it).
-    size_t first = 0;
+    // at their first part (one fragment: the arena, as plain DiLoCo has always stepped it).
     for (int64_t f = 0; f < count; ++f) {
       Fragment& fr = fragments_.emplace_back();
-      const size_t end = ends[static_cast<size_t>(f)];
-      fr.begin = f == 0 ? 0 : s.tensors[first].offset;
-      fr.numel = (end < s.tensors.size() ? s.tensors[end].offset : s.params.numel()) - fr.begin;
-      for (size_t t = first; t < end; ++t) {
-        ExchangeTensor x = s.tensors[t];
+      const auto& mine = parts[static_cast<size_t>(f)];
+      fr.begin = f == 0 ? 0 : mine.front().offset;
+      fr.numel = (f + 1 < count ? parts[static_cast<size_t>(f) + 1].front().offset : s.params.numel()) - fr.begin;
+      for (ExchangeTensor x : mine) {
+        all_tensors_.push_back(x);
         x.offset -= fr.begin;
         fr.tensors.push_back(std::move(x));
-        all_tensors_.push_back(s.tensors[t]);
       }
-      first = end;
       fr.shift = f * inner_steps_ / count;
       fr.exchange = std::make_unique<GradientExchange>(s.comm, s.device, s.config.seed, exchange_config,
                                                        s.config.quantization, fr.tensors);
