@@ -23,30 +23,35 @@ SgdOptions parse_outer(ConfigNode outer) {
   return o;
 }
 
-// The tensors cut into `count` fragments, contiguous ranges of the arena as even in values as the
-// tensors' leading dimension allows: boundary f sits at f / count of the values, moved to the nearest
-// boundary between two slabs of its tensor's leading dimension (rows of a matrix, output channels of a
-// convolution); a vector is never cut. A cut tensor's parts are tensors of their own for the exchange
-// ("dense2.weight[0:512]": the rows they hold, their own quantization states), quantized as the whole
-// tensor would be (decided_numel). Fragments may come out empty only when count exceeds the cuts the
-// tensors offer: an error for the caller.
-std::vector<std::vector<ExchangeTensor>> cut_fragments(const std::vector<ExchangeTensor>& tensors, int64_t count) {
-  int64_t total = 0;
-  for (const ExchangeTensor& x : tensors) total += x.numel;
-  // Where fragment j begins, in values of the tensors laid end to end.
-  auto boundary = [&](int64_t j) { return (j * total + count - 1) / count; };
+// The tensors cut into `count` fragments, contiguous ranges of the arena as even in bytes on the wire
+// (`cost[t]`: what tensor t's exchange sends per rank, spread evenly over its values) as the tensors'
+// leading dimension allows: boundary f sits at f / count of the bytes, moved to the nearest boundary
+// between two slabs of its tensor's leading dimension (rows of a matrix, output channels of a
+// convolution); a vector is never cut. Bytes rather than values, because a tensor sent in fp32 (a
+// bias below quantization.min_numel) costs eight times a 4-bit one. A cut tensor's parts are tensors
+// of their own for the exchange ("dense2.weight[0:512]": the rows they hold, their own quantization
+// states), quantized as the whole tensor would be (decided_numel). A fragment comes out empty only
+// when count exceeds the cuts the tensors offer: an error for the caller.
+std::vector<std::vector<ExchangeTensor>> cut_fragments(const std::vector<ExchangeTensor>& tensors,
+                                                       const std::vector<double>& cost, int64_t count) {
+  double total = 0;
+  for (double c : cost) total += c;
+  // Where fragment j begins, in bytes of the tensors laid end to end.
+  auto boundary = [&](int64_t j) { return total * static_cast<double>(j) / static_cast<double>(count); };
   std::vector<std::vector<ExchangeTensor>> fragments(static_cast<size_t>(count));
   int64_t f = 0;
-  int64_t before = 0;  // values of the tensors before this one
-  for (const ExchangeTensor& x : tensors) {
+  double before = 0;  // bytes of the tensors before this one
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const ExchangeTensor& x = tensors[t];
     const int64_t rows = x.rows > 0 ? x.rows : 1;  // a vector is one slab
     const int64_t slab = x.numel / rows;           // values per leading-dimension index
+    const double row_cost = cost[t] / static_cast<double>(rows);
     int64_t row = 0;
     while (row < rows) {
-      while (f + 1 < count && before + row * slab >= boundary(f + 1)) ++f;
+      while (f + 1 < count && before + static_cast<double>(row) * row_cost >= boundary(f + 1)) ++f;
       int64_t end_row = rows;
-      if (f + 1 < count && boundary(f + 1) - before < x.numel)
-        end_row = std::clamp((boundary(f + 1) - before + slab / 2) / slab, row + 1, rows);
+      if (f + 1 < count && boundary(f + 1) - before < cost[t])
+        end_row = std::clamp(static_cast<int64_t>(std::llround((boundary(f + 1) - before) / row_cost)), row + 1, rows);
       ExchangeTensor part = x;
       part.offset = x.offset + row * slab;
       part.numel = (end_row - row) * slab;
@@ -59,7 +64,7 @@ std::vector<std::vector<ExchangeTensor>> cut_fragments(const std::vector<Exchang
       if (end_row < rows) ++f;  // cut at fragment f + 1's boundary
       row = end_row;
     }
-    before += x.numel;
+    before += cost[t];
   }
   return fragments;
 }
@@ -98,7 +103,14 @@ class DiLoCoSync final : public SyncStrategy {
     // An exchange with overlap runs on the exchange's thread; without, the step waits for it.
     ExchangeConfig exchange_config = s.config.exchange;
     exchange_config.overlap = overlap_ > 0;
-    const std::vector<std::vector<ExchangeTensor>> parts = cut_fragments(s.tensors, count);
+    std::vector<double> cost;
+    for (const ExchangeTensor& x : s.tensors) {
+      const QuantSpec spec = s.config.quantization.resolve(x.layer_name, x.layer_type, x.numel);
+      // Relative weights: a world of one sends nothing, and is cut as two ranks would be.
+      cost.push_back(GradientExchange::wire_cost(spec, x, s.config.exchange.algorithm_for(spec))
+                         .sent_per_rank(std::max(s.comm.size(), 2)));
+    }
+    const std::vector<std::vector<ExchangeTensor>> parts = cut_fragments(s.tensors, cost, count);
     for (int64_t f = 0; f < count; ++f)
       if (parts[static_cast<size_t>(f)].empty())
         s.options.fail("fragments", fmt::format("the model's tensors cut into at most {} fragments of consecutive "
