@@ -192,7 +192,8 @@ TEST_CASE("topk quantized error feedback keeps what was not sent exactly", "[qua
   }
 }
 
-TEST_CASE("topk payloads of value format 0 (before value_bits) still decode; value_bits 32 writes them", "[quant][topk]") {
+TEST_CASE("topk payloads of value format 0 (before value_bits) still decode; value_bits 32 writes them",
+          "[quant][topk]") {
   Context ctx = Context::cpu(1, 1);
   // The layout of docs/quantizers.md, by hand: n = 10, k = 2, indices 3 and 7, f32 values.
   std::vector<uint8_t> old(48, 0);
