@@ -14,6 +14,7 @@
 #include "quant/codebook_bins.h"
 #include "quant/codebook_cuda.h"
 #include "quant/codebook_wire.h"
+#include "quant/cpu_loops.h"
 #include "quant/cpu_memory.h"
 #include "quant/method.h"
 #include "quant/numerics.h"
@@ -35,9 +36,37 @@ struct Values {
 // values drawn from it.
 int64_t pool_size(int64_t n, int64_t sample) { return n <= sample ? n : sample; }
 
+constexpr uint32_t kPrefixes = 1u << 16;
+
+// The CPU workspace: the pool's keys, a second buffer of keys (the sort's scratch, and the Philox words
+// of a sample before it), the fast path's prefix table.
 size_t workspace_bytes(int64_t n, int64_t sample) {
   const auto m = static_cast<size_t>(pool_size(n, sample));
-  return 4 * m + 16 * ((m + 3) / 4);  // the keys, and the Philox words of a sample
+  return 4 * m + 16 * ((m + 3) / 4) + 2 * kPrefixes;
+}
+
+// Sorts keys[0..m) ascending (any sort gives the same order of keys; the kernels sort with a bitonic
+// network): a least-significant-digit radix sort in four passes of 8 bits through `scratch` (m words)
+// for pools beyond a few thousand keys, where it is several times faster than std::sort.
+void sort_keys(uint32_t* keys, uint32_t* scratch, int64_t m) {
+  if (m < 4096) {
+    std::sort(keys, keys + m);
+    return;
+  }
+  uint32_t* from = keys;
+  uint32_t* to = scratch;
+  for (int shift = 0; shift < 32; shift += 8) {
+    int64_t start[256] = {};
+    for (int64_t i = 0; i < m; ++i) ++start[(from[i] >> shift) & 0xffu];
+    int64_t sum = 0;
+    for (int64_t& c : start) {
+      const int64_t count = c;
+      c = sum;
+      sum += count;
+    }
+    for (int64_t i = 0; i < m; ++i) to[start[(from[i] >> shift) & 0xffu]++] = from[i];
+    std::swap(from, to);
+  }  // four passes: the keys are back in `keys`
 }
 
 // Fills pool[0..m) with the keys of the span (m = n) or of sample j at codebook_sample_index(word j of
@@ -50,43 +79,115 @@ void sorted_pool(const Values<Ef>& v, int64_t n, int64_t m, PhiloxKey key, uint3
     philox_blocks(key, 0, kStage1, kTagCodebook, (m + 3) / 4, words);
     for (int64_t j = 0; j < m; ++j) pool[j] = codebook_key(float_bits(v(codebook_sample_index(words[j], n))));
   }
-  std::sort(pool, pool + m);
+  sort_keys(pool, words, m);
 }
 
-// One pass over the span: each value's bin into `codes` (packed) and its fixed-point value into its
-// bin's sum. Four interleaved copies of the sums, so that neighbouring values of one bin do not wait
-// for each other's additions; integer sums, so the copies fold to the same totals in any order.
-template <int Bits, bool Ef>
-void bin_span(const Values<Ef>& v, const wire::CodebookLayout& l, const uint32_t* t, const uint8_t* run, int shift,
+// One pass over the span: each value's bin (bin_of(key), the count of boundaries at or below it,
+// then the tie rule) into `codes` (packed) and its fixed-point value into its bin's sum. Four
+// interleaved copies of the sums, so that neighbouring values of one bin do not wait for each other's
+// additions; integer sums, so the copies fold to the same totals in any order.
+// Tied: whether two boundaries are equal (else the tie rule cannot apply and is skipped).
+template <int Bits, bool Tied, bool Ef, typename BinOf>
+void bin_span(const Values<Ef>& v, int64_t n, BinOf bin_of, const uint32_t* t, const uint8_t* run, int shift,
               uint8_t* codes, int64_t* sums, int64_t* counts) {
-  int64_t sum4[4][kMaxBins] = {}, count4[4][kMaxBins] = {};
-  auto bin_of = [&](int64_t i, int lane) {
+  constexpr int kBins = 1 << Bits;
+  int64_t sum4[4][kBins] = {}, count4[4][kBins] = {};
+  auto code = [&](int64_t i, int lane) {
     const uint32_t bits = float_bits(v(i));
     const uint32_t key = codebook_key(bits);
-    const uint32_t b = codebook_tied_bin(t, run, codebook_bin(t, Bits, key), key);
+    const uint32_t b = Tied ? codebook_tied_bin(t, run, bin_of(key), key) : bin_of(key);
     sum4[lane][b] += codebook_fixed(bits, shift);
     ++count4[lane][b];
     return b;
   };
-  const int64_t n = l.n;
   if constexpr (Bits == 8) {
     int64_t i = 0;
     for (; i + 4 <= n; i += 4)
-      for (int lane = 0; lane < 4; ++lane) codes[i + lane] = static_cast<uint8_t>(bin_of(i + lane, lane));
-    for (; i < n; ++i) codes[i] = static_cast<uint8_t>(bin_of(i, 0));
+      for (int lane = 0; lane < 4; ++lane) codes[i + lane] = static_cast<uint8_t>(code(i + lane, lane));
+    for (; i < n; ++i) codes[i] = static_cast<uint8_t>(code(i, 0));
   } else {
-    const int64_t h = l.half;
-    for (int64_t j = 0; j < h; ++j) {
-      uint32_t byte = bin_of(j, static_cast<int>(j & 1));
-      if (j + h < n) byte |= bin_of(j + h, 2 + static_cast<int>(j & 1)) << 4;
+    const int64_t half = (n + 1) / 2;
+    for (int64_t j = 0; j < half; ++j) {
+      uint32_t byte = code(j, static_cast<int>(j & 1));
+      if (j + half < n) byte |= code(j + half, 2 + static_cast<int>(j & 1)) << 4;
       codes[j] = static_cast<uint8_t>(byte);
     }
   }
-  for (int b = 0; b < l.bins; ++b) {
+  for (int b = 0; b < kBins; ++b) {
     sums[b] = sum4[0][b] + sum4[1][b] + sum4[2][b] + sum4[3][b];
     counts[b] = count4[0][b] + count4[1][b] + count4[2][b] + count4[3][b];
   }
 }
+
+// The fast path's prefix table: entry h, for the keys whose top 16 bits are h, is the number of
+// boundaries at or below key h << 16, plus kCrowded when more than two boundaries lie above that key
+// within the prefix. The count of a key of prefix h is then the entry plus at most two steps over the
+// boundaries that follow it (sentinels past the last one end them), without branches; a crowded
+// prefix takes the binary search. The prefix is the sign, the exponent and 7 mantissa bits: a relative
+// width of 2^-7, narrower than the bins of gradient-like data except where values crowd at one point.
+constexpr uint16_t kCrowded = 0x8000u;
+void build_prefix_table(const uint32_t* t, int bins, uint16_t* table) {
+  int below = 0;  // boundaries <= h << 16
+  for (uint32_t h = 0; h < kPrefixes; ++h) {
+    const uint32_t first = h << 16;
+    while (below < bins - 1 && t[below] <= first) ++below;
+    int inside = below;
+    while (inside < bins - 1 && (t[inside] >> 16) == h) ++inside;
+    table[h] = static_cast<uint16_t>(below | (inside - below > 2 ? kCrowded : 0u));
+  }
+}
+
+template <int Bits, bool Tied, bool Ef>
+void bin_values(CpuPath path, const Values<Ef>& v, int64_t n, const uint32_t* t, const uint8_t* run, int shift,
+                uint16_t* table, uint8_t* codes, int64_t* sums, int64_t* counts) {
+  if (path == CpuPath::reference) {
+    bin_span<Bits, Tied>(
+        v, n, [t](uint32_t key) { return codebook_bin(t, Bits, key); }, t, run, shift, codes, sums, counts);
+    return;
+  }
+  build_prefix_table(t, 1 << Bits, table);
+  auto bin_of = [t, table](uint32_t key) {
+    const uint32_t entry = table[key >> 16];
+    if (entry & kCrowded) [[unlikely]]
+      return codebook_bin(t, Bits, key);
+    uint32_t b = entry;
+    b += t[b] <= key ? 1u : 0u;
+    b += t[b] <= key ? 1u : 0u;
+    return b;
+  };
+  bin_span<Bits, Tied>(v, n, bin_of, t, run, shift, codes, sums, counts);
+}
+
+template <typename F>
+void with_bits(int bits, F&& f) {
+  if (bits == 4)
+    f(std::integral_constant<int, 4>{});
+  else
+    f(std::integral_constant<int, 8>{});
+}
+
+}  // namespace
+
+void codebook_bin_values(CpuPath path, int bits, const float* in, const float* residual, int64_t n, const uint32_t* t,
+                         const uint8_t* run, int shift, uint16_t* prefix_table, uint8_t* codes, int64_t* sums,
+                         int64_t* counts) {
+  bool tied = false;
+  for (int j = 1; j + 1 < (1 << bits); ++j) tied |= t[j] == t[j - 1];
+  with_bits(bits, [&](auto b) {
+    auto with_ties = [&](auto ties) {
+      if (residual)
+        bin_values<b(), ties()>(path, Values<true>{in, residual}, n, t, run, shift, prefix_table, codes, sums, counts);
+      else
+        bin_values<b(), ties()>(path, Values<false>{in, nullptr}, n, t, run, shift, prefix_table, codes, sums, counts);
+    };
+    if (tied)
+      with_ties(std::true_type{});
+    else
+      with_ties(std::false_type{});
+  });
+}
+
+namespace {
 
 // The code of value i (4 bits: the low nibbles hold values [0, half), the high ones the rest).
 template <int Bits>
@@ -116,14 +217,6 @@ void decode_range(const uint8_t* __restrict codes, const float* __restrict table
   }
 }
 
-template <typename F>
-void with_bits(int bits, F&& f) {
-  if (bits == 4)
-    f(std::integral_constant<int, 4>{});
-  else
-    f(std::integral_constant<int, 8>{});
-}
-
 class CodebookQuantizer final : public Quantizer {
  public:
   explicit CodebookQuantizer(const QuantSpec& spec)
@@ -147,7 +240,9 @@ class CodebookQuantizer final : public Quantizer {
     const int64_t m = pool_size(a.n, sample_);
     auto* pool = static_cast<uint32_t*>(a.state->workspace(Device::cpu(), workspace_bytes(a.n, sample_)));
     uint32_t* words = pool + m;
-    uint32_t t[kMaxBins];
+    auto* prefix_table = reinterpret_cast<uint16_t*>(words + 4 * ((m + 3) / 4));
+    // The boundaries, then sentinels (above every finite key) for the fast path's steps past the last.
+    uint32_t t[kMaxBins + 1];
     uint8_t run[kMaxBins];
     int64_t sums[kMaxBins], counts[kMaxBins];
     const int shift = codebook_shift(max_bits, a.n);
@@ -158,11 +253,11 @@ class CodebookQuantizer final : public Quantizer {
       else
         sorted_pool(Values<false>{a.in, nullptr}, a.n, m, a.key, pool, words);
       for (int j = 1; j < l.bins; ++j) t[j - 1] = pool[codebook_boundary_index(j, m, l.bins)];
+      t[l.bins - 1] = t[l.bins] = 0xffffffffu;
       for (int b = 0; b < l.bins; ++b) run[b] = codebook_run_start(t, b);
-      if (a.residual)
-        bin_span<bits()>(Values<true>{a.in, a.residual}, l, t, run, shift, codes, sums, counts);
-      else
-        bin_span<bits()>(Values<false>{a.in, nullptr}, l, t, run, shift, codes, sums, counts);
+      // The prefix table pays for itself from about 2^14 values.
+      const CpuPath path = a.n >= (int64_t{1} << 14) ? CpuPath::fast : CpuPath::reference;
+      codebook_bin_values(path, bits(), a.in, a.residual, a.n, t, run, shift, prefix_table, codes, sums, counts);
       for (int b = 0; b < l.bins; ++b)
         table[b] = codebook_entry(sums[b], counts[b], codebook_lo_key(t, b, max_bits),
                                   codebook_hi_key(t, b, l.bins, max_bits), shift);
@@ -272,7 +367,7 @@ const QuantMethodInfo& codebook_method_info() {
     m.name = "codebook";
     m.params = {
         {.key = "bits", .fallback = 8, .choices = {"4", "8"}},
-        {.key = "sample", .fallback = 65536, .min = 256, .max = 1 << 24},
+        {.key = "sample", .fallback = 16384, .min = 256, .max = 1 << 24},
     };
     // The paper sends the pseudo-gradient as it is at every outer step; DiLoCo's carried residual is
     // the config's choice.

@@ -179,13 +179,13 @@ TEST_CASE("codebook: each table entry is its bin's mean to float precision, empt
 
 TEST_CASE("codebook: exact quantiles put n / bins values in every bin", "[quant][codebook]") {
   Context ctx = Context::cpu(1, 1);
-  // 65536 distinct values (the Cauchy quantiles of (i + 1/2) / n, shuffled); the default sample is the
-  // whole span.
+  // 65536 distinct values (the Cauchy quantiles of (i + 1/2) / n, shuffled), all of them the pool (the
+  // radix sort's path).
   std::vector<float> x(65536);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::tan(M_PI * ((i + 0.5) / 65536 - 0.5)));
   std::shuffle(x.begin(), x.end(), std::mt19937(12));
   REQUIRE(std::set<float>(x.begin(), x.end()).size() == x.size());
-  auto q = make_quantizer(spec("codebook"));
+  auto q = make_quantizer(spec("codebook:sample=65536"));
   QuantState st(1, 0, 1);
   const auto p = encode(*q, ctx, x, 1, st);
   std::vector<int64_t> count(256, 0);
