@@ -68,7 +68,8 @@ QT_HD int64_t codebook_sample_index(uint32_t w, int64_t n) {
 
 // The shift s of the fixed-point sums: with 2^c >= n and every |x| <= M < 2^(E - 126) (E = M's
 // exponent field, at least 1), |floor(x 2^s)| <= 2^(62 - c), so the n terms of any bin sum within
-// int64 in any order. Values down to 2^(c - 61) M keep every bit (more than a float mean holds).
+// int64 in any order. Values down to about 2^(c - 38) M keep every bit, smaller ones are resolved to
+// 2^(c - 61) M (finer than a float mean of the bin holds).
 QT_HD int codebook_shift(uint32_t max_bits, int64_t n) {
   int c = 0;
   while ((int64_t{1} << c) < n) ++c;
