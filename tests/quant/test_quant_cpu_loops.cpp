@@ -212,6 +212,14 @@ TEST_CASE("fast CPU loops: codebook's prefix-table bins equal the binary search"
   std::vector<float> crowded(4000);
   for (auto& v : crowded) v = 1.0f + static_cast<float>(rng() % 1000) * 1e-6f;
   inputs.push_back(crowded);
+  // Crowded without ties (4000 consecutive floats above 1: every boundary in one prefix), then the
+  // same after spread values, so that some groups of eight take the vector loop and others do not.
+  std::vector<float> dense(4000);
+  for (size_t i = 0; i < dense.size(); ++i) dense[i] = bits_float(0x3f800000u + static_cast<uint32_t>(i * 7919 % 4000));
+  inputs.push_back(dense);
+  std::vector<float> mixed = normal_data(3000, 5);
+  mixed.insert(mixed.end(), dense.begin(), dense.begin() + 1000);
+  inputs.push_back(mixed);
   std::vector<float> ties = normal_data(4096, 3);
   for (size_t i = 0; i < ties.size(); i += 3) ties[i] = 0.0f;
   for (size_t i = 1; i < ties.size(); i += 7) ties[i] = -0.5f;
