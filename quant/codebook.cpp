@@ -1,5 +1,6 @@
 // codebook: quantile binning with a table of bin means, the int8 pseudo-gradient quantization of
-// INTELLECT-1's int8 all-reduce (Prime Intellect, arXiv 2412.01152; hivemind's Quantile8BitQuantization).
+// INTELLECT-1's int8 all-reduce (Prime Intellect, arXiv 2412.01152; hivemind's Quantile8BitQuantization;
+// prime's own ring bins uniformly within +-3 sigma instead, docs/quantizers.md compares them).
 // The span's values go into B = 2^bits bins (256 by default, 16 with bits 4) between the B-quantiles
 // of the span (spans of up to `sample` values) or of `sample` values drawn from the span's own random
 // stream; each value sends its bin index, and the payload carries the table of the B bin means, so
