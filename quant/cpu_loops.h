@@ -35,4 +35,13 @@ bool qsgd_stage1_packed(CpuPath path, int bits, const float* in, int64_t n, floa
 void qsgd_decode_codes(CpuPath path, int bits, const uint8_t* bytes, int64_t first, int64_t count, float step,
                        float* out, bool add);
 
+// codebook: the bins of v = in (+ residual) under the 2^bits - 1 sorted boundary keys t (followed by two
+// sentinels 0xffffffff) and their run starts (quant/codebook_bins.h): the packed codes (codebook's
+// layout), each bin's sum of floor(v 2^shift) and its count. The fast path bins through a prefix table
+// (65536 u16 of scratch in prefix_table) instead of a binary search per value; not vectorized, and
+// the same results for every input.
+void codebook_bin_values(CpuPath path, int bits, const float* in, const float* residual, int64_t n, const uint32_t* t,
+                         const uint8_t* run, int shift, uint16_t* prefix_table, uint8_t* codes, int64_t* sums,
+                         int64_t* counts);
+
 }  // namespace qtrain::quant_detail

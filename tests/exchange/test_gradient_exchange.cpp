@@ -239,6 +239,8 @@ TEST_CASE("every method and algorithm: identical on all ranks and equal to the s
       {"{method: randomk, fraction: 0.05}", "auto"},
       {"{method: randomk, fraction: 0.05}", "allreduce"},
       {"{method: randomk}", "allgather"},
+      {"{method: codebook}", "auto"},
+      {"{method: codebook, bits: 4, error_feedback: true}", "allgather"},
   };
   for (const auto& [qyaml, algorithm] : cases) {
     // Whole stripes (these tensors are far below piece_mb's default), and reduce-scatter +

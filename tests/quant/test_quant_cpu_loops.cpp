@@ -4,11 +4,13 @@
 // In a build without AVX2 both paths are the reference and the test still runs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "quant/codebook_bins.h"
 #include "quant/cpu_loops.h"
 #include "quant/dettmers_table.h"
 #include "quant/numerics.h"
@@ -51,6 +53,8 @@ std::vector<float> dettmers_edge_values(float m) {
   v.push_back(-m);
   return v;
 }
+
+int64_t packed_bytes_of(int64_t n, int bits) { return (n * bits + 7) / 8; }
 
 }  // namespace
 
@@ -193,6 +197,82 @@ TEST_CASE("fast CPU loops: qsgd decoding equals the reference", "[quant][cpu_loo
           qsgd_decode_codes(CpuPath::reference, bits, bytes.data(), first, count, step, ref.data(), add);
           qsgd_decode_codes(CpuPath::fast, bits, bytes.data(), first, count, step, fast.data(), add);
           REQUIRE(same_bits(ref, fast));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("fast CPU loops: codebook's prefix-table bins equal the binary search", "[quant][cpu_loops][codebook]") {
+  // Spread data (each prefix of 16 key bits holds at most a boundary or two), crowded data (many
+  // boundaries within one prefix: the binary search's fallback), ties (runs of equal boundaries, the
+  // tie rule), and sentinels at every value's reach (the largest values, in the last bin).
+  std::mt19937 rng(17);
+  std::vector<std::vector<float>> inputs = {normal_data(5000, 1), heavy_data(3001, 2)};
+  std::vector<float> crowded(4000);
+  for (auto& v : crowded) v = 1.0f + static_cast<float>(rng() % 1000) * 1e-6f;
+  inputs.push_back(crowded);
+  // Crowded without ties (4000 consecutive floats above 1: every boundary in one prefix), then the
+  // same after spread values, so that some groups of eight take the vector loop and others do not.
+  std::vector<float> dense(4000);
+  for (size_t i = 0; i < dense.size(); ++i) dense[i] = bits_float(0x3f800000u + static_cast<uint32_t>(i * 7919 % 4000));
+  inputs.push_back(dense);
+  std::vector<float> mixed = normal_data(3000, 5);
+  mixed.insert(mixed.end(), dense.begin(), dense.begin() + 1000);
+  inputs.push_back(mixed);
+  std::vector<float> ties = normal_data(4096, 3);
+  for (size_t i = 0; i < ties.size(); i += 3) ties[i] = 0.0f;
+  for (size_t i = 1; i < ties.size(); i += 7) ties[i] = -0.5f;
+  inputs.push_back(ties);
+  for (const auto& x : inputs) {
+    for (int bits : {4, 8}) {
+      for (bool ef : {false, true}) {
+        const int bins = 1 << bits;
+        const auto n = static_cast<int64_t>(x.size());
+        CAPTURE(bits, ef, n);
+        const std::vector<float> residual = normal_data(n, 4, 1e-3);
+        // Boundaries from a pool of 997 of the values, as codebook.cpp takes them.
+        std::vector<uint32_t> pool;
+        for (int64_t j = 0; j < 997; ++j)
+          pool.push_back(
+              codebook_key(float_bits(ef ? x[static_cast<size_t>(j * 3 % n)] + residual[static_cast<size_t>(j * 3 % n)]
+                                         : x[static_cast<size_t>(j * 3 % n)])));
+        std::sort(pool.begin(), pool.end());
+        std::vector<uint32_t> t(static_cast<size_t>(bins + 1), 0xffffffffu);
+        for (int j = 1; j < bins; ++j)
+          t[static_cast<size_t>(j - 1)] = pool[static_cast<size_t>(codebook_boundary_index(j, 997, bins))];
+        std::vector<uint8_t> run(static_cast<size_t>(bins));
+        for (int b = 0; b < bins; ++b) run[static_cast<size_t>(b)] = codebook_run_start(t.data(), b);
+        const int shift = codebook_shift(float_bits(1e3f), n);
+        std::vector<uint16_t> table(65536);
+        auto bin = [&](CpuPath path, std::vector<uint8_t>& codes, std::vector<int64_t>& sums,
+                       std::vector<int64_t>& counts) {
+          codes.assign(static_cast<size_t>(packed_bytes_of(n, bits)), 0xee);
+          sums.assign(static_cast<size_t>(bins), 7);
+          counts.assign(static_cast<size_t>(bins), 7);
+          codebook_bin_values(path, bits, x.data(), ef ? residual.data() : nullptr, n, t.data(), run.data(), shift,
+                              table.data(), codes.data(), sums.data(), counts.data());
+        };
+        std::vector<uint8_t> ref_codes, fast_codes;
+        std::vector<int64_t> ref_sums, fast_sums, ref_counts, fast_counts;
+        bin(CpuPath::reference, ref_codes, ref_sums, ref_counts);
+        bin(CpuPath::fast, fast_codes, fast_sums, fast_counts);
+        REQUIRE(ref_codes == fast_codes);
+        REQUIRE(ref_sums == fast_sums);
+        REQUIRE(ref_counts == fast_counts);
+        // And the reference is the definition: the count of boundaries at or below, then the tie rule.
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = ef ? x[static_cast<size_t>(i)] + residual[static_cast<size_t>(i)] : x[static_cast<size_t>(i)];
+          const uint32_t key = codebook_key(float_bits(v));
+          auto pos = static_cast<uint32_t>(std::upper_bound(t.begin(), t.begin() + bins - 1, key) - t.begin());
+          if (pos >= 2 && t[pos - 1] == key && t[pos - 2] == key)
+            while (pos > 1 && t[pos - 2] == key) --pos;
+          const int64_t half = (n + 1) / 2;
+          const uint32_t code = bits == 8
+                                    ? ref_codes[static_cast<size_t>(i)]
+                                    : (i < half ? ref_codes[static_cast<size_t>(i)] & 0xfu
+                                                : static_cast<uint32_t>(ref_codes[static_cast<size_t>(i - half)] >> 4));
+          REQUIRE(code == pos);
         }
       }
     }

@@ -364,6 +364,48 @@ TEST_CASE("CUDA encoders refuse NaN and Inf with the CPU's message, wherever in 
   }
 }
 
+// codebook's edges, which the sweep's data (normal and heavy-tailed, never zero) does not reach: ties
+// that fill quantile positions (exact zeros, a constant span), spans with fewer values than bins,
+// subnormal values next to normal ones, and pools of every size around the sort's chunk of 2048 keys.
+TEST_CASE("CUDA codebook writes the CPU's bytes on ties, tiny spans and every pool size", "[quant][cuda]") {
+  Context cpu = Context::cpu(1, 1);
+  Context gpu = Context::cuda(0, 1);
+  std::vector<std::pair<std::string, std::vector<float>>> cases;
+  auto half_zero = normal_data(5000, 3);
+  for (size_t i = 0; i < half_zero.size(); i += 2) half_zero[i] = 0.0f;
+  cases.emplace_back("codebook", half_zero);
+  cases.emplace_back("codebook:bits=4", half_zero);
+  cases.emplace_back("codebook", std::vector<float>(3000, -1.25f));
+  cases.emplace_back("codebook", normal_data(7, 4));
+  cases.emplace_back("codebook:bits=4", normal_data(15, 5));
+  std::vector<float> tiny = normal_data(1000, 6);
+  for (size_t i = 0; i < tiny.size(); i += 3) tiny[i] *= 1e-39f;  // subnormal
+  cases.emplace_back("codebook", tiny);
+  for (int64_t n : {int64_t{2047}, int64_t{2048}, int64_t{2049}, int64_t{4097}, int64_t{9000}})
+    cases.emplace_back("codebook:sample=" + std::to_string(n - 1), heavy_data(n, 7));
+  for (const auto& [entry, x] : cases) {
+    for (bool ef : {false, true}) {
+      QuantSpec s = parse_method_entry(entry);
+      s.error_feedback = ef;
+      auto q = make_quantizer(s);
+      const auto n = static_cast<int64_t>(x.size());
+      CAPTURE(entry, n, ef);
+      QuantState cs(5, 1, 3), gs(5, 1, 3);
+      const auto cp = encode(*q, cpu, x, 1, cs);
+      const size_t cap = q->max_encoded_bytes(n, 1);
+      Tensor gx = to_cuda(x);
+      Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
+      const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), 1, gs,
+                                      std::span<uint8_t>(gout.data<uint8_t>(), cap));
+      REQUIRE(gbytes == cp.size());
+      require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
+      if (ef)
+        REQUIRE(same_bits(to_host(gpu, gs.residual()),
+                          std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
+    }
+  }
+}
+
 TEST_CASE("warp_fold_partials: every lane returns det_sum's fold of the chunk sums", "[quant][cuda]") {
   using quant_detail::chunk_sum;
   using quant_detail::kSumChunk;
@@ -425,7 +467,12 @@ TEST_CASE("CUDA decoders reject malformed payloads without writing", "[quant][cu
       p[32 + 12 * 32 + 5] = 0x00;
       bad.push_back(p);
     }
-    if (s.method == QuantMethod::qsgd || s.method == QuantMethod::onebit) {
+    if (s.method == QuantMethod::codebook) {
+      auto p = good;
+      std::memcpy(p.data() + 32 + 4 * 2, p.data() + 32 + 4 * 9, 4);  // table entry 2 above entry 3
+      bad.push_back(p);
+    }
+    if (s.method == QuantMethod::qsgd || s.method == QuantMethod::onebit || s.method == QuantMethod::codebook) {
       auto p = good;
       const uint32_t nan = 0x7fc00000u;
       std::memcpy(p.data() + 32, &nan, 4);  // scale / mean

@@ -97,6 +97,10 @@ size_t documented_size(const QuantSpec& s, int64_t n, int64_t column, const std:
       return pad8(32 + 4 * k);
     }
     case QuantMethod::powersgd: break;  // no payload: all_specs() leaves it out
+    case QuantMethod::codebook: {
+      const int64_t bits = s.integer("bits");
+      return pad8(32 + 4 * (int64_t{1} << bits) + cdiv(n * bits, 8));
+    }
   }
   FAIL("documented_size: " << s.str() << " has no payload size in docs/quantizers.md");
   return 0;
