@@ -77,8 +77,7 @@ std::vector<Decoded> entries(const Codec& codec, const std::vector<ArenaSpan>& t
 
 }  // namespace
 
-TEST_CASE("demo codec: a pure cosine is one DCT coefficient; all coefficients kept leave no momentum",
-          "[demo]") {
+TEST_CASE("demo codec: a pure cosine is one DCT coefficient; all coefficients kept leave no momentum", "[demo]") {
   Context ctx = Context::cpu(1, 1);
   const int64_t L = 64;
   Codec codec({{0, L}}, {.chunk = L, .topk = 1, .sign = false, .beta = 0.0f}, Device::cpu());
@@ -102,8 +101,7 @@ TEST_CASE("demo codec: a pure cosine is one DCT coefficient; all coefficients ke
   for (int64_t n = 0; n < L; ++n) CHECK(out[static_cast<size_t>(n)] == (r[static_cast<size_t>(n)] > 0 ? 1.0f : -1.0f));
 }
 
-TEST_CASE("demo codec: the largest coefficients are kept, ties to the lower frequency, in increasing order",
-          "[demo]") {
+TEST_CASE("demo codec: the largest coefficients are kept, ties to the lower frequency, in increasing order", "[demo]") {
   Context ctx = Context::cpu(1, 1);
   // A chunk whose DCT is X = (0.5, -3, 1, 2, 0, ..., 0): top 2 keeps k = 1 and 3.
   const int64_t L = 16;
@@ -191,8 +189,7 @@ TEST_CASE("demo codec: the momentum decays, takes the gradient and gives up exac
   }
 }
 
-TEST_CASE("demo codec: ranks simulated in one process decode to the sign of the summed inverse transforms",
-          "[demo]") {
+TEST_CASE("demo codec: ranks simulated in one process decode to the sign of the summed inverse transforms", "[demo]") {
   const std::vector<ArenaSpan> tensors = {{0, 1000}, {1000, 37}};
   const int64_t arena = 1037;
   const int ranks = 3;
@@ -264,8 +261,7 @@ TEST_CASE("demo codec: the same bits on one lane and on several", "[demo]") {
   CHECK(std::memcmp(oa.data(), ob.data(), oa.size() * 4) == 0);
 }
 
-TEST_CASE("demo codec: a malformed payload is refused naming the rank and the problem, before any write",
-          "[demo]") {
+TEST_CASE("demo codec: a malformed payload is refused naming the rank and the problem, before any write", "[demo]") {
   Context ctx = Context::cpu(1, 1);
   // Chunks of 300 (u16 indices) and a tail of 47 values.
   const std::vector<ArenaSpan> tensors = {{0, 647}};
@@ -290,7 +286,9 @@ TEST_CASE("demo codec: a malformed payload is refused naming the rank and the pr
       return message;
     };
     using Catch::Contains;
-    CHECK_THAT(error_of([&] { codec.check({good.data(), good.size() - 8}, 2); }),
+    CHECK_THAT(error_of([&] {
+                 codec.check({good.data(), good.size() - 8}, 2);
+               }),
                Contains("rank 2") && Contains("bytes"));
     CHECK_THAT(refused([](auto& p) { p[0] = 'Q'; }), Contains("rank 1") && Contains("magic"));
     CHECK_THAT(refused([](auto& p) { p[2] = 2; }), Contains("version 2"));

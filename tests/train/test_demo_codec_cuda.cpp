@@ -23,7 +23,8 @@ std::vector<float> random_values(int64_t n, uint64_t stream) {
   const PhiloxKey key = derive_philox_key(11, stream);
   for (int64_t i = 0; i < n; ++i) {
     const PhiloxBlock b = philox4x32_10(static_cast<uint32_t>(i), 0, 0, 0, key);
-    out[static_cast<size_t>(i)] = std::ldexp(2.0f * uniform_from_bits(b.v[0]) - 1.0f, static_cast<int>(b.v[1] % 25) - 12);
+    out[static_cast<size_t>(i)] =
+        std::ldexp(2.0f * uniform_from_bits(b.v[0]) - 1.0f, static_cast<int>(b.v[1] % 25) - 12);
   }
   return out;
 }

@@ -88,8 +88,8 @@ class DeMoSync final : public SyncStrategy {
     t = std::chrono::steady_clock::now();
     for (size_t r = 0; r < sizes_.size(); ++r)
       if (sizes_[r] != codec_.payload_bytes())
-        input_error("demo payload from rank {}: {} bytes, this plan's payload has {} (do all ranks run one config?)",
-                    r, sizes_[r], codec_.payload_bytes());
+        input_error("demo payload from rank {}: {} bytes, this plan's payload has {} (do all ranks run one config?)", r,
+                    sizes_[r], codec_.payload_bytes());
     codec_.decode(ctx, gathered_.data(), comm_.size(), grads_.data<float>());
     stats_.phases.add(Phase::decode, seconds_since(t));
     // An allgather delivers this rank's payload to each other rank once.

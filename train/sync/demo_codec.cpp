@@ -320,8 +320,7 @@ void Codec::check(std::span<const uint8_t> payload, int rank) const {
 }
 
 void Codec::decode(Context& ctx, const uint8_t* payloads, int ranks, float* grads) {
-  for (int r = 0; r < ranks; ++r)
-    check({payloads + static_cast<size_t>(r) * payload_bytes_, payload_bytes_}, r);
+  for (int r = 0; r < ranks; ++r) check({payloads + static_cast<size_t>(r) * payload_bytes_, payload_bytes_}, r);
   if (ctx.device().is_cuda()) {
     const size_t bytes = static_cast<size_t>(ranks) * payload_bytes_;
     if (!payloads_dev_.defined() || payloads_dev_.nbytes() < bytes)

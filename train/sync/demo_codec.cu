@@ -144,7 +144,7 @@ void encode(Context& ctx, const Args& a, float* momentum, const float* grads, ui
 void decode(Context& ctx, const Args& a, const uint8_t* payloads, int ranks, size_t stride, float* grads) {
   if (a.chunks == 0) return;
   decode_kernel<<<blocks_for(a.chunks, 1), kThreads, 0, ctx.cuda().stream>>>(a, payloads, ranks,
-                                                                              static_cast<long long>(stride), grads);
+                                                                             static_cast<long long>(stride), grads);
   CUDA_CHECK(cudaGetLastError());
 }
 
