@@ -10,7 +10,6 @@
 #include <cstring>
 #include <map>
 #include <numbers>
-#include <numeric>
 
 #include "framework/core/check.h"
 #include "framework/core/pinned_buffer.h"
