@@ -37,7 +37,7 @@ void copy_to_host(Context& ctx, void* host, const void* src, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, ctx.cuda().stream));
   // A wait the host cannot avoid: the caller hands `host` to MPI (or reads it) as soon as we return.
-  // Only the host path calls this (MPI, or QTRAIN_EXCHANGE_HOST_PAYLOADS); NCCL keeps payloads on the
+  // Only the host path calls this (MPI, or communication.payload_path host); NCCL keeps payloads on the
   // device.
   CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream));
 }

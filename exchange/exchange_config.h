@@ -48,6 +48,11 @@ struct ExchangeConfig {
   // 0: nodes are the ranks that share memory (MPI_COMM_TYPE_SHARED); N: consecutive groups of N ranks
   // (to try the two levels on one machine).
   int64_t ranks_per_node = 0;
+  // Where reduce-scatter + allgather keeps GPU payloads: auto keeps them in device memory where the
+  // communicator has device byte collectives (nccl); host sends them through host memory (the path
+  // before those collectives), for measuring one path against the other and for checking that both
+  // give the same bits (tests/e2e/cuda_emu_train.sh, tools/gpu_check.sh). CPU runs have one path.
+  std::string payload_path = "auto";  // auto | host
 
   // Reads its keys of `section`; the caller finishes the section (it holds the transport's keys too).
   static ExchangeConfig parse(ConfigNode& section);

@@ -31,6 +31,7 @@ FlatExchange::FlatExchange(Communicator& comm, Device device, uint64_t seed, con
   const float scale = config_.mean ? 1.0f / static_cast<float>(P) : 1.0f;
   work_ =
       std::make_unique<exchange::Workspace>(comm, device, std::move(ctx), scale, std::move(tensors), std::move(plans));
+  work_->host_payloads = config_.payload_path == "host";
   make_buckets(config_.bucket_mb);
   if (config_.overlap) thread_ = std::thread([this] { run_thread(); });
 }

@@ -75,6 +75,20 @@ struct WireCost {
   double bytes = 0;
   double values = 0;
   bool sixteen_bit = false;  // allreduce of fp16/bf16 values
+
+  // The bytes one rank sends for it among `world_size` ranks, as the exchange counts them (the user
+  // guide, "What is measured"): a ring allreduce sends 2 (P - 1) / P of the data, an allgather the
+  // payload to P - 1 ranks, reduce-scatter + allgather P - 1 stripes to their owners and its own stripe
+  // to P - 1 ranks (each 1/P of the payload).
+  double sent_per_rank(int world_size) const {
+    const double P = world_size;
+    switch (pattern) {
+      case Pattern::allgather: return bytes * (P - 1);
+      case Pattern::allreduce:
+      case Pattern::reduce_scatter_allgather: break;
+    }
+    return bytes * 2 * (P - 1) / P;
+  }
 };
 
 struct ExchangeStats {

@@ -1,11 +1,14 @@
 // Kernels of the sparse methods, topk and adaptive: the exact radix selection of the k-th largest
 // |v| (quant/select.h: histograms of 11, 11 and 9 bits; counts do not depend on the order of the
 // atomics, so the threshold is the CPU's), and an order-preserving compaction (tile counts, one scan,
-// then each tile writes its entries in index order), which gives the CPU loops' exact layouts.
+// then each tile writes its entries in index order), which gives the CPU loops' exact layouts. topk's
+// quantized values: each range's lo and hi are an integer min and max of float bits (order-free), and
+// each code byte is written whole by one thread.
 #include "quant/adaptive_wire.h"
 #include "quant/cuda_common.cuh"
 #include "quant/adaptive_cuda.h"
 #include "quant/topk_cuda.h"
+#include "quant/topk_values.h"
 
 namespace qtrain::quant_detail {
 namespace {
@@ -281,20 +284,89 @@ struct TopkFlags {
   }
 };
 
+// values: the payload's f32 values, or (quantized) the workspace the codes kernel reads them from.
 struct TopkEmit {
   SpanValues v;
   float* residual;
   uint32_t* indices;
   float* values;
+  bool exact;  // f32 values: e = 0 where sent; codes: topk_codes_kernel writes e there
   __device__ void operator()(int64_t i, bool selected, unsigned long long rank) const {
     const float x = v(i);
     if (selected) {
       indices[rank] = static_cast<uint32_t>(i);
       values[rank] = x;
     }
-    if (residual) residual[i] = selected ? 0.0f : x;
+    if (residual && (exact || !selected)) residual[i] = selected ? 0.0f : x;
   }
 };
+
+// Each range's (lo, hi) as float bits, before the min and max.
+__global__ void topk_range_init_kernel(uint32_t* ranges, int64_t groups) {
+  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    ranges[2 * g] = ~0u;
+    ranges[2 * g + 1] = 0u;
+  }
+}
+
+__device__ __forceinline__ uint32_t warp_min_u32(uint32_t x) {
+  for (int off = kWarp / 2; off >= 1; off /= 2) {
+    const uint32_t y = __shfl_xor_sync(kFullMask, x, off);
+    x = y < x ? y : x;
+  }
+  return x;
+}
+
+// The smallest and largest |value| of each range of `group` entries: a warp whose 32 entries lie in
+// one range folds them first (one atomic pair instead of 32; a range of the whole payload would
+// otherwise put every entry's atomics on one address). The warp's loop bounds are the same for its
+// lanes, so the shuffles see all 32.
+__global__ void topk_range_kernel(const float* values, int64_t k, int64_t group, uint32_t* ranges) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
+  for (int64_t first = warp * kWarp; first < k; first += warps * kWarp) {
+    const int64_t j = first + lane;
+    const uint32_t b = j < k ? abs_bits(values[j]) : 0u;
+    const int64_t last = first + kWarp - 1 < k ? first + kWarp - 1 : k - 1;
+    if (first / group == last / group) {
+      const uint32_t lo = warp_min_u32(j < k ? b : ~0u), hi = warp_max_u32(b);
+      if (lane == 0) {
+        atomicMin(&ranges[2 * (first / group)], lo);
+        atomicMax(&ranges[2 * (first / group) + 1], hi);
+      }
+    } else if (j < k) {
+      atomicMin(&ranges[2 * (j / group)], b);
+      atomicMax(&ranges[2 * (j / group) + 1], b);
+    }
+  }
+}
+
+// One thread per code byte: the codes of its 8 / bits entries (quant/topk_values.h, as topk.cpp's
+// quantize()), and e = v - decoded at their positions.
+__global__ void topk_codes_kernel(const float* values, const uint32_t* indices, wire::TopkLayout l, uint8_t* out,
+                                  float* residual) {
+  const auto* ranges = reinterpret_cast<const float*>(out + l.ranges);
+  const int per_byte = 8 / l.bits;
+  const uint32_t top = topk_top_level(l.bits);
+  const auto bytes = static_cast<int64_t>(wire::packed_bytes(l.k, l.bits));
+  for (int64_t byte = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; byte < bytes;
+       byte += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t packed = 0;
+    for (int t = 0; t < per_byte; ++t) {
+      const int64_t j = byte * per_byte + t;
+      if (j >= l.k) break;
+      const int64_t g = j / l.group;
+      const float lo = ranges[2 * g], hi = ranges[2 * g + 1], step = topk_step(lo, hi, top);
+      const float x = values[j];
+      const uint32_t code = topk_code(x, lo, step, top, l.bits);
+      packed |= code << (t * l.bits);
+      if (residual) residual[indices[j]] = x - topk_decoded(code, lo, hi, step, top, l.bits);
+    }
+    out[l.codes + static_cast<size_t>(byte)] = static_cast<uint8_t>(packed);
+  }
+}
 
 // ---- adaptive ------------------------------------------------------------------------------------
 
@@ -414,11 +486,39 @@ __global__ void topk_check_kernel(const uint32_t* indices, int64_t k, int64_t n,
     if (indices[j] >= n || (j > 0 && indices[j] <= indices[j - 1])) atomicOr(&status->bad, 1u);
 }
 
+// Quantized values: every range finite with 0 <= lo <= hi (float bits: a set sign bit is above
+// kNonFinite too), no bits after the last code.
+__global__ void topk_ranges_check_kernel(const uint8_t* payload, wire::TopkLayout l, EncodeStatus* status) {
+  const auto* ranges = reinterpret_cast<const uint32_t*>(payload + l.ranges);
+  for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < l.groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t lo = ranges[2 * g], hi = ranges[2 * g + 1];
+    if (lo >= kNonFinite || hi >= kNonFinite || lo > hi) atomicOr(&status->bad, 1u);
+  }
+  const auto used = static_cast<uint32_t>(static_cast<size_t>(l.k) * static_cast<size_t>(l.bits) % 8);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && used != 0 && (payload[l.end - 1] >> used) != 0) atomicOr(&status->bad, 1u);
+}
+
 template <bool Add>
 __global__ void topk_scatter_kernel(const uint32_t* indices, const float* values, int64_t k, float* out) {
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < k;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[indices[j]] = Add ? out[indices[j]] + values[j] : values[j];
+}
+
+template <bool Add>
+__global__ void topk_quantized_scatter_kernel(const uint8_t* payload, wire::TopkLayout l, float* out) {
+  const auto* indices = reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes);
+  const auto* ranges = reinterpret_cast<const float*>(payload + l.ranges);
+  const uint32_t top = topk_top_level(l.bits), mask = (1u << l.bits) - 1u;
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < l.k;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t g = j / l.group;
+    const float lo = ranges[2 * g], hi = ranges[2 * g + 1], step = topk_step(lo, hi, top);
+    const auto bit = static_cast<size_t>(j) * static_cast<size_t>(l.bits);
+    const float y = topk_decoded((payload[l.codes + bit / 8] >> (bit % 8)) & mask, lo, hi, step, top, l.bits);
+    out[indices[j]] = Add ? out[indices[j]] + y : y;
+  }
 }
 
 __device__ __forceinline__ uint32_t column_first(const uint8_t* payload, int64_t c) {
@@ -477,10 +577,13 @@ __global__ void adaptive_scatter_kernel(const uint8_t* payload, wire::AdaptiveLa
 
 }  // namespace
 
-void topk_encode_cuda(Context& ctx, const EncodeArgs& a, int64_t k, const WireHeader& h) {
+void topk_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::TopkLayout& l, const WireHeader& h) {
   cuda_write_header(ctx, a.out, h);
+  const int64_t k = l.k;
   if (k == 0) return;
-  const size_t need = 256 + select_bytes() + tiles_bytes(a.n);
+  const bool exact = l.bits == 32;
+  const size_t need =
+      256 + select_bytes() + tiles_bytes(a.n) + (exact ? 0 : Carver::bytes<float>(static_cast<size_t>(k)));
   Carver carver(a.state->workspace(ctx.device(), need));
   EncodeStatus* status = fresh_status(ctx, carver);
   const SpanValues v{a.in, a.residual};
@@ -495,32 +598,56 @@ void topk_encode_cuda(Context& ctx, const EncodeArgs& a, int64_t k, const WireHe
   });
   const Tiles tiles = make_tiles(carver, a.n);
   auto* indices = reinterpret_cast<uint32_t*>(a.out + wire::kHeaderBytes);
-  auto* values = reinterpret_cast<float*>(a.out + wire::kHeaderBytes + 4 * static_cast<size_t>(k));
-  compact(ctx, tiles, TopkFlags{v, state}, a.n, host.ties, TopkEmit{v, a.residual, indices, values}, status);
+  auto* values = exact ? reinterpret_cast<float*>(a.out + l.values) : carver.take<float>(static_cast<size_t>(k));
+  compact(ctx, tiles, TopkFlags{v, state}, a.n, host.ties, TopkEmit{v, a.residual, indices, values, exact}, status);
+  if (!exact) {
+    constexpr int kThreads = 256;
+    cudaStream_t s = stream_of(ctx);
+    auto* ranges = reinterpret_cast<uint32_t*>(a.out + l.ranges);
+    topk_range_init_kernel<<<grid_for(l.groups, kThreads), kThreads, 0, s>>>(ranges, l.groups);
+    topk_range_kernel<<<grid_for(k, kThreads), kThreads, 0, s>>>(values, k, l.group, ranges);
+    const auto code_bytes = static_cast<int64_t>(wire::packed_bytes(k, l.bits));
+    topk_codes_kernel<<<grid_for(code_bytes, kThreads), kThreads, 0, s>>>(values, indices, l, a.out, a.residual);
+    CUDA_CHECK(cudaGetLastError());
+  }
   check_status(ctx, status, [k](const EncodeStatus& done) {
     QT_CHECK_EQ(static_cast<int64_t>(done.count), k, "topk (CUDA): selected values");
   });
 }
 
-void topk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, float* out, bool add) {
+void topk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, const wire::TopkLayout& l, float* out,
+                      bool add) {
   constexpr int kThreads = 256;
+  const int64_t k = l.k;
+  cudaStream_t s = stream_of(ctx);
   const auto* indices = reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes);
-  const auto* values = reinterpret_cast<const float*>(payload + wire::kHeaderBytes + 4 * static_cast<size_t>(k));
   if (k > 0) {
     DecodeStatus status(ctx);
-    topk_check_kernel<<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(indices, k, n, status.get());
+    topk_check_kernel<<<grid_for(k, kThreads), kThreads, 0, s>>>(indices, k, n, status.get());
+    if (l.bits != 32)
+      topk_ranges_check_kernel<<<grid_for(l.groups, kThreads), kThreads, 0, s>>>(payload, l, status.get());
     CUDA_CHECK(cudaGetLastError());
     check_status(ctx, status.get(), [](const EncodeStatus& done) {
       if (done.bad)
-        wire::bad_payload(QuantMethod::topk, "indices must increase strictly and stay below the value count");
+        wire::bad_payload(QuantMethod::topk,
+                          "indices must increase strictly and stay below the value count, ranges be finite with "
+                          "0 <= lo <= hi, and the bits after the last code zero");
     });
   }
-  if (!add && n > 0) CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(n), stream_of(ctx)));
+  if (!add && n > 0) CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(n), s));
   if (k == 0) return;
-  if (add)
-    topk_scatter_kernel<true><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(indices, values, k, out);
-  else
-    topk_scatter_kernel<false><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(indices, values, k, out);
+  const int grid = grid_for(k, kThreads);
+  if (l.bits == 32) {
+    const auto* values = reinterpret_cast<const float*>(payload + l.values);
+    if (add)
+      topk_scatter_kernel<true><<<grid, kThreads, 0, s>>>(indices, values, k, out);
+    else
+      topk_scatter_kernel<false><<<grid, kThreads, 0, s>>>(indices, values, k, out);
+  } else if (add) {
+    topk_quantized_scatter_kernel<true><<<grid, kThreads, 0, s>>>(payload, l, out);
+  } else {
+    topk_quantized_scatter_kernel<false><<<grid, kThreads, 0, s>>>(payload, l, out);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -13,7 +13,7 @@
 #     --profile-once; 17 methods, GPU_CHECK_NCU_METHODS overrides them): per kernel its time, DRAM
 #     throughput and achieved occupancy, as a table (tools/gpu_check/ncu_table.py; ~60 s, at most 150 s);
 #  3. bench-allreduce over NCCL on one rank at 4 and 64 MB, with the payloads in device memory and
-#     through the host (QTRAIN_EXCHANGE_HOST_PAYLOADS=1) (~30 s);
+#     through the host (--payload-path host) (~30 s);
 #  4. the `cuda` test label: quantizers and optimizers bit for bit against the CPU, every layer
 #     including the cuDNN ones, MpiComm staging and NcclComm (~30 s);
 #  5. ResNet-110 training with qsgd 4-bit on 2 ranks sharing the GPU over MPI, on synthetic CIFAR
@@ -210,7 +210,7 @@ if [[ $dry -eq 0 ]]; then
   step "bench-allreduce --backend nccl (one rank)" bench-allreduce "$qtrain" bench-allreduce --backend nccl \
     --sizes 4 64 --methods fp32,bf16,qsgd:bits=4,onebit,topk --iterations 20 --warmup 3
   step "bench-allreduce --backend nccl (one rank), host payload path" bench-allreduce-host \
-    env QTRAIN_EXCHANGE_HOST_PAYLOADS=1 "$qtrain" bench-allreduce --backend nccl \
+    "$qtrain" bench-allreduce --backend nccl --payload-path host \
     --sizes 4 64 --methods qsgd:bits=4,onebit --iterations 20 --warmup 3
   say "### host synchronizations per exchange call: counted by \`tools/gpu_check.sh --dry-run\` under the" \
       "emulator (they do not depend on the hardware)"
@@ -218,7 +218,7 @@ else
   step "bench-allreduce --backend nccl (one rank), emulated at 0.25 MB" bench-allreduce "$emu" bench-allreduce \
     --backend nccl --sizes 0.25 --methods fp32,bf16,qsgd:bits=4,onebit,topk --iterations 2 --warmup 1
   step "bench-allreduce --backend nccl (one rank), host payload path, emulated at 0.25 MB" bench-allreduce-host \
-    env QTRAIN_EXCHANGE_HOST_PAYLOADS=1 "$emu" bench-allreduce --backend nccl \
+    "$emu" bench-allreduce --backend nccl --payload-path host \
     --sizes 0.25 --methods qsgd:bits=4,onebit --iterations 2 --warmup 1
   step_lines=30 step "host synchronizations per exchange call (CUEMU_STATS)" host-syncs \
     python3 tools/gpu_check/host_syncs.py "$emu" --work "$logs/host-syncs"

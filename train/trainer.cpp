@@ -465,13 +465,20 @@ void Trainer::sync_buffers() {
 
 // Compares parameters only: buffers legitimately differ between the synchronizations of sync_buffers(),
 // which checks them itself under --debug-check-replicas.
+// Where the replicas agree, their parameters; where they differ between synchronizations, the
+// strategy's global parameters, which every rank must hold alike at every step.
 void Trainer::check_replicas(int64_t step) {
+  const Tensor* global = sync_->global_parameters();
+  const bool replicas = sync_->replicas_identical(step);
+  if (!replicas && global == nullptr) return;  // nothing is meant to agree now
   const WatchActivity activity(fmt::format("replica check at step {}", step));
   ctx_->synchronize();
-  const Tensor host = net_->params().device().is_cpu() ? net_->params() : net_->params().to(Device::cpu());
+  const Tensor& checked = replicas ? net_->params() : *global;
+  const Tensor host = checked.device().is_cpu() ? checked : checked.to(Device::cpu());
   if (const auto d = comm_->first_disagreement(fnv1a64(host.raw(), host.nbytes())))
-    QT_FAIL("replica check at step {}: the parameters of rank {} differ from rank 0's (checksums {:016x} vs {:016x})",
-            step, d->rank, d->value, d->rank0_value);
+    QT_FAIL("replica check at step {}: the {} of rank {} differ from rank 0's (checksums {:016x} vs {:016x})", step,
+            replicas ? "parameters" : fmt::format("global parameters of sync.type {}", config_.sync.type), d->rank,
+            d->value, d->rank0_value);
 }
 
 Trainer::~Trainer() = default;
@@ -690,10 +697,8 @@ void Trainer::train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally
   ++pos.step;
   ++pos.batch_in_epoch;
   ++tally.steps;
-  // Only where replicas are meant to agree (a strategy that syncs every H steps lets them drift between).
-  if (options_.check_replicas_every > 0 && pos.step % options_.check_replicas_every == 0 &&
-      sync_->replicas_identical(pos.step))
-    check_replicas(pos.step);
+  // The replicas where they are meant to agree, else the strategy's global parameters (check_replicas).
+  if (options_.check_replicas_every > 0 && pos.step % options_.check_replicas_every == 0) check_replicas(pos.step);
 }
 
 // The end of an epoch (or of a run stopped within one): its metrics row with the exchange's

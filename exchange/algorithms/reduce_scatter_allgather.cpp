@@ -12,7 +12,6 @@
 // needs those messages, and this one cannot overlap pieces, as each collective returns only when
 // complete. With one piece there is nothing to overlap, so the collectives take it.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "comm/buffer_ops.h"
@@ -23,17 +22,6 @@
 
 namespace qtrain::exchange {
 namespace {
-
-// QTRAIN_EXCHANGE_HOST_PAYLOADS=1 keeps GPU payloads on the host path even where the communicator
-// has device byte collectives: for measuring one path against the other on a GPU, and for checking
-// that both give the same bits (tests/e2e/cuda_emu_train.sh).
-bool host_payloads_forced() {
-  static const bool forced = [] {
-    const char* e = std::getenv("QTRAIN_EXCHANGE_HOST_PAYLOADS");
-    return e != nullptr && std::string(e) == "1";
-  }();
-  return forced;
-}
 
 // Piece k of every tensor of `ids` through both phases on the streaming collectives.
 void reduce_scatter_allgather_piece(Workspace& w, const std::vector<int>& ids, int k, StripeTally& tally) {
@@ -179,7 +167,7 @@ void reduce_scatter_allgather(Workspace& w, const std::vector<int>& ids) {
       capacity.push_back(w.piece_capacity(ids, s, k));
       pipelined = pipelined && capacity.back() <= w.comm.max_point_to_point_bytes();
     }
-  const bool on_device = w.device.is_cuda() && w.comm.device_byte_collectives() && !host_payloads_forced();
+  const bool on_device = w.device.is_cuda() && w.comm.device_byte_collectives() && !w.host_payloads;
   if (pipelined)
     reduce_scatter_allgather_pipelined(w, ids, pieces, capacity, tally);
   else if (on_device)

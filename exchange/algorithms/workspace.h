@@ -33,6 +33,9 @@ struct Workspace {
   // On CUDA: the quantizers' checks, read back once per step (settle_checks) instead of per call.
   std::unique_ptr<DeferredChecks> checks;
   float scale;  // applied to every sum: 1/P for the mean, else 1
+  // communication.payload_path host: GPU payloads through host memory even where the communicator has
+  // device byte collectives.
+  bool host_payloads = false;
   std::vector<ExchangeTensor> tensors;
   std::vector<TensorPlan> plans;
   Tensor grads;  // this step's gradient arena: the input, and the result in place

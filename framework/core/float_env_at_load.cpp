@@ -19,5 +19,5 @@ __attribute__((no_sanitize("address", "undefined"))) void flush_at_load(int, cha
 }  // namespace
 
 // Runs on the main thread before the shared libraries' constructors (OpenBLAS's thread start).
-extern "C" __attribute__((section(".preinit_array"), used)) void (*const qtrain_flush_subnormals_at_load)(
-    int, char**, char**) = flush_at_load;
+extern "C" __attribute__((section(".preinit_array"),
+                          used)) void (*const qtrain_flush_subnormals_at_load)(int, char**, char**) = flush_at_load;

@@ -23,7 +23,8 @@ py::buffer_info checked(const py::buffer& b, const std::string& what, const char
   if (info.itemsize != itemsize || (info.format != format && !(itemsize == 1 && info.format == "B")))
     throw py::type_error(fmt::format("{}: expected {} values, got a buffer of format '{}' ({} bytes per item)", what,
                                      kind, info.format, info.itemsize));
-  if (!c_contiguous(info)) throw py::type_error(fmt::format("{}: expected a contiguous buffer (call .contiguous())", what));
+  if (!c_contiguous(info))
+    throw py::type_error(fmt::format("{}: expected a contiguous buffer (call .contiguous())", what));
   if (writable && info.readonly) throw py::type_error(fmt::format("{}: the buffer is read-only", what));
   return info;
 }

@@ -178,8 +178,7 @@ void bind_exchange(py::module_& m) {
       .def(py::init<py::object, const std::vector<std::string>&, const std::vector<std::vector<int64_t>>&,
                     const std::string&, const std::string&, uint64_t, int64_t, double>(),
            py::arg("collectives"), py::arg("names"), py::arg("shapes"), py::arg("method"),
-           py::arg("algorithm") = "auto", py::arg("seed") = 0, py::arg("min_numel") = 10000,
-           py::arg("piece_mb") = 4.0)
+           py::arg("algorithm") = "auto", py::arg("seed") = 0, py::arg("min_numel") = 10000, py::arg("piece_mb") = 4.0)
       .def("reduce", &HookExchange::reduce, py::arg("buckets"), py::arg("step"))
       .def("state", &HookExchange::state)
       .def("load_state", &HookExchange::load_state)

@@ -49,12 +49,8 @@ void PythonCollectivesComm::all_reduce_sum(Context& ctx, void* data, int64_t cou
   QT_CHECK(ctx.device().is_cpu(), "all_reduce_sum over a Python process group: CPU memory only");
   const auto n = static_cast<size_t>(count);
   switch (type) {
-    case ReduceType::f32:
-      collectives_.attr("all_reduce")(view(static_cast<float*>(data), n));
-      break;
-    case ReduceType::f64:
-      collectives_.attr("all_reduce")(view(static_cast<double*>(data), n));
-      break;
+    case ReduceType::f32: collectives_.attr("all_reduce")(view(static_cast<float*>(data), n)); break;
+    case ReduceType::f64: collectives_.attr("all_reduce")(view(static_cast<double*>(data), n)); break;
     case ReduceType::f16: {
       // NumPy's float16 is IEEE binary16, the bits of qtrain's f16_t.
       auto a = py::array(py::dtype("float16"), {static_cast<py::ssize_t>(n)}, {py::ssize_t{2}}, data,
@@ -138,8 +134,10 @@ void PythonCollectivesComm::all_to_all_bytes(Context&, std::span<const uint8_t> 
            send_sizes.size(), send_offsets.size(), P);
   size_t mine = 0;
   for (size_t d = 0; d < P; ++d) {
-    QT_CHECK(send_offsets[d] + send_sizes[d] <= send.size(), "all_to_all_bytes: the block for rank {} lies outside "
-             "the {} bytes to send", d, send.size());
+    QT_CHECK(send_offsets[d] + send_sizes[d] <= send.size(),
+             "all_to_all_bytes: the block for rank {} lies outside "
+             "the {} bytes to send",
+             d, send.size());
     mine = std::max(mine, send_sizes[d]);
   }
   size_t largest = 0;

@@ -44,12 +44,11 @@ final() { tail -1 "$1/metrics.csv" | awk -F, '{print $5, $6, $7, $8}'; }
 
 launch() { mpirun --oversubscribe --bind-to none --mca btl self,vader --mca mpi_yield_when_idle 1 "$@"; }
 # train_emulated RANKS RUN_DIR ARGS...: the config with ARGS on RANKS emulated GPUs over NCCL, its
-# output in RUN_DIR.log (QTRAIN_EXCHANGE_HOST_PAYLOADS, when set, reaches every rank).
+# output in RUN_DIR.log.
 train_emulated() {
-  local ranks=$1 dir=$2 pass=()
+  local ranks=$1 dir=$2
   shift 2
-  [[ -n "${QTRAIN_EXCHANGE_HOST_PAYLOADS:-}" ]] && pass=(-x QTRAIN_EXCHANGE_HOST_PAYLOADS)
-  CUEMU_DEVICES="$ranks" launch "${pass[@]}" -np "$ranks" "$emulated" train \
+  CUEMU_DEVICES="$ranks" launch -np "$ranks" "$emulated" train \
     "$src/configs/mnist_mlp.yaml" "${common[@]}" "$@" --set device=cuda --set communication.backend=nccl \
     --set output.dir="$dir" </dev/null >"$dir.log" 2>&1
 }
@@ -98,7 +97,7 @@ done
 # The codec is the CPU's bits (test_demo_codec_cuda); the gradients are not, as above.
 run_pair demo 2 "DeMo: DCT-II" --set sync.type=demo --set sync.topk=4 --set "optimizer={type: sgd, lr: 0.001}"
 # On emulated GPUs over NCCL the reduce-scatter + allgather keeps every payload in device memory
-# (device byte collectives); QTRAIN_EXCHANGE_HOST_PAYLOADS=1 takes the host path instead. Both must
+# (device byte collectives); communication.payload_path host takes the host path instead. Both must
 # end in the same bits: parameters, momentum and every rank's error-feedback residuals. qsgd and
 # onebit repeat their runs above on the host path; topk (variable-size payloads, whose headers the
 # device path reads on the host) runs both ways through reduce-scatter + allgather, in few pieces.
@@ -106,7 +105,7 @@ state_of() { "$src/tests/support/checkpoint_tensors.py" "$1"; }
 host_path_same_bits() {  # host_path_same_bits LABEL DEVICE_RUN_DIR ARGS...
   local label=$1 device_run=$2 host_run="$tmp/$1-host-path"
   shift 2
-  if ! QTRAIN_EXCHANGE_HOST_PAYLOADS=1 train_emulated 2 "$host_run" "$@"; then
+  if ! train_emulated 2 "$host_run" "$@" --set communication.payload_path=host; then
     fail "$label on the host path"; grep -v "^\[20" "$host_run.log" | tail -5 | sed "s/^/    /"; return
   fi
   if diff <(state_of "$device_run") <(state_of "$host_run") >"$tmp/diff"; then

@@ -9,7 +9,9 @@
 #  2d. PowerSGD: replicas identical, a resume bit for bit, a sensible accuracy in 300 steps;
 #  2e. DiLoCo (sync.type diloco) with qsgd pseudo-gradients: replicas identical at every outer step,
 #      a resume from inside an inner period bit for bit (per-rank parameters and optimizer state);
-#  2f. DeMo (sync.type demo) on 4 ranks: replicas identical after every step, each rank's momentum its
+#  2f. Streaming DiLoCo (2 fragments, overlap 2): global parameters identical every step, a resume inside a
+#      fragment's flight exact;
+#  2g. DeMo (sync.type demo) on 4 ranks: replicas identical after every step, each rank's momentum its
 #      own, a resume bit for bit, the payload's bytes in metrics.csv;
 #  3. ranks started with different configs stop at start-up with a clear message;
 #  4. a rank that dies (SIGKILL) stops the job within seconds instead of hanging;
@@ -188,7 +190,27 @@ else
   fail "2 ranks, diloco"; tail -5 "$tmp/log" | sed 's/^/    /'
 fi
 
-# 2f. DeMo on 4 ranks, chunks of 64 with the top 4 DCT coefficients: the parameters identical on every
+# 2f. Streaming DiLoCo on 2 ranks: 2 fragments synced in turn every 6 steps, each merged 2 steps after it
+#     is sent (its exchange on the exchange thread meanwhile), qsgd 4-bit pseudo-gradients: the global
+#     parameters identical on both ranks at every step (checked every step); 9 steps (a checkpoint inside
+#     fragment 1's flight: sent at 9, merged at 11) + a resume to 20 give every rank's tensors of 20
+#     uninterrupted steps bit for bit.
+streaming=(--set sync.type=diloco --set sync.inner_steps=6 --set sync.fragments=2 --set sync.overlap=2
+           --set quantization.method=qsgd --debug-check-replicas 1)
+if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=20 --set output.dir="$tmp/sd" \
+     "${streaming[@]}" >"$tmp/log" 2>&1 &&
+   "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=9 --set output.dir="$tmp/sd-r" \
+     "${streaming[@]}" >"$tmp/log" 2>&1 &&
+   [[ $(tensors "$tmp/sd-r" | grep -c "in_flight") -gt 0 ]] &&
+   "${mpirun[@]}" -np 2 "$qtrain" train --resume "$tmp/sd-r" "${common[@]}" --set train.max_steps=20 \
+     "${streaming[@]}" >"$tmp/log" 2>&1 &&
+   diff <(tensors "$tmp/sd") <(tensors "$tmp/sd-r") >/dev/null; then
+  echo "ok: 2 ranks, streaming diloco (2 fragments, overlap 2), global parameters identical every step, 9 + resumed 11 = 20 straight"
+else
+  fail "2 ranks, streaming diloco"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
+
+# 2g. DeMo on 4 ranks, chunks of 64 with the top 4 DCT coefficients: the parameters identical on every
 #     rank after every step (checked every step), the momenta different (each rank's own, in its own
 #     file); 6 steps + a resume to 12 give every file of 12 uninterrupted steps bit for bit; bytes per
 #     step in metrics.csv are the payload's times 3 (an allgather to 3 other ranks).

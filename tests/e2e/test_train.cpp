@@ -614,3 +614,45 @@ TEST_CASE("diloco: a resume inside an inner period continues bit for bit", "[e2e
   REQUIRE_THROWS_WITH(train(config, {"sync.type=diloco", "sync.inner_steps=0", "output.dir=" + dir.file("bad")}),
                       Catch::Contains("sync.inner_steps"));
 }
+
+TEST_CASE("streaming diloco: a resume while a fragment's exchange is in flight continues bit for bit",
+          "[e2e][diloco][resume]") {
+  // Two fragments synced in turn every 4 steps (fragment 0 at steps 4, 8, ..., fragment 1 at 2, 6, ...),
+  // each merged 2 steps after it is sent, into replicas that trained on meanwhile (mix 0.5). A checkpoint
+  // at step 5 falls inside fragment 0's flight (sent at 4, merged at 6): it holds the flight's averaged
+  // pseudo-gradient and its merge step, and the resumed run merges it at 6 as the uninterrupted one does.
+  TempDir dir;
+  write_small_mnist(dir);
+  const std::string config = small_config(dir, "{type: adam, lr: 0.001}");
+  const std::vector<std::string> st = {"sync.type=diloco", "sync.inner_steps=4", "sync.fragments=2", "sync.overlap=2"};
+  auto with = [&](std::vector<std::string> o) {
+    o.insert(o.end(), st.begin(), st.end());
+    return o;
+  };
+  train(config, with({"train.max_steps=13", "output.dir=" + dir.file("full")}));
+  train(config, with({"train.max_steps=5", "output.dir=" + dir.file("split")}));
+  {
+    const SafetensorsFile f(dir.file("split/checkpoint.safetensors"));
+    const Tensor merge_at = f.read("sync/diloco/merge_at");
+    REQUIRE(merge_at.numel() == 2);
+    CHECK(merge_at.data<double>()[0] == 6);  // fragment 0, sent at step 4
+    CHECK(merge_at.data<double>()[1] == 0);  // fragment 1 merged at step 4 (sent at 2)
+  }
+  train(config, with({"train.max_steps=13"}), dir.file("split"));
+  REQUIRE(checkpoint_values(dir.file("split/checkpoint.safetensors")) ==
+          checkpoint_values(dir.file("full/checkpoint.safetensors")));
+  REQUIRE(checkpoint_values(dir.file("split/checkpoint.rank0.step13.safetensors")) ==
+          checkpoint_values(dir.file("full/checkpoint.rank0.step13.safetensors")));
+  // The streaming keys are checked at start, each error naming its key.
+  REQUIRE_THROWS_WITH(
+      train(config, {"sync.type=diloco", "sync.inner_steps=4", "sync.overlap=4", "output.dir=" + dir.file("bad")}),
+      Catch::Contains("sync.overlap"));
+  REQUIRE_THROWS_WITH(
+      train(config, {"sync.type=diloco", "sync.inner_steps=4", "sync.fragments=99", "output.dir=" + dir.file("bad")}),
+      Catch::Contains("sync.fragments"));
+  REQUIRE_THROWS_WITH(
+      train(config, {"sync.type=diloco", "sync.inner_steps=1", "sync.fragments=2", "output.dir=" + dir.file("bad")}),
+      Catch::Contains("sync.fragments"));
+  REQUIRE_THROWS_WITH(train(config, {"sync.type=diloco", "sync.mix=1.5", "output.dir=" + dir.file("bad")}),
+                      Catch::Contains("sync.mix"));
+}

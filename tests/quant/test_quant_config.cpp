@@ -46,6 +46,12 @@ TEST_CASE("methods and their parameters", "[quant][config]") {
   c = parse("quantization: {method: topk, fraction: 0.001}\n");
   REQUIRE(c.base.number("fraction") == 0.001);
   REQUIRE(c.base.str() == "topk(fraction=0.001)");
+  REQUIRE(c.base.integer("value_bits") == 32);
+  c = parse("quantization: {method: topk, fraction: 0.02, value_bits: 2}\n");
+  REQUIRE(c.base.integer("value_bits") == 2);
+  REQUIRE(c.base.str() == "topk(fraction=0.02, value_bits=2, value_block=128)");
+  c = parse("quantization: {method: topk, value_bits: 8, value_block: 0}\n");
+  REQUIRE(c.base.str() == "topk(fraction=0.01, value_bits=8, value_block=0)");
 }
 
 TEST_CASE("invalid values are errors that list what is allowed", "[quant][config]") {
@@ -82,6 +88,12 @@ TEST_CASE("invalid values are errors that list what is allowed", "[quant][config
   REQUIRE_THROWS_WITH(parse("quantization: {method: dettmers8, bits: 4}\n"),
                       Catch::Contains("unknown key 'quantization.bits'") && Catch::Contains("variant"));
   REQUIRE_THROWS_WITH(parse("quantization: {method: onebit, bucket: 64}\n"), Catch::Contains("mode: bucket only"));
+  REQUIRE_THROWS_WITH(parse("quantization: {method: topk, value_bits: 3}\n"),
+                      Catch::Contains("quantization.value_bits must be one of 2, 4, 8, 32, got '3'"));
+  REQUIRE_THROWS_WITH(parse("quantization: {method: topk, value_block: 64}\n"),
+                      Catch::Contains("quantization.value_block") && Catch::Contains("value_bits: 2, 4 or 8 only"));
+  REQUIRE_THROWS_WITH(parse("quantization: {method: topk, value_bits: 2, value_block: -1}\n"),
+                      Catch::Contains("quantization.value_block must be >= 0"));
 }
 
 TEST_CASE("min_numel keeps small tensors in fp32", "[quant][config]") {

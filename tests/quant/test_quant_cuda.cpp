@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -233,6 +234,57 @@ TEST_CASE("CUDA encoders write the CPU's bytes at exact-rounding edges", "[quant
   }
 }
 
+// topk's quantized values at their edges: every midpoint of the level grid (and one ulp either side:
+// the ties go to the even level), ranges whose lo equals hi, zeros of both signs, the float range's
+// ends (lo + q step must stay at most hi), subnormal values; ranges of 1, 3 entries and the whole span.
+TEST_CASE("CUDA topk quantized values write the CPU's bytes at level midpoints and range edges", "[quant][cuda]") {
+  Context cpu = Context::cpu(1, 1);
+  Context gpu = Context::cuda(0, 1);
+  for (int bits : {2, 4, 8}) {
+    const int top = (1 << (bits - 1)) - 1;
+    std::vector<float> grid = {1.0f, static_cast<float>(1 + top)};  // lo = 1, hi = 1 + top: step 1
+    for (int q = 0; q < top; ++q) {
+      const float mid = static_cast<float>(q) + 1.5f;
+      grid.insert(grid.end(), {mid, -std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)});
+    }
+    const std::vector<std::vector<float>> inputs = {grid,
+                                                    {2.0f, -2.0f, 2.0f, 2.0f, -2.0f, 2.0f, 2.0f},
+                                                    {0.0f, -0.0f, 0.0f, 2.0f, -3.0f, -0.0f, 1.0f},
+                                                    {FLT_MAX, -FLT_MAX, 1e-45f, -1e-45f, 1.0f, -3e38f, 7.0f},
+                                                    {1e-45f, 3e-45f, -1e-44f, 2e-44f, -1.2e-38f, 1e-40f, 3e-38f}};
+    for (const auto& x : inputs) {
+      for (int64_t block : {1, 3, 0}) {
+        for (bool ef : {false, true}) {
+          QuantSpec s = QuantSpec::defaults(QuantMethod::topk);
+          s.set("fraction", 1.0);
+          s.set("value_bits", bits);
+          s.set("value_block", static_cast<double>(block));
+          s.error_feedback = ef;
+          CAPTURE(s.str(), x.size(), x[0]);
+          auto q = make_quantizer(s);
+          const auto n = static_cast<int64_t>(x.size());
+          QuantState cs(5, 1, 3), gs(5, 1, 3);
+          const auto cp = encode(*q, cpu, x, 1, cs);
+          const size_t cap = q->max_encoded_bytes(n, 1);
+          Tensor gx = to_cuda(x);
+          Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
+          const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), 1, gs,
+                                          std::span<uint8_t>(gout.data<uint8_t>(), cap));
+          REQUIRE(gbytes == cp.size());
+          require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
+          if (ef)
+            REQUIRE(same_bits(to_host(gpu, gs.residual()),
+                              std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
+          Tensor gd = to_cuda(std::vector<float>(static_cast<size_t>(n), 9.0f));
+          q->decode(gpu, std::span<const uint8_t>(gout.data<uint8_t>(), gbytes), n,
+                    std::span<float>(gd.data<float>(), static_cast<size_t>(n)));
+          REQUIRE(same_bits(to_host(gpu, gd), decode(*q, cpu, cp, n)));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("CUDA encoders refuse sums beyond the float range as the CPU does", "[quant][cuda]") {
   // +-3e38: finite, but onebit's and adaptive's sums and qsgd's l2 norms overflow. Both paths throw
   // NonFiniteInputError; the other methods write the CPU's bytes.
@@ -355,6 +407,17 @@ TEST_CASE("CUDA decoders reject malformed payloads without writing", "[quant][cu
       const uint32_t big = 5000;
       std::memcpy(p.data() + 32, &big, 4);  // index out of range
       bad.push_back(p);
+      if (s.integer("value_bits") != 32) {
+        uint32_t k;
+        std::memcpy(&k, good.data() + 24, 4);
+        const uint32_t nan = 0x7fc00000u, above = 0x7f000000u;
+        p = good;
+        std::memcpy(p.data() + 32 + 4 * static_cast<size_t>(k), &nan, 4);  // lo of range 0
+        bad.push_back(p);
+        p = good;
+        std::memcpy(p.data() + 32 + 4 * static_cast<size_t>(k), &above, 4);  // lo > hi
+        bad.push_back(p);
+      }
     }
     if (s.method == QuantMethod::adaptive) {
       auto p = good;

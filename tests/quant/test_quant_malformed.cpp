@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "quant/wire.h"
 #include "tests/quant/quant_test_util.h"
@@ -148,6 +149,45 @@ TEST_CASE("malformed: indices and offsets out of range", "[quant][malformed]") {
     p = e.payload;
     put_u32(p, 24, 11);  // k larger than the body
     REQUIRE(checked_decode(*e.q, ctx, p, 1000, false) == Outcome::rejected);
+    p = e.payload;
+    put_u32(p, 28, 5);  // f32 values take no range length
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("field c must be zero"));
+  }
+  SECTION("topk quantized values") {
+    QuantSpec s = with(QuantMethod::topk);
+    s.set("value_bits", 2);
+    s.set("value_block", 4);
+    const Encoded e = encoded(s, 1000, 1);  // k = 10: ranges of 4, 4, 2; 20 code bits in 3 bytes
+    const size_t ranges = 32 + 40, codes = ranges + 3 * 8;
+    REQUIRE(e.payload.size() == wire::pad8(codes + 3));
+    REQUIRE(checked_decode(*e.q, ctx, e.payload, 1000, false) == Outcome::decoded);
+    auto p = e.payload;
+    put_u32(p, 4, 3);  // no such value format
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("value format (field a) 3"));
+    p = e.payload;
+    put_u32(p, 28, 0);  // ranges of no entries
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("a range of 0 entries"));
+    p = e.payload;
+    put_u32(p, 28, 5);  // ranges of 5: another length than the payload's
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("length field"));
+    p = e.payload;
+    put_u32(p, 4, 8);  // 8-bit codes: another length too
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("length field"));
+    for (auto [at, bits, why] : {std::tuple{ranges + 8, 0x7fc00000u, "range 1"},      // lo NaN
+                                 std::tuple{ranges + 12, 0x7f800000u, "range 1"},     // hi Inf
+                                 std::tuple{ranges + 16, 0x80000000u, "range 2"},     // lo -0: a sign
+                                 std::tuple{ranges + 16, 0x7f000000u, "range 2"}}) {  // lo > hi
+      p = e.payload;
+      put_u32(p, at, bits);
+      REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains(why) && Catch::Contains("0 <= lo <= hi"));
+      REQUIRE(checked_decode(*e.q, ctx, p, 1000, true) == Outcome::rejected);
+    }
+    p = e.payload;
+    p[codes + 2] |= 0x10;  // a bit after the 10th code
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("bits after the last code"));
+    p = e.payload;
+    std::memcpy(p.data() + 32 + 8, p.data() + 32 + 4, 4);  // duplicate index
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("indices must increase"));
   }
   SECTION("adaptive") {
     const int64_t n = 3200, column = 100;

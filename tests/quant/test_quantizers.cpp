@@ -71,7 +71,11 @@ size_t documented_size(const QuantSpec& s, int64_t n, int64_t column, const std:
     }
     case QuantMethod::topk: {
       const int64_t k = n == 0 ? 0 : std::max<int64_t>(1, std::llround(s.number("fraction") * static_cast<double>(n)));
-      return pad8(32 + 8 * k);
+      const int64_t bits = s.integer("value_bits");
+      if (bits == 32) return pad8(32 + 8 * k);
+      // k indices, a (lo, hi) pair per range of value_block entries (0: one range), k codes of `bits`.
+      const int64_t block = s.integer("value_block") > 0 ? s.integer("value_block") : std::max<int64_t>(k, 1);
+      return pad8(32 + 4 * k + 8 * cdiv(k, block) + cdiv(k * bits, 8));
     }
     case QuantMethod::fp8: return pad8(32 + n);
     case QuantMethod::mx: {

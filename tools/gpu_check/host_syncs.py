@@ -26,7 +26,7 @@ import tempfile
 
 DEFAULT_PIECE_MB = 4  # communication.piece_mb's default (exchange/exchange_config.h)
 KEYS = ["host_syncs", "d2h_copies", "h2d_copies", "launches"]
-PATHS = [("device", {}), ("host", {"QTRAIN_EXCHANGE_HOST_PAYLOADS": "1"})]
+PATHS = ["auto", "host"]  # bench-allreduce --payload-path (communication.payload_path)
 
 
 def read_stats(path):
@@ -74,12 +74,13 @@ def per_call(one, three, key, calls=2):
     return f"{v:.0f}" if v == int(v) else f"{v:.1f}"
 
 
-def run(qtrain, env_extra, method, size, piece_mb, iterations, stats):
+def run(qtrain, payload_path, method, size, piece_mb, iterations, stats):
     if os.path.exists(stats):
         os.remove(stats)
-    env = dict(os.environ, CUEMU_STATS=stats, **env_extra)
+    env = dict(os.environ, CUEMU_STATS=stats)
     cmd = [qtrain, "bench-allreduce", "--backend", "nccl", "--sizes", size, "--methods", method, "--baseline", method,
-           "--no-library", "--iterations", str(iterations), "--warmup", "0", "--piece-mb", str(piece_mb)]
+           "--no-library", "--iterations", str(iterations), "--warmup", "0", "--piece-mb", str(piece_mb),
+           "--payload-path", payload_path]
     done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         sys.stdout.write(done.stdout)
@@ -100,15 +101,15 @@ def main(argv):
     scale = DEFAULT_PIECE_MB / a.piece_mb if a.piece_mb > 0 else 1
     print(f"Per exchange call on 1 rank over the emulator's NCCL in pieces of {a.piece_mb:g} MB, so that each size "
           f"has the pieces of {scale:g} times its size in the default {DEFAULT_PIECE_MB:g} MB pieces (path: the "
-          "payloads in device memory, or through the host with QTRAIN_EXCHANGE_HOST_PAYLOADS=1):")
+          "payloads in device memory (auto), or through the host with --payload-path host):")
     print()
     print("| path | method | size (MB) | as (MB) | host syncs | D2H copies | H2D copies | launches |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     missing = False
-    for path, env in PATHS:
+    for path in PATHS:
         for method in a.methods.split(","):
             for size in a.sizes.split(","):
-                stats = [run(a.qtrain, env, method, size, a.piece_mb, n,
+                stats = [run(a.qtrain, path, method, size, a.piece_mb, n,
                              os.path.join(work, f"{path}-{method}-{size}-{n}.json")) for n in (1, 3)]
                 cells = [per_call(stats[0], stats[1], k) for k in KEYS]
                 missing = missing or "n/a" in cells

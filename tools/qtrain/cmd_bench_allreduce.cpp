@@ -54,6 +54,7 @@ struct Options {
   double piece_mb = ExchangeConfig{}.piece_mb;
   std::string hierarchy = ExchangeConfig{}.hierarchy;
   std::string intra = ExchangeConfig{}.intra;
+  std::string payload_path = ExchangeConfig{}.payload_path;
   int64_t ranks_per_node = 0;
   std::string json;
   bool no_library = false;
@@ -229,6 +230,7 @@ void run(const Options& o, int local_rank) {
       cc.overlap = false;
       cc.bucket_mb = 1e6;
       cc.piece_mb = o.piece_mb;
+      cc.payload_path = o.payload_path;
       cc.hierarchy = o.hierarchy;
       cc.intra = o.intra;
       cc.ranks_per_node = o.ranks_per_node;
@@ -356,6 +358,10 @@ void add_bench_allreduce_command(CLI::App& app, const MpiRuntime& mpi) {
                   "communication.hierarchy")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "flat", "two_level"}));
+  cmd->add_option("--payload-path", o->payload_path,
+                  "Where GPU payloads of reduce-scatter + allgather travel: auto (device memory over nccl) or host "
+                  "(communication.payload_path)")
+      ->check(CLI::IsMember({"auto", "host"}));
   cmd->add_option("--intra", o->intra, "The sum inside a node with two levels: fp32 or bf16 (communication.intra)")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16"}));

@@ -7,6 +7,16 @@
 // are bit-identical after every outer step (every rank decodes the same bytes and runs the same outer
 // step); between them they differ, and evaluation sees theta_global.
 //
+// Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512): `fragments` F cut the arena into
+// ranges of consecutive values (between rows where a boundary falls inside a tensor), each with its
+// own exchange and outer optimizer, synced in turn at its
+// own offset within the period (fragment f when (steps + f H / F) % H == 0), so one exchange carries
+// about 1/F of the model. With `overlap` tau > 0 a fragment's exchange runs on the exchange's thread
+// during the next tau inner steps and is merged when it lands: the outer step on the fragment's global
+// parameters, then local = mix * local + (1 - mix) * global (the paper's alpha). The global parameters
+// are bit-identical on every rank at every step; the replicas only agree in plain DiLoCo (F = 1,
+// tau = 0) after an outer step.
+//
 // Outer lr 1 without momentum is plain periodic model averaging (PyTorch's PeriodicModelAverager, the
 // post-local-SGD of Lin et al. 2020), up to the rounding of delta.
 #pragma once

@@ -5,9 +5,10 @@
 // schedules that sync every H steps (periodic averaging, DiLoCo) are others.
 //
 // A strategy that lets replicas drift between synchronizations says so through replicas_identical():
-// the trainer then keeps each rank's parameters in that rank's own checkpoint file, skips the
-// bit-identity check of --debug-check-replicas, and evaluates the strategy's global parameters (or,
-// if it keeps none, rank 0's replica, and says so). Optimizer state that is never synchronized
+// the trainer then keeps each rank's parameters in that rank's own checkpoint file, points the
+// bit-identity check of --debug-check-replicas at the strategy's global parameters (which every rank
+// must hold alike at every step; none: no check), and evaluates them (or, if it keeps none, rank 0's
+// replica, and says so). Optimizer state that is never synchronized
 // (optimizer_state_per_rank) goes to the rank files too.
 //
 // A new strategy is its own files plus one line in train/sync/registry.cpp.
