@@ -13,7 +13,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-all_targets=(quant_payload safetensors config idx cifar an4 jpeg)
+all_targets=(quant_payload demo_payload safetensors config idx cifar an4 jpeg)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 parallel=${FUZZ_PARALLEL:-1}
 

@@ -675,7 +675,7 @@ void Trainer::train_step(const DeviceBatch& b, TrainingPosition& pos, EpochTally
   {
     // What remains of the synchronization after backward: the communication not hidden under it.
     const auto t_wait = std::chrono::steady_clock::now();
-    sync_->after_backward();
+    sync_->after_backward(*ctx_);
     tally.exposed_s += seconds_since(t_wait);
   }
   // Clipping sees the averaged gradients, identical on every rank, so replicas stay in step.

@@ -92,6 +92,10 @@ for method in fp32 bf16 qsgd onebit topk randomk signsgd powersgd; do
   [[ $method == signsgd ]] && extra=(--set "optimizer={type: sgd, lr: 0.001, momentum: 0}")
   run_pair "$method" 2 "" "${extra[@]}" --set quantization.method="$method"
 done
+# DeMo (sync.type demo): no exchange; the codec's kernels encode each rank's momentum, the payloads
+# cross NCCL's communicator as host bytes (all_gather_bytes), and every rank decodes them on its GPU.
+# The codec is the CPU's bits (test_demo_codec_cuda); the gradients are not, as above.
+run_pair demo 2 "DeMo: DCT-II" --set sync.type=demo --set sync.topk=4 --set "optimizer={type: sgd, lr: 0.001}"
 # On emulated GPUs over NCCL the reduce-scatter + allgather keeps every payload in device memory
 # (device byte collectives); communication.payload_path host takes the host path instead. Both must
 # end in the same bits: parameters, momentum and every rank's error-feedback residuals. qsgd and

@@ -11,6 +11,8 @@
 #      a resume from inside an inner period bit for bit (per-rank parameters and optimizer state);
 #  2f. Streaming DiLoCo (2 fragments, overlap 2): global parameters identical every step, a resume inside a
 #      fragment's flight exact;
+#  2g. DeMo (sync.type demo) on 4 ranks: replicas identical after every step, each rank's momentum its
+#      own, a resume bit for bit, the payload's bytes in metrics.csv;
 #  3. ranks started with different configs stop at start-up with a clear message;
 #  4. a rank that dies (SIGKILL) stops the job within seconds instead of hanging;
 #  5. communication.backend: nccl fails with a clear message when there is no GPU.
@@ -206,6 +208,30 @@ if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_st
   echo "ok: 2 ranks, streaming diloco (2 fragments, overlap 2), global parameters identical every step, 9 + resumed 11 = 20 straight"
 else
   fail "2 ranks, streaming diloco"; tail -5 "$tmp/log" | sed 's/^/    /'
+fi
+
+# 2g. DeMo on 4 ranks, chunks of 64 with the top 4 DCT coefficients: the parameters identical on every
+#     rank after every step (checked every step), the momenta different (each rank's own, in its own
+#     file); 6 steps + a resume to 12 give every file of 12 uninterrupted steps bit for bit; bytes per
+#     step in metrics.csv are the payload's times 3 (an allgather to 3 other ranks).
+demo=(--set sync.type=demo --set sync.topk=4 --set "optimizer={type: sgd, lr: 0.001}" --debug-check-replicas 1)
+if "${mpirun[@]}" -np 4 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=12 --set output.dir="$tmp/demo" \
+     "${demo[@]}" >"$tmp/log" 2>&1 &&
+   "${mpirun[@]}" -np 4 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=6 --set output.dir="$tmp/demo-r" \
+     "${demo[@]}" >"$tmp/log" 2>&1 &&
+   "${mpirun[@]}" -np 4 "$qtrain" train --resume "$tmp/demo-r" "${common[@]}" --set train.max_steps=12 \
+     "${demo[@]}" >"$tmp/log" 2>&1 &&
+   diff <(tensors "$tmp/demo") <(tensors "$tmp/demo-r") >/dev/null; then
+  momenta=$(tensors "$tmp/demo" | grep "step 12 demo/momentum" | awk '{print $NF}' | sort -u | wc -l)
+  payload=$(grep -o "DeMo: .* \([0-9]*\) bytes per rank per step" "$tmp/demo/train.log" | grep -o "[0-9]* bytes per rank" | cut -d' ' -f1)
+  per_step=$(tail -n1 "$tmp/demo/metrics.csv" | cut -d, -f"$(head -n1 "$tmp/demo/metrics.csv" | tr , '\n' | grep -n '^bytes_sent_per_step$' | cut -d: -f1)")
+  if [[ $momenta -eq 4 && -n "$payload" ]] && awk -v b="$per_step" -v p="$payload" 'BEGIN { exit !(b == 3 * p) }'; then
+    echo "ok: 4 ranks, demo, replicas identical every step, 4 different momenta, 6 + resumed 6 = 12 straight, $per_step bytes sent per step"
+  else
+    fail "4 ranks, demo: $momenta distinct momenta (want 4), payload '$payload', bytes per step '$per_step'"
+  fi
+else
+  fail "4 ranks, demo"; tail -5 "$tmp/log" | sed 's/^/    /'
 fi
 
 # 3. mismatched configs (MPMD: rank 1 gets another learning rate)

@@ -132,6 +132,96 @@ TEST_CASE("powersgd: N steps equal N/2 steps + resume + N/2 steps, bit for bit",
   REQUIRE(checkpoint_values(dir.file("fp32/checkpoint.safetensors")) != a);
 }
 
+TEST_CASE("demo: a resume at a step continues bit for bit, with the momentum in the rank file", "[e2e][demo][resume]") {
+  // DeMo in a world of one still compresses: the momentum keeps what its top-k did not send, and a
+  // resume at step 7 must read it back from the rank file. Both payload variants, weight decay on.
+  TempDir dir;
+  write_small_mnist(dir);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.002, weight_decay: 0.001}");
+  for (const std::string sign : {"false", "true"}) {
+    INFO("sync.sign " << sign);
+    const std::vector<std::string> demo = {"sync.type=demo", "sync.topk=3", "sync.chunk=40", "sync.momentum=0.9",
+                                           "sync.sign=" + sign};
+    auto with = [&](std::vector<std::string> o) {
+      o.insert(o.end(), demo.begin(), demo.end());
+      return o;
+    };
+    const std::string full = dir.file("full" + sign), split = dir.file("split" + sign);
+    train(config, with({"train.max_steps=14", "output.dir=" + full}));
+    train(config, with({"train.max_steps=7", "output.dir=" + split}));
+    const SafetensorsFile rank_file(split + "/checkpoint.rank0.step7.safetensors");
+    REQUIRE(rank_file.names() == std::vector<std::string>{"demo/momentum"});
+    // The same checkpoint with the momentum zeroed: its resume must differ (the comparison can fail).
+    const std::string zeroed = dir.file("zeroed" + sign);
+    std::filesystem::copy(split, zeroed);
+    {
+      Tensor m = rank_file.read("demo/momentum");
+      REQUIRE(checkpoint_values(split + "/checkpoint.rank0.step7.safetensors") != std::vector<float>(m.numel(), 0.0f));
+      m.zero_();
+      save_safetensors(zeroed + "/checkpoint.rank0.step7.safetensors", {{"demo/momentum", m}}, rank_file.metadata());
+    }
+    const TrainSummary resumed = train(config, with({"train.max_steps=14"}), split);
+    REQUIRE(resumed.steps == 14);
+    REQUIRE(checkpoint_values(split + "/checkpoint.safetensors") ==
+            checkpoint_values(full + "/checkpoint.safetensors"));
+    REQUIRE(checkpoint_values(split + "/checkpoint.rank0.step14.safetensors") ==
+            checkpoint_values(full + "/checkpoint.rank0.step14.safetensors"));
+    train(config, with({"train.max_steps=14"}), zeroed);
+    REQUIRE(checkpoint_values(zeroed + "/checkpoint.safetensors") !=
+            checkpoint_values(full + "/checkpoint.safetensors"));
+  }
+}
+
+TEST_CASE("demo: each step moves every parameter by the learning rate times the sign of the decoded update",
+          "[e2e][demo]") {
+  // The optimizer-free step of the paper, through plain SGD: theta - lr * sign(Q), Q in {-1, 0, +1}.
+  TempDir dir;
+  write_small_mnist(dir);
+  const std::string config = small_config(dir, "{type: sgd, lr: 0.0625}");
+  train(config, {"train.max_steps=1", "output.dir=" + dir.file("one"), "sync.type=demo", "sync.topk=2"});
+  RunConfig rc = parse_run_config(config, {});
+  Net net(rc.model, DType::f32, Device::cpu(), layer_registry(), loss_registry());
+  net.init_parameters(rc.seed);
+  const SafetensorsFile f(dir.file("one/checkpoint.safetensors"));
+  int64_t moved = 0, total = 0;
+  for (const ParamEntry& e : net.param_entries()) {
+    const Tensor after = f.read(e.name);
+    const float* before = net.params().data<float>() + e.offset;
+    for (int64_t i = 0; i < e.numel; ++i) {
+      const float step = before[i] - after.data<float>()[i];
+      // lr is a power of two: theta -/+ lr rounds once, to within half an ulp of theta.
+      const float expected = std::abs(step) < 0.03125f ? 0.0f : (step > 0 ? 0.0625f : -0.0625f);
+      REQUIRE(std::abs(step - expected) <= std::max(std::abs(before[i]), 0.0625f) * 1.2e-7f);
+      moved += expected != 0.0f;
+      ++total;
+    }
+  }
+  CHECK(moved > total / 2);  // almost every value gets a sign: the summed chunks' inverse DCT is dense
+}
+
+TEST_CASE("demo: bad settings are refused naming the key", "[e2e][demo]") {
+  TempDir dir;
+  write_small_mnist(dir);
+  const std::string sgd = "{type: sgd, lr: 0.01}";
+  auto refused = [&](const std::string& optimizer, std::vector<std::string> overrides, const std::string& key) {
+    overrides.push_back("sync.type=demo");
+    overrides.push_back("output.dir=" + dir.file("bad"));
+    INFO(key);
+    REQUIRE_THROWS_WITH(train(small_config(dir, optimizer), overrides), Catch::Contains(key));
+  };
+  refused(sgd, {"sync.chunk=0"}, "sync.chunk");
+  refused(sgd, {"sync.chunk=2000"}, "sync.chunk");
+  refused(sgd, {"sync.topk=0"}, "sync.topk");
+  refused(sgd, {"sync.chunk=16", "sync.topk=17"}, "sync.topk");
+  refused(sgd, {"sync.momentum=1"}, "sync.momentum");
+  refused(sgd, {"sync.momentum=-0.1"}, "sync.momentum");
+  refused(sgd, {"sync.signs=true"}, "sync.signs");
+  refused("{type: adam, lr: 0.001}", {}, "optimizer.type");
+  refused("{type: sgd, lr: 0.01, momentum: 0.9}", {}, "optimizer.momentum");
+  refused("{type: sgd, lr: 0.01, clip_norm: 1}", {}, "optimizer.clip_norm");
+  refused(sgd, {"quantization.method=qsgd"}, "quantization.method");
+}
+
 TEST_CASE("resuming mid-epoch with fewer batches per epoch is an error naming the checkpoint", "[e2e][resume]") {
   // 320 samples / batch 32: the checkpoint stops after batch 7 of epoch 1. With batch 128 an epoch
   // has 3 batches; the loader's internal check used to fire instead.

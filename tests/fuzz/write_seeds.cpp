@@ -21,6 +21,7 @@
 #include "quant/policy.h"
 #include "quant/quantizer.h"
 #include "tests/support/image_files.h"
+#include "train/sync/demo_codec.h"
 
 using namespace qtrain;
 using namespace qtrain::testing;
@@ -85,6 +86,40 @@ void quant_payload_seeds() {
       }
       ++index;
     }
+  }
+}
+
+// demo_payload: [chunk (2 bytes), topk - 1, sign | (ranks - 1) << 1, tensor sizes (2 + 1 bytes)] + the
+// payloads encode wrote for every rank: fp32 values with one-byte indices, signs with two-byte
+// indices over 2 ranks, and every coefficient of chunks of 7.
+void demo_payload_seeds() {
+  Context ctx = Context::cpu(1, 1);
+  struct Case {
+    const char* name;
+    int64_t chunk, topk;
+    bool sign;
+    int ranks;
+  };
+  for (const Case& c : {Case{"values_u8", 64, 4, false, 1}, Case{"signs_u16_two_ranks", 300, 10, true, 2},
+                        Case{"every_coefficient", 7, 7, false, 1}}) {
+    const int64_t a = 200, b = 37;
+    const std::vector<demo::ArenaSpan> tensors = {{0, a}, {a + 3, b}};
+    demo::Codec codec(tensors, {.chunk = c.chunk, .topk = c.topk, .sign = c.sign, .beta = 0.5f}, Device::cpu());
+    Bytes input = {static_cast<uint8_t>((c.chunk - 1) & 0xff),
+                   static_cast<uint8_t>((c.chunk - 1) >> 8),
+                   static_cast<uint8_t>(c.topk - 1),
+                   static_cast<uint8_t>((c.sign ? 1 : 0) | (c.ranks - 1) << 1),
+                   static_cast<uint8_t>(a),
+                   0,
+                   static_cast<uint8_t>(b)};
+    for (int r = 0; r < c.ranks; ++r) {
+      std::vector<float> m(a + 3 + b, 0.0f), g(a + 3 + b);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + r));
+      Bytes payload(codec.payload_bytes());
+      codec.encode(ctx, m.data(), g.data(), payload.data());
+      input.insert(input.end(), payload.begin(), payload.end());
+    }
+    seed("demo_payload", c.name, input);
   }
 }
 
@@ -226,6 +261,7 @@ int main(int argc, char** argv) {
   const fs::path scratch = fs::temp_directory_path() / ("qtrain_fuzz_seeds_" + std::to_string(::getpid()));
   fs::create_directories(scratch);
   quant_payload_seeds();
+  demo_payload_seeds();
   safetensors_seeds(scratch);
   config_seeds(source / "configs");
   idx_seeds(scratch);

@@ -147,7 +147,7 @@ class DiLoCoSync final : public SyncStrategy {
 
   void before_backward(Tensor, uint64_t) override {}
   void tensor_ready(Context&, int) override {}
-  void after_backward() override {}
+  void after_backward(Context&) override {}
 
   void after_optimizer_step(Context& ctx, Tensor& params, uint64_t step) override {
     const uint64_t steps = step + 1;

@@ -16,7 +16,7 @@ class EveryStepSync final : public SyncStrategy {
 
   void before_backward(Tensor grads, uint64_t step) override { exchange_.begin_step(std::move(grads), step); }
   void tensor_ready(Context& compute, int t) override { exchange_.tensor_ready(compute, t); }
-  void after_backward() override { exchange_.finish_step(); }
+  void after_backward(Context&) override { exchange_.finish_step(); }
   void after_optimizer_step(Context&, Tensor&, uint64_t) override {}
   bool replicas_identical(int64_t) const override { return true; }
   bool optimizer_state_per_rank() const override { return false; }

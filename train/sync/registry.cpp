@@ -1,5 +1,6 @@
 // The table of `sync.type` names: the only place a new synchronization strategy has to be added
 // besides its own files and framework/CMakeLists.txt.
+#include "train/sync/demo.h"
 #include "train/sync/diloco.h"
 #include "train/sync/every_step.h"
 
@@ -10,6 +11,7 @@ const SyncRegistry& sync_registry() {
     SyncRegistry r("sync strategy");
     r.add("every_step", make_every_step_sync);
     r.add("diloco", make_diloco_sync);
+    r.add("demo", make_demo_sync);
     return r;
   }();
   return registry;

@@ -53,8 +53,9 @@ class SyncStrategy {
   // Tensor t's gradient is final (called from backward, in any order); `compute` produced it.
   virtual void tensor_ready(Context& compute, int t) = 0;
   // Backward is over: when this returns, `grads` holds what the optimizer applies. The time it takes is
-  // the run's exposed communication.
-  virtual void after_backward() = 0;
+  // the run's exposed communication. `compute` is the context backward ran on (work queued on its
+  // stream follows backward's).
+  virtual void after_backward(Context& compute) = 0;
   // The optimizer has updated `params` for step `step` (the one before_backward named).
   virtual void after_optimizer_step(Context& ctx, Tensor& params, uint64_t step) = 0;
 
