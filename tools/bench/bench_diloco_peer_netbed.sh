@@ -60,13 +60,5 @@ echo "| program | samples/s (median, range) | test accuracy (mean, range) |"
 echo "|---|---|---|"
 for i in "${!rows[@]}"; do
   IFS='|' read -r kind label args <<< "${rows[$i]}"
-  /usr/bin/python3 - "$label" "$tmp/row$i" <<'PY'
-import statistics, sys
-label, path = sys.argv[1], sys.argv[2]
-runs = [tuple(map(float, l.split())) for l in open(path) if l.strip()]
-sps = [r[0] for r in runs]
-acc = [100 * r[1] for r in runs]
-print(f"| {label} | {statistics.median(sps):.0f} ({min(sps):.0f}-{max(sps):.0f}) | "
-      f"{statistics.mean(acc):.2f}% ({min(acc):.2f}-{max(acc):.2f}) |")
-PY
+  /usr/bin/python3 tools/bench/seed_table_row.py "$label" "$tmp/row$i"
 done

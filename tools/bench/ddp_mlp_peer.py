@@ -15,7 +15,6 @@ set. Rank 0 prints one JSON line: {"samples_per_s": global samples/s over the ti
 test accuracy after --epochs (else absent), ...}."""
 import argparse
 import json
-import os
 import time
 
 import torch
@@ -25,7 +24,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersg
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import flush_denormal
-from torch_mnist import load_mnist_train, mnist_mlp
+from torch_mnist import init_peer_rank, load_mnist_train, mnist_mlp
 
 
 
@@ -51,15 +50,8 @@ def main():
     flush_denormal.add_peer_flag(p)
     args = p.parse_args()
     flush_denormal.apply(args)
-    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-    world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=rank, world_size=world)
-
-    x_all, y_all = load_mnist_train(args.data)
-    shard = x_all.shape[0] // world  # the same contiguous shards as qtrain's loader
-    x_all, y_all = x_all[rank * shard:(rank + 1) * shard], y_all[rank * shard:(rank + 1) * shard]
+    rank, world, x_all, y_all = init_peer_rank(args)
+    shard = x_all.shape[0]
 
     model = mnist_mlp()
     if args.hook == "powersgd":

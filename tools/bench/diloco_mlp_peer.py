@@ -21,7 +21,6 @@ global parameters (diloco) or of the averaged replica (average) after the last s
 import argparse
 import json
 import math
-import os
 import time
 
 import torch
@@ -29,7 +28,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.model_averaging import averagers
 
 import flush_denormal
-from torch_mnist import load_mnist_train, mnist_mlp
+from torch_mnist import init_peer_rank, load_mnist_train, mnist_mlp
 
 
 def main():
@@ -47,15 +46,8 @@ def main():
     flush_denormal.add_peer_flag(p)
     args = p.parse_args()
     flush_denormal.apply(args)
-    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-    world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=rank, world_size=world)
-
-    x_all, y_all = load_mnist_train(args.data)
-    shard = x_all.shape[0] // world
-    x_all, y_all = x_all[rank * shard:(rank + 1) * shard], y_all[rank * shard:(rank + 1) * shard]
+    rank, world, x_all, y_all = init_peer_rank(args)
+    shard = x_all.shape[0]
     steps_per_epoch = shard // args.batch
     total = args.epochs * steps_per_epoch
     steps = min(total, args.max_steps) if args.max_steps > 0 else total

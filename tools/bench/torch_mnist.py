@@ -23,6 +23,24 @@ def load_mnist_train(folder, split="train"):
     return x, torch.from_numpy(labels.astype(np.int64))
 
 
+def init_peer_rank(args):
+    """The start of every data-parallel PyTorch peer launched by mpirun: (rank, world) from Open MPI's
+    variables, args.threads threads, the seed args.seed, a gloo group at args.master:args.port, and
+    this rank's contiguous shard of the training set (the same shards as qtrain's loader):
+    (rank, world, x, y)."""
+    import os
+    import torch.distributed as dist
+
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=rank, world_size=world)
+    x_all, y_all = load_mnist_train(args.data)
+    shard = x_all.shape[0] // world
+    return rank, world, x_all[rank * shard:(rank + 1) * shard], y_all[rank * shard:(rank + 1) * shard]
+
+
 def mnist_mlp():
     return torch.nn.Sequential(
         torch.nn.Flatten(), torch.nn.Dropout(0.2),

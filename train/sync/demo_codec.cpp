@@ -173,18 +173,22 @@ wire::Header Codec::header() const {
   return h;
 }
 
+demo_cuda::Args Codec::device_args() const {
+  return {reinterpret_cast<const int64_t*>(table_dev_.raw()),
+          chunks(),
+          forward_dev_.data<double>(),
+          inverse_dev_.data<double>(),
+          layout_,
+          static_cast<int>(index_bytes_),
+          options_.sign,
+          options_.beta};
+}
+
 void Codec::encode(Context& ctx, float* momentum, const float* grads, uint8_t* payload) {
   wire::write_header(payload, header());
   std::fill(payload + layout_.end, payload + payload_bytes_, uint8_t{0});
   if (ctx.device().is_cuda()) {
-    demo_cuda::Args a{reinterpret_cast<const int64_t*>(table_dev_.raw()),
-                      chunks(),
-                      forward_dev_.data<double>(),
-                      inverse_dev_.data<double>(),
-                      layout_,
-                      static_cast<int>(index_bytes_),
-                      options_.sign,
-                      options_.beta};
+    const demo_cuda::Args a = device_args();
     auto* body = static_cast<uint8_t*>(body_dev_.raw());
     demo_cuda::encode(ctx, a, momentum, grads, body);
     copy_async(ctx, payload + layout_.values, body + layout_.values, layout_.end - layout_.values);
@@ -326,14 +330,7 @@ void Codec::decode(Context& ctx, const uint8_t* payloads, int ranks, float* grad
       payloads_dev_ = Tensor::empty({static_cast<int64_t>(bytes)}, DType::u8, ctx.device());
     auto* dev = static_cast<uint8_t*>(payloads_dev_.raw());
     copy_async(ctx, dev, payloads, bytes);
-    demo_cuda::Args a{reinterpret_cast<const int64_t*>(table_dev_.raw()),
-                      chunks(),
-                      forward_dev_.data<double>(),
-                      inverse_dev_.data<double>(),
-                      layout_,
-                      static_cast<int>(index_bytes_),
-                      options_.sign,
-                      options_.beta};
+    const demo_cuda::Args a = device_args();
     demo_cuda::decode(ctx, a, dev, ranks, payload_bytes_, grads);
     ctx.synchronize();
     return;

@@ -69,6 +69,10 @@ struct BodyLayout {
   size_t end = 0;  // before the padding
 };
 
+namespace demo_cuda {
+struct Args;
+}
+
 class Codec {
  public:
   // The plan of `tensors` (arena order); device buffers on `device`.
@@ -97,6 +101,9 @@ class Codec {
   void decode(Context& ctx, const uint8_t* payloads, int ranks, float* grads);
 
  private:
+  // What the kernels read of the plan (the device copies of the tables and bases).
+  demo_cuda::Args device_args() const;
+
   CodecOptions options_;
   size_t index_bytes_;
   int64_t values_ = 0, kept_ = 0, sign_bytes_ = 0;
