@@ -13,6 +13,8 @@ from qtrain import _qtrain
 def init(rank, world, port):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
+    # Loopback, whatever the host name resolves to (a machine whose name has no address would fail).
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
 
