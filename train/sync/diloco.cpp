@@ -69,7 +69,7 @@ std::vector<std::vector<ExchangeTensor>> cut_fragments(const std::vector<Exchang
   return fragments;
 }
 
-// One fragment: a contiguous range of tensors synced on its own schedule, with its own exchange, outer
+// One fragment: a contiguous range of the arena synced on its own schedule, with its own exchange, outer
 // optimizer and pseudo-gradient buffer (which the exchange owns while it is in flight).
 struct Fragment {
   std::vector<ExchangeTensor> tensors;  // offsets relative to `begin`
