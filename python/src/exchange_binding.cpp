@@ -99,6 +99,8 @@ class HookExchange {
       }
     }
     const FlushedFloats flushed;
+    // Through the exchange's own arena: its tensors sit at fixed offsets of one Tensor, and a Tensor
+    // cannot stand for PyTorch's memory (two copies of the step's values, against an encode's pass).
     float* arena = arena_.data<float>();
     for (size_t b = 0; b < buckets.size(); ++b) {
       const auto& [ids, buffer, offsets] = buckets[b];

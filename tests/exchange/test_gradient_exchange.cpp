@@ -356,8 +356,7 @@ TEST_CASE("a bucket holding fp16 and bf16 tensors sums each in its own format", 
     fill(mine, me, k);
     std::memcpy(grads.data<float>(), mine.data(), mine.size() * 4);
     ex.exchange(ctx, grads, static_cast<uint64_t>(k));
-    const uint64_t h = bits_hash(grads);
-    for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
+    CHECK_FALSE(comm->first_disagreement(bits_hash(grads)).has_value());  // the same bits on every rank
     // Each weight holds values of its own format (times the mean's power-of-two 1/P), close to the
     // mean: bf16 keeps 8 significant bits, fp16 11; each combine of the sum rounds once.
     const float* got = grads.data<float>();
@@ -417,8 +416,7 @@ TEST_CASE("two levels: every rank the same bits; fp32 the exact sum; state per l
         }
         std::memcpy(grads.data<float>(), mine.data(), mine.size() * 4);
         ex.exchange(ctx, grads, static_cast<uint64_t>(k));
-        const uint64_t h = bits_hash(grads);
-        for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
+        CHECK_FALSE(comm->first_disagreement(bits_hash(grads)).has_value());  // the same bits on every rank
         const float* g = grads.data<float>();
         int64_t wrong = 0;
         for (int64_t i = 0; i < arena_size(); ++i) {
@@ -468,7 +466,7 @@ TEST_CASE("two levels in chunks: overlapping backward gives the bits of the exch
         ex.finish_step();
         h = h * 31 + bits_hash(grads);
       }
-      for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
+      CHECK_FALSE(comm->first_disagreement(h).has_value());  // the same bits on every rank
       hashes.push_back(h);
     }
     CHECK(hashes[0] == hashes[1]);
@@ -526,8 +524,7 @@ TEST_CASE("signsgd: the majority vote of the ranks' signs, +1 on ties, the same 
         Tensor grads = Tensor::empty({arena_size()}, DType::f32);
         for (int64_t i = 0; i < arena_size(); ++i) grads.data<float>()[i] = crafted(me, i);
         ex.exchange(ctx, grads, static_cast<uint64_t>(k));
-        const uint64_t h = bits_hash(grads);
-        for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
+        CHECK_FALSE(comm->first_disagreement(bits_hash(grads)).has_value());  // the same bits on every rank
         int64_t wrong = 0;
         for (const ExchangeTensor& t : layout()) {
           if (t.numel < 10000) continue;  // the fp32 bias: the mean
@@ -562,8 +559,7 @@ TEST_CASE("randomk: the compact allreduce sums the k values at the indices every
     Tensor grads = Tensor::empty({arena_size()}, DType::f32);
     for (int64_t i = 0; i < arena_size(); ++i) grads.data<float>()[i] = crafted(me, k, i);
     ex.exchange(ctx, grads, static_cast<uint64_t>(k));
-    const uint64_t h = bits_hash(grads);
-    for (uint64_t other : comm->all_gather_u64(h)) CHECK(other == h);
+    CHECK_FALSE(comm->first_disagreement(bits_hash(grads)).has_value());  // the same bits on every rank
     int64_t wrong = 0, sent = 0;
     for (size_t t = 0; t < layout().size(); ++t) {
       const ExchangeTensor& x = layout()[t];

@@ -74,6 +74,32 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // the CUDA encoder writes the CPU's bytes and residuals, decode and decode_add the CPU's values.
 // `shift` floats before the input and the decode's output, and 8 * shift bytes before the payload,
 // move them off 16-byte alignment (shift 1: the kernels' scalar paths; 0: their float4 paths).
+// Encodes x on the CPU and on the GPU from twin states (the same seed, rank and id): the same bytes
+// and, with error feedback, the same residual. Returns the GPU's payload (device memory) for the decode
+// checks that follow, with the CPU's bytes.
+struct TwinPayloads {
+  Tensor gpu;       // max_encoded_bytes, the payload first
+  size_t size = 0;  // the payload's bytes
+  std::vector<uint8_t> cpu;
+};
+TwinPayloads require_same_encode(const Quantizer& q, Context& cpu, Context& gpu, const std::vector<float>& x,
+                                 int64_t column, QuantState& cs, QuantState& gs) {
+  const auto n = static_cast<int64_t>(x.size());
+  TwinPayloads out;
+  out.cpu = encode(q, cpu, x, column, cs);
+  const size_t cap = q.max_encoded_bytes(n, column);
+  Tensor gx = to_cuda(x);
+  out.gpu = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
+  out.size = q.encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column, gs,
+                      std::span<uint8_t>(out.gpu.data<uint8_t>(), cap));
+  REQUIRE(out.size == out.cpu.size());
+  require_same_bytes(bytes_to_host(gpu, out.gpu, out.size), out.cpu);
+  if (q.error_feedback())
+    REQUIRE(same_bits(to_host(gpu, gs.residual()),
+                      std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
+  return out;
+}
+
 void check_encoders_match(const std::vector<std::pair<int64_t, int64_t>>& shapes, int64_t shift = 0) {
   Context cpu = Context::cpu(1, 1);
   Context gpu = Context::cuda(0, 1);
@@ -174,17 +200,7 @@ TEST_CASE("CUDA encoders match the CPU on spans too small to invert (levels / ma
       CAPTURE(s.str());
       auto q = make_quantizer(s);
       QuantState cs(5, 1, 3), gs(5, 1, 3);
-      const auto cp = encode(*q, cpu, x, column, cs);
-      const size_t cap = q->max_encoded_bytes(n, column);
-      Tensor gx = to_cuda(x);
-      Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
-      const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column, gs,
-                                      std::span<uint8_t>(gout.data<uint8_t>(), cap));
-      REQUIRE(gbytes == cp.size());
-      require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
-      if (ef)
-        REQUIRE(same_bits(to_host(gpu, gs.residual()),
-                          std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
+      require_same_encode(*q, cpu, gpu, x, column, cs, gs);
     }
   }
 }
@@ -221,14 +237,7 @@ TEST_CASE("CUDA encoders write the CPU's bytes at exact-rounding edges", "[quant
     auto q = make_quantizer(s);
     const auto n = static_cast<int64_t>(x.size());
     QuantState cs(5, 1, 3), gs(5, 1, 3);
-    const auto cp = encode(*q, cpu, x, 1, cs);
-    const size_t cap = q->max_encoded_bytes(n, 1);
-    Tensor gx = to_cuda(x);
-    Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
-    const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), 1, gs,
-                                    std::span<uint8_t>(gout.data<uint8_t>(), cap));
-    REQUIRE(gbytes == cp.size());
-    require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
+    const std::vector<uint8_t> cp = require_same_encode(*q, cpu, gpu, x, 1, cs, gs).cpu;
     if (s.method == QuantMethod::dettmers8) REQUIRE(cp[32] == 0);  // the float estimate gave level 1
     if (s.method == QuantMethod::nvfp4) REQUIRE(cp[wire::nvfp4_layout(n).scales_offset + 1] == 0x01);  // not 0
   }
@@ -264,21 +273,11 @@ TEST_CASE("CUDA topk quantized values write the CPU's bytes at level midpoints a
           auto q = make_quantizer(s);
           const auto n = static_cast<int64_t>(x.size());
           QuantState cs(5, 1, 3), gs(5, 1, 3);
-          const auto cp = encode(*q, cpu, x, 1, cs);
-          const size_t cap = q->max_encoded_bytes(n, 1);
-          Tensor gx = to_cuda(x);
-          Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
-          const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), 1, gs,
-                                          std::span<uint8_t>(gout.data<uint8_t>(), cap));
-          REQUIRE(gbytes == cp.size());
-          require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
-          if (ef)
-            REQUIRE(same_bits(to_host(gpu, gs.residual()),
-                              std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
+          const TwinPayloads p = require_same_encode(*q, cpu, gpu, x, 1, cs, gs);
           Tensor gd = to_cuda(std::vector<float>(static_cast<size_t>(n), 9.0f));
-          q->decode(gpu, std::span<const uint8_t>(gout.data<uint8_t>(), gbytes), n,
+          q->decode(gpu, std::span<const uint8_t>(p.gpu.data<uint8_t>(), p.size), n,
                     std::span<float>(gd.data<float>(), static_cast<size_t>(n)));
-          REQUIRE(same_bits(to_host(gpu, gd), decode(*q, cpu, cp, n)));
+          REQUIRE(same_bits(to_host(gpu, gd), decode(*q, cpu, p.cpu, n)));
         }
       }
     }
@@ -391,17 +390,7 @@ TEST_CASE("CUDA codebook writes the CPU's bytes on ties, tiny spans and every po
       const auto n = static_cast<int64_t>(x.size());
       CAPTURE(entry, n, ef);
       QuantState cs(5, 1, 3), gs(5, 1, 3);
-      const auto cp = encode(*q, cpu, x, 1, cs);
-      const size_t cap = q->max_encoded_bytes(n, 1);
-      Tensor gx = to_cuda(x);
-      Tensor gout = Tensor::zeros({static_cast<int64_t>(cap)}, DType::u8, Device::cuda(0));
-      const size_t gbytes = q->encode(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), 1, gs,
-                                      std::span<uint8_t>(gout.data<uint8_t>(), cap));
-      REQUIRE(gbytes == cp.size());
-      require_same_bytes(bytes_to_host(gpu, gout, gbytes), cp);
-      if (ef)
-        REQUIRE(same_bits(to_host(gpu, gs.residual()),
-                          std::vector<float>(cs.residual().data<float>(), cs.residual().data<float>() + n)));
+      require_same_encode(*q, cpu, gpu, x, 1, cs, gs);
     }
   }
 }

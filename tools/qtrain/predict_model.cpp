@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "exchange/gradient_exchange.h"
 #include "framework/core/check.h"
 
 namespace qtrain::predict {
@@ -39,10 +40,17 @@ double parse_number_with_unit(const std::string& text, const std::string& what, 
 double communicate_time(const Bucket& b, int ranks, const Network& net) {
   if (ranks <= 1) return 0;
   const double p = ranks, B = net.bandwidth_bytes_per_s, a = net.latency_s;
+  // Each pattern's bytes on one rank's link are the exchange's own count (WireCost::sent_per_rank);
+  // its latency terms: 2 (p - 1) hops of a ring, p - 1 of an allgather.
   double t = 0;
-  if (b.allreduce_bytes > 0) t += 2 * (p - 1) / p * b.allreduce_bytes / B + 2 * (p - 1) * a;
-  if (b.allgather_bytes > 0) t += (p - 1) * b.allgather_bytes / B + (p - 1) * a;
-  if (b.rsag_bytes > 0) t += 2 * (p - 1) / p * b.rsag_bytes / B + 2 * (p - 1) * a;
+  using Pattern = WireCost::Pattern;
+  if (b.allreduce_bytes > 0)
+    t += WireCost{.pattern = Pattern::allreduce, .bytes = b.allreduce_bytes}.sent_per_rank(ranks) / B + 2 * (p - 1) * a;
+  if (b.allgather_bytes > 0)
+    t += WireCost{.pattern = Pattern::allgather, .bytes = b.allgather_bytes}.sent_per_rank(ranks) / B + (p - 1) * a;
+  if (b.rsag_bytes > 0)
+    t += WireCost{.pattern = Pattern::reduce_scatter_allgather, .bytes = b.rsag_bytes}.sent_per_rank(ranks) / B +
+         2 * (p - 1) * a;
   return t;
 }
 
