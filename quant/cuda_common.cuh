@@ -236,6 +236,14 @@ class DecodeStatus {
   bool owned_ = false;
 };
 
+// Field b of a payload's header (bytes 24-27; the payload is 4-byte aligned): the scale of the
+// methods whose shape_header() leaves it to the data (Quantizer::header_b_from_data()), which their
+// decoders read here instead of from a header copied back to the host.
+constexpr unsigned kHeaderFieldB = 24;
+__device__ __forceinline__ uint32_t header_field_b(const uint8_t* payload) {
+  return *reinterpret_cast<const uint32_t*>(payload + kHeaderFieldB);
+}
+
 // Writes a header whose fields the host knows (thread 0 of block 0 of any kernel may call it).
 __device__ __forceinline__ void store_header(uint8_t* out, const WireHeaderFields& h) {
   out[0] = 'Q';

@@ -162,9 +162,12 @@ class Fp8Quantizer final : public Quantizer {
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const Fp8Format format = check_body(h);
-    fp8_decode_cuda(ctx, format, bits_float(h.b), in.data(), out, static_cast<int64_t>(h.n), add);
+    fp8_decode_cuda(ctx, format, in.data(), out, static_cast<int64_t>(h.n), add);
   }
 #endif
+
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override { return header(n, 0); }
+  bool header_b_from_data() const override { return true; }
 
  private:
   static const char* invalid_codes_name(Fp8Format format) {

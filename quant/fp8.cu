@@ -91,14 +91,22 @@ __global__ void __launch_bounds__(kStreamThreads)
       encode_value<F, Sr>(in, Ef ? residual : nullptr, i, inv, scale, key, codes);
 }
 
+// The scale of header field b (read on the device, Quantizer::header_b_from_data()): finite, >= 0, and
+// small enough that the largest code's value is a float, as fp8.cpp's check_body on the host.
+template <class F>
+__device__ __forceinline__ bool scale_is_valid(uint32_t bits) {
+  return bits < kNonFinite && minifloat_abs_value<F>(F::kMaxCode) * bits_float(bits) <= FLT_MAX;
+}
+
 // Reads 1 byte per value: 32-bit words of four codes (the payload is 4-byte aligned), the n % 4 last
-// codes in block 0.
+// codes in block 0, which also checks the scale.
 template <class F>
 __global__ void __launch_bounds__(kStreamThreads)
-    check_kernel(const uint8_t* __restrict__ codes, int64_t n, EncodeStatus* status) {
+    check_kernel(const uint8_t* __restrict__ payload, int64_t n, EncodeStatus* status) {
+  const uint8_t* codes = payload + wire::kHeaderBytes;
   const auto* words = reinterpret_cast<const uint32_t*>(codes);
   const int64_t vecs = n / 4;
-  bool bad = false;
+  bool bad = blockIdx.x == 0 && threadIdx.x == 0 && !scale_is_valid<F>(header_field_b(payload));
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     QT_UNROLL
@@ -118,7 +126,9 @@ __global__ void __launch_bounds__(kStreamThreads)
 // Reads 1 byte per value (5 with Add), writes 4: one thread per value, for outputs that are not
 // 16-byte aligned.
 template <class F, bool Add>
-__global__ void decode_kernel(const uint8_t* __restrict__ codes, float scale, float* __restrict__ out, int64_t n) {
+__global__ void decode_kernel(const uint8_t* __restrict__ payload, float* __restrict__ out, int64_t n) {
+  const uint8_t* codes = payload + wire::kHeaderBytes;
+  const float scale = bits_float(header_field_b(payload));
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float y = minifloat_value<F>(codes[i]) * scale;
@@ -129,7 +139,9 @@ __global__ void decode_kernel(const uint8_t* __restrict__ codes, float scale, fl
 // The same values, streamed: 32-bit word v of the codes -> float4 v of the output.
 template <class F, bool Add>
 __global__ void __launch_bounds__(kStreamThreads)
-    decode_vec_kernel(const uint8_t* __restrict__ codes, float scale, float* __restrict__ out, int64_t n) {
+    decode_vec_kernel(const uint8_t* __restrict__ payload, float* __restrict__ out, int64_t n) {
+  const uint8_t* codes = payload + wire::kHeaderBytes;
+  const float scale = bits_float(header_field_b(payload));
   const auto* words = reinterpret_cast<const uint32_t*>(codes);
   const int64_t vecs = n / 4;
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
@@ -214,34 +226,35 @@ void fp8_encode_cuda(Context& ctx, const EncodeArgs& a, Fp8Format format, bool s
   });
 }
 
-void fp8_decode_cuda(Context& ctx, Fp8Format format, float scale, const uint8_t* payload, float* out, int64_t n,
-                     bool add) {
+void fp8_decode_cuda(Context& ctx, Fp8Format format, const uint8_t* payload, float* out, int64_t n, bool add) {
   if (n == 0) return;
   constexpr int kThreads = 256;
-  const uint8_t* codes = payload + wire::kHeaderBytes;
   with_format(format, [&](auto f) {
     using F = decltype(f);
     DecodeStatus status(ctx);
-    check_kernel<F><<<stream_grid(n / 4), kStreamThreads, 0, stream_of(ctx)>>>(codes, n, status.get());
+    check_kernel<F><<<stream_grid(n / 4), kStreamThreads, 0, stream_of(ctx)>>>(payload, n, status.get());
     CUDA_CHECK(cudaGetLastError());
     check_status(ctx, status.get(), [format](const EncodeStatus& done) {
       if (done.bad)
         wire::bad_payload(QuantMethod::fp8,
                           format == Fp8Format::e4m3
-                              ? "a code is E4M3's NaN (S.1111.111), which the encoder never writes"
-                              : "a code is E5M2's Inf or NaN (exponent field 11111), which the encoder never writes");
+                              ? "a code is E4M3's NaN (S.1111.111), which the encoder never writes, or the scale "
+                                "is not a finite float >= 0 that keeps the largest code's value finite"
+                              : "a code is E5M2's Inf or NaN (exponent field 11111), which the encoder never "
+                                "writes, or the scale is not a finite float >= 0 that keeps the largest code's "
+                                "value finite");
     });
     cudaStream_t s = stream_of(ctx);
     if (aligned_to(out, 16)) {
       const int grid = stream_grid(n / 4);
       if (add)
-        decode_vec_kernel<F, true><<<grid, kStreamThreads, 0, s>>>(codes, scale, out, n);
+        decode_vec_kernel<F, true><<<grid, kStreamThreads, 0, s>>>(payload, out, n);
       else
-        decode_vec_kernel<F, false><<<grid, kStreamThreads, 0, s>>>(codes, scale, out, n);
+        decode_vec_kernel<F, false><<<grid, kStreamThreads, 0, s>>>(payload, out, n);
     } else if (add) {
-      decode_kernel<F, true><<<grid_for(n, kThreads), kThreads, 0, s>>>(codes, scale, out, n);
+      decode_kernel<F, true><<<grid_for(n, kThreads), kThreads, 0, s>>>(payload, out, n);
     } else {
-      decode_kernel<F, false><<<grid_for(n, kThreads), kThreads, 0, s>>>(codes, scale, out, n);
+      decode_kernel<F, false><<<grid_for(n, kThreads), kThreads, 0, s>>>(payload, out, n);
     }
     CUDA_CHECK(cudaGetLastError());
   });

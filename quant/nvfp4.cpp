@@ -191,9 +191,14 @@ class Nvfp4Quantizer final : public Quantizer {
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const wire::Nvfp4Layout l = check_body(h);
-    nvfp4_decode_cuda(ctx, l, bits_float(h.b), in.data(), out, add);
+    nvfp4_decode_cuda(ctx, l, in.data(), out, add);
   }
 #endif
+
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override {
+    return header(wire::nvfp4_layout(n), 0);
+  }
+  bool header_b_from_data() const override { return true; }
 
  private:
   wire::Nvfp4Layout check_body(const WireHeader& h) const {

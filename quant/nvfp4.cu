@@ -121,8 +121,16 @@ __global__ void __launch_bounds__(kStreamThreads)
     encode_block<Sr>(in, Ef ? residual : nullptr, l, full, tensor_max, t, key, out);
 }
 
+// The block scales (positive E4M3), the nibble after an odd last element, and the tensor scale of
+// header field b (read on the device, Quantizer::header_b_from_data(); nvfp4.cpp's check_body on the
+// host): finite, >= 0, and small enough that the largest value is a float.
 __global__ void check_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, EncodeStatus* status) {
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (first == 0) {
+    const uint32_t t = header_field_b(payload);
+    if (t >= kNonFinite || !(6.0f * nvfp4_decode_scale(FloatE4M3::kMaxCode, bits_float(t)) <= FLT_MAX))
+      atomicOr(&status->bad, 1u);
+  }
   for (int64_t b = first; b < l.blocks; b += static_cast<int64_t>(gridDim.x) * blockDim.x)
     if (payload[l.scales_offset + b] > FloatE4M3::kMaxCode) atomicOr(&status->bad, 1u);
   if (first == 0 && l.n % 2 == 1 && (payload[l.scales_offset - 1] >> 4) != 0) atomicOr(&status->bad, 1u);
@@ -138,8 +146,8 @@ __device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payloa
 // One thread per value (reads 1/2 + 1/16 bytes per value, + 4 with Add; writes 4): outputs not
 // 16-byte aligned.
 template <bool Add>
-__global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float t,
-                              float* __restrict__ out) {
+__global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float* __restrict__ out) {
+  const float t = bits_float(header_field_b(payload));
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float y = decode_value(payload, l, t, i);
@@ -151,7 +159,8 @@ __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4La
 // 32-bit word of its block; a last block shorter than 16 values one value per thread of block 0.
 template <bool Add>
 __global__ void __launch_bounds__(kStreamThreads)
-    decode_vec_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float t, float* __restrict__ out) {
+    decode_vec_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float* __restrict__ out) {
+  const float t = bits_float(header_field_b(payload));
   const int64_t full = l.n / kBlock, vecs = full * (kBlock / 4);
   const int sub = static_cast<int>(threadIdx.x % 4);
   const auto* words = reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes);
@@ -231,8 +240,7 @@ void nvfp4_encode_cuda(Context& ctx, const EncodeArgs& a, bool stochastic, const
   });
 }
 
-void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, float tensor_scale, const uint8_t* payload, float* out,
-                       bool add) {
+void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, const uint8_t* payload, float* out, bool add) {
   if (l.n == 0) return;
   constexpr int kThreads = 256;
   DecodeStatus status(ctx);
@@ -241,20 +249,21 @@ void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, float tensor_sc
   check_status(ctx, status.get(), [](const EncodeStatus& done) {
     if (done.bad)
       wire::bad_payload(QuantMethod::nvfp4,
-                        "a block scale is not a positive E4M3 value (sign 0, not NaN), or the "
-                        "nibble after the last element is set");
+                        "a block scale is not a positive E4M3 value (sign 0, not NaN), the nibble "
+                        "after the last element is set, or the tensor scale is not a finite float >= 0 "
+                        "that keeps the largest value finite");
   });
   cudaStream_t s = stream_of(ctx);
   if (aligned_to(out, 16)) {
     const int grid = stream_grid(l.n / kBlock * (kBlock / 4));
     if (add)
-      decode_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(payload, l, tensor_scale, out);
+      decode_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(payload, l, out);
     else
-      decode_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(payload, l, tensor_scale, out);
+      decode_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(payload, l, out);
   } else if (add) {
-    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, tensor_scale, out);
+    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out);
   } else {
-    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, tensor_scale, out);
+    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out);
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -268,7 +268,7 @@ void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n
       wire::bad_payload(spec_.method, fmt::format("truncated: a payload of {} values is {} bytes, the buffer holds {}",
                                                   n, expected->total, in.size()));
     EncodeStatus* slot = deferred->take_slot();
-    quant_detail::cuda_check_header(ctx, in.data(), *expected, slot);
+    quant_detail::cuda_check_header(ctx, in.data(), *expected, header_b_from_data(), slot);
     deferred->defer(slot, [method = spec_.method, n](const EncodeStatus& s) {
       if (s.bad)
         wire::bad_payload(method, fmt::format("the header differs from the one this rank's quantizer writes for {} "

@@ -190,9 +190,14 @@ class Quantizer {
   void decode_add(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> acc, int64_t column = 0) const;
 
   // The header encode writes for n values of innermost dimension `column` when it depends on them
-  // alone (the casts, qsgd, terngrad, onebit, mx, signsgd, topk); nullopt where it carries data (fp8's
-  // and nvfp4's scales, randomk's key, adaptive's count).
+  // alone (the casts, qsgd, terngrad, onebit, mx, signsgd, topk), or on them and one float of the
+  // data in field b (fp8's and nvfp4's scales: header_b_from_data()); nullopt where it carries other
+  // data (randomk's key, adaptive's count, dettmers8's and efsign's scales).
   virtual std::optional<WireHeader> shape_header(int64_t n, int64_t column) const;
+  // True where field b of shape_header() is a placeholder (0) for a scale the encoder derives from
+  // the data: the device then compares the other fields, and the CUDA decoder reads b from the payload
+  // and checks it itself, so that the exchange never reads a header back to learn a scale.
+  virtual bool header_b_from_data() const { return false; }
 
   // Allocates what encode will need for a tensor of n values on `device` (the zeroed residual when
   // error feedback is on, the zeroed momentum when the method keeps one), so that checkpoint restore

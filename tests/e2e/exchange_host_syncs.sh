@@ -6,8 +6,9 @@
 # start-up, the evaluation and the checkpoint at the end are the same in both and cancel.
 #
 # The targets (issue "The GPU path at its floor"): per step at most kMaxSyncs host syncs, and the same
-# counts for an MLP of 3 dense layers and one of 12: nothing per tensor. Two methods: qsgd 4-bit
-# (reduce-scatter + allgather with device payloads) and fp32 (NCCL all-reduce).
+# counts for an MLP of 3 dense layers and one of 12: nothing per tensor. Methods: qsgd 4-bit
+# (reduce-scatter + allgather with device payloads), fp8 and nvfp4 (the same, with a scale in the
+# header that the decoders read on the device) and fp32 (NCCL all-reduce).
 # Usage: exchange_host_syncs.sh CUEMU_QTRAIN SOURCE_DIR   (needs SOURCE_DIR/data/mnist; skips without)
 set -uo pipefail
 emulated=$1
@@ -69,7 +70,7 @@ print(sum(r["host_syncs"] for r in rows), sum(r["d2h_copies"] for r in rows))
 PY
 }
 
-for method in qsgd fp32; do
+for method in qsgd fp8 nvfp4 fp32; do
   bits=""
   [[ $method == qsgd ]] && bits=4
   declare -A per_step=()

@@ -154,3 +154,55 @@ TEST_CASE("deferred checks: more calls than slots settle early and grow the area
   checks.settle(describe);
   REQUIRE(checks.pending() == 0);
 }
+
+TEST_CASE("deferred checks: fp8's and nvfp4's scales are read and checked on the device", "[quant][cuda]") {
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 1024;
+  Tensor gx = floats_on_gpu(normal_data(n, 11));
+  const uint32_t bad_scales[] = {0x7fc00000u /* NaN */, 0x7f800000u /* Inf */, 0xbf800000u /* -1 */,
+                                 0x7f000000u /* the largest code's value overflows */};
+  for (const QuantMethod method : {QuantMethod::fp8, QuantMethod::nvfp4}) {
+    CAPTURE(quant_method_name(method));
+    auto q = make_quantizer(QuantSpec::defaults(method));
+    REQUIRE(q->header_b_from_data());
+    QuantState state(1, 0, 1);
+    const Encoded e = encode_on(gpu, *q, gx, n, state);
+    std::vector<uint8_t> good = bytes_on_host(gpu, e.payload);
+    const auto decode_deferred = [&](const std::vector<uint8_t>& payload) {
+      Tensor p = Tensor::empty({static_cast<int64_t>(payload.size())}, DType::u8);
+      std::memcpy(p.data<uint8_t>(), payload.data(), payload.size());
+      Tensor gp = p.to(Device::cuda(0));
+      Tensor out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+      DeferredChecks checks(gpu);
+      {
+        const DeferredChecks::Scope scope(checks);
+        q->decode(gpu, std::span<const uint8_t>(gp.data<uint8_t>(), e.bytes), n,
+                  std::span<float>(out.data<float>(), static_cast<size_t>(n)), n);
+      }
+      std::string error;
+      try {
+        checks.settle(describe);
+      } catch (const InputError& x) {
+        error = x.what();
+      }
+      return std::make_pair(error, floats_on_host(gpu, out));
+    };
+    // The scale the encoder computed (not the 0 of the predicted header) decodes the values.
+    const auto [none, values] = decode_deferred(good);
+    REQUIRE(none.empty());
+    Tensor now_out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+    q->decode(gpu, std::span<const uint8_t>(e.payload.data<uint8_t>(), e.bytes), n,
+              std::span<float>(now_out.data<float>(), static_cast<size_t>(n)));
+    REQUIRE(values == floats_on_host(gpu, now_out));
+    for (const uint32_t bits : bad_scales) {
+      CAPTURE(bits);
+      std::vector<uint8_t> bad = good;
+      std::memcpy(bad.data() + 24, &bits, 4);
+      REQUIRE_THAT(decode_deferred(bad).first, Contains("scale is not a finite float >= 0"));
+    }
+    // The other fields are still compared: a different length field is the header check's error.
+    std::vector<uint8_t> other = good;
+    other[8] ^= 1;  // n
+    REQUIRE_THAT(decode_deferred(other).first, Contains("the header differs"));
+  }
+}
