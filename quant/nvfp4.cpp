@@ -195,9 +195,7 @@ class Nvfp4Quantizer final : public Quantizer {
   }
 #endif
 
-  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override {
-    return header(wire::nvfp4_layout(n), 0);
-  }
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override { return header(wire::nvfp4_layout(n), 0); }
   bool header_b_from_data() const override { return true; }
 
  private:

@@ -1,6 +1,7 @@
 // The CUDA launchers of nvfp4 (nvfp4.cu), called from nvfp4.cpp where the build has them
 // (QTRAIN_QUANT_CUDA, quant/kernels.h). nvfp4: header (given; the encoder fills the tensor scale on the device) and
-// body; `payload` points at the header, whose tensor scale the decoder reads and checks on the device. They follow the CPU loops' arithmetic exactly. Internal to quant/.
+// body; `payload` points at the header, whose tensor scale the decoder reads and checks on the device. They follow the
+// CPU loops' arithmetic exactly. Internal to quant/.
 #pragma once
 
 #include "quant/kernels.h"

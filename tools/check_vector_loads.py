@@ -38,6 +38,7 @@ REQUIRED = [
     ("efsign.cu", r"pack_vec_kernel", "load"),
     ("sign_words.cu", r"unpack_signs_vec_kernel", "store"),
     ("qsgd.cu", r"encode_vec_kernel", "load"),
+    ("qsgd.cu", r"encode_fused_kernel", "load"),
     ("qsgd.cu", r"decode_vec_kernel", "store"),
     ("onebit.cu", r"pack_vec_kernel", "load"),
     ("onebit.cu", r"decode_vec_kernel", "store"),
