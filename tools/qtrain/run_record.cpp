@@ -102,7 +102,7 @@ std::vector<MetricsRecord> read_metrics_csv(const std::string& path) {
   };
   const size_t c_epoch = index("epoch"), c_step = index("step"), c_wall = index("wall_time_s"),
                c_loss = index("train_loss"), c_acc = index("test_accuracy"), c_sps = index("samples_per_s"),
-               c_bytes = index("bytes_sent_per_step"), c_hidden = index("hidden_comm_s"),
+               c_sent = index("bytes_sent"), c_bytes = index("bytes_sent_per_step"), c_hidden = index("hidden_comm_s"),
                c_exposed = index("exposed_comm_s"), c_frac = index("fraction_quantized");
   auto optional_index = [&](const std::string& name) {
     auto it = col.find(name);
@@ -130,6 +130,7 @@ std::vector<MetricsRecord> read_metrics_csv(const std::string& path) {
     r.test_accuracy = num(c_acc);
     r.samples_per_s = num(c_sps);
     for (size_t p = 0; p < c_phase.size(); ++p) r.phase_s[p] = num(c_phase[p]);
+    r.bytes_sent = num(c_sent);
     r.bytes_sent_per_step = num(c_bytes);
     r.hidden_comm_s = num(c_hidden);
     r.exposed_comm_s = num(c_exposed);
@@ -167,6 +168,27 @@ double RunRecord::measured_step_s() const {
   return profile.compute_s() + exposed / static_cast<double>(steps());
 }
 
+double RunRecord::exposed_share() const {
+  const double step = measured_step_s();
+  if (step <= 0) return 0;
+  double exposed = 0;
+  for (const MetricsRecord& r : rows) exposed += r.exposed_comm_s;
+  return exposed / static_cast<double>(steps()) / step;
+}
+
+double RunRecord::bytes_sent() const {
+  double total = 0;
+  for (const MetricsRecord& r : rows) total += r.bytes_sent;
+  return total;
+}
+
+double RunRecord::bytes_per_exchange() const {
+  const int64_t n = schedule.landed_exchanges(steps());
+  return n > 0 ? bytes_sent() / static_cast<double>(n) : 0;
+}
+
+double RunRecord::bytes_per_step() const { return bytes_per_exchange() * schedule.exchanges_per_step(); }
+
 RunRecord load_run(const std::string& dir, const std::string& label) {
   if (!fs::is_directory(dir)) input_error("{}: not a directory", dir);
   RunRecord run;
@@ -183,6 +205,7 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
   run.batch_size = config.data.batch_size;
   run.seed = config.seed;
   run.method = config.quantization.base.str();
+  run.schedule = parse_sync_schedule(config.sync.options);
 
   // Per-step averages of the measured phases.
   const double steps = static_cast<double>(std::max<int64_t>(1, run.steps()));
