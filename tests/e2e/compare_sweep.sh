@@ -15,7 +15,7 @@
 #     report has the intervals and the tests against the baseline; bad --seeds and --baseline values
 #     fail before anything runs;
 #  8. a --methods entry with its own schedule ('@') trains under it beside a per-step run, and the
-#     report names both schedules; a schedule out of range fails before anything runs.
+#     report and predict name both schedules; a schedule out of range fails before anything runs.
 # Parts 1-5 measure against fp32 (--baseline fp32), so that they train two methods, not three.
 # Usage: compare_sweep.sh QTRAIN_BINARY SOURCE_DIR   (needs SOURCE_DIR/data/mnist; skips without it)
 set -uo pipefail
@@ -163,6 +163,9 @@ grep -q "^  inner_steps: 4$" "$tmp/sched/runs/fp32@diloco_inner_steps4/config.re
 sched_report="$tmp/sched/report/report.md"
 grep -q "^| fp32 | 1 | every step | 0 (10) | " "$sched_report" || fail "no per-step row: $(cat "$sched_report")"
 grep -q "^| fp32@diloco:inner_steps=4 | 1 | DiLoCo H=4 | 0 (10) | " "$sched_report" || fail "no DiLoCo row: $(cat "$sched_report")"
+"$qtrain" predict --from "$tmp/sched" --gpus 4 --bandwidth 10mbit >"$tmp/predict_sched.md" 2>"$tmp/err" ||
+  fail "predict of the scheduled sweep failed: $(cat "$tmp/err")"
+grep -q "^| fp32@diloco:inner_steps=4 | DiLoCo H=4 | " "$tmp/predict_sched.md" || fail "predict's inputs: $(cat "$tmp/predict_sched.md")"
 if "$qtrain" compare "$src/configs/mnist_mlp.yaml" --methods 'fp32@diloco:inner_steps=4:fragments=5' --out "$tmp/bad" \
     "${short_common[@]}" 2>"$tmp/err"; then
   fail "5 fragments of 4 inner steps accepted"

@@ -1,7 +1,7 @@
-// compare and its report on runs that do not exchange every step (sync.type diloco, demo): the
+// compare, report and predict on runs that do not exchange every step (sync.type diloco, demo): the
 // schedule read from a run's config and its exchanges counted as DiLoCoSync makes them, --methods
-// entries with an '@' schedule, and the report's bytes averaged over whole periods beside a per-step
-// run.
+// entries with an '@' schedule, the report's bytes averaged over whole periods beside a per-step run,
+// and predict's H / F / tau arithmetic against hand-computed cases.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -11,6 +11,7 @@
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 #include "tools/qtrain/method_summary.h"
+#include "tools/qtrain/predict_model.h"
 #include "tools/qtrain/report.h"
 #include "tools/qtrain/run_record.h"
 #include "tools/qtrain/sweep.h"
@@ -64,6 +65,25 @@ MetricsRow row(int64_t epoch, int64_t step, double accuracy, double bytes, doubl
 SyncSchedule schedule_of(const fs::path& dir, const std::string& sync) {
   write_run(dir, sync, {row(1, 10, 0.9, 0, 0)}, 2);
   return load_run(dir.string(), "x").schedule;
+}
+
+predict::Bucket fp32_bucket(double values) {
+  predict::Bucket b;
+  b.values = values;
+  b.allreduce_values = values;
+  b.allreduce_bytes = 4 * values;
+  return b;
+}
+
+// 20 ms forward + 30 ms backward of compute, one fp32 bucket of 1e6 values (4 MB), under `schedule`.
+predict::StepProfile profile(const SyncSchedule& schedule) {
+  predict::StepProfile p;
+  p.forward_s = 0.02;
+  p.backward_s = 0.03;
+  p.overlap = false;
+  p.schedule = schedule;
+  p.buckets = {fp32_bucket(1e6)};
+  return p;
 }
 
 }  // namespace
@@ -177,6 +197,11 @@ TEST_CASE("schedules: the report puts DiLoCo beside a per-step run, bytes over w
   // Per step 25 ms of compute (0.8 s / 32) and 10 ms waited for (0.32 s / 32): 10 of 35 ms.
   CHECK(dl.measured_step_s() == Approx(0.035));
   CHECK(dl.exposed_share() == Approx(10.0 / 35));
+  // Encode per exchange of the model: 0.06 s over DiLoCo's 3 exchanges, over F = 2's 6 / 2, per step's 20.
+  CHECK(dl.profile.encode_s == Approx(0.02));
+  CHECK(st.profile.encode_s == Approx(0.02));
+  CHECK(step.profile.encode_s == Approx(0.003));
+  CHECK(!dl.profile.overlap);
 
   const std::vector<MethodSummary> methods = summarize_methods({step, dl, st}, 0.97, {}, {});
   const std::string table = markdown_table(methods, 0.97, "fp32");
@@ -204,4 +229,78 @@ TEST_CASE("schedules: the report puts DiLoCo beside a per-step run, bytes over w
   std::ifstream bytes(report / "data" / "bytes.dat");
   const std::string data((std::istreambuf_iterator<char>(bytes)), std::istreambuf_iterator<char>());
   CHECK_THAT(data, Catch::Contains("\"bf16@diloco\" 0.100000"));
+}
+
+TEST_CASE("schedules: a DeMo run's payload is its codec's, exchanged by allgather", "[schedule][predict]") {
+  TempDir tmp;
+  write_run(tmp.path() / "demo", "{type: demo, chunk: 64, topk: 4}", {row(1, 10, 0.9, 0, 0)}, 2);
+  const RunRecord r = load_run((tmp.path() / "demo").string(), "demo");
+  CHECK(r.schedule.type == Type::demo);
+  REQUIRE(r.profile.buckets.size() == 1);
+  const predict::Bucket& b = r.profile.buckets.front();
+  CHECK(b.values == 163);
+  CHECK(b.transform_values == 163);
+  CHECK(b.allreduce_bytes == 0);
+  CHECK(b.allgather_bytes == r.payload_bytes);
+  // Tensors of 128, 8, 24 and 3 values: 2 + 1 + 1 + 1 chunks of at most 4 kept coefficients, each an
+  // index byte and an fp32 value, far below 163 fp32 values.
+  CHECK(r.payload_bytes < 4 * 163);
+  CHECK(r.two_level_unsuited == "demo");
+}
+
+TEST_CASE("predict: DiLoCo's exchange once per H steps, a fragment's per H / F, hidden behind tau steps",
+          "[schedule][predict]") {
+  // 2 ranks at 100 MB/s, no latency: the 4 MB ring allreduce sends 2 x 1/2 x 4 MB = 40 ms.
+  const predict::Network net{1e8, 0.0};
+  const predict::StepPrediction every = predict::predict_step(profile({}), 2, net);
+  CHECK(every.exchange_s == Approx(0.04));
+  CHECK(every.step_s == Approx(0.09));
+  // H = 10: 40 ms once per 10 steps.
+  const predict::StepPrediction h10 = predict::predict_step(profile(diloco(10)), 2, net);
+  CHECK(h10.exchange_s == Approx(0.04));
+  CHECK(h10.communicate_s == Approx(0.004));
+  CHECK(h10.exposed_s == Approx(0.004));
+  CHECK(h10.step_s == Approx(0.054));
+  CHECK(h10.speedup == Approx(2 * 0.05 / 0.054));
+  // F = 2: a fragment of 2 MB (20 ms) every 5 steps: the same 4 ms per step.
+  const predict::StepPrediction f2 = predict::predict_step(profile(diloco(10, 2)), 2, net);
+  CHECK(f2.exchange_s == Approx(0.02));
+  CHECK(f2.exposed_s == Approx(0.004));
+  // tau = 1: the 20 ms fragment hides behind one 50 ms step.
+  const predict::StepPrediction hidden = predict::predict_step(profile(diloco(10, 2, 1)), 2, net);
+  CHECK(hidden.exposed_s == 0);
+  CHECK(hidden.communicate_s == Approx(0.004));
+  CHECK(hidden.step_s == Approx(0.05));
+  CHECK(hidden.speedup == Approx(2));
+  // At 10 MB/s the fragment takes 200 ms; tau = 2 hides 100 ms of it: 2/10 x 100 ms = 20 ms per step.
+  const predict::StepPrediction slow = predict::predict_step(profile(diloco(10, 2, 2)), 2, {1e7, 0.0});
+  CHECK(slow.exchange_s == Approx(0.2));
+  CHECK(slow.exposed_s == Approx(0.02));
+  CHECK(slow.step_s == Approx(0.07));
+  // Each fragment pays its messages' latency: 4 ranks, 1 ms per message, F = 4 of H = 8: a fragment
+  // sends 2 x 3/4 x 1 MB = 1.5 MB (15 ms) plus 2 x 3 messages (6 ms); 4/8 x 21 ms per step.
+  const predict::StepPrediction latency = predict::predict_step(profile(diloco(8, 4)), 4, {1e8, 1e-3});
+  CHECK(latency.exchange_s == Approx(0.021));
+  CHECK(latency.exposed_s == Approx(0.0105));
+  // One replica exchanges nothing, whatever the schedule.
+  CHECK(predict::predict_step(profile(diloco(10)), 1, net).step_s == Approx(0.05));
+}
+
+TEST_CASE("predict: encode and decode of a fragment are its share of the model's", "[schedule][predict]") {
+  // Measured on 2 ranks: 10 ms encode and 20 ms decode per exchange of the whole model (an allgather of
+  // 1e6 values: decode touches 2 payloads). On 4 ranks decode touches 4: 40 ms.
+  predict::StepProfile p = profile(diloco(10, 2));
+  p.buckets.front() = predict::Bucket{};
+  p.buckets.front().values = 1e6;
+  p.buckets.front().allgather_values = 1e6;
+  p.buckets.front().allgather_bytes = 1e5;
+  p.encode_s = 0.01;
+  p.decode_s = 0.02;
+  p.measured_ranks = 2;
+  // A fragment: half of each, and 3 x 5e4 bytes at 1e8 B/s = 1.5 ms: 5 + 1.5 + 20 ms.
+  const predict::StepPrediction s = predict::predict_step(p, 4, {1e8, 0.0});
+  CHECK(s.exchange_s == Approx(0.0265));
+  CHECK(s.encode_s == Approx(0.2 * 0.005));
+  CHECK(s.decode_s == Approx(0.2 * 0.02));
+  CHECK(s.exposed_s == Approx(0.2 * 0.0265));
 }

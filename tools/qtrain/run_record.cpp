@@ -20,6 +20,7 @@
 #include "layers/registry.h"
 #include "quant/method.h"
 #include "quant/policy.h"
+#include "train/sync/demo_codec.h"
 
 namespace qtrain::cli {
 namespace fs = std::filesystem;
@@ -82,6 +83,29 @@ void read_log_facts(const std::string& path, RunRecord& run) {
     }
   }
   if (!topology) run.nodes = run.ranks;
+}
+
+// DeMo replaces the gradient exchange by its own payload (train/sync/demo.h): one allgather of
+// demo::Codec's payload per step, its size planned from the sync section as the strategy plans it
+// (the defaults are CodecOptions'), and a DCT of every value each way whatever the world size. Two
+// levels cannot carry it: an allgather of top-k pairs is not a sum.
+void add_demo_payload(const RunConfig& config, const std::vector<ExchangeTensor>& tensors, RunRecord& run) {
+  ConfigNode sync = config.sync.options;
+  demo::CodecOptions o;
+  o.chunk = sync.get_int("chunk", o.chunk, 1, demo::kMaxChunk);
+  o.topk = std::min(sync.get_int("topk", o.topk, 1, INT64_MAX), o.chunk);
+  o.sign = sync.get<bool>("sign", o.sign);
+  std::vector<demo::ArenaSpan> spans;
+  for (const ExchangeTensor& t : tensors) spans.push_back({t.offset, t.numel});
+  const demo::Codec codec(spans, o, Device::cpu());
+  predict::Bucket b;
+  b.values = static_cast<double>(codec.values());
+  b.allgather_bytes = static_cast<double>(codec.payload_bytes());
+  b.transform_values = b.values;
+  run.profile.buckets = {b};
+  run.gradient_values = b.values;
+  run.payload_bytes = b.allgather_bytes;
+  run.two_level_unsuited = "demo";
 }
 
 }  // namespace
@@ -207,26 +231,38 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
   run.method = config.quantization.base.str();
   run.schedule = parse_sync_schedule(config.sync.options);
 
-  // Per-step averages of the measured phases.
+  // Per-step averages of the measured phases; encode and decode per exchange of the whole model (per
+  // step for a schedule that exchanges it every step), which is what predict fits its costs to.
   const double steps = static_cast<double>(std::max<int64_t>(1, run.steps()));
   std::array<double, PhaseTimers::kCount> total{};
   for (const MetricsRecord& r : run.rows)
     for (size_t p = 0; p < total.size(); ++p) total[p] += r.phase_s[p];
   auto per_step = [&](Phase p) { return total[static_cast<size_t>(p)] / steps; };
+  const double model_exchanges =
+      static_cast<double>(run.schedule.landed_exchanges(run.steps())) / static_cast<double>(run.schedule.fragments);
+  auto per_exchange = [&](Phase p) {
+    return model_exchanges > 0 ? total[static_cast<size_t>(p)] / model_exchanges : 0.0;
+  };
   predict::StepProfile& prof = run.profile;
   prof.data_s = per_step(Phase::data);
   prof.forward_s = per_step(Phase::forward);
   prof.backward_s = per_step(Phase::backward);
   prof.optimizer_s = per_step(Phase::optimizer);
-  prof.encode_s = per_step(Phase::encode);
-  prof.decode_s = per_step(Phase::decode);
+  prof.encode_s = per_exchange(Phase::encode);
+  prof.decode_s = per_exchange(Phase::decode);
   prof.measured_ranks = run.ranks;
-  prof.overlap = config.exchange.overlap;
+  // DiLoCo's exchange starts after the optimizer step (never under backward), DeMo's after backward.
+  prof.overlap = config.exchange.overlap && run.schedule.type == SyncSchedule::Type::every_step;
+  prof.schedule = run.schedule;
 
-  // The exchange plan, as GradientExchange builds it: per tensor a spec and an algorithm, whose cost
-  // terms the algorithm itself gives, in the exchange's buckets.
   const Net net(config.model, DType::f32, Device::cpu(), layer_registry(), loss_registry());
   const std::vector<ExchangeTensor> tensors = exchange_tensors(net);
+  if (run.schedule.type == SyncSchedule::Type::demo) {
+    add_demo_payload(config, tensors, run);
+    return run;
+  }
+  // The exchange plan, as GradientExchange builds it: per tensor a spec and an algorithm, whose cost
+  // terms the algorithm itself gives, in the exchange's buckets.
   const std::vector<int> bucket_of = GradientExchange::bucket_of(tensors, config.exchange.bucket_mb);
   for (int t = static_cast<int>(tensors.size()) - 1; t >= 0; --t) {
     const ExchangeTensor& x = tensors[static_cast<size_t>(t)];

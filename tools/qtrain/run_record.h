@@ -1,8 +1,8 @@
 // What `qtrain compare` and `qtrain predict` read back from a finished run directory: the rows of
 // metrics.csv, the world size (from train.log), the resolved config's model and exchange plan turned
-// into predict::Bucket (values and payload bytes per bucket, as GradientExchange forms them), its sync
-// schedule (sync_schedule.h), and the training-loss curve that `compare` records while the run goes
-// (curve.csv, optional).
+// into predict::Bucket (values and payload bytes per bucket, as GradientExchange forms them; DeMo's
+// own payload under sync.type demo), its sync schedule (sync_schedule.h), and the training-loss curve
+// that `compare` records while the run goes (curve.csv, optional).
 #pragma once
 
 #include <array>
