@@ -13,7 +13,9 @@
 #     and are reused by a rerun; the default baseline (bf16) joins the runs and the speedups are over it;
 #  7. --seeds 2 trains each method (and the baseline) once per seed in runs/<method>/seed<N>/, and the
 #     report has the intervals and the tests against the baseline; bad --seeds and --baseline values
-#     fail before anything runs.
+#     fail before anything runs;
+#  8. a --methods entry with its own schedule ('@') trains under it beside a per-step run, and the
+#     report and predict name both schedules; a schedule out of range fails before anything runs.
 # Parts 1-5 measure against fp32 (--baseline fp32), so that they train two methods, not three.
 # Usage: compare_sweep.sh QTRAIN_BINARY SOURCE_DIR   (needs SOURCE_DIR/data/mnist; skips without it)
 set -uo pipefail
@@ -151,6 +153,25 @@ grep -q "^| fp32 seed 2 | " "$tmp/predict_seeds.md" || fail "predict does not na
 grep -q "^## Against the baseline: fp32" "$seeds_report" || fail "--report-only --baseline fp32 did not change the baseline"
 if "$qtrain" compare --report-only "$tmp/seeds" --baseline onebit 2>"$tmp/err"; then fail "a baseline outside the sweep was accepted"; fi
 grep -q "not a method of the sweep in .* (its methods: bf16, fp32)" "$tmp/err" || fail "--report-only --baseline message: $(cat "$tmp/err")"
+
+# 8. schedules side by side
+scheduled=("$src/configs/mnist_mlp.yaml" --methods 'fp32,fp32@diloco:inner_steps=4' --baseline fp32 --out "$tmp/sched"
+           "${short_common[@]}")
+"$qtrain" compare "${scheduled[@]}" >"$tmp/sched.log" 2>&1 || fail "the sweep with a schedule failed: $(cat "$tmp/sched.log")"
+grep -q "^  inner_steps: 4$" "$tmp/sched/runs/fp32@diloco_inner_steps4/config.resolved.yaml" ||
+  fail "the '@diloco' run did not train under its schedule"
+sched_report="$tmp/sched/report/report.md"
+grep -q "^| fp32 | 1 | every step | 0 (10) | " "$sched_report" || fail "no per-step row: $(cat "$sched_report")"
+grep -q "^| fp32@diloco:inner_steps=4 | 1 | DiLoCo H=4 | 0 (10) | " "$sched_report" || fail "no DiLoCo row: $(cat "$sched_report")"
+"$qtrain" predict --from "$tmp/sched" --gpus 4 --bandwidth 10mbit >"$tmp/predict_sched.md" 2>"$tmp/err" ||
+  fail "predict of the scheduled sweep failed: $(cat "$tmp/err")"
+grep -q "^| fp32@diloco:inner_steps=4 | DiLoCo H=4 | " "$tmp/predict_sched.md" || fail "predict's inputs: $(cat "$tmp/predict_sched.md")"
+if "$qtrain" compare "$src/configs/mnist_mlp.yaml" --methods 'fp32@diloco:inner_steps=4:fragments=5' --out "$tmp/bad" \
+    "${short_common[@]}" 2>"$tmp/err"; then
+  fail "5 fragments of 4 inner steps accepted"
+fi
+[[ ! -e "$tmp/bad" ]] || fail "a bad schedule created the sweep folder"
+grep -q "sync.fragments" "$tmp/err" || fail "bad schedule message: $(cat "$tmp/err")"
 
 if [[ $failures -gt 0 ]]; then echo "$failures failure(s)"; exit 1; fi
 echo "compare_sweep: all checks passed"

@@ -1,9 +1,9 @@
 // `qtrain compare CONFIG --methods fp32,fp16,dettmers8,... [--seeds 3] [--baseline bf16] [--ranks 4]
 // [--netbed 1gbit] [--out DIR]`: trains one config under several quantization methods (and the
-// baseline's), one run directory per method and seed (DIR/runs/), then writes DIR/report/ (report.md
-// and plots). Each training is a child process: `qtrain train`,
-// under `mpirun` for --ranks > 1, inside tools/netbed.sh's bandwidth-limited testbed with --netbed.
-// Finished runs are reused, so an interrupted sweep continues where it stopped (sweep.h).
+// baseline's), each optionally under a sync schedule of its own ("bf16@diloco:inner_steps=50"), one
+// run directory per method and seed (DIR/runs/), then writes DIR/report/ (report.md and plots). Each training is a
+// child process: `qtrain train`, under `mpirun` for --ranks > 1, inside tools/netbed.sh's bandwidth-limited testbed
+// with --netbed. Finished runs are reused, so an interrupted sweep continues where it stopped (sweep.h).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -32,6 +32,7 @@
 #include "tools/qtrain/report.h"
 #include "tools/qtrain/run_record.h"
 #include "tools/qtrain/sweep.h"
+#include "tools/qtrain/sync_schedule.h"
 
 #ifndef QTRAIN_SOURCE_DIR
 #define QTRAIN_SOURCE_DIR "."
@@ -316,6 +317,7 @@ std::vector<Job> plan_jobs(const CompareArgs& a, const std::vector<Variant>& var
       sets.push_back("output.progress=lines");
       sets.push_back(fmt::format("train.log_every_steps={}", a.curve_every));
       const RunConfig rc = parse_run_config(a.config, sets);
+      parse_sync_schedule(rc.sync.options);  // a bad schedule of an entry ('@') stops the sweep before it starts
       job.length = RunLength{rc.train.epochs, rc.train.max_steps};
       job.train_args = {self, "train", fs::absolute(a.config).string()};
       for (const std::string& s : sets) {
@@ -524,8 +526,8 @@ void add_compare_command(CLI::App& app, const MpiRuntime& mpi) {
       "compare", "Train one config under several quantization methods and write a report comparing them");
   cmd->add_option("config", args->config, "YAML config (e.g. configs/mnist_mlp.yaml)");
   cmd->add_option("--methods", args->methods,
-                  "Comma-separated methods with ':'-separated parameters, e.g. "
-                  "fp32,fp16,dettmers8,onebit,qsgd:bits=2,qsgd:bits=4,adaptive")
+                  "Comma-separated methods with ':'-separated parameters, each optionally followed by '@' and a "
+                  "sync schedule, e.g. fp32,fp16,dettmers8,onebit,qsgd:bits=4,adaptive,bf16@diloco:inner_steps=50")
       ->type_name("LIST");
   cmd->add_option("--seeds", args->seeds,
                   "Train each method once per seed: N for seeds 1..N, or a list such as 1,2,3; the report gives "

@@ -2,7 +2,8 @@
 //  [--bandwidth 1gbit,...] [--latency 5us] [--intra-bandwidth 100GB/s] [--check DIR]...`: the step-time
 // model of predict_model.h applied to measured runs. Prints Markdown tables of predicted time per step
 // and speedup over one replica per method, scale and bandwidth, which method is fastest where, and
-// where quantization stops paying off; on nodes of several ranks, flat and two-level rows. --check
+// where quantization stops paying off; on nodes of several ranks, flat and two-level rows. Each run is
+// predicted under its own sync schedule (DiLoCo's H, fragments and overlap; predict_model.h). --check
 // compares the prediction with runs measured at other world sizes and shapes (prediction error).
 #include <algorithm>
 #include <cstdio>
@@ -159,17 +160,29 @@ void share_median_compute(std::vector<RunRecord>& runs) {
 }
 
 std::string inputs_table(const PredictArgs& a, const std::vector<RunRecord>& runs, bool shared_compute) {
-  std::string out = fmt::format("# qtrain predict: {}\n\nMeasured inputs (per step):\n\n", a.from);
+  std::string out = fmt::format("# qtrain predict: {}\n\nMeasured inputs:\n\n", a.from);
   out +=
-      "| method | measured on | compute ms (data+fwd+bwd+opt) | encode ms | decode ms | payload MB | bits per value | "
-      "buckets |\n"
-      "|---|---|---|---|---|---|---|---|\n";
-  for (const RunRecord& r : runs)
-    out += fmt::format("| {} | {} rank(s){} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.2f} | {} |\n", r.label, r.ranks,
+      "| method | schedule | measured on | compute ms (data+fwd+bwd+opt) | encode ms | decode ms | payload MB | bits "
+      "per value | buckets |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
+  bool periodic = false;
+  for (const RunRecord& r : runs) {
+    periodic = periodic || r.schedule.type == SyncSchedule::Type::diloco;
+    out += fmt::format("| {} | {} | {} rank(s){} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.2f} | {} |\n", r.label,
+                       r.schedule.str(), r.ranks,
                        r.ranks_per_node > 1 ? fmt::format(", {} node(s) x {}", r.nodes, r.ranks_per_node) : "",
                        1e3 * r.profile.compute_s(), 1e3 * r.profile.encode_s, 1e3 * r.profile.decode_s,
                        r.payload_bytes / 1e6, r.bits_per_value(), r.profile.buckets.size());
-  if (shared_compute) out += "\nCompute: the median over the runs (--own-compute to keep each run's).\n";
+  }
+  out +=
+      "\nCompute per step; encode, decode and payload per exchange of the whole model (per step when it is "
+      "exchanged every step).\n";
+  if (periodic)
+    out +=
+        "DiLoCo H=inner_steps F=fragments tau=overlap: F exchanges of 1/F of the model per H steps, after the "
+        "optimizer step; each is hidden behind tau inner steps of compute: exposed per step = F/H x max(0, exchange "
+        "- tau x compute).\n";
+  if (shared_compute) out += "Compute: the median over the runs (--own-compute to keep each run's).\n";
   return out;
 }
 
@@ -306,8 +319,11 @@ void run_predict(const PredictArgs& a) {
 
   std::string out = inputs_table(a, runs, shared_compute);
   const RunRecord* fp32 = nullptr;
+  // The reference for "does quantization pay off": fp32 exchanged every step.
   for (const RunRecord& r : runs)
-    if (r.label == "fp32" || (fp32 == nullptr && r.method.rfind("fp32", 0) == 0)) fp32 = &r;
+    if (r.schedule.type == SyncSchedule::Type::every_step &&
+        (r.label == "fp32" || (fp32 == nullptr && r.method.rfind("fp32", 0) == 0)))
+      fp32 = &r;
   std::vector<Row> rows;
   for (const RunRecord& r : runs) {
     rows.push_back({&r, predict::Hierarchy::flat, several_per_node ? r.label + ", flat" : r.label});

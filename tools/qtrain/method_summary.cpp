@@ -57,6 +57,13 @@ std::string seeds_cell(const MethodSummary& m) {
                      m.runs.empty() ? "" : "; ", seed_list(m.missing_seeds));
 }
 
+bool any_schedule(const std::vector<MethodSummary>& methods) {
+  for (const MethodSummary& m : methods)
+    for (const SummaryRow& r : m.runs)
+      if (!r.per_step_schedule) return true;
+  return false;
+}
+
 bool several_seeds(const std::vector<MethodSummary>& methods) {
   return std::any_of(methods.begin(), methods.end(), [](const MethodSummary& m) { return m.seeds_asked() > 1; });
 }
@@ -153,7 +160,11 @@ SummaryRow summarize(const RunRecord& run, double target) {
   s.bits_per_value = run.bits_per_value();
   s.fraction_quantized = run.fraction_quantized;
   s.step_ms = 1e3 * run.measured_step_s();
-  s.bytes_sent_per_step = run.rows.back().bytes_sent_per_step;
+  s.schedule = run.schedule.str();
+  s.per_step_schedule = run.schedule.type == SyncSchedule::Type::every_step;
+  s.bytes_sent_per_step = run.bytes_per_step();
+  s.bytes_per_exchange = run.bytes_per_exchange();
+  s.exposed_share = run.exposed_share();
   if (run.rows.back().has_error_rates()) {
     s.final_cer = run.rows.back().test_cer;
     s.final_wer = run.rows.back().test_wer;
@@ -193,18 +204,21 @@ std::string markdown_table(const std::vector<MethodSummary>& methods, double tar
   // The error-rate columns appear when any run is a sequence task; "-" for a run without them.
   const bool error_rates = any_error_rates(methods);
   const bool seeds = several_seeds(methods);
+  // The schedule and the bytes of one exchange appear when any run does not exchange every step.
+  const bool schedules = any_schedule(methods);
   const MethodSummary* base = nullptr;
   for (const MethodSummary& m : methods)
     if (m.label == baseline && !m.runs.empty()) base = &m;
   std::string s = fmt::format(
-      "| method | {}ranks | epochs (steps) | final accuracy | best accuracy{} | {}time to {} | samples/s | speedup "
-      "over "
-      "{} | ms per step | bits per value | sent per step per rank | fraction quantized |\n"
-      "|---|{}---|---|---|---|{}---|---|---|---|---|---|---|\n",
-      seeds ? "seeds | " : "", seeds ? "" : " (epoch)",
+      "| method | {}ranks | {}epochs (steps) | final accuracy | best accuracy{} | {}time to {} | samples/s | speedup "
+      "over {} | ms per step | waiting for the exchange | bits per value | sent per step per rank | {}fraction "
+      "quantized |\n"
+      "|---|{}---|{}---|---|---|{}---|---|---|---|---|---|---|{}---|\n",
+      seeds ? "seeds | " : "", schedules ? "schedule | " : "", seeds ? "" : " (epoch)",
       error_rates ? (seeds ? "final CER | final WER | best CER | " : "final CER | final WER | best CER (epoch) | ")
                   : "",
-      percent(target), baseline, seeds ? "---|" : "", error_rates ? "---|---|---|" : "");
+      percent(target), baseline, schedules ? "sent per exchange per rank | " : "", seeds ? "---|" : "",
+      schedules ? "---|" : "", error_rates ? "---|---|---|" : "", schedules ? "---|" : "");
   for (const MethodSummary& m : methods) {
     if (m.runs.empty()) continue;  // named below the table
     const SummaryRow& first = m.runs.front();
@@ -219,15 +233,19 @@ std::string markdown_table(const std::vector<MethodSummary>& methods, double tar
     }
     const std::vector<double> rate = m.values(&SummaryRow::samples_per_s);
     const double base_rate = base ? stats::mean(base->values(&SummaryRow::samples_per_s)) : 0;
+    auto megabytes = [&](double SummaryRow::*field) {
+      return first.ranks > 1 ? fmt::format("{:.3f} MB", stats::mean(m.values(field)) / 1e6)
+                             : std::string("- (one rank)");
+    };
     s += fmt::format(
-        "| {} | {}{} | {} ({}) | {} | {}{} | {}{} | {} | {} | {:.1f} | {:.2f} | {} | {:.3f} |\n", m.label,
-        seeds ? seeds_cell(m) + " | " : "", first.ranks, first.epochs, first.steps,
-        percent_cell(m.values(&SummaryRow::final_accuracy)), percent_cell(m.values(&SummaryRow::best_accuracy)),
-        one ? fmt::format(" ({})", first.best_epoch) : "", rates, time_cell(m), number_cell(rate, 0),
-        base_rate > 0 ? fmt::format("{:.2f}x", stats::mean(rate) / base_rate) : "-",
-        stats::mean(m.values(&SummaryRow::step_ms)), stats::mean(m.values(&SummaryRow::bits_per_value)),
-        first.ranks > 1 ? fmt::format("{:.3f} MB", stats::mean(m.values(&SummaryRow::bytes_sent_per_step)) / 1e6)
-                        : "- (one rank)",
+        "| {} | {}{} | {}{} ({}) | {} | {}{} | {}{} | {} | {} | {:.1f} | {:.1f}% | {:.2f} | {} | {}{:.3f} |\n", m.label,
+        seeds ? seeds_cell(m) + " | " : "", first.ranks, schedules ? first.schedule + " | " : "", first.epochs,
+        first.steps, percent_cell(m.values(&SummaryRow::final_accuracy)),
+        percent_cell(m.values(&SummaryRow::best_accuracy)), one ? fmt::format(" ({})", first.best_epoch) : "", rates,
+        time_cell(m), number_cell(rate, 0), base_rate > 0 ? fmt::format("{:.2f}x", stats::mean(rate) / base_rate) : "-",
+        stats::mean(m.values(&SummaryRow::step_ms)), 100 * stats::mean(m.values(&SummaryRow::exposed_share)),
+        stats::mean(m.values(&SummaryRow::bits_per_value)), megabytes(&SummaryRow::bytes_sent_per_step),
+        schedules ? megabytes(&SummaryRow::bytes_per_exchange) + " | " : "",
         stats::mean(m.values(&SummaryRow::fraction_quantized)));
   }
   std::string unfinished;

@@ -29,8 +29,12 @@ struct SummaryRow {
   double samples_per_s = 0;                // all steps: sum(steps) / sum(steps / samples_per_s of the row)
   double bits_per_value = 0;               // payload bits per gradient value, headers included
   double fraction_quantized = 0;
-  double step_ms = 0;              // the training loop's time per step
-  double bytes_sent_per_step = 0;  // measured, per rank (0 in a world of one)
+  double step_ms = 0;                   // the training loop's time per step
+  std::string schedule = "every step";  // SyncSchedule::str()
+  bool per_step_schedule = true;        // one exchange of the whole model per step (every_step)
+  // Measured, per rank (0 in a world of one): per step over whole sync periods, and per exchange.
+  double bytes_sent_per_step = 0, bytes_per_exchange = 0;
+  double exposed_share = 0;  // of the training loop's time, waiting for the exchange
   // Sequence tasks: test character / word error rate of the last epoch and the lowest CER.
   std::optional<double> final_cer, final_wer, best_cer;
   int64_t best_cer_epoch = 0;
@@ -57,7 +61,9 @@ std::vector<MethodSummary> summarize_methods(const std::vector<RunRecord>& runs,
 
 // The table of report.md: one row per method with finished runs. With one run per method its cells
 // are that run's figures; with several, mean ± standard deviation over the seeds (and a seeds column
-// when the sweep asked for seeds). Speedup: mean samples/s over the baseline's; "-" without it.
+// when the sweep asked for seeds). Speedup: mean samples/s over the baseline's; "-" without it. When
+// a run synchronizes other than every step (DiLoCo, DeMo), the table gains the schedule and the bytes
+// of one exchange beside the bytes per step, so that per-step and periodic runs read side by side.
 std::string markdown_table(const std::vector<MethodSummary>& methods, double target, const std::string& baseline);
 
 // The 95% confidence intervals (Student t over the seeds) of the table's accuracy, error-rate, time and

@@ -17,11 +17,11 @@ namespace {
 // Values weighted by how often encode touches them on p ranks (see the header).
 double encode_weight(const Bucket& b, int p) {
   const double native = p > 1 ? b.allreduce_values : b.allreduce_16bit_values;
-  return b.allgather_values + b.rsag_values * (1.0 + 1.0 / p) + native;
+  return b.allgather_values + b.rsag_values * (1.0 + 1.0 / p) + native + b.transform_values;
 }
 double decode_weight(const Bucket& b, int p) {
   const double native = p > 1 ? b.allreduce_values : b.allreduce_16bit_values;
-  return b.allgather_values * p + 2.0 * b.rsag_values + native;
+  return b.allgather_values * p + 2.0 * b.rsag_values + native + b.transform_values;
 }
 
 double parse_number_with_unit(const std::string& text, const std::string& what, std::string& unit) {
@@ -82,7 +82,7 @@ Bucket stripe_of(const Bucket& b, int ranks_per_node) {
   const double g = ranks_per_node;
   Bucket s = b;
   for (double* v : {&s.values, &s.allreduce_bytes, &s.allgather_bytes, &s.rsag_bytes, &s.allreduce_values,
-                    &s.allreduce_16bit_values, &s.allgather_values, &s.rsag_values})
+                    &s.allreduce_16bit_values, &s.allgather_values, &s.rsag_values, &s.transform_values})
     *v /= g;
   return s;
 }
@@ -121,11 +121,16 @@ StepPrediction predict_step(const StepProfile& profile, const Topology& topology
     return r;
   }
   const double ue = fitted_encode_cost(profile), ud = fitted_decode_cost(profile);
+  const cli::SyncSchedule& schedule = profile.schedule;
+  const bool periodic = schedule.type == cli::SyncSchedule::Type::diloco;
+  // DiLoCo exchanges one fragment at a time: 1/F of every bucket (the header's "Schedules").
+  const int fragments = periodic ? static_cast<int>(schedule.fragments) : 1;
   double total_values = 0;
   for (const Bucket& b : profile.buckets) total_values += b.values;
   double ready_values = 0, end = 0, serial = 0;
-  for (const Bucket& b : profile.buckets) {
-    ready_values += b.values;
+  for (const Bucket& whole : profile.buckets) {
+    const Bucket b = fragments > 1 ? stripe_of(whole, fragments) : whole;
+    ready_values += whole.values;
     double enc = 0, comm = 0, dec = 0;
     if (two_levels) {
       const Bucket stripe = stripe_of(b, topology.ranks_per_node);
@@ -144,8 +149,19 @@ StepPrediction predict_step(const StepProfile& profile, const Topology& topology
     const double ready = total_values > 0 ? profile.backward_s * ready_values / total_values : profile.backward_s;
     end = std::max(ready, end) + enc + comm + dec;
   }
-  // The two levels start once backward has produced every gradient (the node's sum needs them all).
-  r.exposed_s = profile.overlap && !two_levels ? std::max(0.0, end - profile.backward_s) : serial;
+  r.exchange_s = serial;
+  if (periodic) {
+    // F exchanges per H steps, each hidden behind up to tau inner steps of compute.
+    const double per_step = schedule.exchanges_per_step();
+    const double hidden = static_cast<double>(schedule.overlap) * r.compute_s;
+    r.exposed_s = per_step * std::max(0.0, serial - hidden);
+    r.encode_s *= per_step;
+    r.communicate_s *= per_step;
+    r.decode_s *= per_step;
+  } else {
+    // The two levels start once backward has produced every gradient (the node's sum needs them all).
+    r.exposed_s = profile.overlap && !two_levels ? std::max(0.0, end - profile.backward_s) : serial;
+  }
   r.step_s = r.compute_s + r.exposed_s;
   r.speedup = r.step_s > 0 ? ranks * r.compute_s / r.step_s : 0;
   return r;

@@ -61,10 +61,26 @@
 //                               communicate(b, N nodes of 1) with B, alpha
 //     intra allgather of the stripes in fp32: (G-1)/G * 4 n / B_i + (G-1) alpha_i
 //     encode / decode: of a stripe (n/G values) on N ranks, with the fitted per-value costs.
+//
+// Schedules (sync_schedule.h). Everything above is one exchange of the whole model, once per step
+// (every_step). DeMo is the same with its own payload: one allgather bucket of the codec's payload
+// after backward (no overlap), whose encode and decode are a DCT of every value whatever p
+// (Bucket::transform_values). DiLoCo with H inner steps and F fragments exchanges fragment f's
+// pseudo-gradient once per H steps, at its own step (diloco.h): F exchanges per period, each of 1/F
+// of every bucket (values and bytes; each keeps its latency terms), after the optimizer step, so
+// never under backward. On the exchange's thread one exchange takes
+//               x = sum over the fragment's buckets of encode + communicate + decode,
+//   with overlap tau it runs while the next tau inner steps compute, and the loop waits for the rest:
+//               exposed per exchange = max(0, x - tau c)        (tau = 0: x)
+//   per step    exposed = F / H * max(0, x - tau c),   and encode, communicate, decode F / H x theirs.
+// The measured run's encode and decode are per exchange of the whole model (its time over its
+// exchanges / F), so the per-value costs fit any schedule alike.
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include "tools/qtrain/sync_schedule.h"
 
 namespace qtrain::predict {
 
@@ -77,14 +93,18 @@ struct Bucket {
   double rsag_bytes = 0;       // encoded payloads exchanged by reduce-scatter + allgather
   // Values, by algorithm (for the encode / decode cost).
   double allreduce_values = 0, allreduce_16bit_values = 0, allgather_values = 0, rsag_values = 0;
+  // Values encoded and decoded once per exchange whatever the world size (DeMo's DCT each way).
+  double transform_values = 0;
 };
 
 // What one run measured, per step.
 struct StepProfile {
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
-  double encode_s = 0, decode_s = 0;  // total per step, on the exchange thread
-  int measured_ranks = 1;             // the world size of the measured run
-  bool overlap = true;
+  // Per exchange of the whole model (per step for every_step), on the exchange thread.
+  double encode_s = 0, decode_s = 0;
+  int measured_ranks = 1;  // the world size of the measured run
+  bool overlap = true;     // buckets exchanged under backward (every_step with communication.overlap)
+  cli::SyncSchedule schedule;
   std::vector<Bucket> buckets;
   double compute_s() const { return data_s + forward_s + backward_s + optimizer_s; }
 };
@@ -113,10 +133,11 @@ struct TwoLevelTimes {
 struct StepPrediction {
   int ranks = 1;
   double compute_s = 0;
-  double encode_s = 0, communicate_s = 0, decode_s = 0;  // summed over buckets
-  double exposed_s = 0;                                  // what the loop waits for after backward
-  double step_s = 0;                                     // compute + exposed
-  double speedup = 1;                                    // p * t(1) / t(p)
+  double encode_s = 0, communicate_s = 0, decode_s = 0;  // per step: summed over buckets, x F / H for DiLoCo
+  double exchange_s = 0;  // one exchange on the exchange's thread (a fragment's under DiLoCo)
+  double exposed_s = 0;   // per step, what the loop waits for (after backward, or after the optimizer step)
+  double step_s = 0;      // compute + exposed
+  double speedup = 1;     // p * t(1) / t(p)
 };
 
 // Communication time of one bucket's payloads on p ranks (0 for p == 1), one rank per node.

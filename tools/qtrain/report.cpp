@@ -215,16 +215,19 @@ void write_data_files(const std::vector<RunRecord>& runs, const std::vector<Meth
     double sent = 0, payload = 0;
     for (const RunRecord* r : its) {
       const double steps = static_cast<double>(std::max<int64_t>(1, r->steps()));
-      double exposed = 0, comm = 0;
+      // The exchange thread's phases per training step, from the rows.
+      double exposed = 0, encode = 0, comm = 0, decode = 0;
       for (const MetricsRecord& row : r->rows) {
         exposed += row.exposed_comm_s;
+        encode += row.phase_s[static_cast<size_t>(Phase::encode)];
         comm += row.phase_s[static_cast<size_t>(Phase::communicate)];
+        decode += row.phase_s[static_cast<size_t>(Phase::decode)];
       }
       const predict::StepProfile& p = r->profile;
-      const double ms[] = {p.data_s,        p.forward_s, p.backward_s, p.optimizer_s,
-                           exposed / steps, p.encode_s,  comm / steps, p.decode_s};
+      const double ms[] = {p.data_s,        p.forward_s,    p.backward_s, p.optimizer_s,
+                           exposed / steps, encode / steps, comm / steps, decode / steps};
       for (size_t k = 0; k < phase_ms.size(); ++k) phase_ms[k] += 1e3 * ms[k] / static_cast<double>(its.size());
-      sent += r->rows.back().bytes_sent_per_step / static_cast<double>(its.size());
+      sent += r->bytes_per_step() / static_cast<double>(its.size());
       payload += r->payload_bytes / static_cast<double>(its.size());
     }
     // Labels quoted: gnuplot reads "qsgd:bits=4" as one column and shows it as the bar's name.
@@ -321,11 +324,12 @@ std::string bar_plots() {
                        exchange_plot);
   script +=
       plot_block("bytes",
-                 "set title 'Gradient bytes per step: sent per rank (measured) and one replica''s payload'\n"
-                 "set ylabel 'MB per step'\nset style data histograms\nset style histogram clustered gap 1\n" +
+                 "set title 'Bytes per step sent per rank (measured, over whole sync periods) and one replica''s "
+                 "payload per exchange'\n"
+                 "set ylabel 'MB'\nset style data histograms\nset style histogram clustered gap 1\n" +
                      bars,
                  fmt::format("plot 'data/bytes.dat' using 2:xtic(1) lc rgb '{}' title 'sent per rank (measured)', "
-                             "'' using 3 lc rgb '{}' title 'payload of one replica (encoded gradient)'",
+                             "'' using 3 lc rgb '{}' title 'payload of one replica per exchange'",
                              colour_of(0), colour_of(1)));
   return script;
 }
@@ -334,6 +338,9 @@ std::string bar_plots() {
 // the baseline and the plots.
 std::string report_markdown(const std::vector<MethodSummary>& methods, const ReportOptions& options, bool seeds,
                             bool error_rates) {
+  bool any_schedule = false;  // a run that does not exchange every step: the table has its schedule
+  for (const MethodSummary& m : methods)
+    for (const SummaryRow& r : m.runs) any_schedule = any_schedule || !r.per_step_schedule;
   std::string md = "# qtrain compare report\n\n";
   if (!options.command.empty()) md += "```sh\n" + options.command + "\n```\n\n";
   if (seeds)
@@ -346,9 +353,18 @@ std::string report_markdown(const std::vector<MethodSummary>& methods, const Rep
       "seeds).\n"
       "- time to {}: wall-clock time (training and evaluation) at the first evaluation that reached it.\n"
       "- bits per value: size of one replica's encoded gradient (headers included) x 8 / gradient values.\n"
+      "- waiting for the exchange: the share of the training loop's time per step that it waited for the "
+      "exchange (exposed communication, after backward or after the optimizer step).\n"
       "- sent per step per rank: bytes this rank put on the wire per step (ring allreduce counted as "
-      "2(p-1)/p of the data).\n",
+      "2(p-1)/p of the data), averaged over whole sync periods: one exchange's bytes x the schedule's exchanges "
+      "per step.\n",
       options.baseline, percent(options.target));
+  if (any_schedule)
+    md +=
+        "- schedule: every step; DiLoCo H=inner_steps (with F=fragments tau=overlap for Streaming DiLoCo: F "
+        "exchanges per H steps, each hidden behind up to tau steps); DeMo (one exchange per step).\n"
+        "- sent per exchange per rank: the bytes of one exchange, what the link carries at once (with fragments the "
+        "mean of their exchanges, which DiLoCo cuts to equal bytes).\n";
   if (error_rates)
     md +=
         "- CER / WER: character / word error rate of greedy CTC decoding on the test set (edit distance over the "

@@ -20,6 +20,7 @@
 #include "layers/registry.h"
 #include "quant/method.h"
 #include "quant/policy.h"
+#include "train/sync/demo_codec.h"
 
 namespace qtrain::cli {
 namespace fs = std::filesystem;
@@ -84,6 +85,29 @@ void read_log_facts(const std::string& path, RunRecord& run) {
   if (!topology) run.nodes = run.ranks;
 }
 
+// DeMo replaces the gradient exchange by its own payload (train/sync/demo.h): one allgather of
+// demo::Codec's payload per step, its size planned from the sync section as the strategy plans it
+// (the defaults are CodecOptions'), and a DCT of every value each way whatever the world size. Two
+// levels cannot carry it: an allgather of top-k pairs is not a sum.
+void add_demo_payload(const RunConfig& config, const std::vector<ExchangeTensor>& tensors, RunRecord& run) {
+  ConfigNode sync = config.sync.options;
+  demo::CodecOptions o;
+  o.chunk = sync.get_int("chunk", o.chunk, 1, demo::kMaxChunk);
+  o.topk = std::min(sync.get_int("topk", o.topk, 1, INT64_MAX), o.chunk);
+  o.sign = sync.get<bool>("sign", o.sign);
+  std::vector<demo::ArenaSpan> spans;
+  for (const ExchangeTensor& t : tensors) spans.push_back({t.offset, t.numel});
+  const demo::Codec codec(spans, o, Device::cpu());
+  predict::Bucket b;
+  b.values = static_cast<double>(codec.values());
+  b.allgather_bytes = static_cast<double>(codec.payload_bytes());
+  b.transform_values = b.values;
+  run.profile.buckets = {b};
+  run.gradient_values = b.values;
+  run.payload_bytes = b.allgather_bytes;
+  run.two_level_unsuited = "demo";
+}
+
 }  // namespace
 
 std::vector<MetricsRecord> read_metrics_csv(const std::string& path) {
@@ -102,7 +126,7 @@ std::vector<MetricsRecord> read_metrics_csv(const std::string& path) {
   };
   const size_t c_epoch = index("epoch"), c_step = index("step"), c_wall = index("wall_time_s"),
                c_loss = index("train_loss"), c_acc = index("test_accuracy"), c_sps = index("samples_per_s"),
-               c_bytes = index("bytes_sent_per_step"), c_hidden = index("hidden_comm_s"),
+               c_sent = index("bytes_sent"), c_bytes = index("bytes_sent_per_step"), c_hidden = index("hidden_comm_s"),
                c_exposed = index("exposed_comm_s"), c_frac = index("fraction_quantized");
   auto optional_index = [&](const std::string& name) {
     auto it = col.find(name);
@@ -130,6 +154,7 @@ std::vector<MetricsRecord> read_metrics_csv(const std::string& path) {
     r.test_accuracy = num(c_acc);
     r.samples_per_s = num(c_sps);
     for (size_t p = 0; p < c_phase.size(); ++p) r.phase_s[p] = num(c_phase[p]);
+    r.bytes_sent = num(c_sent);
     r.bytes_sent_per_step = num(c_bytes);
     r.hidden_comm_s = num(c_hidden);
     r.exposed_comm_s = num(c_exposed);
@@ -167,6 +192,27 @@ double RunRecord::measured_step_s() const {
   return profile.compute_s() + exposed / static_cast<double>(steps());
 }
 
+double RunRecord::exposed_share() const {
+  const double step = measured_step_s();
+  if (step <= 0) return 0;
+  double exposed = 0;
+  for (const MetricsRecord& r : rows) exposed += r.exposed_comm_s;
+  return exposed / static_cast<double>(steps()) / step;
+}
+
+double RunRecord::bytes_sent() const {
+  double total = 0;
+  for (const MetricsRecord& r : rows) total += r.bytes_sent;
+  return total;
+}
+
+double RunRecord::bytes_per_exchange() const {
+  const int64_t n = schedule.landed_exchanges(steps());
+  return n > 0 ? bytes_sent() / static_cast<double>(n) : 0;
+}
+
+double RunRecord::bytes_per_step() const { return bytes_per_exchange() * schedule.exchanges_per_step(); }
+
 RunRecord load_run(const std::string& dir, const std::string& label) {
   if (!fs::is_directory(dir)) input_error("{}: not a directory", dir);
   RunRecord run;
@@ -183,27 +229,40 @@ RunRecord load_run(const std::string& dir, const std::string& label) {
   run.batch_size = config.data.batch_size;
   run.seed = config.seed;
   run.method = config.quantization.base.str();
+  run.schedule = parse_sync_schedule(config.sync.options);
 
-  // Per-step averages of the measured phases.
+  // Per-step averages of the measured phases; encode and decode per exchange of the whole model (per
+  // step for a schedule that exchanges it every step), which is what predict fits its costs to.
   const double steps = static_cast<double>(std::max<int64_t>(1, run.steps()));
   std::array<double, PhaseTimers::kCount> total{};
   for (const MetricsRecord& r : run.rows)
     for (size_t p = 0; p < total.size(); ++p) total[p] += r.phase_s[p];
   auto per_step = [&](Phase p) { return total[static_cast<size_t>(p)] / steps; };
+  const double model_exchanges =
+      static_cast<double>(run.schedule.landed_exchanges(run.steps())) / static_cast<double>(run.schedule.fragments);
+  auto per_exchange = [&](Phase p) {
+    return model_exchanges > 0 ? total[static_cast<size_t>(p)] / model_exchanges : 0.0;
+  };
   predict::StepProfile& prof = run.profile;
   prof.data_s = per_step(Phase::data);
   prof.forward_s = per_step(Phase::forward);
   prof.backward_s = per_step(Phase::backward);
   prof.optimizer_s = per_step(Phase::optimizer);
-  prof.encode_s = per_step(Phase::encode);
-  prof.decode_s = per_step(Phase::decode);
+  prof.encode_s = per_exchange(Phase::encode);
+  prof.decode_s = per_exchange(Phase::decode);
   prof.measured_ranks = run.ranks;
-  prof.overlap = config.exchange.overlap;
+  // DiLoCo's exchange starts after the optimizer step (never under backward), DeMo's after backward.
+  prof.overlap = config.exchange.overlap && run.schedule.type == SyncSchedule::Type::every_step;
+  prof.schedule = run.schedule;
 
-  // The exchange plan, as GradientExchange builds it: per tensor a spec and an algorithm, whose cost
-  // terms the algorithm itself gives, in the exchange's buckets.
   const Net net(config.model, DType::f32, Device::cpu(), layer_registry(), loss_registry());
   const std::vector<ExchangeTensor> tensors = exchange_tensors(net);
+  if (run.schedule.type == SyncSchedule::Type::demo) {
+    add_demo_payload(config, tensors, run);
+    return run;
+  }
+  // The exchange plan, as GradientExchange builds it: per tensor a spec and an algorithm, whose cost
+  // terms the algorithm itself gives, in the exchange's buckets.
   const std::vector<int> bucket_of = GradientExchange::bucket_of(tensors, config.exchange.bucket_mb);
   for (int t = static_cast<int>(tensors.size()) - 1; t >= 0; --t) {
     const ExchangeTensor& x = tensors[static_cast<size_t>(t)];

@@ -14,21 +14,40 @@
 #include "tools/qtrain/method_list.h"
 #include "tools/qtrain/report.h"
 #include "tools/qtrain/run_record.h"
+#include "tools/qtrain/sync_schedule.h"
 
 namespace qtrain::cli {
 namespace fs = std::filesystem;
 
 std::vector<Variant> parse_variants(const std::string& methods) {
-  // The same parser as bench-quant's --methods: unknown names and bad parameters fail here, before
-  // anything runs, with the message of the config parser.
-  const std::vector<MethodChoice> choices = parse_method_list(methods);
+  // An entry is a method with its parameters, optionally followed by '@' and a sync schedule
+  // ("bf16@diloco:inner_steps=50"). The method part goes through bench-quant's parser: unknown names and
+  // bad parameters fail here, before anything runs, with the message of the config parser.
+  std::vector<std::string> entries, method_parts, schedules;
+  size_t start = 0;
+  while (start <= methods.size()) {
+    const size_t comma = methods.find(',', start);
+    const std::string entry = methods.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? methods.size() + 1 : comma + 1;
+    if (entry.empty()) continue;
+    const size_t at = entry.find('@');
+    entries.push_back(entry);
+    method_parts.push_back(entry.substr(0, at));
+    schedules.push_back(at == std::string::npos ? "" : entry.substr(at + 1));
+    if (at != std::string::npos && schedules.back().empty())
+      input_error("--methods {}: expected a sync.type after '@' (e.g. bf16@diloco:inner_steps=50)", entry);
+    if (method_parts.back().empty())
+      input_error("--methods {}: expected a quantization method before '@' (e.g. bf16@diloco:inner_steps=50)", entry);
+  }
+  if (entries.empty()) input_error("--methods: the list is empty");
   std::vector<Variant> out;
   std::set<std::string> folders;
-  for (const MethodChoice& c : choices) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const MethodChoice c = parse_method_list(method_parts[i]).front();
     Variant v;
-    v.label = c.label;
-    v.folder = label_to_filename(c.label);
-    if (!folders.insert(v.folder).second) input_error("--methods: '{}' is given twice", c.label);
+    v.label = entries[i];
+    v.folder = label_to_filename(entries[i]);
+    if (!folders.insert(v.folder).second) input_error("--methods: '{}' is given twice", entries[i]);
     size_t at = 0;
     bool first = true;
     while (at <= c.label.size()) {
@@ -38,6 +57,8 @@ std::vector<Variant> parse_variants(const std::string& methods) {
       v.overrides.push_back(first ? "quantization.method=" + part : "quantization." + part);
       first = false;
     }
+    if (!schedules[i].empty())
+      for (std::string& o : schedule_overrides(schedules[i], entries[i])) v.overrides.push_back(std::move(o));
     out.push_back(std::move(v));
   }
   return out;

@@ -1,0 +1,90 @@
+// A run's synchronization schedule (see sync_schedule.h).
+#include "tools/qtrain/sync_schedule.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "framework/core/check.h"
+#include "train/sync/sync_strategy.h"
+
+namespace qtrain::cli {
+
+std::string SyncSchedule::str() const {
+  switch (type) {
+    case Type::every_step: return "every step";
+    case Type::demo: return "DeMo";
+    case Type::diloco: break;
+  }
+  std::string s = fmt::format("DiLoCo H={}", inner_steps);
+  if (fragments > 1 || overlap > 0) s += fmt::format(" F={} tau={}", fragments, overlap);
+  return s;
+}
+
+int64_t SyncSchedule::exchanges(int64_t steps) const {
+  if (type != Type::diloco) return steps;
+  // Fragment f's offset as DiLoCoSync computes it (f H / F, integer division); the steps s in 1..steps
+  // with s + shift a multiple of H number floor((steps + shift) / H), since shift < H.
+  int64_t n = 0;
+  for (int64_t f = 0; f < fragments; ++f) n += (steps + f * inner_steps / fragments) / inner_steps;
+  return n;
+}
+
+SyncSchedule parse_sync_schedule(ConfigNode sync) {
+  SyncSchedule s;
+  const std::string type = sync.get_choice("type", "every_step", sync_registry().names());
+  if (type == "every_step") {
+    sync.finish();  // the per-step strategy has no keys of its own: a stray sync.inner_steps is an error there too
+    return s;
+  }
+  if (type == "demo") {
+    s.type = SyncSchedule::Type::demo;
+    return s;
+  }
+  if (type != "diloco")
+    sync.fail("type", fmt::format("'{}' is a strategy whose schedule compare, report and predict do not know yet "
+                                  "(tools/qtrain/sync_schedule.cpp)",
+                                  type));
+  // The defaults and ranges of train/sync/diloco.cpp.
+  s.type = SyncSchedule::Type::diloco;
+  s.inner_steps = sync.get_int("inner_steps", 500, 1, INT64_MAX);
+  s.fragments = sync.get_int("fragments", 1, 1, INT64_MAX);
+  if (s.fragments > s.inner_steps)
+    sync.fail("fragments", fmt::format("at most sync.inner_steps ({}) fragments, got {}", s.inner_steps, s.fragments));
+  s.overlap = sync.get_int("overlap", 0, 0, INT64_MAX);
+  if (s.overlap >= s.inner_steps)
+    sync.fail("overlap", fmt::format("must be less than sync.inner_steps ({}), got {}", s.inner_steps, s.overlap));
+  return s;
+}
+
+std::vector<std::string> schedule_overrides(const std::string& schedule, const std::string& entry) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= schedule.size()) {
+    const size_t colon = schedule.find(':', at);
+    const std::string part = schedule.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
+    at = colon == std::string::npos ? schedule.size() + 1 : colon + 1;
+    if (out.empty()) {
+      if (part.empty() || part.find('=') != std::string::npos)
+        input_error("--methods {}: expected a sync.type after '@' (one of {}), got '{}'", entry,
+                    fmt::join(sync_registry().names(), ", "), part);
+      const std::vector<std::string> names = sync_registry().names();
+      if (std::find(names.begin(), names.end(), part) == names.end())
+        input_error("--methods {}: unknown sync.type '{}' after '@'; one of {}", entry, part, fmt::join(names, ", "));
+      out.push_back("sync.type=" + part);
+      continue;
+    }
+    const size_t eq = part.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == part.size())
+      input_error("--methods {}: expected key=value of the sync section after '@{}', got '{}'", entry,
+                  out.front().substr(10), part);
+    const std::string key = part.substr(0, eq);
+    for (const std::string& o : out)
+      if (o.rfind("sync." + key + "=", 0) == 0) input_error("--methods {}: 'sync.{}' is given twice", entry, key);
+    out.push_back("sync." + part);
+  }
+  return out;
+}
+
+}  // namespace qtrain::cli
