@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "framework/core/check.h"
+#include "train/sync/diloco.h"
 #include "train/sync/sync_strategy.h"
 
 namespace qtrain::cli {
@@ -46,15 +47,11 @@ SyncSchedule parse_sync_schedule(ConfigNode sync) {
     sync.fail("type", fmt::format("'{}' is a strategy whose schedule compare, report and predict do not know yet "
                                   "(tools/qtrain/sync_schedule.cpp)",
                                   type));
-  // The defaults and ranges of train/sync/diloco.cpp.
   s.type = SyncSchedule::Type::diloco;
-  s.inner_steps = sync.get_int("inner_steps", 500, 1, INT64_MAX);
-  s.fragments = sync.get_int("fragments", 1, 1, INT64_MAX);
-  if (s.fragments > s.inner_steps)
-    sync.fail("fragments", fmt::format("at most sync.inner_steps ({}) fragments, got {}", s.inner_steps, s.fragments));
-  s.overlap = sync.get_int("overlap", 0, 0, INT64_MAX);
-  if (s.overlap >= s.inner_steps)
-    sync.fail("overlap", fmt::format("must be less than sync.inner_steps ({}), got {}", s.inner_steps, s.overlap));
+  const DiLoCoPeriod period = read_diloco_period(sync);
+  s.inner_steps = period.inner_steps;
+  s.fragments = period.fragments;
+  s.overlap = period.overlap;
   return s;
 }
 

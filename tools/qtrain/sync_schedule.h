@@ -1,7 +1,7 @@
 // The synchronization schedule of a run as `compare`, its report and `predict` need it: which strategy
 // the `sync` section chose, how often it exchanges and how much of the model one exchange carries. The
 // trainer's strategies (train/sync/) read the same keys; this reads only what the schedule depends on
-// (type, inner_steps, fragments, overlap), with the strategies' defaults and ranges, and leaves the
+// (type, and DiLoCo's inner_steps, fragments, overlap through its own read_diloco_period), and leaves the
 // other keys (sync.outer, sync.mix, DeMo's chunk and topk) to them: a run that trained had them checked.
 //
 //   every_step, demo   one exchange per step, of the whole model

@@ -83,19 +83,11 @@ struct Fragment {
 
 class DiLoCoSync final : public SyncStrategy {
  public:
-  explicit DiLoCoSync(SyncSetup& s)
-      : inner_steps_(s.options.get_int("inner_steps", 500, 1, INT64_MAX)),
-        outer_options_(parse_outer(s.options.child("outer"))) {
-    const int64_t count = s.options.get_int("fragments", 1, 1, INT64_MAX);
-    if (count > inner_steps_)
-      s.options.fail("fragments", fmt::format("at most sync.inner_steps ({}) fragments, each synced at its own step "
-                                              "of the period, got {}",
-                                              inner_steps_, count));
-    overlap_ = s.options.get_int("overlap", 0, 0, INT64_MAX);
-    if (overlap_ >= inner_steps_)
-      s.options.fail("overlap", fmt::format("a fragment's exchange must land before its next sync: less than "
-                                            "sync.inner_steps ({}), got {}",
-                                            inner_steps_, overlap_));
+  explicit DiLoCoSync(SyncSetup& s, const DiLoCoPeriod& period)
+      : inner_steps_(period.inner_steps),
+        outer_options_(parse_outer(s.options.child("outer"))),
+        overlap_(period.overlap) {
+    const int64_t count = period.fragments;
     mix_ = s.options.get_double("mix", 0.5, 0.0, 1.0);
     s.options.finish();
 
@@ -292,6 +284,25 @@ class DiLoCoSync final : public SyncStrategy {
 
 }  // namespace
 
-std::unique_ptr<SyncStrategy> make_diloco_sync(SyncSetup& setup) { return std::make_unique<DiLoCoSync>(setup); }
+DiLoCoPeriod read_diloco_period(ConfigNode& sync) {
+  DiLoCoPeriod p;
+  p.inner_steps = sync.get_int("inner_steps", p.inner_steps, 1, INT64_MAX);
+  p.fragments = sync.get_int("fragments", p.fragments, 1, INT64_MAX);
+  if (p.fragments > p.inner_steps)
+    sync.fail("fragments", fmt::format("at most sync.inner_steps ({}) fragments, each synced at its own step "
+                                       "of the period, got {}",
+                                       p.inner_steps, p.fragments));
+  p.overlap = sync.get_int("overlap", p.overlap, 0, INT64_MAX);
+  if (p.overlap >= p.inner_steps)
+    sync.fail("overlap", fmt::format("a fragment's exchange must land before its next sync: less than "
+                                     "sync.inner_steps ({}), got {}",
+                                     p.inner_steps, p.overlap));
+  return p;
+}
+
+std::unique_ptr<SyncStrategy> make_diloco_sync(SyncSetup& setup) {
+  const DiLoCoPeriod period = read_diloco_period(setup.options);
+  return std::make_unique<DiLoCoSync>(setup, period);
+}
 
 }  // namespace qtrain

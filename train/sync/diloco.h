@@ -21,6 +21,7 @@
 // post-local-SGD of Lin et al. 2020), up to the rounding of delta.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "train/sync/sync_strategy.h"
@@ -28,5 +29,15 @@
 namespace qtrain {
 
 std::unique_ptr<SyncStrategy> make_diloco_sync(SyncSetup& setup);
+
+// The schedule's keys of the `sync` section (inner_steps H, fragments F, overlap tau) with their
+// defaults and ranges, read by the strategy and by the tools that model its schedule (compare,
+// predict): errors name the key.
+struct DiLoCoPeriod {
+  int64_t inner_steps = 500;
+  int64_t fragments = 1;
+  int64_t overlap = 0;
+};
+DiLoCoPeriod read_diloco_period(ConfigNode& sync);
 
 }  // namespace qtrain
