@@ -1,6 +1,6 @@
-// Device-side pieces the float-format kernels (fp8.cu, mx.cu, nvfp4.cu) share: the span's max|v| as
-// float bits (an integer max, so any order gives the CPU's value) and the stochastic-rounding words of
-// four values at once. Internal to quant/; CUDA sources only.
+// Device-side pieces the float-format kernels (fp8.cu, mx.cu, nvfp4.cu; dettmers8.cu its max) share: the span's max|v|
+// as float bits (an integer max, so any order gives the CPU's value) and the stochastic-rounding words of four values
+// at once. Internal to quant/; CUDA sources only.
 #pragma once
 
 #include "quant/cuda_common.cuh"

@@ -27,6 +27,7 @@ REQUIRED = [
     ("common.cu", r"cast_decode_vec_kernel", "store"),
     ("common.cu", r"bucket_max_vec_kernel", "load"),  # qsgd's and terngrad's bucket max
     ("fp8.cu", r"span_max_bits_kernelILb[01]ELb1E", "load"),  # quant/minifloat.cuh, Vec = true
+    ("dettmers8.cu", r"span_max_bits_kernelILb[01]ELb1E", "load"),
     ("fp8.cu", r"encode_vec_kernel", "load"),
     ("fp8.cu", r"decode_vec_kernel", "store"),
     ("mx.cu", r"encode_vec_kernel", "load"),
