@@ -124,26 +124,32 @@ __global__ void __launch_bounds__(kStreamThreads)
 }
 
 // Reads 1 byte per value (5 with Add), writes 4: one thread per value, for outputs that are not
-// 16-byte aligned.
+// 16-byte aligned. With a status (under DeferredChecks, fp8_decode_cuda) the decoders make
+// check_kernel's tests on what they read instead of a launch of their own.
 template <class F, bool Add>
-__global__ void decode_kernel(const uint8_t* __restrict__ payload, float* __restrict__ out, int64_t n) {
+__global__ void decode_kernel(const uint8_t* __restrict__ payload, float* __restrict__ out, int64_t n,
+                              EncodeStatus* status) {
   const uint8_t* codes = payload + wire::kHeaderBytes;
   const float scale = bits_float(header_field_b(payload));
+  bool bad = status && blockIdx.x == 0 && threadIdx.x == 0 && !scale_is_valid<F>(header_field_b(payload));
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (status) bad |= invalid_magnitude<F>(codes[i] & 0x7fu);
     const float y = minifloat_value<F>(codes[i]) * scale;
     out[i] = Add ? out[i] + y : y;
   }
+  if (bad) atomicOr(&status->bad, 1u);
 }
 
 // The same values, streamed: 32-bit word v of the codes -> float4 v of the output.
 template <class F, bool Add>
 __global__ void __launch_bounds__(kStreamThreads)
-    decode_vec_kernel(const uint8_t* __restrict__ payload, float* __restrict__ out, int64_t n) {
+    decode_vec_kernel(const uint8_t* __restrict__ payload, float* __restrict__ out, int64_t n, EncodeStatus* status) {
   const uint8_t* codes = payload + wire::kHeaderBytes;
   const float scale = bits_float(header_field_b(payload));
   const auto* words = reinterpret_cast<const uint32_t*>(codes);
   const int64_t vecs = n / 4;
+  bool bad = status && blockIdx.x == 0 && threadIdx.x == 0 && !scale_is_valid<F>(header_field_b(payload));
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
     uint32_t w[kStreamUnroll];
@@ -164,15 +170,20 @@ __global__ void __launch_bounds__(kStreamThreads)
       if (v >= vecs) break;
       float y[4];
       QT_UNROLL
-      for (int j = 0; j < 4; ++j) y[j] = minifloat_value<F>((w[k] >> (8 * j)) & 0xffu) * scale;
+      for (int j = 0; j < 4; ++j) {
+        if (status) bad |= invalid_magnitude<F>((w[k] >> (8 * j)) & 0x7fu);
+        y[j] = minifloat_value<F>((w[k] >> (8 * j)) & 0xffu) * scale;
+      }
       store_decoded<Add>(out, v, acc[k], y);
     }
   }
   if (blockIdx.x == 0)
     for (int64_t i = 4 * vecs + threadIdx.x; i < n; i += blockDim.x) {
+      if (status) bad |= invalid_magnitude<F>(codes[i] & 0x7fu);
       const float y = minifloat_value<F>(codes[i]) * scale;
       out[i] = Add ? out[i] + y : y;
     }
+  if (bad) atomicOr(&status->bad, 1u);
 }
 
 template <typename Fn>
@@ -232,8 +243,15 @@ void fp8_decode_cuda(Context& ctx, Fp8Format format, const uint8_t* payload, flo
   with_format(format, [&](auto f) {
     using F = decltype(f);
     DecodeStatus status(ctx);
-    check_kernel<F><<<stream_grid(n / 4), kStreamThreads, 0, stream_of(ctx)>>>(payload, n, status.get());
-    CUDA_CHECK(cudaGetLastError());
+    // Under DeferredChecks the decoders check what they read (one launch; a bad payload's values are
+    // written before settle() reports it, as the deferred header check allows); otherwise the check
+    // is read back first, so that a malformed payload leaves the output untouched.
+    const bool deferred = DeferredChecks::active(ctx) != nullptr;
+    if (!deferred) {
+      check_kernel<F><<<stream_grid(n / 4), kStreamThreads, 0, stream_of(ctx)>>>(payload, n, status.get());
+      CUDA_CHECK(cudaGetLastError());
+    }
+    EncodeStatus* in_decoder = deferred ? status.get() : nullptr;
     check_status(ctx, status.get(), [format](const EncodeStatus& done) {
       if (done.bad)
         wire::bad_payload(QuantMethod::fp8,
@@ -248,13 +266,13 @@ void fp8_decode_cuda(Context& ctx, Fp8Format format, const uint8_t* payload, flo
     if (aligned_to(out, 16)) {
       const int grid = stream_grid(n / 4);
       if (add)
-        decode_vec_kernel<F, true><<<grid, kStreamThreads, 0, s>>>(payload, out, n);
+        decode_vec_kernel<F, true><<<grid, kStreamThreads, 0, s>>>(payload, out, n, in_decoder);
       else
-        decode_vec_kernel<F, false><<<grid, kStreamThreads, 0, s>>>(payload, out, n);
+        decode_vec_kernel<F, false><<<grid, kStreamThreads, 0, s>>>(payload, out, n, in_decoder);
     } else if (add) {
-      decode_kernel<F, true><<<grid_for(n, kThreads), kThreads, 0, s>>>(payload, out, n);
+      decode_kernel<F, true><<<grid_for(n, kThreads), kThreads, 0, s>>>(payload, out, n, in_decoder);
     } else {
-      decode_kernel<F, false><<<grid_for(n, kThreads), kThreads, 0, s>>>(payload, out, n);
+      decode_kernel<F, false><<<grid_for(n, kThreads), kThreads, 0, s>>>(payload, out, n, in_decoder);
     }
     CUDA_CHECK(cudaGetLastError());
   });

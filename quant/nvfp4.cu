@@ -124,43 +124,54 @@ __global__ void __launch_bounds__(kStreamThreads)
 // The block scales (positive E4M3), the nibble after an odd last element, and the tensor scale of
 // header field b (read on the device, Quantizer::header_b_from_data(); nvfp4.cpp's check_body on the
 // host): finite, >= 0, and small enough that the largest value is a float.
+__device__ __forceinline__ bool bad_tensor_scale_or_pad(const uint8_t* __restrict__ payload,
+                                                        const wire::Nvfp4Layout& l) {
+  const uint32_t t = header_field_b(payload);
+  return t >= kNonFinite || !(6.0f * nvfp4_decode_scale(FloatE4M3::kMaxCode, bits_float(t)) <= FLT_MAX) ||
+         (l.n % 2 == 1 && (payload[l.scales_offset - 1] >> 4) != 0);
+}
+__device__ __forceinline__ bool bad_block_scale(uint8_t code) { return code > FloatE4M3::kMaxCode; }
+
 __global__ void check_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, EncodeStatus* status) {
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (first == 0) {
-    const uint32_t t = header_field_b(payload);
-    if (t >= kNonFinite || !(6.0f * nvfp4_decode_scale(FloatE4M3::kMaxCode, bits_float(t)) <= FLT_MAX))
-      atomicOr(&status->bad, 1u);
-  }
+  if (first == 0 && bad_tensor_scale_or_pad(payload, l)) atomicOr(&status->bad, 1u);
   for (int64_t b = first; b < l.blocks; b += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    if (payload[l.scales_offset + b] > FloatE4M3::kMaxCode) atomicOr(&status->bad, 1u);
-  if (first == 0 && l.n % 2 == 1 && (payload[l.scales_offset - 1] >> 4) != 0) atomicOr(&status->bad, 1u);
+    if (bad_block_scale(payload[l.scales_offset + b])) atomicOr(&status->bad, 1u);
 }
 
+// `bad` collects check_kernel's test of the block scale read (with a status, see decode_kernel).
 __device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payload, const wire::Nvfp4Layout& l, float t,
-                                              int64_t i) {
+                                              int64_t i, bool& bad) {
   const int64_t b = i / kBlock;
   const uint32_t code = packed_code_at<4>(payload + wire::kHeaderBytes + b * kBlock / 2, l.len(b), i - b * kBlock);
+  bad |= bad_block_scale(payload[l.scales_offset + b]);
   return minifloat_value<FloatE2M1>(code) * nvfp4_decode_scale(payload[l.scales_offset + b], t);
 }
 
 // One thread per value (reads 1/2 + 1/16 bytes per value, + 4 with Add; writes 4): outputs not
-// 16-byte aligned.
+// 16-byte aligned. With a status (under DeferredChecks, nvfp4_decode_cuda) the decoders make
+// check_kernel's tests on what they read instead of a launch of their own.
 template <bool Add>
-__global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float* __restrict__ out) {
+__global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float* __restrict__ out,
+                              EncodeStatus* status) {
   const float t = bits_float(header_field_b(payload));
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float y = decode_value(payload, l, t, i);
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  bool bad = status && first == 0 && bad_tensor_scale_or_pad(payload, l);
+  for (int64_t i = first; i < l.n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float y = decode_value(payload, l, t, i, bad);
     out[i] = Add ? out[i] + y : y;
   }
+  if (status && bad) atomicOr(&status->bad, 1u);
 }
 
 // The same values, streamed: float4 v of the output from the low (sub < 2) or high nibbles of one
 // 32-bit word of its block; a last block shorter than 16 values one value per thread of block 0.
 template <bool Add>
 __global__ void __launch_bounds__(kStreamThreads)
-    decode_vec_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float* __restrict__ out) {
+    decode_vec_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float* __restrict__ out,
+                      EncodeStatus* status) {
   const float t = bits_float(header_field_b(payload));
+  bool bad = status && blockIdx.x == 0 && threadIdx.x == 0 && bad_tensor_scale_or_pad(payload, l);
   const int64_t full = l.n / kBlock, vecs = full * (kBlock / 4);
   const int sub = static_cast<int>(threadIdx.x % 4);
   const auto* words = reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes);
@@ -177,6 +188,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (v >= vecs) continue;
       c[k] = (words[2 * b + sub % 2] >> (sub < 2 ? 0 : 4)) & 0x0f0f0f0fu;
+      bad |= bad_block_scale(payload[l.scales_offset + b]);
       d[k] = nvfp4_decode_scale(payload[l.scales_offset + b], t);
       if (Add) acc[k] = load4(out, v);
     }
@@ -192,9 +204,10 @@ __global__ void __launch_bounds__(kStreamThreads)
   }
   if (blockIdx.x == 0)
     for (int64_t i = full * kBlock + threadIdx.x; i < l.n; i += blockDim.x) {
-      const float y = decode_value(payload, l, t, i);
+      const float y = decode_value(payload, l, t, i, bad);
       out[i] = Add ? out[i] + y : y;
     }
+  if (status && bad) atomicOr(&status->bad, 1u);
 }
 
 }  // namespace
@@ -244,8 +257,15 @@ void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, const uint8_t* 
   if (l.n == 0) return;
   constexpr int kThreads = 256;
   DecodeStatus status(ctx);
-  check_kernel<<<grid_for(l.blocks, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, status.get());
-  CUDA_CHECK(cudaGetLastError());
+  // Under DeferredChecks the decoders check what they read (one launch; a bad payload's values are
+  // written before settle() reports it, as the deferred header check allows); otherwise the check is
+  // read back first, so that a malformed payload leaves the output untouched.
+  const bool deferred = DeferredChecks::active(ctx) != nullptr;
+  if (!deferred) {
+    check_kernel<<<grid_for(l.blocks, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, status.get());
+    CUDA_CHECK(cudaGetLastError());
+  }
+  EncodeStatus* in_decoder = deferred ? status.get() : nullptr;
   check_status(ctx, status.get(), [](const EncodeStatus& done) {
     if (done.bad)
       wire::bad_payload(QuantMethod::nvfp4,
@@ -257,13 +277,13 @@ void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, const uint8_t* 
   if (aligned_to(out, 16)) {
     const int grid = stream_grid(l.n / kBlock * (kBlock / 4));
     if (add)
-      decode_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(payload, l, out);
+      decode_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder);
     else
-      decode_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(payload, l, out);
+      decode_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder);
   } else if (add) {
-    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out);
+    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder);
   } else {
-    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out);
+    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder);
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -10,6 +10,7 @@
 
 #include "framework/core/tensor.h"
 #include "quant/deferred_checks.h"
+#include "quant/nvfp4_wire.h"
 #include "quant/quantizer.h"
 #include "tests/quant/quant_test_util.h"
 
@@ -200,6 +201,15 @@ TEST_CASE("deferred checks: fp8's and nvfp4's scales are read and checked on the
       std::memcpy(bad.data() + 24, &bits, 4);
       REQUIRE_THAT(decode_deferred(bad).first, Contains("scale is not a finite float >= 0"));
     }
+    // The body's checks are the decoders' own under a scope: an E4M3 NaN code, an NVFP4 block scale
+    // with its sign set.
+    std::vector<uint8_t> bad_body = good;
+    if (method == QuantMethod::fp8)
+      bad_body[wire::kHeaderBytes + 517] = 0x7f;
+    else
+      bad_body[wire::nvfp4_layout(n).scales_offset + 9] = 0xb8;
+    REQUIRE_THAT(decode_deferred(bad_body).first,
+                 Contains(method == QuantMethod::fp8 ? "E4M3's NaN" : "a block scale is not a positive E4M3"));
     // The other fields are still compared: a different length field is the header check's error.
     std::vector<uint8_t> other = good;
     other[8] ^= 1;  // n
