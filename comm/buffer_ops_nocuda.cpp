@@ -4,7 +4,7 @@
 #include "framework/core/check.h"
 
 namespace qtrain::cuda_ops {
-[[noreturn]] static void unavailable() { QT_FAIL("gradient exchange on CUDA: this qtrain was built without CUDA"); }
+[[noreturn]] static void unavailable() { QT_FAIL_NO_CUDA("gradient exchange on CUDA"); }
 void copy_buffer(Context&, void*, const void*, size_t) { unavailable(); }
 void copy_to_host(Context&, void*, const void*, size_t) { unavailable(); }
 void copy_from_host(Context&, void*, const void*, size_t) { unavailable(); }

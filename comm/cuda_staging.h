@@ -1,7 +1,7 @@
 // What the transports need from CUDA without including it: which device a pointer's memory is on,
 // and (from framework/core) pinned host buffers to stage CUDA data through a host-only MPI and copies
 // on a context's stream.
-// cuda_staging.cpp implements it with the CUDA runtime; cuda_staging_disabled.cpp is the build
+// cuda_staging.cpp implements it with the CUDA runtime; cuda_staging_nocuda.cpp is the build
 // without CUDA, where every pointer is host memory and staging is an error. Internal to comm/.
 #pragma once
 

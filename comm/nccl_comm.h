@@ -4,7 +4,7 @@
 // and the host helpers go over an MpiComm. Every collective returns when its work on the stream is
 // done, waiting while it watches NCCL's asynchronous errors: a failed peer or a broken link is then
 // an exception (and an aborted communicator) instead of a wait that never ends.
-// nccl_comm.cpp implements it; builds without CUDA link nccl_comm_disabled.cpp instead.
+// nccl_comm.cpp implements it; builds without CUDA link nccl_comm_nocuda.cpp instead.
 #pragma once
 
 #include <memory>

@@ -34,7 +34,7 @@ double clip_grad_norm(Context& ctx, Tensor& grads, double max_norm) {
 #if QTRAIN_HAS_CUDA
     return clip_grad_norm_cuda(ctx, grads, max_norm);
 #else
-    QT_FAIL("clip_grad_norm: a CUDA tensor arrived but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)");
+    QT_FAIL_NO_CUDA("clip_grad_norm: a CUDA tensor arrived");
 #endif
   }
   if (grads.dtype() == DType::f64) return clip_cpu(grads.data<double>(), grads.numel(), max_norm);

@@ -12,7 +12,7 @@ namespace qtrain {
 // Returns the norm before clipping. grads: f32 or f64 on the CPU, f32 on CUDA (ctx's device).
 double clip_grad_norm(Context& ctx, Tensor& grads, double max_norm);
 
-// CUDA path (clip.cu; cuda_disabled.cpp without the toolkit): the same sum in the same order
+// CUDA path (clip.cu; without the toolkit clip.cpp fails with QT_FAIL_NO_CUDA): the same sum in the same order
 // (clip_order.h) and the same scaling as the CPU path, on ctx's stream (synchronizes to read the norm).
 double clip_grad_norm_cuda(Context& ctx, Tensor& grads, double max_norm);
 

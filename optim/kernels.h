@@ -44,7 +44,7 @@ void with_flag(bool flag, F&& f) {
 // A CUDA arena in a build without the toolkit: a clear error naming the optimizer, never a silent
 // CPU fallback.
 [[noreturn]] inline void refuse_cuda_step(const char* optimizer) {
-  QT_FAIL("{}: a CUDA step was requested but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", optimizer);
+  QT_FAIL_NO_CUDA("{}: a CUDA step was requested", optimizer);
 }
 
 }  // namespace qtrain::optim_detail

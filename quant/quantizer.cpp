@@ -28,9 +28,7 @@ namespace {
 
 // A CUDA span reached a quantizer whose kernels this build does not link: a clear error, never a
 // silent CPU fallback.
-[[noreturn]] void no_cuda_kernels(const QuantSpec& spec) {
-  QT_FAIL("{}: a CUDA span was given but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", spec.str());
-}
+[[noreturn]] void no_cuda_kernels(const QuantSpec& spec) { QT_FAIL_NO_CUDA("{}: a CUDA span was given", spec.str()); }
 
 const QuantParamDef& param_of(QuantMethod method, std::string_view key) {
   const QuantParamDef* p = find_param(method_info(method), key);

@@ -4,7 +4,7 @@
 #include "framework/core/check.h"
 
 namespace qtrain::exchange::low_rank_cuda {
-[[noreturn]] static void unavailable() { QT_FAIL("powersgd on CUDA: this qtrain was built without CUDA"); }
+[[noreturn]] static void unavailable() { QT_FAIL_NO_CUDA("powersgd on CUDA"); }
 void project(Context&, const float*, int64_t, int64_t, const float*, int, float*) { unavailable(); }
 void back_project(Context&, const float*, int64_t, int64_t, const float*, int, float*) { unavailable(); }
 void expand(Context&, const float*, const float*, int64_t, int64_t, int, float*, float*) { unavailable(); }

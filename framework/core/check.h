@@ -62,6 +62,11 @@ template <typename... Args>
 // reached, a call this build or class does not support); the same location and exception as QT_CHECK.
 #define QT_FAIL(...) ::qtrain::detail::fail(__FILE__, __LINE__, nullptr, fmt::format(__VA_ARGS__))
 
+// QT_FAIL_NO_CUDA("what", args...): the one message of every CUDA path in a build without CUDA (the
+// *_nocuda.cpp stand-ins, quant/'s and layers/' CUDA entry points): what was asked, and why not.
+#define QT_FAIL_NO_CUDA(...) \
+  QT_FAIL("{}: this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", fmt::format(__VA_ARGS__))
+
 // QT_CHECK_EQ(a, b, "fmt", args...): prints both values.
 #define QT_CHECK_EQ(a, b, ...)                                                                      \
   do {                                                                                              \

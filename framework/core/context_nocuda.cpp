@@ -6,9 +6,7 @@ namespace qtrain {
 
 struct CudaHandles {};
 
-CudaHandles* make_cuda_handles(int index, uint64_t) {
-  QT_FAIL("device cuda:{} requested but this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", index);
-}
+CudaHandles* make_cuda_handles(int index, uint64_t) { QT_FAIL_NO_CUDA("device cuda:{} requested", index); }
 void CudaHandlesDeleter::operator()(CudaHandles* handles) const noexcept { delete handles; }
 void synchronize_cuda_handles(CudaHandles&) {}
 

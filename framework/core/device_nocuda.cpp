@@ -8,9 +8,7 @@ int cuda_device_count() { return 0; }
 bool cuda_available() { return false; }
 
 namespace cuda_memory {
-[[noreturn]] static void unavailable(const char* what) {
-  QT_FAIL("{}: this qtrain was built without CUDA (QTRAIN_CUDA=OFF)", what);
-}
+[[noreturn]] static void unavailable(const char* what) { QT_FAIL_NO_CUDA("{}", what); }
 void* alloc(int, size_t) { unavailable("allocating CUDA memory"); }
 void free(int, void*) noexcept {}
 void copy(Device, void*, Device, const void*, size_t) { unavailable("copying to or from a CUDA device"); }

@@ -8,12 +8,12 @@ namespace qtrain {
 PinnedBuffer::~PinnedBuffer() = default;
 
 uint8_t* PinnedBuffer::reserve(size_t bytes) {
-  QT_FAIL("pinned staging of {} bytes requested, but this qtrain was built without CUDA", bytes);
+  QT_FAIL_NO_CUDA("pinned staging of {} bytes requested", bytes);
   return nullptr;
 }
 
 void copy_async(Context&, void*, const void*, size_t bytes) {
-  QT_FAIL("a CUDA copy of {} bytes requested, but this qtrain was built without CUDA", bytes);
+  QT_FAIL_NO_CUDA("a CUDA copy of {} bytes requested", bytes);
 }
 
 }  // namespace qtrain

@@ -4,7 +4,7 @@
 #include "train/sync/demo_codec.h"
 
 namespace qtrain::demo::demo_cuda {
-[[noreturn]] static void unavailable() { QT_FAIL("sync.type demo on CUDA: this qtrain was built without CUDA"); }
+[[noreturn]] static void unavailable() { QT_FAIL_NO_CUDA("sync.type demo on CUDA"); }
 void encode(Context&, const Args&, float*, const float*, uint8_t*) { unavailable(); }
 void decode(Context&, const Args&, const uint8_t*, int, size_t, float*) { unavailable(); }
 }  // namespace qtrain::demo::demo_cuda

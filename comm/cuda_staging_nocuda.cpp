@@ -9,7 +9,7 @@ namespace qtrain::comm_detail {
 Device pointer_device(const void*) { return Device::cpu(); }
 
 std::string gpu_bus_id(int index) {
-  QT_FAIL("the bus id of cuda:{} requested, but this qtrain was built without CUDA", index);
+  QT_FAIL_NO_CUDA("the bus id of cuda:{} requested", index);
   return {};
 }
 
