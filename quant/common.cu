@@ -182,7 +182,6 @@ __global__ void __launch_bounds__(kStreamThreads)
                           uint32_t* max_bits, EncodeStatus* status) {
   __shared__ uint32_t slot[kMaxSlots];
   const int64_t vecs = n / 4;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
   bool bad = false;
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
@@ -195,20 +194,7 @@ __global__ void __launch_bounds__(kStreamThreads)
     else
       load_tile<false>(in, residual, v0, vecs, x);
     __syncthreads();  // the slots are zero
-    QT_UNROLL
-    for (int k = 0; k < kStreamUnroll; ++k) {
-      const int64_t v = v0 + k * kStreamThreads;
-      const bool valid = v < vecs;
-      const int s = valid ? static_cast<int>(4 * v / bucket - first_b) : 0;
-      uint32_t m = valid ? max4_abs_bits(x[k]) : 0u;
-      const int s0 = __shfl_sync(kFullMask, s, 0);
-      if (__all_sync(kFullMask, valid && s == s0)) {  // warp-uniform
-        m = warp_max_u32(m);
-        if (lane == 0 && m > 0) atomicMax(&slot[s0], m);
-      } else if (m > 0) {
-        atomicMax(&slot[s], m);
-      }
-    }
+    tile_bucket_maxima(x, v0, vecs, bucket, first_b, slot);
     __syncthreads();  // the slots are complete
     for (int64_t t = threadIdx.x; t < slots; t += kStreamThreads) {
       const uint32_t m = slot[t];

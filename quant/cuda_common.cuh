@@ -180,6 +180,30 @@ __device__ __forceinline__ uint32_t nonnegative_bits4(float4 a) {
   return (a.x < 0.0f ? 0u : 1u) | (a.y < 0.0f ? 0u : 2u) | (a.z < 0.0f ? 0u : 4u) | (a.w < 0.0f ? 0u : 8u);
 }
 
+// The max |v| bits of each bucket a tile's float4s x (thread's first v0, the span's vecs float4s)
+// touch, into shared slots (slot s holds bucket first_b + s; zeroed before, complete after a
+// __syncthreads()): a warp whose valid float4s share a bucket folds them by shuffles and one lane
+// takes the slot, otherwise each lane takes its own bucket's (atomicMax in shared memory). Buckets
+// of a multiple of 4 values (a float4 lies in one). bucket_max_vec_kernel and qsgd's fused encode.
+__device__ __forceinline__ void tile_bucket_maxima(const float4 (&x)[kStreamUnroll], int64_t v0, int64_t vecs,
+                                                   int64_t bucket, int64_t first_b, uint32_t* slot) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  QT_UNROLL
+  for (int k = 0; k < kStreamUnroll; ++k) {
+    const int64_t v = v0 + k * kStreamThreads;
+    const bool valid = v < vecs;
+    const int s = valid ? static_cast<int>(4 * v / bucket - first_b) : 0;
+    uint32_t m = valid ? max4_abs_bits(x[k]) : 0u;
+    const int s0 = __shfl_sync(kFullMask, s, 0);
+    if (__all_sync(kFullMask, valid && s == s0)) {  // warp-uniform
+      m = warp_max_u32(m);
+      if (lane == 0 && m > 0) atomicMax(&slot[s0], m);
+    } else if (m > 0) {
+      atomicMax(&slot[s], m);
+    }
+  }
+}
+
 // A warp's chunk sum of value(i) over i in [0, len) (len <= kSumChunk), the lane rule of
 // quant/numerics.h: every lane returns the folded sum.
 template <typename F>

@@ -234,7 +234,6 @@ __global__ void __launch_bounds__(kStreamThreads, 2)
   float* scales = reinterpret_cast<float*>(out + wire::kHeaderBytes);
   const int64_t vec_end = l.n / vec_unit<Bits>() * vec_unit<Bits>(), vecs = vec_end / 4;
   const int64_t tiles = (l.n + kFusedTileValues - 1) / kFusedTileValues;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
   if (blockIdx.x == 0 && threadIdx.x == 0) store_header(out, h);
   bool bad = false;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -247,20 +246,7 @@ __global__ void __launch_bounds__(kStreamThreads, 2)
     float4 x[kStreamUnroll];
     load_tile<Ef>(in, residual, v0, vecs, x);
     __syncthreads();  // the slots are zero
-    QT_UNROLL
-    for (int k = 0; k < kStreamUnroll; ++k) {
-      const int64_t v = v0 + k * kStreamThreads;
-      const bool valid = v < vecs;
-      const int s = valid ? static_cast<int>(4 * v / l.bucket - first_b) : 0;
-      uint32_t m = valid ? max4_abs_bits(x[k]) : 0u;
-      const int s0 = __shfl_sync(kFullMask, s, 0);
-      if (__all_sync(kFullMask, valid && s == s0)) {  // warp-uniform
-        m = warp_max_u32(m);
-        if (lane == 0 && m > 0) atomicMax(&slot[s0], m);
-      } else if (m > 0) {
-        atomicMax(&slot[s], m);
-      }
-    }
+    tile_bucket_maxima(x, v0, vecs, l.bucket, first_b, slot);
     if (holds_tail)
       for (int64_t i = vec_end + threadIdx.x; i < l.n; i += kStreamThreads) {
         const uint32_t m = abs_bits(Ef ? in[i] + residual[i] : in[i]);

@@ -9,8 +9,8 @@
 #  2d. PowerSGD: replicas identical, a resume bit for bit, a sensible accuracy in 300 steps;
 #  2e. DiLoCo (sync.type diloco) with qsgd pseudo-gradients: replicas identical at every outer step,
 #      a resume from inside an inner period bit for bit (per-rank parameters and optimizer state);
-#  2f. Streaming DiLoCo (2 fragments, overlap 2): global parameters identical every step, a resume inside a
-#      fragment's flight exact;
+#  2f. Streaming DiLoCo (2 fragments, overlap 3: one lands at the step the other is sent): global
+#      parameters identical every step, a resume inside a fragment's flight exact;
 #  2g. DeMo (sync.type demo) on 4 ranks: replicas identical after every step, each rank's momentum its
 #      own, a resume bit for bit, the payload's bytes in metrics.csv;
 #  3. ranks started with different configs stop at start-up with a clear message;
@@ -190,12 +190,13 @@ else
   fail "2 ranks, diloco"; tail -5 "$tmp/log" | sed 's/^/    /'
 fi
 
-# 2f. Streaming DiLoCo on 2 ranks: 2 fragments synced in turn every 6 steps, each merged 2 steps after it
-#     is sent (its exchange on the exchange thread meanwhile), qsgd 4-bit pseudo-gradients: the global
+# 2f. Streaming DiLoCo on 2 ranks: 2 fragments synced in turn every 6 steps, each merged 3 steps after it
+#     is sent (its exchange on the exchange thread meanwhile), at the step the other fragment is sent
+#     (the exchanges share the communicator: the one due lands before the other begins), qsgd 4-bit pseudo-gradients: the global
 #     parameters identical on both ranks at every step (checked every step); 9 steps (a checkpoint inside
-#     fragment 1's flight: sent at 9, merged at 11) + a resume to 20 give every rank's tensors of 20
+#     fragment 1's flight: sent at 9, merged at 12) + a resume to 20 give every rank's tensors of 20
 #     uninterrupted steps bit for bit.
-streaming=(--set sync.type=diloco --set sync.inner_steps=6 --set sync.fragments=2 --set sync.overlap=2
+streaming=(--set sync.type=diloco --set sync.inner_steps=6 --set sync.fragments=2 --set sync.overlap=3
            --set quantization.method=qsgd --debug-check-replicas 1)
 if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_steps=20 --set output.dir="$tmp/sd" \
      "${streaming[@]}" >"$tmp/log" 2>&1 &&
@@ -205,7 +206,7 @@ if "${mpirun[@]}" -np 2 "$qtrain" train "$cfg" "${common[@]}" --set train.max_st
    "${mpirun[@]}" -np 2 "$qtrain" train --resume "$tmp/sd-r" "${common[@]}" --set train.max_steps=20 \
      "${streaming[@]}" >"$tmp/log" 2>&1 &&
    diff <(tensors "$tmp/sd") <(tensors "$tmp/sd-r") >/dev/null; then
-  echo "ok: 2 ranks, streaming diloco (2 fragments, overlap 2), global parameters identical every step, 9 + resumed 11 = 20 straight"
+  echo "ok: 2 ranks, streaming diloco (2 fragments, overlap 3), global parameters identical every step, 9 + resumed 11 = 20 straight"
 else
   fail "2 ranks, streaming diloco"; tail -5 "$tmp/log" | sed 's/^/    /'
 fi

@@ -650,6 +650,10 @@ TEST_CASE("streaming diloco: a resume while a fragment's exchange is in flight c
   REQUIRE_THROWS_WITH(
       train(config, {"sync.type=diloco", "sync.inner_steps=4", "sync.fragments=99", "output.dir=" + dir.file("bad")}),
       Catch::Contains("sync.fragments"));
+  // Fragments' exchanges share the communicator: one must land before the next begins.
+  REQUIRE_THROWS_WITH(train(config, {"sync.type=diloco", "sync.inner_steps=20", "sync.fragments=4", "sync.overlap=6",
+                                     "output.dir=" + dir.file("bad")}),
+                      Catch::Contains("sync.overlap") && Catch::Contains("(20 / 4 = 5 steps), got 6"));
   REQUIRE_THROWS_WITH(
       train(config, {"sync.type=diloco", "sync.inner_steps=1", "sync.fragments=2", "output.dir=" + dir.file("bad")}),
       Catch::Contains("sync.fragments"));

@@ -5,11 +5,7 @@ namespace qtrain::cli {
 
 std::vector<MethodChoice> parse_method_list(const std::string& list) {
   std::vector<MethodChoice> out;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t comma = list.find(',', start);
-    const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    start = comma == std::string::npos ? list.size() + 1 : comma + 1;
+  for (const std::string& item : split_on(list, ',')) {
     if (item.empty()) continue;
     QuantizationConfig config;
     config.base = parse_method_entry(item);
@@ -18,6 +14,17 @@ std::vector<MethodChoice> parse_method_list(const std::string& list) {
   }
   if (out.empty()) input_error("--methods: the list is empty");
   return out;
+}
+
+std::vector<std::string> split_on(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t at = text.find(separator); at != std::string::npos; at = text.find(separator, start)) {
+    parts.push_back(text.substr(start, at - start));
+    start = at + 1;
+  }
+  parts.push_back(text.substr(start));
+  return parts;
 }
 
 }  // namespace qtrain::cli

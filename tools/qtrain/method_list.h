@@ -18,4 +18,7 @@ struct MethodChoice {
 
 std::vector<MethodChoice> parse_method_list(const std::string& list);
 
+// The parts of `text` between the separators, empty ones included ("a,,b" -> "a", "", "b"; "" -> "").
+std::vector<std::string> split_on(const std::string& text, char separator);
+
 }  // namespace qtrain::cli

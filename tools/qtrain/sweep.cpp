@@ -24,11 +24,7 @@ std::vector<Variant> parse_variants(const std::string& methods) {
   // ("bf16@diloco:inner_steps=50"). The method part goes through bench-quant's parser: unknown names and
   // bad parameters fail here, before anything runs, with the message of the config parser.
   std::vector<std::string> entries, method_parts, schedules;
-  size_t start = 0;
-  while (start <= methods.size()) {
-    const size_t comma = methods.find(',', start);
-    const std::string entry = methods.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    start = comma == std::string::npos ? methods.size() + 1 : comma + 1;
+  for (const std::string& entry : split_on(methods, ',')) {
     if (entry.empty()) continue;
     const size_t at = entry.find('@');
     entries.push_back(entry);
@@ -48,12 +44,8 @@ std::vector<Variant> parse_variants(const std::string& methods) {
     v.label = entries[i];
     v.folder = label_to_filename(entries[i]);
     if (!folders.insert(v.folder).second) input_error("--methods: '{}' is given twice", entries[i]);
-    size_t at = 0;
     bool first = true;
-    while (at <= c.label.size()) {
-      const size_t colon = c.label.find(':', at);
-      const std::string part = c.label.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
-      at = colon == std::string::npos ? c.label.size() + 1 : colon + 1;
+    for (const std::string& part : split_on(c.label, ':')) {
       v.overrides.push_back(first ? "quantization.method=" + part : "quantization." + part);
       first = false;
     }

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "framework/core/check.h"
+#include "tools/qtrain/method_list.h"
 #include "train/sync/diloco.h"
 #include "train/sync/sync_strategy.h"
 
@@ -57,11 +58,7 @@ SyncSchedule parse_sync_schedule(ConfigNode sync) {
 
 std::vector<std::string> schedule_overrides(const std::string& schedule, const std::string& entry) {
   std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= schedule.size()) {
-    const size_t colon = schedule.find(':', at);
-    const std::string part = schedule.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
-    at = colon == std::string::npos ? schedule.size() + 1 : colon + 1;
+  for (const std::string& part : split_on(schedule, ':')) {
     if (out.empty()) {
       if (part.empty() || part.find('=') != std::string::npos)
         input_error("--methods {}: expected a sync.type after '@' (one of {}), got '{}'", entry,

@@ -145,13 +145,19 @@ class DiLoCoSync final : public SyncStrategy {
     const uint64_t steps = step + 1;
     const auto H = static_cast<uint64_t>(inner_steps_);
     double* merge_at = merge_at_.data<double>();
+    // Every fragment due lands first, then the due ones are sent: the fragments' exchanges share the
+    // communicator, so one must not begin while another is in flight (read_diloco_period bounds the
+    // overlap so that the previous one is due by then); the ranges are disjoint, so the order of a
+    // merge and a send at one step does not change the bits.
     for (size_t f = 0; f < fragments_.size(); ++f) {
-      Fragment& fr = fragments_[f];
       if (merge_at[f] != 0 && static_cast<uint64_t>(merge_at[f]) == steps) {
-        land(fr);
-        merge(ctx, fr, params);
+        land(fragments_[f]);
+        merge(ctx, fragments_[f], params);
         merge_at[f] = 0;
       }
+    }
+    for (size_t f = 0; f < fragments_.size(); ++f) {
+      Fragment& fr = fragments_[f];
       if ((steps + static_cast<uint64_t>(fr.shift)) % H != 0) continue;
       // delta = theta_global - theta_local: an SGD step of lr 1 from theta_global along theta_local, the
       // one rounding of the subtraction on both devices (Tensor::copy_from runs outside ctx's stream).
@@ -167,6 +173,11 @@ class DiLoCoSync final : public SyncStrategy {
         merge(ctx, fr, params);
         continue;
       }
+      for (const Fragment& other : fragments_)
+        QT_CHECK(!other.flying,
+                 "diloco: fragment {} begins its exchange while another's is in flight (they share the "
+                 "communicator)",
+                 f);
       fr.exchange->begin_step(fr.delta, key);
       for (int t = static_cast<int>(fr.tensors.size()) - 1; t >= 0; --t) fr.exchange->tensor_ready(ctx, t);
       fr.flying = true;
@@ -297,6 +308,12 @@ DiLoCoPeriod read_diloco_period(ConfigNode& sync) {
     sync.fail("overlap", fmt::format("a fragment's exchange must land before its next sync: less than "
                                      "sync.inner_steps ({}), got {}",
                                      p.inner_steps, p.overlap));
+  // Fragments are sent inner_steps / fragments steps apart (rounded down at the least), and their
+  // exchanges share one communicator: each must land before the next one begins.
+  if (p.fragments > 1 && p.overlap > p.inner_steps / p.fragments)
+    sync.fail("overlap", fmt::format("a fragment's exchange must land before the next fragment's begins: at most "
+                                     "sync.inner_steps / sync.fragments ({} / {} = {} steps), got {}",
+                                     p.inner_steps, p.fragments, p.inner_steps / p.fragments, p.overlap));
   return p;
 }
 
