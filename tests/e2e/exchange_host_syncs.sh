@@ -49,7 +49,10 @@ write_config() {
 
 # counts CONFIG METHOD STEPS: "host_syncs d2h_copies" summed over the 2 ranks of a run of STEPS steps.
 counts() {
-  local config=$1 method=$2 steps=$3 stats="$tmp/stats-$RANDOM.jsonl"
+  local config=$1 method=$2 steps=$3 stats
+  # A file of its own per run (mktemp): the emulator appends, and a name shared with an earlier run
+  # (as $RANDOM's could be, about once in 250 runs of this test) would add that run's counts.
+  stats=$(mktemp "$tmp/stats-XXXXXX.jsonl")
   local dir="$tmp/run-$(basename "$config" .yaml)-$method-$steps"
   if ! CUEMU_DEVICES=2 CUEMU_STATS="$stats" mpirun --oversubscribe --bind-to none --mca btl self,vader \
       --mca mpi_yield_when_idle 1 -x CUEMU_STATS -x CUEMU_DEVICES -np 2 "$emulated" train "$config" \
@@ -63,8 +66,8 @@ counts() {
   python3 - "$stats" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-if len(rows) < 2:
-    sys.exit(f"expected a stats line per rank in {sys.argv[1]}, got {len(rows)}")
+if len(rows) != 2:
+    sys.exit(f"expected one stats line per rank (2) in {sys.argv[1]}, got {len(rows)}")
 # mpirun's launcher is not emulated: only the ranks write lines.
 print(sum(r["host_syncs"] for r in rows), sum(r["d2h_copies"] for r in rows))
 PY
