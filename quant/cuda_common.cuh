@@ -446,4 +446,20 @@ void check_status(Context& ctx, EncodeStatus* status, Check check) {
   check(read_status(ctx, status));
 }
 
+// Where a decoder's payload checks run. Under DeferredChecks the decode kernels test what they read
+// (one launch; a bad payload's values are written before settle() reports it, as the deferred header
+// check allows): returns the status word for them. Otherwise `launch_check(status)` launches the
+// separate check kernel and its status is read back at once, so that a malformed payload throws
+// before anything is written: returns null (the decode kernels test nothing). `check` raises the error.
+template <typename LaunchCheck, typename Check>
+EncodeStatus* decoder_checks(Context& ctx, DecodeStatus& status, LaunchCheck launch_check, Check check) {
+  const bool deferred = DeferredChecks::active(ctx) != nullptr;
+  if (!deferred) {
+    launch_check(status.get());
+    CUDA_CHECK(cudaGetLastError());
+  }
+  check_status(ctx, status.get(), std::move(check));
+  return deferred ? status.get() : nullptr;
+}
+
 }  // namespace qtrain::quant_detail

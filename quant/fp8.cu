@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kStreamThreads)
 }
 
 // Reads 1 byte per value (5 with Add), writes 4: one thread per value, for outputs that are not
-// 16-byte aligned. With a status (under DeferredChecks, fp8_decode_cuda) the decoders make
+// 16-byte aligned. With a status (decoder_checks: under DeferredChecks) the decoders make
 // check_kernel's tests on what they read instead of a launch of their own.
 template <class F, bool Add>
 __global__ void decode_kernel(const uint8_t* __restrict__ payload, float* __restrict__ out, int64_t n,
@@ -243,25 +243,21 @@ void fp8_decode_cuda(Context& ctx, Fp8Format format, const uint8_t* payload, flo
   with_format(format, [&](auto f) {
     using F = decltype(f);
     DecodeStatus status(ctx);
-    // Under DeferredChecks the decoders check what they read (one launch; a bad payload's values are
-    // written before settle() reports it, as the deferred header check allows); otherwise the check
-    // is read back first, so that a malformed payload leaves the output untouched.
-    const bool deferred = DeferredChecks::active(ctx) != nullptr;
-    if (!deferred) {
-      check_kernel<F><<<stream_grid(n / 4), kStreamThreads, 0, stream_of(ctx)>>>(payload, n, status.get());
-      CUDA_CHECK(cudaGetLastError());
-    }
-    EncodeStatus* in_decoder = deferred ? status.get() : nullptr;
-    check_status(ctx, status.get(), [format](const EncodeStatus& done) {
-      if (done.bad)
-        wire::bad_payload(QuantMethod::fp8,
-                          format == Fp8Format::e4m3
-                              ? "a code is E4M3's NaN (S.1111.111), which the encoder never writes, or the scale "
-                                "is not a finite float >= 0 that keeps the largest code's value finite"
-                              : "a code is E5M2's Inf or NaN (exponent field 11111), which the encoder never "
-                                "writes, or the scale is not a finite float >= 0 that keeps the largest code's "
-                                "value finite");
-    });
+    EncodeStatus* in_decoder = decoder_checks(
+        ctx, status,
+        [&](EncodeStatus* st) {
+          check_kernel<F><<<stream_grid(n / 4), kStreamThreads, 0, stream_of(ctx)>>>(payload, n, st);
+        },
+        [format](const EncodeStatus& done) {
+          if (done.bad)
+            wire::bad_payload(QuantMethod::fp8,
+                              format == Fp8Format::e4m3
+                                  ? "a code is E4M3's NaN (S.1111.111), which the encoder never writes, or the scale "
+                                    "is not a finite float >= 0 that keeps the largest code's value finite"
+                                  : "a code is E5M2's Inf or NaN (exponent field 11111), which the encoder never "
+                                    "writes, or the scale is not a finite float >= 0 that keeps the largest code's "
+                                    "value finite");
+        });
     cudaStream_t s = stream_of(ctx);
     if (aligned_to(out, 16)) {
       const int grid = stream_grid(n / 4);

@@ -149,7 +149,7 @@ __device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payloa
 }
 
 // One thread per value (reads 1/2 + 1/16 bytes per value, + 4 with Add; writes 4): outputs not
-// 16-byte aligned. With a status (under DeferredChecks, nvfp4_decode_cuda) the decoders make
+// 16-byte aligned. With a status (decoder_checks: under DeferredChecks) the decoders make
 // check_kernel's tests on what they read instead of a launch of their own.
 template <bool Add>
 __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float* __restrict__ out,
@@ -257,22 +257,18 @@ void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, const uint8_t* 
   if (l.n == 0) return;
   constexpr int kThreads = 256;
   DecodeStatus status(ctx);
-  // Under DeferredChecks the decoders check what they read (one launch; a bad payload's values are
-  // written before settle() reports it, as the deferred header check allows); otherwise the check is
-  // read back first, so that a malformed payload leaves the output untouched.
-  const bool deferred = DeferredChecks::active(ctx) != nullptr;
-  if (!deferred) {
-    check_kernel<<<grid_for(l.blocks, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, status.get());
-    CUDA_CHECK(cudaGetLastError());
-  }
-  EncodeStatus* in_decoder = deferred ? status.get() : nullptr;
-  check_status(ctx, status.get(), [](const EncodeStatus& done) {
-    if (done.bad)
-      wire::bad_payload(QuantMethod::nvfp4,
-                        "a block scale is not a positive E4M3 value (sign 0, not NaN), the nibble "
-                        "after the last element is set, or the tensor scale is not a finite float >= 0 "
-                        "that keeps the largest value finite");
-  });
+  EncodeStatus* in_decoder = decoder_checks(
+      ctx, status,
+      [&](EncodeStatus* st) {
+        check_kernel<<<grid_for(l.blocks, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, st);
+      },
+      [](const EncodeStatus& done) {
+        if (done.bad)
+          wire::bad_payload(QuantMethod::nvfp4,
+                            "a block scale is not a positive E4M3 value (sign 0, not NaN), the nibble "
+                            "after the last element is set, or the tensor scale is not a finite float >= 0 "
+                            "that keeps the largest value finite");
+      });
   cudaStream_t s = stream_of(ctx);
   if (aligned_to(out, 16)) {
     const int grid = stream_grid(l.n / kBlock * (kBlock / 4));

@@ -273,11 +273,9 @@ __global__ void __launch_bounds__(kStreamThreads, 2)
   if (bad) atomicOr(&status->non_finite, 1u);
 }
 
-// A bucket's scale must be a finite value >= 0 (qsgd.cpp's check on the host). Under DeferredChecks
-// the decoders test each scale they read (every bucket's is read by a thread that decodes one of its
-// values): one launch, and a bad payload's values are written before settle() reports it, as the
-// deferred header check allows. Otherwise check_scales_kernel runs first and its status is read
-// before anything is written, so that a malformed payload leaves the output untouched.
+// A bucket's scale must be a finite value >= 0 (qsgd.cpp's check on the host): check_scales_kernel,
+// or, with a status (decoder_checks), the decoders on each scale they read (every bucket's is read by
+// a thread that decodes one of its values).
 __device__ __forceinline__ bool bad_scale(float scale) { return float_bits(scale) >= kNonFinite; }
 
 __global__ void check_scales_kernel(const float* __restrict__ scales, int64_t buckets, EncodeStatus* status) {
@@ -314,7 +312,7 @@ __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::QsgdLay
     const float v = decode_value<Bits>(payload, l, i, bad);
     out[i] = Add ? out[i] + v : v;
   }
-  if (bad) atomicOr(&status->bad, 1u);
+  if (status && bad) atomicOr(&status->bad, 1u);
 }
 
 // The vector kernel's float4s stay in one bucket.
@@ -374,7 +372,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       const float v = decode_value<Bits>(payload, l, i, bad);
       out[i] = Add ? out[i] + v : v;
     }
-  if (bad) atomicOr(&status->bad, 1u);
+  if (status && bad) atomicOr(&status->bad, 1u);
 }
 
 template <typename F>
@@ -451,30 +449,29 @@ void qsgd_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* pa
   if (l.n == 0) return;
   constexpr int kThreads = 256;
   DecodeStatus status(ctx);
-  const auto check = [](const EncodeStatus& done) {
-    if (done.bad) wire::bad_payload(QuantMethod::qsgd, "a bucket scale is not a finite value >= 0");
-  };
   cudaStream_t s = stream_of(ctx);
-  if (DeferredChecks::active(ctx) == nullptr) {
-    check_scales_kernel<<<grid_for(l.buckets, kThreads), kThreads, 0, s>>>(
-        reinterpret_cast<const float*>(payload + wire::kHeaderBytes), l.buckets, status.get());
-    CUDA_CHECK(cudaGetLastError());
-    check_status(ctx, status.get(), check);  // reads it back: throws before the output is written
-  }
+  EncodeStatus* in_decoder = decoder_checks(
+      ctx, status,
+      [&](EncodeStatus* st) {
+        check_scales_kernel<<<grid_for(l.buckets, kThreads), kThreads, 0, s>>>(
+            reinterpret_cast<const float*>(payload + wire::kHeaderBytes), l.buckets, st);
+      },
+      [](const EncodeStatus& done) {
+        if (done.bad) wire::bad_payload(QuantMethod::qsgd, "a bucket scale is not a finite value >= 0");
+      });
   const bool vec = aligned_to(out, 16) && decode_vec_fits(l);
   with_bits(l.bits, [&](auto bits) {
     const int grid = vec ? stream_grid(l.n / 4) : grid_for(l.n, kThreads);
     if (vec && add)
-      decode_vec_kernel<bits(), true><<<grid, kStreamThreads, 0, s>>>(payload, l, out, status.get());
+      decode_vec_kernel<bits(), true><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder);
     else if (vec)
-      decode_vec_kernel<bits(), false><<<grid, kStreamThreads, 0, s>>>(payload, l, out, status.get());
+      decode_vec_kernel<bits(), false><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder);
     else if (add)
-      decode_kernel<bits(), true><<<grid, kThreads, 0, s>>>(payload, l, out, status.get());
+      decode_kernel<bits(), true><<<grid, kThreads, 0, s>>>(payload, l, out, in_decoder);
     else
-      decode_kernel<bits(), false><<<grid, kThreads, 0, s>>>(payload, l, out, status.get());
+      decode_kernel<bits(), false><<<grid, kThreads, 0, s>>>(payload, l, out, in_decoder);
   });
   CUDA_CHECK(cudaGetLastError());
-  if (DeferredChecks::active(ctx) != nullptr) check_status(ctx, status.get(), check);
 }
 
 }  // namespace qtrain::quant_detail

@@ -194,9 +194,9 @@ class Quantizer {
   // data in field b (fp8's and nvfp4's scales: header_b_from_data()); nullopt where it carries other
   // data (randomk's key, adaptive's count, dettmers8's and efsign's scales).
   virtual std::optional<WireHeader> shape_header(int64_t n, int64_t column) const;
-  // True where field b of shape_header() is a placeholder (0) for a scale the encoder derives from
-  // the data: the device then compares the other fields, and the CUDA decoder reads b from the payload
-  // and checks it itself, so that the exchange never reads a header back to learn a scale.
+  // True where field b is a scale the encoder derives from the data (shape_header() writes 0 there):
+  // the device then compares the other fields, and the CUDA decoder reads b from the payload and
+  // checks it itself, so that the exchange never reads a header back to learn a scale.
   virtual bool header_b_from_data() const { return false; }
 
   // Allocates what encode will need for a tensor of n values on `device` (the zeroed residual when

@@ -39,9 +39,7 @@ run_ddp() {  # run_ddp SEED ARGS... -> "samples/s accuracy"
   tools/netbed.sh run --hosts "$hosts" --rate "$rate" -- env GLOO_SOCKET_IFNAME=eth0 \
     PYTHONPATH="$root/build/python" /usr/bin/python3 tools/bench/ddp_mlp_peer.py --master 10.77.0.1 \
     --epochs "$epochs" --seed "$seed" "$@" 2>/dev/null |
-    /usr/bin/python3 -c 'import json,sys
-r = json.loads([l for l in sys.stdin.read().splitlines() if l.startswith("{")][-1])
-print("%.0f %.4f" % (r["samples_per_s"], r["accuracy"]))'
+    /usr/bin/python3 tools/bench/run_result.py peer
 }
 
 run_qtrain() {  # run_qtrain SEED METHOD -> "samples/s accuracy"
@@ -50,13 +48,7 @@ run_qtrain() {  # run_qtrain SEED METHOD -> "samples/s accuracy"
     --set data.path=data/mnist --set train.threads=1 --set train.epochs="$epochs" --set seed="$seed" \
     --set output.progress=none --set output.dir="$out" \
     --set quantization.method="$method" >/dev/null 2>&1
-  /usr/bin/python3 - "$out/metrics.csv" <<'PY'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-# Every epoch has as many samples: the whole run's samples/s is the harmonic mean of the epochs'.
-samples = len(rows) / sum(1.0 / float(r["samples_per_s"]) for r in rows)
-print("%.0f %.4f" % (samples, float(rows[-1]["test_accuracy"])))
-PY
+  /usr/bin/python3 tools/bench/run_result.py metrics "$out/metrics.csv"
 }
 
 for seed in $seeds; do

@@ -27,24 +27,18 @@ run_torch() {  # run_torch SEED OUTER -> "samples/s accuracy"
   tools/netbed.sh run --hosts "$hosts" --rate "$rate" -- env GLOO_SOCKET_IFNAME=eth0 /usr/bin/python3 \
     tools/bench/diloco_mlp_peer.py --master 10.77.0.1 --outer "$2" --inner-steps "$inner" --epochs "$epochs" \
     --seed "$1" 2>/dev/null |
-    /usr/bin/python3 -c 'import json,sys
-r = json.loads([l for l in sys.stdin.read().splitlines() if l.startswith("{")][-1])
-print("%.0f %.4f" % (r["samples_per_s"], r["accuracy"]))'
+    /usr/bin/python3 tools/bench/run_result.py peer
 }
 
 run_qtrain() {  # run_qtrain SEED SETTINGS... -> "samples/s accuracy"
-  local seed=$1 out="$tmp/q-$1-$RANDOM"
+  local seed=$1 out
+  out=$(mktemp -d "$tmp/q-$1-XXXXXX")
   shift
   # shellcheck disable=SC2068
   tools/netbed.sh run --hosts "$hosts" --rate "$rate" -- build/qtrain train configs/mnist_mlp.yaml \
     --set train.threads=1 --set train.epochs="$epochs" --set seed="$seed" --set sync.type=diloco \
     --set sync.inner_steps="$inner" --set output.progress=none --set output.dir="$out" $@ >/dev/null 2>&1
-  /usr/bin/python3 - "$out/metrics.csv" <<'PY'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-samples = len(rows) / sum(1.0 / float(r["samples_per_s"]) for r in rows)  # epochs of equal size
-print("%.0f %.4f" % (samples, float(rows[-1]["test_accuracy"])))
-PY
+  /usr/bin/python3 tools/bench/run_result.py metrics "$out/metrics.csv"
 }
 
 for seed in $seeds; do
