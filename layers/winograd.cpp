@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -121,31 +122,61 @@ void transform_input(const WinogradConv& g, const T* x, int64_t n, T* v, int64_t
 #if defined(__AVX2__) && defined(__FMA__)
 template <typename T>
 struct Simd;
+#if defined(__AVX512F__)
+// With AVX-512 the float kernel keeps one 16-lane vector of tiles per row and 16 rows: 16 accumulators
+// + 1 of 32 registers, each c step one load of v and 16 FMAs that broadcast u from memory (AVX-512's
+// embedded broadcast, no separate vbroadcastss). Against the AVX2 kernel's 6 x 2 ymm blocks that is
+// twice the lanes per FMA and 16:1 FMAs per load of v instead of 6:1. Each output entry is still one
+// FMA chain over k in order, so both kernels give the same bits.
+template <>
+struct Simd<float> {
+  using V = __m512;
+  static constexpr int lanes = 16;
+  static constexpr int vectors = 1;  // per row of the (R, kCols) block
+  static constexpr int rows = 16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V fma(V a, float b, V c) { return _mm512_fmadd_ps(a, _mm512_set1_ps(b), c); }
+};
+#else
 template <>
 struct Simd<float> {
   using V = __m256;
   static constexpr int lanes = 8;
+  static constexpr int vectors = 2;  // 6 x 2 accumulators + 2 + 1 of 16 registers
+  static constexpr int rows = 6;
   static V zero() { return _mm256_setzero_ps(); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V fma(V a, float b, V c) { return _mm256_fmadd_ps(a, _mm256_set1_ps(b), c); }
 };
+#endif
 template <>
 struct Simd<double> {
   using V = __m256d;
   static constexpr int lanes = 4;
+  static constexpr int vectors = 2;
+  static constexpr int rows = 6;
   static V zero() { return _mm256_setzero_pd(); }
   static V load(const double* p) { return _mm256_loadu_pd(p); }
   static void store(double* p, V v) { _mm256_storeu_pd(p, v); }
   static V fma(V a, double b, V c) { return _mm256_fmadd_pd(a, _mm256_set1_pd(b), c); }
 };
+// Columns (tiles) and rows (channels) of the product kernel's register block.
 template <typename T>
-constexpr int kCols = 2 * Simd<T>::lanes;  // two vectors of tiles: 6 x 2 accumulators + 2 + 1 of 16 registers
+constexpr int kCols = Simd<T>::vectors* Simd<T>::lanes;
+template <typename T>
+constexpr int kRows = Simd<T>::rows;
+static_assert(kCols<float> == 16 && kCols<double> == 8, "block_columns and grad_columns round up to 16");
 #else
 template <typename T>
 constexpr int kCols = 16;
-#endif
+template <typename T>
 constexpr int kRows = 6;
+#endif
+// The product buffer of multiply_output, in elements of either type.
+constexpr int64_t kProductBuffer = 16 * std::max(kRows<float> * kCols<float>, kRows<double>* kCols<double>);
 
 // out (R, kCols) (leading dimension ldo) = u (R rows of k, leading dimension ldu) . v (k rows of kCols,
 // leading dimension ldv), or with `accumulate` out plus that product; each sum runs over k in order
@@ -155,24 +186,21 @@ void product_kernel(const T* __restrict u, int64_t ldu, const T* __restrict v, i
                     T* __restrict out, int64_t ldo, bool accumulate) {
 #if defined(__AVX2__) && defined(__FMA__)
   using S = Simd<T>;
-  typename S::V a0[R], a1[R];
-  for (int r = 0; r < R; ++r) {
-    a0[r] = accumulate ? S::load(out + r * ldo) : S::zero();
-    a1[r] = accumulate ? S::load(out + r * ldo + S::lanes) : S::zero();
-  }
+  constexpr int N = S::vectors;
+  typename S::V a[R][N];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < N; ++i) a[r][i] = accumulate ? S::load(out + r * ldo + i * S::lanes) : S::zero();
   for (int64_t c = 0; c < k; ++c) {
-    const typename S::V b0 = S::load(v + c * ldv), b1 = S::load(v + c * ldv + S::lanes);
-#pragma GCC unroll 6
+    typename S::V b[N];
+    for (int i = 0; i < N; ++i) b[i] = S::load(v + c * ldv + i * S::lanes);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const T w = u[r * ldu + c];
-      a0[r] = S::fma(b0, w, a0[r]);
-      a1[r] = S::fma(b1, w, a1[r]);
+      for (int i = 0; i < N; ++i) a[r][i] = S::fma(b[i], w, a[r][i]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    S::store(out + r * ldo, a0[r]);
-    S::store(out + r * ldo + S::lanes, a1[r]);
-  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < N; ++i) S::store(out + r * ldo + i * S::lanes, a[r][i]);
 #else
   for (int r = 0; r < R; ++r) {
     T acc[kCols<T>] = {};
@@ -184,17 +212,19 @@ void product_kernel(const T* __restrict u, int64_t ldu, const T* __restrict v, i
 #endif
 }
 
+// product_kernel for `rows` (1 .. kRows<T>) rows: a table of the instantiations.
+template <typename T, int... R>
+void product_rows(int rows, const T* u, int64_t ldu, const T* v, int64_t ldv, int64_t k, T* out, int64_t ldo,
+                  bool accumulate, std::integer_sequence<int, R...>) {
+  using Kernel = void (*)(const T*, int64_t, const T*, int64_t, int64_t, T*, int64_t, bool);
+  static constexpr Kernel kernels[] = {&product_kernel<T, R + 1>...};
+  kernels[rows - 1](u, ldu, v, ldv, k, out, ldo, accumulate);
+}
+
 template <typename T>
 void product(int rows, const T* u, int64_t ldu, const T* v, int64_t ldv, int64_t k, T* out, int64_t ldo,
              bool accumulate) {
-  switch (rows) {
-    case 6: return product_kernel<T, 6>(u, ldu, v, ldv, k, out, ldo, accumulate);
-    case 5: return product_kernel<T, 5>(u, ldu, v, ldv, k, out, ldo, accumulate);
-    case 4: return product_kernel<T, 4>(u, ldu, v, ldv, k, out, ldo, accumulate);
-    case 3: return product_kernel<T, 3>(u, ldu, v, ldv, k, out, ldo, accumulate);
-    case 2: return product_kernel<T, 2>(u, ldu, v, ldv, k, out, ldo, accumulate);
-    default: return product_kernel<T, 1>(u, ldu, v, ldv, k, out, ldo, accumulate);
-  }
+  product_rows(rows, u, ldu, v, ldv, k, out, ldo, accumulate, std::make_integer_sequence<int, kRows<T>>{});
 }
 
 // One output row of a run of tiles: out[2j] = left[j] + b, out[2j + 1] = right[j] + b for `whole`
@@ -234,15 +264,15 @@ void multiply_output(const WinogradConv& g, const T* u, const T* v, int64_t ldv,
       runs[nruns++] = {j, count, s * g.oc * plane + 2 * ty * g.ow + 2 * tx, 2 * ty + 1 < g.oh, 2 * (tx + count) > g.ow};
       j += count;
     }
-    for (int64_t o0 = 0; o0 < g.oc; o0 += kRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kRows, g.oc - o0));
+    for (int64_t o0 = 0; o0 < g.oc; o0 += kRows<T>) {
+      const int rows = static_cast<int>(std::min<int64_t>(kRows<T>, g.oc - o0));
       for (int64_t xi = 0; xi < 16; ++xi)
-        product(rows, u + (xi * g.oc + o0) * g.c, g.c, v + xi * xi_stride + t0, ldv, g.c, buf + xi * kRows * L, L,
+        product(rows, u + (xi * g.oc + o0) * g.c, g.c, v + xi * xi_stride + t0, ldv, g.c, buf + xi * kRows<T> * L, L,
                 false);
       for (int r = 0; r < rows; ++r) {
         // A^T m A: rows m0 + m1 + m2 and m1 - m2 - m3 of the 4x4 m, then the same along each row.
         const T* __restrict m = buf + r * L;
-        constexpr int64_t xs = kRows * L;
+        constexpr int64_t xs = kRows<T> * L;
         T y00[L], y01[L], y10[L], y11[L];
         for (int j = 0; j < L; ++j) {
           const T a0 = m[j] + m[4 * xs + j] + m[8 * xs + j];
@@ -433,7 +463,7 @@ int64_t winograd_work_size(const WinogradConv& g, int64_t block) {
   // winograd_conv: V with whole column blocks, the row buffers and the product buffer;
   // winograd_weight_grad: V, the transposed D and the row buffers.
   const int64_t t = block * g.tiles();
-  return std::max(16 * position_stride(g.c, block_columns(t)) + rows_size(g) + 16 * kRows * kCols<float>,
+  return std::max(16 * position_stride(g.c, block_columns(t)) + rows_size(g) + kProductBuffer,
                   16 * (position_stride(g.c, t) + position_stride(t, grad_columns(g.oc))) + rows_size(g));
 }
 
@@ -505,8 +535,8 @@ void winograd_weight_grad(const WinogradConv& g, const T* x, const T* dy, int64_
     // dWhat^T[xi] (C, ldo) (+)= V[xi] (C, T) . D^T[xi] (T, ldo): per entry one sum over the tiles in
     // order, continued from the previous block's value (the same order for any block size).
     for (int64_t xi = 0; xi < 16; ++xi)
-      for (int64_t c0 = 0; c0 < g.c; c0 += kRows) {
-        const int rows_here = static_cast<int>(std::min<int64_t>(kRows, g.c - c0));
+      for (int64_t c0 = 0; c0 < g.c; c0 += kRows<T>) {
+        const int rows_here = static_cast<int>(std::min<int64_t>(kRows<T>, g.c - c0));
         for (int64_t o0 = 0; o0 < ldo; o0 += kCols<T>)
           product(rows_here, v + xi * vs + c0 * t, t, d + xi * ds + o0, ldo, t, dwt + (xi * g.c + c0) * ldo + o0, ldo,
                   s0 > 0);
