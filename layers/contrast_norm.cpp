@@ -1,5 +1,7 @@
-// contrast_norm: configuration and the CPU reference, one (sample, channel) plane at a time. The
-// window sums are separable sliding box sums (a row pass, then a column pass), O(1) per element.
+// contrast_norm: configuration and the CPU reference, one (sample, channel) plane at a time, the
+// planes split among the CpuPool's lanes (each lane with its own scratch; planes are independent, so
+// the split changes no bit). The window sums are separable sliding box sums (a row pass, then a column pass), O(1) per
+// element.
 //   forward   m = box(x)/size^2, d = x - m, D = k + s box(d^2) (s = alpha/size^2), y = x D^-beta
 //   backward  with g = -beta dy y / D (dL/dD) and the adjoint box box' (window mirrored):
 //             dL/dd = 2 s d box'(g) =: h,  dx = dy D^-beta + h - box'(h)/size^2
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "framework/core/cpu_pool.h"
 #include "layers/conv_geometry.h"
 #include "layers/dispatch.h"
 
@@ -118,6 +121,19 @@ void backward_reference(const ContrastNormOptions& o, const T* x, const T* dy, T
   }
 }
 
+// Calls fn(first plane, planes, lane's scratch) on every lane of the pool with a contiguous range of
+// the planes; each lane's scratch holds per_lane elements of T.
+template <typename T, typename F>
+void for_plane_ranges(CpuPool& pool, CpuScratch& scratch, int64_t planes, int64_t per_lane, F&& fn) {
+  const int lanes = static_cast<int>(std::clamp<int64_t>(planes, 1, pool.lanes()));
+  T* all = scratch.get<T>(static_cast<size_t>(lanes * per_lane));
+  pool.run([&](int lane) {
+    if (lane >= lanes) return;
+    const int64_t begin = planes * lane / lanes, end = planes * (lane + 1) / lanes;
+    if (begin < end) fn(begin, end - begin, all + lane * per_lane);
+  });
+}
+
 }  // namespace
 
 ContrastNorm::ContrastNorm(ContrastNormOptions options) : opt_(options) {
@@ -129,11 +145,13 @@ Shape ContrastNorm::configure(const Shape& input) {
   return input;
 }
 
-void ContrastNorm::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
-  const int64_t h = input_shape()[1], w = input_shape()[2];
+void ContrastNorm::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  const int64_t h = input_shape()[1], w = input_shape()[2], n = h * w;
   dispatch_float(x.dtype(), [&]<typename T>() {
-    forward_reference<T>(opt_, x.data<T>(), y.data<T>(), x.dim(0) * input_shape()[0], h, w,
-                         scratch_.get<T>(static_cast<size_t>(4 * h * w)));
+    for_plane_ranges<T>(
+        ctx.cpu_pool(), scratch_, x.dim(0) * input_shape()[0], 4 * n, [&](int64_t first, int64_t planes, T* scratch) {
+          forward_reference<T>(opt_, x.data<T>() + first * n, y.data<T>() + first * n, planes, h, w, scratch);
+        });
   });
 }
 
@@ -143,11 +161,14 @@ void ContrastNorm::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, bool) 
 }
 #endif
 
-void ContrastNorm::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
-  const int64_t h = input_shape()[1], w = input_shape()[2];
+void ContrastNorm::backward_cpu(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+  const int64_t h = input_shape()[1], w = input_shape()[2], n = h * w;
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_reference<T>(opt_, x.data<T>(), dy.data<T>(), dx.data<T>(), x.dim(0) * input_shape()[0], h, w,
-                          scratch_.get<T>(static_cast<size_t>(6 * h * w)));
+    for_plane_ranges<T>(ctx.cpu_pool(), scratch_, x.dim(0) * input_shape()[0], 6 * n,
+                        [&](int64_t first, int64_t planes, T* scratch) {
+                          backward_reference<T>(opt_, x.data<T>() + first * n, dy.data<T>() + first * n,
+                                                dx.data<T>() + first * n, planes, h, w, scratch);
+                        });
   });
 }
 

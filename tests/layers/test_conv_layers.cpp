@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "layers/contrast_norm.h"
@@ -274,6 +275,64 @@ TEST_CASE("maxpool2d sends a tie's gradient to the first maximum in row-major or
   layer.backward(ctx, x, y, dy, dx);
   const std::vector<double> want{0, 0, 100, 10, 0, 0};
   for (int i = 0; i < 6; ++i) REQUIRE(dx.data<double>()[i] == want[static_cast<size_t>(i)]);
+}
+
+// The windows-inside max paths (vector loops over chunks of output columns, planes split among lanes)
+// against the definition written plainly here: the first maximum in row-major order, NaN when the
+// window holds one, dy added in the outputs' order. Values on a coarse grid make ties common; rows
+// wider than a chunk (64 outputs) and strides 1, 2 and 3 take every variant.
+TEMPLATE_TEST_CASE("maxpool2d's windows-inside path follows the definition bit for bit", "[layers][pool]", float,
+                   double) {
+  using T = TestType;
+  struct Case {
+    int64_t k, s, c, h, w;
+  };
+  const Case c = GENERATE(Case{3, 2, 3, 9, 140}, Case{2, 1, 2, 5, 70}, Case{3, 3, 2, 10, 11}, Case{3, 2, 64, 32, 32});
+  const int threads = GENERATE(1, 2);
+  INFO("kernel " << c.k << " stride " << c.s << " map " << c.c << "x" << c.h << "x" << c.w << ", threads " << threads);
+  Context ctx = Context::cpu(1, threads);
+  Pool2d layer(PoolKind::max, {{c.k, c.k, c.s, c.s, 0, 0}});
+  const Shape out = layer.setup({c.c, c.h, c.w});
+  const int64_t n = 2, oh = out[1], ow = out[2];
+  Tensor x = random_tensor({n, c.c, c.h, c.w}, 41, -2.0, 2.0, dtype_of<T>());
+  T* xs = x.data<T>();
+  for (int64_t i = 0; i < x.numel(); ++i) xs[i] = std::round(xs[i] * 2) / 2;  // 9 levels: many ties
+  xs[5] = std::numeric_limits<T>::quiet_NaN();
+  xs[x.numel() / 2 + 3] = std::numeric_limits<T>::quiet_NaN();
+  const Tensor dy = random_tensor({n, c.c, oh, ow}, 42, -1.0, 1.0, dtype_of<T>());
+  Tensor y = Tensor::empty({n, c.c, oh, ow}, dtype_of<T>());
+  Tensor dx = Tensor::empty(x.shape(), dtype_of<T>());
+  layer.forward(ctx, x, y, true);
+  layer.backward(ctx, x, y, dy, dx);
+  std::vector<T> want_y(static_cast<size_t>(y.numel())), want_dx(static_cast<size_t>(x.numel()), T(0));
+  for (int64_t pl = 0; pl < n * c.c; ++pl)
+    for (int64_t r = 0; r < oh; ++r)
+      for (int64_t q = 0; q < ow; ++q) {
+        int64_t first = -1;
+        bool nan = false;
+        for (int64_t i = 0; i < c.k; ++i)
+          for (int64_t j = 0; j < c.k; ++j) {
+            const int64_t at = pl * c.h * c.w + (r * c.s + i) * c.w + q * c.s + j;
+            if (std::isnan(xs[at])) {
+              if (!nan) first = at;
+              nan = true;
+            } else if (!nan && (first < 0 || xs[at] > xs[first])) {
+              first = at;
+            }
+          }
+        const int64_t o = (pl * oh + r) * ow + q;
+        want_y[static_cast<size_t>(o)] = xs[first];
+        want_dx[static_cast<size_t>(first)] += dy.data<T>()[o];
+      }
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const T got = y.data<T>()[i], want = want_y[static_cast<size_t>(i)];
+    INFO("y[" << i << "] " << got << " want " << want);
+    REQUIRE((std::isnan(want) ? std::isnan(got) : got == want));
+  }
+  for (int64_t i = 0; i < dx.numel(); ++i) {
+    INFO("dx[" << i << "]");
+    REQUIRE(dx.data<T>()[i] == want_dx[static_cast<size_t>(i)]);
+  }
 }
 
 TEMPLATE_TEST_CASE("lrn matches PyTorch's F.local_response_norm", "[layers][lrn]", float, double) {
