@@ -7,10 +7,15 @@
 // instead of B*P matrix-vector products; the gathers and scatters cost memory traffic only.
 //   forward   outs_p = W_p . cols_p^T                y[b][oc][p] = outs[p][oc][b] + bias[oc][p]
 //   backward  dW_p = dY_p . cols_p;  dcols_p = dY_p^T . W_p, added back into dx (col2im)
+// On the CpuPool's lanes: the gathers, scatters and transposes split the samples, the products the
+// positions (each lane's GEMMs serial, SerialBlas). Every output element is written by one lane with
+// the sums it had on one thread, so the lane count changes no bit.
 #include "layers/locally_connected2d.h"
 
 #include <algorithm>
 
+#include "framework/core/context.h"
+#include "framework/core/cpu_pool.h"
 #include "layers/blas.h"
 #include "layers/dispatch.h"
 #include "layers/conv_geometry.h"
@@ -38,11 +43,12 @@ void for_window(const ImageGeometry& g, const Window2d& win, int64_t oh, int64_t
     }
 }
 
-// cols (P, B, K) from x (B, C, H, W).
+// cols (P, B, K) from x (B, C, H, W), for samples [first, last).
 template <typename T>
-void gather_windows(const T* x, const ImageGeometry& g, const Window2d& win, int64_t batch, T* cols) {
+void gather_windows(const T* x, const ImageGeometry& g, const Window2d& win, int64_t batch, int64_t first, int64_t last,
+                    T* cols) {
   const int64_t k_total = g.c * win.kh * win.kw, in = g.c * g.in_plane();
-  for (int64_t b = 0; b < batch; ++b) {
+  for (int64_t b = first; b < last; ++b) {
     const T* __restrict xb = x + b * in;
     for (int64_t oh = 0; oh < g.oh; ++oh)
       for (int64_t ow = 0; ow < g.ow; ++ow) {
@@ -53,12 +59,14 @@ void gather_windows(const T* x, const ImageGeometry& g, const Window2d& win, int
   }
 }
 
-// dx (B, C, H, W) = the sum of dcols (P, B, K) over the windows that copied each element.
+// dx (B, C, H, W) = the sum of dcols (P, B, K) over the windows that copied each element, for
+// samples [first, last).
 template <typename T>
-void scatter_windows(const T* dcols, const ImageGeometry& g, const Window2d& win, int64_t batch, T* dx) {
+void scatter_windows(const T* dcols, const ImageGeometry& g, const Window2d& win, int64_t batch, int64_t first,
+                     int64_t last, T* dx) {
   const int64_t k_total = g.c * win.kh * win.kw, in = g.c * g.in_plane();
-  std::fill_n(dx, batch * in, T(0));
-  for (int64_t b = 0; b < batch; ++b) {
+  std::fill(dx + first * in, dx + last * in, T(0));
+  for (int64_t b = first; b < last; ++b) {
     T* __restrict db = dx + b * in;
     for (int64_t oh = 0; oh < g.oh; ++oh)
       for (int64_t ow = 0; ow < g.ow; ++ow) {
@@ -66,6 +74,19 @@ void scatter_windows(const T* dcols, const ImageGeometry& g, const Window2d& win
         for_window(g, win, oh, ow, [&](int64_t k, int64_t idx) { db[idx] += row[k]; });
       }
   }
+}
+
+// fn(first, last) for the positions [0, p_total) split among the pool's lanes, OpenBLAS serial on each.
+template <typename F>
+void for_positions(Context& ctx, int64_t p_total, F&& fn) {
+  CpuPool& pool = ctx.cpu_pool();
+  const int lanes = static_cast<int>(std::clamp<int64_t>(p_total, 1, pool.lanes()));
+  const SerialBlas serial(lanes > 1 ? ctx.cpu_threads() : 1);
+  pool.run([&](int lane) {
+    if (lane >= lanes) return;
+    const int64_t first = p_total * lane / lanes, last = p_total * (lane + 1) / lanes;
+    if (first < last) fn(first, last);
+  });
 }
 
 }  // namespace
@@ -93,28 +114,34 @@ std::vector<ParamSpec> LocallyConnected2d::param_specs() const {
 }
 
 template <typename T>
-void LocallyConnected2d::forward_reference(const T* x, T* y, int64_t batch) {
+void LocallyConnected2d::forward_reference(Context& ctx, const T* x, T* y, int64_t batch) {
   const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p_total = geom_.out_plane();
   if (batch == 0) return;
   T* cols = scratch_.get<T>(static_cast<size_t>(p_total * k * batch + p_total * oc * batch));
   T* outs = cols + p_total * k * batch;
-  gather_windows(x, geom_, win_, batch, cols);
+  CpuPool& pool = ctx.cpu_pool();
+  pool.parallel_for(batch, 1,
+                    [&](int64_t first, int64_t last) { gather_windows(x, geom_, win_, batch, first, last, cols); });
   const T* w = params_[0].data<T>();
-  for (int64_t p = 0; p < p_total; ++p)
-    // outs_p (OC, B) = W_p (OC, K) . cols_p^T (K, B)
-    blas_gemm<T>(false, true, oc, batch, k, w + p * oc * k, k, cols + p * batch * k, k, T(0), outs + p * oc * batch,
-                 batch);
+  for_positions(ctx, p_total, [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; ++p)
+      // outs_p (OC, B) = W_p (OC, K) . cols_p^T (K, B)
+      blas_gemm<T>(false, true, oc, batch, k, w + p * oc * k, k, cols + p * batch * k, k, T(0), outs + p * oc * batch,
+                   batch);
+  });
   const T* b = bias_ ? params_[1].data<T>() : nullptr;
-  for (int64_t s = 0; s < batch; ++s)
-    for (int64_t o = 0; o < oc; ++o) {
-      T* __restrict dst = y + (s * oc + o) * p_total;
-      const T* __restrict src = outs + o * batch + s;
-      for (int64_t p = 0; p < p_total; ++p) dst[p] = src[p * oc * batch] + (b ? b[o * p_total + p] : T(0));
-    }
+  pool.parallel_for(batch, 1, [&](int64_t first, int64_t last) {
+    for (int64_t s = first; s < last; ++s)
+      for (int64_t o = 0; o < oc; ++o) {
+        T* __restrict dst = y + (s * oc + o) * p_total;
+        const T* __restrict src = outs + o * batch + s;
+        for (int64_t p = 0; p < p_total; ++p) dst[p] = src[p * oc * batch] + (b ? b[o * p_total + p] : T(0));
+      }
+  });
 }
 
 template <typename T>
-void LocallyConnected2d::backward_reference(const T* x, const T* dy, T* dx, int64_t batch) {
+void LocallyConnected2d::backward_reference(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch) {
   const int64_t oc = out_channels_, k = geom_.c * win_.kh * win_.kw, p_total = geom_.out_plane();
   T* dw = grads_[0].data<T>();
   if (bias_) {
@@ -130,29 +157,36 @@ void LocallyConnected2d::backward_reference(const T* x, const T* dy, T* dx, int6
   }
   T* cols = scratch_.get<T>(static_cast<size_t>(p_total * k * batch + p_total * oc * batch));
   T* dys = cols + p_total * k * batch;
-  gather_windows(x, geom_, win_, batch, cols);
-  // dys (P, OC, B) from dy (B, OC, P)
-  for (int64_t s = 0; s < batch; ++s)
-    for (int64_t o = 0; o < oc; ++o) {
-      const T* __restrict src = dy + (s * oc + o) * p_total;
-      T* __restrict dst = dys + o * batch + s;
-      for (int64_t p = 0; p < p_total; ++p) dst[p * oc * batch] = src[p];
-    }
+  CpuPool& pool = ctx.cpu_pool();
+  pool.parallel_for(batch, 1, [&](int64_t first, int64_t last) {
+    gather_windows(x, geom_, win_, batch, first, last, cols);
+    // dys (P, OC, B) from dy (B, OC, P)
+    for (int64_t s = first; s < last; ++s)
+      for (int64_t o = 0; o < oc; ++o) {
+        const T* __restrict src = dy + (s * oc + o) * p_total;
+        T* __restrict dst = dys + o * batch + s;
+        for (int64_t p = 0; p < p_total; ++p) dst[p * oc * batch] = src[p];
+      }
+  });
   const T* w = params_[0].data<T>();
-  for (int64_t p = 0; p < p_total; ++p) {
-    // dW_p (OC, K) = dY_p (OC, B) . cols_p (B, K)
-    blas_gemm<T>(false, false, oc, k, batch, dys + p * oc * batch, batch, cols + p * batch * k, k, T(0),
-                 dw + p * oc * k, k);
-    // dcols_p (B, K) = dY_p^T (B, OC) . W_p (OC, K), over cols (no longer needed)
-    if (dx)
-      blas_gemm<T>(true, false, batch, k, oc, dys + p * oc * batch, batch, w + p * oc * k, k, T(0),
-                   cols + p * batch * k, k);
-  }
-  if (dx) scatter_windows(cols, geom_, win_, batch, dx);
+  for_positions(ctx, p_total, [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; ++p) {
+      // dW_p (OC, K) = dY_p (OC, B) . cols_p (B, K)
+      blas_gemm<T>(false, false, oc, k, batch, dys + p * oc * batch, batch, cols + p * batch * k, k, T(0),
+                   dw + p * oc * k, k);
+      // dcols_p (B, K) = dY_p^T (B, OC) . W_p (OC, K), over cols (no longer needed)
+      if (dx)
+        blas_gemm<T>(true, false, batch, k, oc, dys + p * oc * batch, batch, w + p * oc * k, k, T(0),
+                     cols + p * batch * k, k);
+    }
+  });
+  if (dx)
+    pool.parallel_for(batch, 1,
+                      [&](int64_t first, int64_t last) { scatter_windows(cols, geom_, win_, batch, first, last, dx); });
 }
 
-void LocallyConnected2d::forward_cpu(Context&, const Tensor& x, Tensor& y, bool) {
-  dispatch_float(x.dtype(), [&]<typename T>() { forward_reference<T>(x.data<T>(), y.data<T>(), x.dim(0)); });
+void LocallyConnected2d::forward_cpu(Context& ctx, const Tensor& x, Tensor& y, bool) {
+  dispatch_float(x.dtype(), [&]<typename T>() { forward_reference<T>(ctx, x.data<T>(), y.data<T>(), x.dim(0)); });
 }
 
 #if QTRAIN_HAS_CUDA
@@ -161,9 +195,9 @@ void LocallyConnected2d::forward_cuda(Context& ctx, const Tensor& x, Tensor& y, 
 }
 #endif
 
-void LocallyConnected2d::backward_cpu(Context&, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
+void LocallyConnected2d::backward_cpu(Context& ctx, const Tensor& x, const Tensor&, const Tensor& dy, Tensor& dx) {
   dispatch_float(x.dtype(), [&]<typename T>() {
-    backward_reference<T>(x.data<T>(), dy.data<T>(), dx.defined() ? dx.data<T>() : nullptr, x.dim(0));
+    backward_reference<T>(ctx, x.data<T>(), dy.data<T>(), dx.defined() ? dx.data<T>() : nullptr, x.dim(0));
   });
 }
 

@@ -40,9 +40,9 @@ class LocallyConnected2d : public Layer {
 
  private:
   template <typename T>
-  void forward_reference(const T* x, T* y, int64_t batch);
+  void forward_reference(Context& ctx, const T* x, T* y, int64_t batch);
   template <typename T>
-  void backward_reference(const T* x, const T* dy, T* dx, int64_t batch);
+  void backward_reference(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
 
   int64_t out_channels_;
   Window2d win_;

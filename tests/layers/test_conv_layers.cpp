@@ -335,6 +335,47 @@ TEMPLATE_TEST_CASE("maxpool2d's windows-inside path follows the definition bit f
   }
 }
 
+// The layers whose CPU paths split their work among the CpuPool's lanes (samples, planes or positions)
+// give the same bits on 1, 2 and 3 lanes: y, dx and every parameter gradient.
+TEST_CASE("locally_connected2d, contrast_norm and pooling give the same bits on any lane count", "[layers][lanes]") {
+  struct Run {
+    std::vector<float> y, dx, grads;
+  };
+  auto run = [](Layer& layer, const Shape& input, int threads) {
+    Context ctx = Context::cpu(1, threads);
+    const Shape out = layer.setup(input);
+    BoundParams bound;
+    if (!layer.param_specs().empty()) bound = bind_random_params(layer, 51, DType::f32);
+    const int64_t n = 5;
+    Shape xs{n}, ys{n};
+    xs.insert(xs.end(), input.begin(), input.end());
+    ys.insert(ys.end(), out.begin(), out.end());
+    const Tensor x = random_tensor(xs, 52, -1.0, 1.0, DType::f32);
+    const Tensor dy = random_tensor(ys, 53, -1.0, 1.0, DType::f32);
+    Tensor y = Tensor::empty(ys, DType::f32), dx = Tensor::empty(xs, DType::f32);
+    layer.forward(ctx, x, y, true);
+    layer.backward(ctx, x, y, dy, dx);
+    auto values = [](const Tensor& t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.numel()); };
+    return Run{values(y), values(dx), bound.grads.defined() ? values(bound.grads) : std::vector<float>{}};
+  };
+  auto each = [&](auto make, const Shape& input) {
+    auto one = make();
+    const Run want = run(*one, input, 1);
+    for (int threads : {2, 3}) {
+      INFO(one->describe() << " on " << threads << " lanes");
+      auto layer = make();
+      const Run got = run(*layer, input, threads);
+      REQUIRE(got.y == want.y);
+      REQUIRE(got.dx == want.dx);
+      REQUIRE(got.grads == want.grads);
+    }
+  };
+  each([] { return std::make_unique<LocallyConnected2d>(6, Window2d{3, 3, 1, 1, 1, 1}, true); }, Shape{4, 7, 7});
+  each([] { return std::make_unique<ContrastNorm>(ContrastNormOptions{5, 0.001, 0.75, 1.0}); }, Shape{3, 9, 8});
+  each([] { return std::make_unique<Pool2d>(PoolKind::max, PoolOptions{{3, 3, 2, 2, 0, 0}}); }, Shape{3, 15, 15});
+  each([] { return std::make_unique<Pool2d>(PoolKind::avg, PoolOptions{{3, 3, 2, 2, 1, 1}}); }, Shape{3, 8, 9});
+}
+
 TEMPLATE_TEST_CASE("lrn matches PyTorch's F.local_response_norm", "[layers][lrn]", float, double) {
   using T = TestType;
   Context ctx = Context::cpu(1, 1);
