@@ -13,6 +13,7 @@
 #include "framework/core/cpu_pool.h"
 #include "layers/conv_geometry.h"
 #include "layers/dispatch.h"
+#include "layers/vector_math.h"
 
 namespace qtrain {
 
@@ -88,7 +89,7 @@ void forward_reference(const ContrastNormOptions& o, const T* x, T* y, int64_t p
     const T* xs = x + pl * n;
     T* ys = y + pl * n;
     centered_and_denominator(o, xs, d, den, buf, h, w);
-    for (int64_t i = 0; i < n; ++i) ys[i] = xs[i] * std::pow(den[i], -beta);
+    for (int64_t i = 0; i < n; ++i) ys[i] = xs[i] * vector_math::pow_of(den[i], -beta);
   }
 }
 
@@ -109,7 +110,7 @@ void backward_reference(const ContrastNormOptions& o, const T* x, const T* dy, T
     T* out = dx + pl * n;
     centered_and_denominator(o, xs, d, den, buf, h, w);
     for (int64_t i = 0; i < n; ++i) {
-      const T scale = std::pow(den[i], -beta);
+      const T scale = vector_math::pow_of(den[i], -beta);
       out[i] = ds[i] * scale;
       g[i] = -beta * ds[i] * xs[i] * scale / den[i];
     }

@@ -11,6 +11,7 @@
 
 #include "layers/conv_geometry.h"
 #include "layers/dispatch.h"
+#include "layers/vector_math.h"
 
 namespace qtrain {
 
@@ -52,7 +53,7 @@ void forward_reference(const LrnOptions& o, const T* x, T* y, int64_t batch, int
     const T* xs = x + b * channels * p;
     T* ys = y + b * channels * p;
     denominators(o, xs, sq, d, channels, p);
-    for (int64_t i = 0; i < channels * p; ++i) ys[i] = xs[i] * std::pow(d[i], -beta);
+    for (int64_t i = 0; i < channels * p; ++i) ys[i] = xs[i] * vector_math::pow_of(d[i], -beta);
   }
 }
 
@@ -70,7 +71,7 @@ void backward_reference(const LrnOptions& o, const T* x, const T* dy, T* dx, int
     denominators(o, xs, sq, d, channels, p);
     T* g = sq;
     for (int64_t i = 0; i < channels * p; ++i) {
-      const T scale = std::pow(d[i], -beta);
+      const T scale = vector_math::pow_of(d[i], -beta);
       out[i] = ds[i] * scale;
       g[i] = -beta * ds[i] * xs[i] * scale / d[i];  // -beta dy y / D
     }

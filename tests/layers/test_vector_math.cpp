@@ -1,6 +1,6 @@
-// vector_math: the float sigmoid and tanh the LSTM's gates use, against double-precision references
-// over a sweep of the float range the gates see, at the edges of their branches, and at the special
-// values; the double versions are the exact library functions.
+// vector_math: the float sigmoid and tanh the LSTM's gates use and the normalizations' pow, against double-precision
+// references over a sweep of the float range the gates see, at the edges of their branches, and at the special values;
+// the double versions are the exact library functions.
 #include <catch2/catch.hpp>
 
 #include <bit>
@@ -97,4 +97,52 @@ TEST_CASE("vector_math: double is the library's functions", "[vector_math]") {
     CHECK(s[i] == 1.0 / (1.0 + std::exp(-xs[i])));
     CHECK(t[i] == std::tanh(xs[i]));
   }
+}
+
+// pow over every 997th positive normal float (all magnitudes) for the exponents the normalizations use
+// (-beta) and a few others: relative error within (3 + 2 |e ln x|) epsilons wherever the exact result is
+// a normal float (with that bound's margin to FLT_MIN, below which the flush makes it 0, and to
+// FLT_MAX), 0 or inf where it is beyond.
+TEST_CASE("vector_math: float pow within a few epsilons of the exact function", "[vector_math]") {
+  std::vector<float> xs;
+  for (uint32_t u = std::bit_cast<uint32_t>(FLT_MIN); u < std::bit_cast<uint32_t>(FLT_MAX); u += 997)
+    xs.push_back(std::bit_cast<float>(u));
+  for (const float x : {1.0f, 2.0f, 0.5f, std::nextafter(1.41421356f, 0.0f), 1.41421356f, FLT_MAX}) xs.push_back(x);
+  for (const float e : {-0.75f, -0.5f, -1.0f, -2.0f, 0.25f, 1.0f, 3.0f}) {
+    std::vector<float> p(xs.size());
+    for (size_t i = 0; i < xs.size(); ++i) p[i] = vector_math::pow(xs[i], e);
+    double worst = 0;
+    float worst_x = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const double exact = std::pow(static_cast<double>(xs[i]), static_cast<double>(e));
+      const double allowed = 3.0 + 2.0 * std::abs(std::log(exact));
+      if (exact * (1.0 - allowed * FLT_EPSILON) >= FLT_MIN && exact * (1.0 + allowed * FLT_EPSILON) <= FLT_MAX) {
+        const double error = std::abs(p[i] - exact) / exact / FLT_EPSILON / allowed;
+        if (error > worst) worst = error, worst_x = xs[i];
+      } else if (exact > FLT_MAX * 2.0) {
+        CHECK(p[i] == std::numeric_limits<float>::infinity());
+      } else if (exact < FLT_MIN / 2.0) {
+        CHECK(p[i] == 0.0f);
+      }
+    }
+    INFO("exponent " << e << ": worst error " << worst
+                     << " of the allowed (3 + 2 |e ln x|) epsilons, at x = " << worst_x);
+    CHECK(worst <= 1.0);
+  }
+  CHECK(xs.size() > 2'000'000);
+}
+
+TEST_CASE("vector_math: pow's special values", "[vector_math]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const float e : {-0.75f, 0.5f, 0.0f}) {
+    for (const float x : {0.0f, 1e-40f, inf}) {  // as std::pow (the subnormal as the 0 the flush makes it)
+      const float want = std::pow(x == 1e-40f ? 0.0f : x, e), got = vector_math::pow(x, e);
+      INFO("pow(" << x << ", " << e << ") = " << got << ", std::pow " << want);
+      CHECK(got == want);
+    }
+    for (const float x : {nan, -1.0f, -inf}) CHECK(std::isnan(vector_math::pow(x, e)));
+  }
+  CHECK(vector_math::pow(1.0f, -0.75f) == 1.0f);
+  CHECK(vector_math::pow(7.0f, 0.0f) == 1.0f);
+  CHECK(vector_math::pow_of(2.0, -0.75) == std::pow(2.0, -0.75));
 }
