@@ -1,8 +1,17 @@
-// codebook kernels: the span's max (common.cu's bucket max, one bucket), the pool of keys, a bitonic
-// sort of it (any correct sort gives the one sorted order the CPU's std::sort gives), the boundaries,
-// one binning pass (codes, and the bins' fixed-point sums through shared-memory atomics, integers,
-// so the totals do not depend on the order), the table, and with error feedback a residual pass.
-// Every decision is quant/codebook_bins.h's, as on the CPU.
+// codebook kernels, three launches per encode (four with error feedback), each needing the whole
+// result of the one before: (1) the header, the span's max (each block's, no atomics), and the pool
+// of keys in chunks that blocks sort in shared memory (a bitonic network); (2) the boundaries: each
+// key's place in the merge of the sorted chunks (the one sorted order the CPU's sort gives, so the
+// same boundaries), and in the last block to arrive the plan (runs of equal boundaries, M, the
+// fixed-point shift); (3) one binning pass (codes, and the bins' fixed-point sums through
+// shared-memory atomics, integers, so the totals do not depend on the order), the table in its last
+// block; then with error feedback a residual pass. Fewer is not possible without a grid-wide barrier:
+// the boundaries need every chunk sorted, the codes every boundary and M, the table every bin sum.
+// Decode: one launch under DeferredChecks (block 0 checks the table). Every decision is
+// quant/codebook_bins.h's, as on the CPU.
+#include <algorithm>
+#include <bit>
+
 #include "quant/codebook_bins.h"
 #include "quant/codebook_cuda.h"
 #include "quant/codebook_wire.h"
@@ -13,10 +22,13 @@ namespace {
 
 constexpr int kMaxBins = 256;
 constexpr int kThreads = 256;
-// The sort: a block sorts (or finishes a merge stage of) a chunk of kSortChunk keys in shared memory,
-// one compare-exchange per thread and step; longer distances are global steps, one launch each.
+// The pool: a block sorts a chunk of kSortChunk keys in shared memory (a bitonic network, one
+// compare-exchange per thread and step); the sorted chunks are merged by rank (bounds_kernel), one
+// launch whatever the pool's size, instead of the network's global steps, a launch each.
 constexpr int64_t kSortChunk = 2048;
 constexpr int kSortThreads = static_cast<int>(kSortChunk / 2);
+// The blocks of the pool kernel's max pass (at least the chunks): a few per SM.
+constexpr int kMaxBlocks = 512;
 // The binning pass folds each block's shared sums into the global ones once: a few blocks per SM keep
 // those atomics few; the blocks stride over the span.
 constexpr int kBinBlocks = 512;
@@ -36,27 +48,21 @@ struct Plan {
 };
 
 // Key j of the pool: span value j (m == n), or sample j (codebook.cpp's sorted_pool); keys past m are
-// the largest key, which sorts them to the end of the power-of-two pool.
-__global__ void pool_kernel(SpanValues v, int64_t n, int64_t m, int64_t p, PhiloxKey key, uint32_t* pool) {
-  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < p;
-       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t k = 0xffffffffu;
-    if (j < m) {
-      int64_t i = j;
-      if (m != n) {
-        const uint64_t block = static_cast<uint64_t>(j) / 4;
-        const PhiloxBlock b =
-            philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), kStage1, kTagCodebook, key);
-        i = codebook_sample_index(b.v[j % 4], n);
-      }
-      k = codebook_key(float_bits(v(i)));
-    }
-    pool[j] = k;
+// the largest key, which sorts them to the end of their chunk.
+__device__ __forceinline__ uint32_t pool_key(const SpanValues& v, int64_t n, int64_t m, PhiloxKey key, int64_t j) {
+  if (j >= m) return 0xffffffffu;
+  int64_t i = j;
+  if (m != n) {
+    const uint64_t block = static_cast<uint64_t>(j) / 4;
+    const PhiloxBlock b =
+        philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), kStage1, kTagCodebook, key);
+    i = codebook_sample_index(b.v[j % 4], n);
   }
+  return codebook_key(float_bits(v(i)));
 }
 
 // Compare-exchange of the bitonic network: stage k, distance j, pair q (element i and i + j, in
-// ascending order where i & k is 0).
+// ascending order where (offset + i) & k is 0).
 __device__ __forceinline__ void compare_exchange(uint32_t* keys, int64_t offset, int64_t k, int64_t j, int64_t q) {
   const int64_t i = 2 * j * (q / j) + q % j;
   const bool ascending = ((offset + i) & k) == 0;
@@ -67,64 +73,97 @@ __device__ __forceinline__ void compare_exchange(uint32_t* keys, int64_t offset,
   }
 }
 
-// Chunks of len = min(p, kSortChunk) keys in shared memory: with stage == 0 the network's stages
-// 2 .. len (each chunk sorted, in the direction its place in the network asks), else the steps
-// j = len / 2 .. 1 of stage `stage` (> len).
-__global__ void __launch_bounds__(kSortThreads) sort_chunk_kernel(uint32_t* keys, int64_t p, int64_t stage) {
+// First launch (nothing before it in the encode): the header and the zeroed arrival counter of
+// bounds_kernel (thread 0 of block 0); each block's max |v| bits over a grid-stride share of the span
+// into block_max[block] (an integer max: any split gives the same M, and no atomics need a zeroed
+// word); and block c < chunks builds chunk c of the pool (len keys) in shared memory and sorts it
+// ascending with the bitonic network, then stores it: `chunks` sorted runs.
+__global__ void __launch_bounds__(kSortThreads)
+    pool_kernel(SpanValues v, int64_t n, int64_t m, int64_t len, int64_t chunks, PhiloxKey key, uint32_t* pool,
+                uint32_t* block_max, EncodeStatus* status, uint8_t* header_out, WireHeaderFields h,
+                unsigned int* arrived) {
   __shared__ uint32_t s[kSortChunk];
-  const int64_t len = p < kSortChunk ? p : kSortChunk;
-  for (int64_t chunk = blockIdx.x; chunk * len < p; chunk += gridDim.x) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    store_header(header_out, h);
+    *arrived = 0u;
+  }
+  uint32_t mx = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t x = abs_bits(v(i));
+    mx = x > mx ? x : mx;
+  }
+  mx = block_max_u32<kSortThreads>(mx);
+  if (threadIdx.x == 0) {
+    block_max[blockIdx.x] = mx;
+    if (mx >= kNonFinite) atomicOr(&status->non_finite, 1u);
+  }
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
     const int64_t base = chunk * len;
-    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) s[i] = keys[base + i];
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) s[i] = pool_key(v, n, m, key, base + i);
     __syncthreads();
-    auto step = [&](int64_t k, int64_t j) {
-      for (int64_t q = threadIdx.x; q < len / 2; q += blockDim.x) compare_exchange(s, base, k, j, q);
-      __syncthreads();
-    };
-    if (stage == 0) {
-      for (int64_t k = 2; k <= len; k *= 2)
-        for (int64_t j = k / 2; j >= 1; j /= 2) step(k, j);
-    } else {
-      for (int64_t j = len / 2; j >= 1; j /= 2) step(stage, j);
-    }
-    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) keys[base + i] = s[i];
+    for (int64_t k = 2; k <= len; k *= 2)
+      for (int64_t j = k / 2; j >= 1; j /= 2) {
+        for (int64_t q = threadIdx.x; q < len / 2; q += blockDim.x) compare_exchange(s, 0, k, j, q);
+        __syncthreads();
+      }
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) pool[base + i] = s[i];
     __syncthreads();  // s is reused by the block's next chunk
   }
 }
 
-// One step (stage k, distance j >= kSortChunk) over the whole pool.
-__global__ void sort_step_kernel(uint32_t* keys, int64_t p, int64_t k, int64_t j) {
-  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < p / 2;
-       q += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    compare_exchange(keys, 0, k, j, q);
-}
-
-// Sorts p keys (a power of two) ascending.
-void sort_pool(Context& ctx, uint32_t* keys, int64_t p) {
-  cudaStream_t s = stream_of(ctx);
-  const int64_t len = p < kSortChunk ? p : kSortChunk;
-  const int chunks = grid_for(p / len, 1);
-  const int threads = len / 2 < kWarp ? kWarp : static_cast<int>(len / 2);
-  sort_chunk_kernel<<<chunks, threads, 0, s>>>(keys, p, 0);
-  for (int64_t k = 2 * len; k <= p; k *= 2) {
-    for (int64_t j = k / 2; j >= len; j /= 2)
-      sort_step_kernel<<<grid_for(p / 2, kThreads), kThreads, 0, s>>>(keys, p, k, j);
-    sort_chunk_kernel<<<chunks, threads, 0, s>>>(keys, p, k);
+// How many keys of the sorted run r[0..len) are below x (Inclusive: at or below x).
+template <bool Inclusive>
+__device__ __forceinline__ int64_t count_below(const uint32_t* r, int64_t len, uint32_t x) {
+  int64_t lo = 0, hi = len;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (Inclusive ? r[mid] <= x : r[mid] < x)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
-  CUDA_CHECK(cudaGetLastError());
+  return lo;
 }
 
-// The boundaries from the sorted pool of m keys, M and the shift (one block of kMaxBins threads).
-__global__ void plan_kernel(const uint32_t* pool, int64_t m, int bins, int64_t n, const uint32_t* max_bits,
-                            Plan* plan) {
+// Second launch: the boundaries and the plan. Each key's place in the merged order of the runs (its
+// index in its run, plus the keys of earlier runs at or below it and of later runs below it: a
+// permutation, the stable merge), so the key at sorted position floor(j m / B) becomes boundary j
+// without sorting the whole pool: every pool gives the one sorted order, as the CPU's sort. The last
+// block to arrive then completes the plan (the runs of equal boundaries, M from the blocks' maxima,
+// the shift) and zeroes the bins' sums and counts and bin_kernel's arrival counter.
+__global__ void bounds_kernel(const uint32_t* pool, int64_t p, int64_t len, int64_t m, int bins, int64_t n,
+                              const uint32_t* block_max, int max_blocks, Plan* plan, unsigned long long* sums,
+                              unsigned int* counts, unsigned int* arrived) {
+  const int64_t runs = p / len;
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < p;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = q / len;
+    const uint32_t x = pool[q];
+    int64_t pos = q - r * len;
+    for (int64_t o = 0; o < runs; ++o)
+      if (o != r) pos += o < r ? count_below<true>(pool + o * len, len, x) : count_below<false>(pool + o * len, len, x);
+    if (pos >= m) continue;
+    // The boundaries j with floor(j m / B) == pos (several when m < B).
+    int64_t j = (pos * bins + m - 1) / m;
+    for (j = j < 1 ? 1 : j; j < bins && codebook_boundary_index(j, m, bins) == pos; ++j) plan->t[j - 1] = x;
+  }
+  if (!last_block_to_arrive(arrived + 0)) return;
   __shared__ uint32_t t[kMaxBins];
-  const int j = static_cast<int>(threadIdx.x) + 1;
-  if (j < bins) plan->t[j - 1] = t[j - 1] = pool[codebook_boundary_index(j, m, bins)];
+  const volatile uint32_t* written = plan->t;
+  for (int b = threadIdx.x; b < bins - 1; b += blockDim.x) t[b] = written[b];
   __syncthreads();
-  if (j - 1 < bins) plan->run[j - 1] = codebook_run_start(t, j - 1);
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+    plan->run[b] = codebook_run_start(t, b);
+    sums[b] = 0;
+    counts[b] = 0;
+  }
   if (threadIdx.x == 0) {
-    plan->max_bits = *max_bits;
-    plan->shift = codebook_shift(*max_bits, n);
+    uint32_t mx = 0;
+    for (int i = 0; i < max_blocks; ++i) mx = block_max[i] > mx ? block_max[i] : mx;
+    plan->max_bits = mx;
+    plan->shift = codebook_shift(mx, n);
+    arrived[1] = 0u;
   }
 }
 
@@ -132,7 +171,7 @@ __global__ void plan_kernel(const uint32_t* pool, int64_t m, int bins, int64_t n
 template <int Bits>
 __global__ void __launch_bounds__(kThreads)
     bin_kernel(SpanValues v, int64_t n, int64_t half, const Plan* plan, uint8_t* __restrict__ codes,
-               unsigned long long* sums, unsigned int* counts) {
+               unsigned long long* sums, unsigned int* counts, unsigned int* arrived, float* table) {
   constexpr int kBins = 1 << Bits;
   __shared__ uint32_t t[kBins];
   __shared__ uint8_t run[kBins];
@@ -168,15 +207,13 @@ __global__ void __launch_bounds__(kThreads)
       atomicAdd(&sums[b], bin_sum[b]);
       atomicAdd(&counts[b], bin_count[b]);
     }
-}
-
-// The table (one block of kMaxBins threads).
-__global__ void table_kernel(const Plan* plan, const unsigned long long* sums, const unsigned int* counts, int bins,
-                             float* table) {
-  const int b = static_cast<int>(threadIdx.x);
-  if (b < bins)
-    table[b] = codebook_entry(static_cast<int64_t>(sums[b]), counts[b], codebook_lo_key(plan->t, b, plan->max_bits),
-                              codebook_hi_key(plan->t, b, bins, plan->max_bits), plan->shift);
+  // The table, from every block's sums (integers: their order does not matter), by the last block.
+  if (!last_block_to_arrive(arrived)) return;
+  const volatile unsigned long long* total = sums;
+  const volatile unsigned int* count = counts;
+  for (int b = threadIdx.x; b < kBins; b += blockDim.x)
+    table[b] = codebook_entry(static_cast<int64_t>(total[b]), count[b], codebook_lo_key(plan->t, b, plan->max_bits),
+                              codebook_hi_key(plan->t, b, kBins, plan->max_bits), plan->shift);
 }
 
 template <int Bits>
@@ -197,20 +234,28 @@ __global__ void residual_kernel(const float* __restrict__ in, float* __restrict_
     residual[i] = (in[i] + residual[i]) - d[code_at<Bits>(codes, half, i)];
 }
 
-// The decode's checks (one block of kMaxBins threads): finite, non-decreasing entries; with 4 bits and
-// an odd n, the last byte's unused high nibble (last_byte, else null) zero.
-__global__ void check_kernel(const float* table, int bins, const uint8_t* last_byte, EncodeStatus* status) {
+// The decode's checks: finite, non-decreasing entries; with 4 bits and an odd n, the last byte's
+// unused high nibble (last_byte, else null) zero. Thread b of a block tests entry b.
+__device__ __forceinline__ bool bad_table_entry(const float* table, int bins, const uint8_t* last_byte) {
   const int b = static_cast<int>(threadIdx.x);
   bool bad = false;
   if (b < bins) bad = abs_bits(table[b]) >= kNonFinite || (b > 0 && !(table[b - 1] <= table[b]));
   if (b == 0 && last_byte != nullptr) bad |= (*last_byte >> 4) != 0;
-  if (bad) atomicOr(&status->bad, 1u);
+  return bad;
 }
 
+// The checks as a kernel of their own (one block of kMaxBins threads), read back before the decode
+// (decoder_checks without DeferredChecks, and an empty span, which launches no decode).
+__global__ void check_kernel(const float* table, int bins, const uint8_t* last_byte, EncodeStatus* status) {
+  if (bad_table_entry(table, bins, last_byte)) atomicOr(&status->bad, 1u);
+}
+
+// With a status (decoder_checks under DeferredChecks), block 0 makes the checks as it loads the table.
 template <int Bits, bool Add>
 __global__ void decode_kernel(const float* table, const uint8_t* __restrict__ codes, int64_t n, int64_t half,
-                              float* __restrict__ out) {
+                              float* __restrict__ out, const uint8_t* last_byte, EncodeStatus* status) {
   __shared__ float d[1 << Bits];
+  if (status != nullptr && blockIdx.x == 0 && bad_table_entry(table, 1 << Bits, last_byte)) atomicOr(&status->bad, 1u);
   for (int b = threadIdx.x; b < (1 << Bits); b += blockDim.x) d[b] = table[b];
   __syncthreads();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -220,50 +265,47 @@ __global__ void decode_kernel(const float* table, const uint8_t* __restrict__ co
   }
 }
 
-int64_t pow2_at_least(int64_t m) {
-  int64_t p = 1;
-  while (p < m) p *= 2;
-  return p;
-}
-
 }  // namespace
 
 void codebook_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::CodebookLayout& l, int64_t pool,
                           const WireHeader& h) {
   cudaStream_t s = stream_of(ctx);
-  cuda_write_header(ctx, a.out, h);
   auto* table = reinterpret_cast<float*>(a.out + l.table_offset);
   if (a.n == 0) {
+    cuda_write_header(ctx, a.out, h);
     cuda_zero_bytes(ctx, a.out + l.table_offset, 4 * static_cast<size_t>(l.bins));
     return;
   }
-  const int64_t p = pow2_at_least(pool);
-  const size_t need = Carver::bytes<EncodeStatus>(1) + Carver::bytes<uint32_t>(1) + Carver::bytes<Plan>(1) +
+  // Chunks of len keys (the pool padded to whole chunks of a power of two).
+  const int64_t len = pool < kSortChunk ? std::bit_ceil(static_cast<uint64_t>(pool)) : kSortChunk;
+  const int64_t chunks = (pool + len - 1) / len, p = chunks * len;
+  const int max_blocks = std::max(static_cast<int>(chunks), std::min(grid_for(a.n, kSortThreads), kMaxBlocks));
+  const size_t need = Carver::bytes<EncodeStatus>(1) + Carver::bytes<unsigned int>(2) + Carver::bytes<Plan>(1) +
                       Carver::bytes<unsigned long long>(kMaxBins) + Carver::bytes<unsigned int>(kMaxBins) +
+                      Carver::bytes<uint32_t>(static_cast<size_t>(max_blocks)) +
                       Carver::bytes<uint32_t>(static_cast<size_t>(p));
   Carver carver(a.state->workspace(ctx.device(), need));
   EncodeStatus* status = fresh_status(ctx, carver);
-  auto* max_bits = carver.take<uint32_t>(1);
+  auto* arrived = carver.take<unsigned int>(2);
   auto* plan = carver.take<Plan>(1);
   auto* sums = carver.take<unsigned long long>(kMaxBins);
   auto* counts = carver.take<unsigned int>(kMaxBins);
+  auto* block_max = carver.take<uint32_t>(static_cast<size_t>(max_blocks));
   auto* keys = carver.take<uint32_t>(static_cast<size_t>(p));
-  CUDA_CHECK(cudaMemsetAsync(sums, 0, kMaxBins * sizeof(unsigned long long), s));
-  CUDA_CHECK(cudaMemsetAsync(counts, 0, kMaxBins * sizeof(unsigned int), s));
-  cuda_bucket_max_bits(ctx, a.in, a.residual, a.n, a.n, 1, max_bits, status);
   const SpanValues v{a.in, a.residual};
-  pool_kernel<<<grid_for(p, kThreads), kThreads, 0, s>>>(v, a.n, pool, p, a.key, keys);
-  CUDA_CHECK(cudaGetLastError());
-  sort_pool(ctx, keys, p);
-  plan_kernel<<<1, kMaxBins, 0, s>>>(keys, pool, l.bins, a.n, max_bits, plan);
+  // Three launches, each needing the whole result of the one before: the sorted chunks and M; the
+  // boundaries (the merge of every chunk) and the plan; the codes and bin sums, then the table.
+  pool_kernel<<<max_blocks, kSortThreads, 0, s>>>(v, a.n, pool, len, chunks, a.key, keys, block_max, status, a.out,
+                                                  fields_of(h), arrived);
+  bounds_kernel<<<grid_for(p, kThreads), kThreads, 0, s>>>(keys, p, len, pool, l.bins, a.n, block_max, max_blocks, plan,
+                                                           sums, counts, arrived);
   const int64_t bytes = l.bits == 8 ? a.n : l.half;
   const int grid = grid_for(bytes, kThreads) < kBinBlocks ? grid_for(bytes, kThreads) : kBinBlocks;
   uint8_t* codes = a.out + l.codes_offset;
   if (l.bits == 8)
-    bin_kernel<8><<<grid, kThreads, 0, s>>>(v, a.n, l.half, plan, codes, sums, counts);
+    bin_kernel<8><<<grid, kThreads, 0, s>>>(v, a.n, l.half, plan, codes, sums, counts, arrived + 1, table);
   else
-    bin_kernel<4><<<grid, kThreads, 0, s>>>(v, a.n, l.half, plan, codes, sums, counts);
-  table_kernel<<<1, kMaxBins, 0, s>>>(plan, sums, counts, l.bins, table);
+    bin_kernel<4><<<grid, kThreads, 0, s>>>(v, a.n, l.half, plan, codes, sums, counts, arrived + 1, table);
   if (a.residual) {
     if (l.bits == 8)
       residual_kernel<8><<<grid_for(a.n, kThreads), kThreads, 0, s>>>(a.in, a.residual, a.n, l.half, table, codes);
@@ -281,25 +323,30 @@ void codebook_decode_cuda(Context& ctx, const wire::CodebookLayout& l, const uin
   cudaStream_t s = stream_of(ctx);
   const auto* table = reinterpret_cast<const float*>(payload + l.table_offset);
   const uint8_t* codes = payload + l.codes_offset;
+  const uint8_t* last_byte = l.bits == 4 && l.n % 2 == 1 ? codes + l.half - 1 : nullptr;
   DecodeStatus status(ctx);
-  check_kernel<<<1, kMaxBins, 0, s>>>(table, l.bins, l.bits == 4 && l.n % 2 == 1 ? codes + l.half - 1 : nullptr,
-                                      status.get());
-  CUDA_CHECK(cudaGetLastError());
-  check_status(ctx, status.get(), [](const EncodeStatus& done) {
+  const auto check = [](const EncodeStatus& done) {
     if (done.bad)
       wire::bad_payload(QuantMethod::codebook,
                         "the table is not finite and non-decreasing, or the last code byte's unused nibble is set");
-  });
-  if (l.n == 0) return;
+  };
+  if (l.n == 0) {  // no decode kernel to make the checks: the table is still checked
+    check_kernel<<<1, kMaxBins, 0, s>>>(table, l.bins, last_byte, status.get());
+    CUDA_CHECK(cudaGetLastError());
+    check_status(ctx, status.get(), check);
+    return;
+  }
+  EncodeStatus* in_decoder = decoder_checks(
+      ctx, status, [&](EncodeStatus* st) { check_kernel<<<1, kMaxBins, 0, s>>>(table, l.bins, last_byte, st); }, check);
   const int grid = grid_for(l.n, kThreads);
   if (l.bits == 8 && add)
-    decode_kernel<8, true><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out);
+    decode_kernel<8, true><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder);
   else if (l.bits == 8)
-    decode_kernel<8, false><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out);
+    decode_kernel<8, false><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder);
   else if (add)
-    decode_kernel<4, true><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out);
+    decode_kernel<4, true><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder);
   else
-    decode_kernel<4, false><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out);
+    decode_kernel<4, false><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -142,11 +142,19 @@ __global__ void __launch_bounds__(kStreamThreads)
     }
 }
 
+// MaxPassExtras (cuda_common.cuh), in thread 0 of block 0.
+__device__ __forceinline__ void run_extras(const MaxPassExtras& x) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  if (x.header_out != nullptr) store_header(x.header_out, x.header);
+  for (int i = 0; i < x.zero_count; ++i) x.zero[i] = 0u;
+}
+
 // One warp per (bucket, chunk of kSumChunk values): the bucket's max |v| bits. Spans not 16-byte
 // aligned and buckets no multiple of 4 (more than one).
 __global__ void bucket_max_kernel(const float* __restrict__ in, const float* __restrict__ residual, int64_t n,
                                   int64_t bucket, int64_t buckets, int64_t chunks_per_bucket, uint32_t* max_bits,
-                                  EncodeStatus* status) {
+                                  EncodeStatus* status, MaxPassExtras extras) {
+  run_extras(extras);
   const int64_t warps_per_block = blockDim.x / kWarp;
   const int64_t stride = warps_per_block * gridDim.x;
   const int lane = static_cast<int>(threadIdx.x % kWarp);
@@ -179,8 +187,9 @@ constexpr int64_t kMaxSlots = kTileVecs + 1;  // buckets of >= 4 values: a tile 
 
 __global__ void __launch_bounds__(kStreamThreads)
     bucket_max_vec_kernel(const float* __restrict__ in, const float* __restrict__ residual, int64_t n, int64_t bucket,
-                          uint32_t* max_bits, EncodeStatus* status) {
+                          uint32_t* max_bits, EncodeStatus* status, MaxPassExtras extras) {
   __shared__ uint32_t slot[kMaxSlots];
+  run_extras(extras);
   const int64_t vecs = n / 4;
   bool bad = false;
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
@@ -271,17 +280,18 @@ void cuda_status_area_read(Context& ctx, EncodeStatus* host, EncodeStatus* devic
 }
 
 void cuda_bucket_max_bits(Context& ctx, const float* in, const float* residual, int64_t n, int64_t bucket,
-                          int64_t buckets, uint32_t* max_bits, EncodeStatus* status) {
+                          int64_t buckets, uint32_t* max_bits, EncodeStatus* status, const MaxPassExtras& extras) {
   if (buckets == 0) return;
   constexpr int kThreads = 256;
   cudaStream_t s = stream_of(ctx);
   CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof(uint32_t) * static_cast<size_t>(buckets), s));
   if (aligned_to(in, 16) && aligned_to(residual, 16) && (bucket % 4 == 0 || buckets == 1)) {
-    bucket_max_vec_kernel<<<stream_grid(n / 4), kStreamThreads, 0, s>>>(in, residual, n, bucket, max_bits, status);
+    bucket_max_vec_kernel<<<stream_grid(n / 4), kStreamThreads, 0, s>>>(in, residual, n, bucket, max_bits, status,
+                                                                        extras);
   } else {
     const int64_t cpb = (bucket + kSumChunk - 1) / kSumChunk;
     bucket_max_kernel<<<grid_for(buckets * cpb * kWarp, kThreads), kThreads, 0, s>>>(in, residual, n, bucket, buckets,
-                                                                                     cpb, max_bits, status);
+                                                                                     cpb, max_bits, status, extras);
   }
   CUDA_CHECK(cudaGetLastError());
 }

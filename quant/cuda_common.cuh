@@ -165,6 +165,28 @@ __device__ __forceinline__ uint32_t block_max_u32(uint32_t x) {
   return x;
 }
 
+// Whether the calling block is the last of its grid to get here (the threadFenceReduction pattern of
+// the CUDA programming guide): every thread of every block calls it once, after the writes that the
+// last block is to read, which then reads them through volatile pointers (not a stale L1 line). It
+// folds what needs every block's part into the same launch instead of a kernel of its own; the
+// last block folds the parts in a fixed order, so the result does not depend on which block that is.
+// `arrived` must be 0 when the kernel starts (an earlier kernel of the launcher zeroes it), and the
+// last block sets it back to 0.
+// (A template, as block_max_u32: the emulator's static __shared__ in a plain inline function
+// conflicts with the others' section.)
+template <int = 0>
+__device__ __forceinline__ bool last_block_to_arrive(unsigned int* arrived) {
+  __shared__ uint32_t last;
+  __threadfence();  // this thread's writes are visible device-wide before its block counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(arrived, 1u) == gridDim.x - 1 ? 1u : 0u;
+    if (last != 0u) *arrived = 0u;
+  }
+  __syncthreads();
+  return last != 0u;
+}
+
 // A 32-value sign word from 8 consecutive lanes of a warp, lane sub holding the bits of values
 // 4 sub .. 4 sub + 3 in `nibble`: every lane of the group gets the word (bit j = value j, LSB first,
 // as a ballot over 32 lanes writes it). Every lane of the warp must call it.
@@ -216,7 +238,8 @@ __device__ __forceinline__ float warp_chunk_sum(F value, int64_t len) {
 
 // The final value of det_sums (quant/det_sum.h) from `chunks` level-1 sums p[0..chunks): a warp sums
 // groups of kSumChunk of them, then (if there are several groups) the group sums.
-__device__ __forceinline__ float warp_fold_partials(const float* p, int64_t chunks) {
+template <typename Partials>
+__device__ __forceinline__ float warp_fold_partials(Partials p, int64_t chunks) {
   if (chunks == 1) return p[0];
   float level2 = 0.0f;  // lane j keeps level-2 sum j (at most 128 of them, 4 per lane)
   float l2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -300,7 +323,32 @@ struct GroupSumsPlan {
   long long* q0;
   long long* q1;
   EncodeStatus* status;
+  // With a counter (zero when the sums' kernel starts: with_arrival_counter), the level-1 kernel's
+  // last block folds the chunk sums itself: one launch instead of two.
+  unsigned int* arrived;
 };
+
+// One warp folds group g's chunk sums (level 2) and finishes it; P reads the partials (plain, or
+// volatile in a last block).
+template <typename P, typename Q, typename Finish>
+__device__ __forceinline__ void fold_group(const GroupSumsPlan& plan, P p0, P p1, Q q0, Q q1, int64_t g,
+                                           Finish& finish) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int64_t start = g * plan.group;
+  const int64_t glen = plan.n - start < plan.group ? plan.n - start : plan.group;
+  const int64_t chunks = (glen + kSumChunk - 1) / kSumChunk;
+  const int64_t first = g * plan.chunks_per_group;
+  const float s0 = warp_fold_partials(p0 + first, chunks);
+  const float s1 = warp_fold_partials(p1 + first, chunks);
+  long long c0 = 0, c1 = 0;
+  for (int64_t c = lane; c < chunks; c += kWarp) {
+    c0 += q0[first + c];
+    c1 += q1[first + c];
+  }
+  c0 = warp_sum_ll(c0);
+  c1 = warp_sum_ll(c1);
+  if (lane == 0) finish(g, s0, s1, c0, c1);
+}
 
 // Level 1: one warp per (group, chunk). With one chunk per group it finishes the group directly.
 template <typename F, typename Finish>
@@ -344,6 +392,13 @@ __global__ void group_chunk_sums_kernel(GroupSumsPlan plan, F f, Finish finish) 
       }
     }
   }
+  if (plan.arrived != nullptr && plan.chunks_per_group > 1 && last_block_to_arrive(plan.arrived)) {
+    const int64_t warps = blockDim.x / kWarp;
+    for (int64_t g = threadIdx.x / kWarp; g < plan.groups; g += warps)
+      fold_group(plan, static_cast<const volatile float*>(plan.p0), static_cast<const volatile float*>(plan.p1),
+                 static_cast<const volatile long long*>(plan.q0), static_cast<const volatile long long*>(plan.q1), g,
+                 finish);
+  }
 }
 
 // Level 2 (only when groups span several chunks): one warp per group folds its chunk sums.
@@ -351,23 +406,9 @@ template <typename Finish>
 __global__ void group_fold_kernel(GroupSumsPlan plan, Finish finish) {
   const int64_t warps_per_block = blockDim.x / kWarp;
   const int64_t stride = warps_per_block * gridDim.x;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
-  for (int64_t g = blockIdx.x * warps_per_block + threadIdx.x / kWarp; g < plan.groups; g += stride) {
-    const int64_t start = g * plan.group;
-    const int64_t glen = plan.n - start < plan.group ? plan.n - start : plan.group;
-    const int64_t chunks = (glen + kSumChunk - 1) / kSumChunk;
-    const int64_t first = g * plan.chunks_per_group;
-    const float s0 = warp_fold_partials(plan.p0 + first, chunks);
-    const float s1 = warp_fold_partials(plan.p1 + first, chunks);
-    long long c0 = 0, c1 = 0;
-    for (int64_t c = lane; c < chunks; c += kWarp) {
-      c0 += plan.q0[first + c];
-      c1 += plan.q1[first + c];
-    }
-    c0 = warp_sum_ll(c0);
-    c1 = warp_sum_ll(c1);
-    if (lane == 0) finish(g, s0, s1, c0, c1);
-  }
+  for (int64_t g = blockIdx.x * warps_per_block + threadIdx.x / kWarp; g < plan.groups; g += stride)
+    fold_group(plan, static_cast<const float*>(plan.p0), static_cast<const float*>(plan.p1),
+               static_cast<const long long*>(plan.q0), static_cast<const long long*>(plan.q1), g, finish);
 }
 
 // Workspace bytes of a plan (partials only when groups are longer than a chunk).
@@ -396,6 +437,14 @@ inline GroupSumsPlan make_group_sums_plan(Carver& carver, int64_t n, int64_t gro
   return p;
 }
 
+// The plan with its fold in the level-1 kernel's last block (`arrived`: zero when the kernel starts),
+// where the groups are few enough for one block to fold them all (terngrad's default is one bucket).
+inline GroupSumsPlan with_arrival_counter(GroupSumsPlan plan, unsigned int* arrived) {
+  constexpr int64_t kLastBlockGroups = 64;
+  if (plan.groups <= kLastBlockGroups) plan.arrived = arrived;
+  return plan;
+}
+
 template <typename F, typename Finish>
 void launch_group_sums(Context& ctx, const GroupSumsPlan& plan, F f, Finish finish) {
   if (plan.groups == 0) return;
@@ -403,17 +452,27 @@ void launch_group_sums(Context& ctx, const GroupSumsPlan& plan, F f, Finish fini
   const int64_t items = plan.groups * plan.chunks_per_group;
   group_chunk_sums_kernel<<<grid_for(items * kWarp, kThreads), kThreads, 0, stream_of(ctx)>>>(plan, f, finish);
   CUDA_CHECK(cudaGetLastError());
-  if (plan.chunks_per_group > 1) {
+  if (plan.chunks_per_group > 1 && plan.arrived == nullptr) {
     group_fold_kernel<<<grid_for(plan.groups * kWarp, kThreads), kThreads, 0, stream_of(ctx)>>>(plan, finish);
     CUDA_CHECK(cudaGetLastError());
   }
 }
 
+// What the max pass also does in its first thread, so that these need no launch of their own: the
+// payload's header (when `header_out` is set), and zeroing the arrival counters of the launcher's
+// later kernels (last_block_to_arrive).
+struct MaxPassExtras {
+  uint8_t* header_out = nullptr;
+  WireHeaderFields header{};
+  unsigned int* zero = nullptr;
+  int zero_count = 0;
+};
+
 // The max |in + residual| of each bucket of `bucket` values (the last one may be shorter) as float
 // bits, an integer max and so order-free: max_bits is zeroed first, a non-finite value sets
 // status->non_finite (common.cu). qsgd and terngrad.
 void cuda_bucket_max_bits(Context& ctx, const float* in, const float* residual, int64_t n, int64_t bucket,
-                          int64_t buckets, uint32_t* max_bits, EncodeStatus* status);
+                          int64_t buckets, uint32_t* max_bits, EncodeStatus* status, const MaxPassExtras& extras = {});
 // scales[b] = the float of max_bits[b] (common.cu).
 void cuda_max_scales(Context& ctx, const uint32_t* max_bits, int64_t buckets, float* scales);
 

@@ -1,7 +1,10 @@
-// terngrad kernels: per-bucket max (integer max of float bits, order-free); with clipping, the mean
-// and the sum of squares of v / max in the deterministic order (quant/cuda_common.cuh's group sums,
-// two passes) and the scale of quant/numerics.h; then one thread per 32-bit word of 16 codes, each
-// drawn with terngrad_code exactly as terngrad.cpp does, updating the residual.
+// terngrad kernels: per-bucket max (integer max of float bits, order-free; the header written by the
+// same launch); with clipping, the mean and the sum of squares of v / max in the deterministic order
+// (quant/cuda_common.cuh's group sums, two passes, each one launch) and the scale of
+// quant/numerics.h; then one thread per 32-bit word of 16 codes, each drawn with terngrad_code
+// exactly as terngrad.cpp does, updating the residual. 2 launches per encode without clipping, 4 with
+// (each pass needs the previous one's result over the whole bucket: max, mean, squares, codes).
+// Decode: one launch under DeferredChecks (the kernel tests the words and scales it reads).
 #include "quant/cuda_common.cuh"
 #include "quant/qsgd_wire.h"
 #include "quant/terngrad_cuda.h"
@@ -51,17 +54,20 @@ struct StoreScale {
   }
 };
 
-// One thread per word of 16 codes.
+// One thread per word of 16 codes. With max_bits (no clipping) the scales are the maxima, which the
+// thread of each bucket's first word writes into the payload (no kernel of their own); else they are
+// in the payload already.
 __global__ void encode_words_kernel(const float* __restrict__ in, float* __restrict__ residual, wire::QsgdLayout l,
-                                    PhiloxKey key, uint8_t* __restrict__ out) {
-  const float* scales = reinterpret_cast<const float*>(out + wire::kHeaderBytes);
+                                    PhiloxKey key, const uint32_t* max_bits, uint8_t* __restrict__ out) {
+  float* scales = reinterpret_cast<float*>(out + wire::kHeaderBytes);
   const int64_t words = l.buckets * l.words_full;
   for (int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; w < words;
        w += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t b = w / l.words_full, word = w % l.words_full;
     const int64_t len = l.len(b);
     if (word * 16 >= len) continue;  // the last bucket has fewer words
-    const float s = scales[b];
+    const float s = max_bits != nullptr ? bits_float(max_bits[b]) : scales[b];
+    if (max_bits != nullptr && word == 0) scales[b] = s;
     const float inv = inverse_scale(float_bits(s), 1.0f);
     uint32_t packed = 0;
     uint64_t block_index = ~uint64_t{0};
@@ -85,61 +91,80 @@ __global__ void encode_words_kernel(const float* __restrict__ in, float* __restr
   }
 }
 
-// Scales finite and >= 0, and no code 2, in every bucket.
+// What the decoders check (terngrad.cpp's decode_cpu): a bucket's scale finite and >= 0, and no code
+// 2 in a word of its codes.
+__device__ __forceinline__ bool bad_scale(float scale) { return float_bits(scale) >= kNonFinite; }
+
+// The checks in a kernel of their own, before the decode (decoder_checks: no DeferredChecks scope).
 __global__ void check_kernel(const uint8_t* __restrict__ payload, wire::QsgdLayout l, EncodeStatus* status) {
   const float* scales = reinterpret_cast<const float*>(payload + wire::kHeaderBytes);
   const int64_t words = l.buckets * l.words_full;
   for (int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; w < words;
        w += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t b = w / l.words_full, word = w % l.words_full;
-    if (word == 0 && float_bits(scales[b]) >= kNonFinite) atomicOr(&status->bad, 1u);
+    if (word == 0 && bad_scale(scales[b])) atomicOr(&status->bad, 1u);
     if (word * 16 >= l.len(b)) continue;
     if (terngrad_bad_codes(reinterpret_cast<const uint32_t*>(payload + l.words_offset(b))[word]))
       atomicOr(&status->bad, 1u);
   }
 }
 
+// With a status (decoder_checks, under DeferredChecks), the thread of each word's first value tests
+// the word and its bucket's scale: every word that holds a value, every bucket, as check_kernel.
 template <bool Add>
-__global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::QsgdLayout l, float* __restrict__ out) {
+__global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::QsgdLayout l, float* __restrict__ out,
+                              EncodeStatus* status) {
   const float* scales = reinterpret_cast<const float*>(payload + wire::kHeaderBytes);
+  bool bad = false;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t b = i / l.bucket, o = i - b * l.bucket;
-    const uint32_t code =
-        (reinterpret_cast<const uint32_t*>(payload + l.words_offset(b))[o / 16] >> (2 * (o % 16))) & 3u;
+    const uint32_t word = reinterpret_cast<const uint32_t*>(payload + l.words_offset(b))[o / 16];
+    if (o % 16 == 0) bad |= bad_scale(scales[b]) || terngrad_bad_codes(word);
+    const uint32_t code = (word >> (2 * (o % 16))) & 3u;
     const float v = code == 0 ? 0.0f : (code == 1 ? scales[b] : -scales[b]);
     out[i] = Add ? out[i] + v : v;
   }
+  if (status && bad) atomicOr(&status->bad, 1u);
 }
 
 }  // namespace
 
 void terngrad_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLayout& l, float clip,
                           const WireHeader& h) {
-  const size_t need =
-      256 + 2 * Carver::bytes<uint32_t>(static_cast<size_t>(l.buckets)) + group_sums_bytes(l.n, l.bucket);
+  const size_t need = 256 + 2 * Carver::bytes<uint32_t>(static_cast<size_t>(l.buckets)) +
+                      Carver::bytes<unsigned int>(1) + group_sums_bytes(l.n, l.bucket);
   Carver carver(a.state->workspace(ctx.device(), need));
   EncodeStatus* status = fresh_status(ctx, carver);
   auto* max_bits = carver.take<uint32_t>(static_cast<size_t>(l.buckets));
   auto* means = carver.take<float>(static_cast<size_t>(l.buckets));
+  auto* arrived = carver.take<unsigned int>(1);
   cudaStream_t s = stream_of(ctx);
-  cuda_write_header(ctx, a.out, h);
   if (l.buckets > 0 && l.n > 0) {
+    // The max pass writes the header and zeroes the sums' arrival counter; with clipping the mean
+    // and the centered squares are one launch each (their chunk sums folded by the last block, where
+    // the buckets are few), and StoreScale writes the scales; without, the code kernel writes them.
     constexpr int kThreads = 256;
-    cuda_bucket_max_bits(ctx, a.in, a.residual, l.n, l.bucket, l.buckets, max_bits, status);
+    MaxPassExtras extras;
+    extras.header_out = a.out;
+    extras.header = fields_of(h);
+    extras.zero = arrived;
+    extras.zero_count = 1;
+    cuda_bucket_max_bits(ctx, a.in, a.residual, l.n, l.bucket, l.buckets, max_bits, status, extras);
     auto* scales = reinterpret_cast<float*>(a.out + wire::kHeaderBytes);
     if (clip != 0.0f) {
       // Buckets whose max is below FLT_MIN sum zeros here; terngrad_scale gives them their max.
-      const GroupSumsPlan plan = make_group_sums_plan(carver, l.n, l.bucket, status);
+      const GroupSumsPlan plan = with_arrival_counter(make_group_sums_plan(carver, l.n, l.bucket, status), arrived);
       launch_group_sums(ctx, plan, ScaledValues{a.in, a.residual, max_bits}, StoreMean{l.n, l.bucket, means});
       launch_group_sums(ctx, plan, CenteredSquares{a.in, a.residual, max_bits, means},
                         StoreScale{l.n, l.bucket, clip, max_bits, scales});
-    } else {
-      cuda_max_scales(ctx, max_bits, l.buckets, scales);
     }
     const int64_t words = l.buckets * l.words_full;
-    encode_words_kernel<<<grid_for(words, kThreads), kThreads, 0, s>>>(a.in, a.residual, l, a.key, a.out);
+    encode_words_kernel<<<grid_for(words, kThreads), kThreads, 0, s>>>(a.in, a.residual, l, a.key,
+                                                                       clip != 0.0f ? nullptr : max_bits, a.out);
     CUDA_CHECK(cudaGetLastError());
+  } else {
+    cuda_write_header(ctx, a.out, h);
   }
   check_status(ctx, status, [n = a.n](const EncodeStatus& done) {
     if (done.non_finite)
@@ -150,17 +175,21 @@ void terngrad_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::QsgdLay
 void terngrad_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* payload, float* out, bool add) {
   if (l.n == 0) return;
   constexpr int kThreads = 256;
+  cudaStream_t s = stream_of(ctx);
   DecodeStatus status(ctx);
-  check_kernel<<<grid_for(l.buckets * l.words_full, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, status.get());
-  CUDA_CHECK(cudaGetLastError());
-  check_status(ctx, status.get(), [](const EncodeStatus& done) {
-    if (done.bad)
-      wire::bad_payload(QuantMethod::terngrad, "a bucket scale is not a finite value >= 0, or a word holds code 2");
-  });
+  EncodeStatus* in_decoder = decoder_checks(
+      ctx, status,
+      [&](EncodeStatus* st) {
+        check_kernel<<<grid_for(l.buckets * l.words_full, kThreads), kThreads, 0, s>>>(payload, l, st);
+      },
+      [](const EncodeStatus& done) {
+        if (done.bad)
+          wire::bad_payload(QuantMethod::terngrad, "a bucket scale is not a finite value >= 0, or a word holds code 2");
+      });
   if (add)
-    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
+    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder);
   else
-    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l, out);
+    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder);
   CUDA_CHECK(cudaGetLastError());
 }
 

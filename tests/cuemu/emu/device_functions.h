@@ -135,6 +135,11 @@ inline T atomicCAS(T* p, T compare, T v) {
   return old;
 }
 
+// Memory fences: a launch's threads run one after another in one address space, so every write is
+// already visible to every later read; the fence only has to exist (a last-block reduction calls it).
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+
 // ---- Bit intrinsics ----
 
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
