@@ -122,17 +122,13 @@ void backward_reference(const ContrastNormOptions& o, const T* x, const T* dy, T
   }
 }
 
-// Calls fn(first plane, planes, lane's scratch) on every lane of the pool with a contiguous range of
-// the planes; each lane's scratch holds per_lane elements of T.
+// Calls fn(first plane, planes, lane's scratch) on the pool's lanes with contiguous ranges of the
+// planes; each lane's scratch holds per_lane elements of T.
 template <typename T, typename F>
 void for_plane_ranges(CpuPool& pool, CpuScratch& scratch, int64_t planes, int64_t per_lane, F&& fn) {
-  const int lanes = static_cast<int>(std::clamp<int64_t>(planes, 1, pool.lanes()));
-  T* all = scratch.get<T>(static_cast<size_t>(lanes * per_lane));
-  pool.run([&](int lane) {
-    if (lane >= lanes) return;
-    const int64_t begin = planes * lane / lanes, end = planes * (lane + 1) / lanes;
-    if (begin < end) fn(begin, end - begin, all + lane * per_lane);
-  });
+  T* all = scratch.get<T>(static_cast<size_t>(pool.lanes() * per_lane));
+  pool.parallel_for_lanes(planes, 1,
+                          [&](int lane, int64_t begin, int64_t end) { fn(begin, end - begin, all + lane * per_lane); });
 }
 
 }  // namespace

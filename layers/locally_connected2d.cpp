@@ -79,14 +79,8 @@ void scatter_windows(const T* dcols, const ImageGeometry& g, const Window2d& win
 // fn(first, last) for the positions [0, p_total) split among the pool's lanes, OpenBLAS serial on each.
 template <typename F>
 void for_positions(Context& ctx, int64_t p_total, F&& fn) {
-  CpuPool& pool = ctx.cpu_pool();
-  const int lanes = static_cast<int>(std::clamp<int64_t>(p_total, 1, pool.lanes()));
-  const SerialBlas serial(lanes > 1 ? ctx.cpu_threads() : 1);
-  pool.run([&](int lane) {
-    if (lane >= lanes) return;
-    const int64_t first = p_total * lane / lanes, last = p_total * (lane + 1) / lanes;
-    if (first < last) fn(first, last);
-  });
+  const SerialBlas serial(ctx.cpu_pool().lanes() > 1 ? ctx.cpu_threads() : 1);
+  ctx.cpu_pool().parallel_for(p_total, 1, fn);
 }
 
 }  // namespace

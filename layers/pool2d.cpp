@@ -145,7 +145,7 @@ void max_plane_backward_inside(const ImageGeometry& g, const Window2d& win, cons
 }
 
 // The column stride as a template constant for the strides pooling layers use.
-template <typename T, typename F>
+template <typename F>
 void with_column_stride(int64_t sw, F&& fn) {
   if (sw == 1) return fn.template operator()<1>();
   if (sw == 2) return fn.template operator()<2>();
@@ -156,7 +156,7 @@ template <typename T>
 void forward_reference(PoolKind kind, const PoolOptions& o, const ImageGeometry& g, const T* x, T* y, int64_t planes) {
   const Window2d& win = o.window;
   if (kind == PoolKind::max && windows_inside(o, g)) {
-    with_column_stride<T>(win.sw, [&]<int SW>() {
+    with_column_stride(win.sw, [&]<int SW>() {
       for (int64_t pl = 0; pl < planes; ++pl)
         max_plane_inside<T, SW>(g, win, x + pl * g.in_plane(), y + pl * g.out_plane());
     });
@@ -186,7 +186,7 @@ void backward_reference(PoolKind kind, const PoolOptions& o, const ImageGeometry
                         const T* dy, T* dx, int64_t planes) {
   std::fill_n(dx, planes * g.in_plane(), T(0));
   if (kind == PoolKind::max && windows_inside(o, g)) {
-    with_column_stride<T>(o.window.sw, [&]<int SW>() {
+    with_column_stride(o.window.sw, [&]<int SW>() {
       for (int64_t pl = 0; pl < planes; ++pl)
         max_plane_backward_inside<T, SW>(g, o.window, x + pl * g.in_plane(), y + pl * g.out_plane(),
                                          dy + pl * g.out_plane(), dx + pl * g.in_plane());

@@ -50,15 +50,21 @@ class CpuPool {
   // small loops do not pay a wake-up); the split depends only on n, grain and lanes().
   template <typename F>
   void parallel_for(int64_t n, int64_t grain, F&& fn) {
+    parallel_for_lanes(n, grain, [&](int, int64_t begin, int64_t end) { fn(begin, end); });
+  }
+  // parallel_for that also tells fn(lane, begin, end) which lane runs the range (lane < lanes()), for
+  // work that needs a scratch buffer per lane.
+  template <typename F>
+  void parallel_for_lanes(int64_t n, int64_t grain, F&& fn) {
     const int64_t used = std::max<int64_t>(1, std::min<int64_t>(lanes_, grain > 0 ? n / grain : n));
     if (used <= 1) {
-      if (n > 0) fn(int64_t{0}, n);
+      if (n > 0) fn(0, int64_t{0}, n);
       return;
     }
     run([&](int lane) {
       if (lane >= used) return;
       const int64_t begin = n * lane / used, end = n * (lane + 1) / used;
-      if (begin < end) fn(begin, end);
+      if (begin < end) fn(lane, begin, end);
     });
   }
 
