@@ -253,7 +253,9 @@ __global__ void check_kernel(const float* table, int bins, const uint8_t* last_b
 // With a status (decoder_checks under DeferredChecks), block 0 makes the checks as it loads the table.
 template <int Bits, bool Add>
 __global__ void decode_kernel(const float* table, const uint8_t* __restrict__ codes, int64_t n, int64_t half,
-                              float* __restrict__ out, const uint8_t* last_byte, EncodeStatus* status) {
+                              float* __restrict__ out, const uint8_t* last_byte, EncodeStatus* status,
+                              HeaderCheck header) {
+  check_header_in_kernel(header);
   __shared__ float d[1 << Bits];
   if (status != nullptr && blockIdx.x == 0 && bad_table_entry(table, 1 << Bits, last_byte)) atomicOr(&status->bad, 1u);
   for (int b = threadIdx.x; b < (1 << Bits); b += blockDim.x) d[b] = table[b];
@@ -338,15 +340,16 @@ void codebook_decode_cuda(Context& ctx, const wire::CodebookLayout& l, const uin
   }
   EncodeStatus* in_decoder = decoder_checks(
       ctx, status, [&](EncodeStatus* st) { check_kernel<<<1, kMaxBins, 0, s>>>(table, l.bins, last_byte, st); }, check);
+  const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   const int grid = grid_for(l.n, kThreads);
   if (l.bits == 8 && add)
-    decode_kernel<8, true><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder);
+    decode_kernel<8, true><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder, header);
   else if (l.bits == 8)
-    decode_kernel<8, false><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder);
+    decode_kernel<8, false><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder, header);
   else if (add)
-    decode_kernel<4, true><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder);
+    decode_kernel<4, true><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder, header);
   else
-    decode_kernel<4, false><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder);
+    decode_kernel<4, false><<<grid, kThreads, 0, s>>>(table, codes, l.n, l.half, out, last_byte, in_decoder, header);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -13,17 +13,8 @@ __global__ void write_header_kernel(uint8_t* out, WireHeaderFields h) {
   if (threadIdx.x == 0 && blockIdx.x == 0) store_header(out, h);
 }
 
-// The expected header as bytes (a kernel argument); thread i compares byte i.
-struct HeaderBytes {
-  uint8_t b[wire::kHeaderBytes];
-};
-
-__global__ void check_header_kernel(const uint8_t* payload, HeaderBytes expected, bool skip_b, EncodeStatus* status) {
-  const unsigned i = threadIdx.x;
-  const bool compared = i < wire::kHeaderBytes && !(skip_b && i >= kHeaderFieldB && i < kHeaderFieldB + 4);
-  const bool differs = compared && payload[i] != expected.b[i];
-  if (__any_sync(kFullMask, differs) && i == 0) atomicOr(&status->bad, 1u);
-}
+// A header check no decode kernel took (HeaderCheck: a kernel argument).
+__global__ void check_header_kernel(HeaderCheck check) { check_header_in_kernel(check); }
 
 // One value of a cast (Kind: 0 fp32, 1 fp16, 2 bf16): its body entry and residual.
 template <int Kind, bool Ef>
@@ -246,11 +237,9 @@ void cuda_copy_to_host(Context& ctx, void* dst, const void* src, size_t bytes) {
   CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
 }
 
-void cuda_check_header(Context& ctx, const uint8_t* payload, const WireHeader& expected, bool skip_b,
-                       EncodeStatus* status) {
-  HeaderBytes bytes{};
-  wire::write_header(bytes.b, expected);
-  check_header_kernel<<<1, kWarp, 0, stream_of(ctx)>>>(payload, bytes, skip_b, status);
+void cuda_check_header(Context& ctx, const HeaderCheck& check) {
+  if (check.slot == nullptr) return;
+  check_header_kernel<<<1, 1, 0, stream_of(ctx)>>>(check);
   CUDA_CHECK(cudaGetLastError());
 }
 

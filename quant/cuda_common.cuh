@@ -13,6 +13,7 @@
 #include "framework/core/cuda_context.h"
 #include "quant/deferred_checks.h"
 #include "quant/encode_status.h"
+#include "quant/header_check.h"
 #include "quant/numerics.h"
 #include "quant/wire.h"
 
@@ -289,6 +290,25 @@ class DecodeStatus {
 constexpr unsigned kHeaderFieldB = 24;
 __device__ __forceinline__ uint32_t header_field_b(const uint8_t* payload) {
   return *reinterpret_cast<const uint32_t*>(payload + kHeaderFieldB);
+}
+
+// Makes a header check (quant/header_check.h) in thread 0 of block 0: a decode kernel calls it first,
+// so that the check needs no launch of its own (32 byte compares: nothing next to the decode).
+__device__ __forceinline__ void check_header_in_kernel(const HeaderCheck& check) {
+  if (check.slot == nullptr || blockIdx.x != 0 || threadIdx.x != 0) return;
+  bool differs = false;
+  for (unsigned i = 0; i < wire::kHeaderBytes; ++i) {
+    const bool compared = !(check.skip_b && i >= kHeaderFieldB && i < kHeaderFieldB + 4);
+    differs = differs || (compared && check.payload[i] != check.expected[i]);
+  }
+  if (differs) atomicOr(&check.slot->bad, 1u);
+}
+
+// The header check Quantizer's decode offered for the decode being launched (DeferredChecks), for its
+// decode kernel to make (check_header_in_kernel); empty (nothing to check) without one.
+inline HeaderCheck take_header_check(Context& ctx) {
+  DeferredChecks* deferred = DeferredChecks::active(ctx);
+  return deferred != nullptr ? deferred->take_header_check() : HeaderCheck{};
 }
 
 // Writes a header whose fields the host knows (thread 0 of block 0 of any kernel may call it).

@@ -19,6 +19,7 @@
 
 #include "framework/core/context.h"
 #include "quant/encode_status.h"
+#include "quant/header_check.h"
 
 namespace qtrain {
 
@@ -59,6 +60,14 @@ class DeferredChecks {
   EncodeStatus* take_slot();
   // Runs `check` on the status of `slot` (from take_slot) at settle().
   void defer(EncodeStatus* slot, std::function<void(const EncodeStatus&)> check);
+  // The header check of the decode about to be launched (quant/header_check.h): a decode launcher
+  // takes it to make it in its decode kernel; what is not taken, Quantizer's decode launches itself.
+  void offer_header_check(const HeaderCheck& check) { header_ = check; }
+  HeaderCheck take_header_check() {
+    const HeaderCheck taken = header_;
+    header_ = HeaderCheck{};
+    return taken;
+  }
 
  private:
   struct Pending {
@@ -77,6 +86,7 @@ class DeferredChecks {
   uint64_t tag_ = 0;
   std::vector<Pending> checks_;
   std::function<std::string(uint64_t)> describe_;  // the last settle's, for an early settle in take_slot
+  HeaderCheck header_;                             // offered and not yet taken (slot null: none)
 };
 
 }  // namespace qtrain

@@ -128,7 +128,8 @@ __global__ void __launch_bounds__(kStreamThreads)
 // check_kernel's tests on what they read instead of a launch of their own.
 template <class F, bool Add>
 __global__ void decode_kernel(const uint8_t* __restrict__ payload, float* __restrict__ out, int64_t n,
-                              EncodeStatus* status) {
+                              EncodeStatus* status, HeaderCheck header) {
+  check_header_in_kernel(header);
   const uint8_t* codes = payload + wire::kHeaderBytes;
   const float scale = bits_float(header_field_b(payload));
   bool bad = status && blockIdx.x == 0 && threadIdx.x == 0 && !scale_is_valid<F>(header_field_b(payload));
@@ -144,7 +145,9 @@ __global__ void decode_kernel(const uint8_t* __restrict__ payload, float* __rest
 // The same values, streamed: 32-bit word v of the codes -> float4 v of the output.
 template <class F, bool Add>
 __global__ void __launch_bounds__(kStreamThreads)
-    decode_vec_kernel(const uint8_t* __restrict__ payload, float* __restrict__ out, int64_t n, EncodeStatus* status) {
+    decode_vec_kernel(const uint8_t* __restrict__ payload, float* __restrict__ out, int64_t n, EncodeStatus* status,
+                      HeaderCheck header) {
+  check_header_in_kernel(header);
   const uint8_t* codes = payload + wire::kHeaderBytes;
   const float scale = bits_float(header_field_b(payload));
   const auto* words = reinterpret_cast<const uint32_t*>(codes);
@@ -258,17 +261,18 @@ void fp8_decode_cuda(Context& ctx, Fp8Format format, const uint8_t* payload, flo
                                     "writes, or the scale is not a finite float >= 0 that keeps the largest code's "
                                     "value finite");
         });
+    const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
     cudaStream_t s = stream_of(ctx);
     if (aligned_to(out, 16)) {
       const int grid = stream_grid(n / 4);
       if (add)
-        decode_vec_kernel<F, true><<<grid, kStreamThreads, 0, s>>>(payload, out, n, in_decoder);
+        decode_vec_kernel<F, true><<<grid, kStreamThreads, 0, s>>>(payload, out, n, in_decoder, header);
       else
-        decode_vec_kernel<F, false><<<grid, kStreamThreads, 0, s>>>(payload, out, n, in_decoder);
+        decode_vec_kernel<F, false><<<grid, kStreamThreads, 0, s>>>(payload, out, n, in_decoder, header);
     } else if (add) {
-      decode_kernel<F, true><<<grid_for(n, kThreads), kThreads, 0, s>>>(payload, out, n, in_decoder);
+      decode_kernel<F, true><<<grid_for(n, kThreads), kThreads, 0, s>>>(payload, out, n, in_decoder, header);
     } else {
-      decode_kernel<F, false><<<grid_for(n, kThreads), kThreads, 0, s>>>(payload, out, n, in_decoder);
+      decode_kernel<F, false><<<grid_for(n, kThreads), kThreads, 0, s>>>(payload, out, n, in_decoder, header);
     }
     CUDA_CHECK(cudaGetLastError());
   });

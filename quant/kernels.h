@@ -12,6 +12,7 @@
 
 #include "framework/core/context.h"
 #include "quant/encode_status.h"
+#include "quant/header_check.h"
 #include "quant/quantizer.h"
 #include "quant/wire.h"
 
@@ -32,10 +33,8 @@ void cuda_zero_bytes(Context& ctx, uint8_t* ptr, size_t bytes);
 void cuda_copy_to_host(Context& ctx, void* dst, const void* src, size_t bytes);
 // Writes a header (the values are kernel arguments: no host memory involved).
 void cuda_write_header(Context& ctx, uint8_t* out, const WireHeader& h);
-// Sets status->bad when the 32 header bytes at `payload` differ from `expected` (a kernel: no wait);
-// with skip_b, field b (bytes 24-27, a scale the decoder checks) is not compared.
-void cuda_check_header(Context& ctx, const uint8_t* payload, const WireHeader& expected, bool skip_b,
-                       EncodeStatus* status);
+// A header check (quant/header_check.h) that no decode kernel took, in a kernel of its own (no wait).
+void cuda_check_header(Context& ctx, const HeaderCheck& check);
 
 // The device area of DeferredChecks (quant/deferred_checks.h): `count` zeroed status words in device
 // memory, and as many in pinned host memory (*host) for reading them back.

@@ -153,7 +153,8 @@ __device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payloa
 // check_kernel's tests on what they read instead of a launch of their own.
 template <bool Add>
 __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float* __restrict__ out,
-                              EncodeStatus* status) {
+                              EncodeStatus* status, HeaderCheck header) {
+  check_header_in_kernel(header);
   const float t = bits_float(header_field_b(payload));
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   bool bad = status && first == 0 && bad_tensor_scale_or_pad(payload, l);
@@ -169,7 +170,8 @@ __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4La
 template <bool Add>
 __global__ void __launch_bounds__(kStreamThreads)
     decode_vec_kernel(const uint8_t* __restrict__ payload, wire::Nvfp4Layout l, float* __restrict__ out,
-                      EncodeStatus* status) {
+                      EncodeStatus* status, HeaderCheck header) {
+  check_header_in_kernel(header);
   const float t = bits_float(header_field_b(payload));
   bool bad = status && blockIdx.x == 0 && threadIdx.x == 0 && bad_tensor_scale_or_pad(payload, l);
   const int64_t full = l.n / kBlock, vecs = full * (kBlock / 4);
@@ -269,17 +271,18 @@ void nvfp4_decode_cuda(Context& ctx, const wire::Nvfp4Layout& l, const uint8_t* 
                             "after the last element is set, or the tensor scale is not a finite float >= 0 "
                             "that keeps the largest value finite");
       });
+  const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   cudaStream_t s = stream_of(ctx);
   if (aligned_to(out, 16)) {
     const int grid = stream_grid(l.n / kBlock * (kBlock / 4));
     if (add)
-      decode_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder);
+      decode_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder, header);
     else
-      decode_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder);
+      decode_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder, header);
   } else if (add) {
-    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder);
+    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder, header);
   } else {
-    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder);
+    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder, header);
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -305,7 +305,8 @@ __device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payloa
 // One thread per value: outputs not 16-byte aligned, buckets no multiple of 4.
 template <int Bits, bool Add>
 __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::QsgdLayout l, float* __restrict__ out,
-                              EncodeStatus* status) {
+                              EncodeStatus* status, HeaderCheck header) {
+  check_header_in_kernel(header);
   bool bad = false;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -323,7 +324,8 @@ inline bool decode_vec_fits(const wire::QsgdLayout& l) { return l.bucket % 4 == 
 template <int Bits, bool Add>
 __global__ void __launch_bounds__(kStreamThreads)
     decode_vec_kernel(const uint8_t* __restrict__ payload, wire::QsgdLayout l, float* __restrict__ out,
-                      EncodeStatus* status) {
+                      EncodeStatus* status, HeaderCheck header) {
+  check_header_in_kernel(header);
   constexpr int kPer = 32 / Bits;
   constexpr uint32_t kMask = (1u << Bits) - 1;
   constexpr uint32_t kSign = 1u << (Bits - 1);
@@ -459,17 +461,18 @@ void qsgd_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t* pa
       [](const EncodeStatus& done) {
         if (done.bad) wire::bad_payload(QuantMethod::qsgd, "a bucket scale is not a finite value >= 0");
       });
+  const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   const bool vec = aligned_to(out, 16) && decode_vec_fits(l);
   with_bits(l.bits, [&](auto bits) {
     const int grid = vec ? stream_grid(l.n / 4) : grid_for(l.n, kThreads);
     if (vec && add)
-      decode_vec_kernel<bits(), true><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder);
+      decode_vec_kernel<bits(), true><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder, header);
     else if (vec)
-      decode_vec_kernel<bits(), false><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder);
+      decode_vec_kernel<bits(), false><<<grid, kStreamThreads, 0, s>>>(payload, l, out, in_decoder, header);
     else if (add)
-      decode_kernel<bits(), true><<<grid, kThreads, 0, s>>>(payload, l, out, in_decoder);
+      decode_kernel<bits(), true><<<grid, kThreads, 0, s>>>(payload, l, out, in_decoder, header);
     else
-      decode_kernel<bits(), false><<<grid, kThreads, 0, s>>>(payload, l, out, in_decoder);
+      decode_kernel<bits(), false><<<grid, kThreads, 0, s>>>(payload, l, out, in_decoder, header);
   });
   CUDA_CHECK(cudaGetLastError());
 }

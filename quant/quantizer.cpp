@@ -265,15 +265,22 @@ void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n
     if (expected->total > in.size())
       wire::bad_payload(spec_.method, fmt::format("truncated: a payload of {} values is {} bytes, the buffer holds {}",
                                                   n, expected->total, in.size()));
-    EncodeStatus* slot = deferred->take_slot();
-    quant_detail::cuda_check_header(ctx, in.data(), *expected, header_b_from_data(), slot);
-    deferred->defer(slot, [method = spec_.method, n](const EncodeStatus& s) {
+    HeaderCheck header;
+    header.payload = in.data();
+    wire::write_header(header.expected, *expected);
+    header.skip_b = header_b_from_data();
+    header.slot = deferred->take_slot();
+    deferred->defer(header.slot, [method = spec_.method, n](const EncodeStatus& s) {
       if (s.bad)
         wire::bad_payload(method, fmt::format("the header differs from the one this rank's quantizer writes for {} "
                                               "values (a damaged payload, or ranks configured differently)",
                                               n));
     });
+    // The method's decode kernel makes the check on its way where its launcher takes it; else a
+    // kernel of its own does (either way before settle() reads the slot).
+    deferred->offer_header_check(header);
     decode_cuda(ctx, *expected, in.first(expected->total), out.data(), add);
+    quant_detail::cuda_check_header(ctx, deferred->take_header_check());
     return;
   }
 #else

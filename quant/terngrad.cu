@@ -113,7 +113,8 @@ __global__ void check_kernel(const uint8_t* __restrict__ payload, wire::QsgdLayo
 // the word and its bucket's scale: every word that holds a value, every bucket, as check_kernel.
 template <bool Add>
 __global__ void decode_kernel(const uint8_t* __restrict__ payload, wire::QsgdLayout l, float* __restrict__ out,
-                              EncodeStatus* status) {
+                              EncodeStatus* status, HeaderCheck header) {
+  check_header_in_kernel(header);
   const float* scales = reinterpret_cast<const float*>(payload + wire::kHeaderBytes);
   bool bad = false;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < l.n;
@@ -186,10 +187,11 @@ void terngrad_decode_cuda(Context& ctx, const wire::QsgdLayout& l, const uint8_t
         if (done.bad)
           wire::bad_payload(QuantMethod::terngrad, "a bucket scale is not a finite value >= 0, or a word holds code 2");
       });
+  const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   if (add)
-    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder);
+    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder, header);
   else
-    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder);
+    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l, out, in_decoder, header);
   CUDA_CHECK(cudaGetLastError());
 }
 
