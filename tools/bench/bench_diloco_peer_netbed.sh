@@ -4,6 +4,7 @@
 # warm-up and cosine schedule, seeds SEEDS (1 2 3), programs alternating within each seed:
 #   DiLoCo, fp32 pseudo-gradients: qtrain against tools/bench/diloco_mlp_peer.py --outer diloco
 #   periodic averaging (outer lr 1, no momentum): qtrain against PyTorch's PeriodicModelAverager
+#   and qtrain's DiLoCo with bf16 and int8-codebook pseudo-gradients (what the peer cannot send)
 # Prints a Markdown table: median samples/s (range) and mean test accuracy (range) of each program.
 # Usage: tools/bench/bench_diloco_peer_netbed.sh [HOSTS=4] [RATE=10mbit] [INNER=50] [EPOCHS=2] [SEEDS="1 2 3"]
 set -euo pipefail
@@ -21,7 +22,9 @@ trap 'rm -rf "$tmp"' EXIT
 rows=("torch|PyTorch, DiLoCo (outer Nesterov SGD in PyTorch, fp32 allreduce)|diloco"
       "qtrain|qtrain, sync.type diloco, fp32 pseudo-gradients|--set sync.outer.lr=0.7"
       "torch|PyTorch, PeriodicModelAverager|average"
-      "qtrain|qtrain, diloco with outer lr 1, no momentum (periodic averaging)|--set sync.outer.lr=1 --set sync.outer.momentum=0 --set sync.outer.nesterov=false")
+      "qtrain|qtrain, diloco with outer lr 1, no momentum (periodic averaging)|--set sync.outer.lr=1 --set sync.outer.momentum=0 --set sync.outer.nesterov=false"
+      "qtrain|qtrain, sync.type diloco, bf16 pseudo-gradients|--set sync.outer.lr=0.7 --set quantization.method=bf16"
+      "qtrain|qtrain, sync.type diloco, int8 codebook pseudo-gradients|--set sync.outer.lr=0.7 --set quantization.method=codebook")
 
 run_torch() {  # run_torch SEED OUTER -> "samples/s accuracy"
   tools/netbed.sh run --hosts "$hosts" --rate "$rate" -- env GLOO_SOCKET_IFNAME=eth0 /usr/bin/python3 \
