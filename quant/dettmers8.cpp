@@ -186,6 +186,9 @@ class Dettmers8Quantizer final : public Quantizer {
 
  protected:
   size_t max_body_bytes(int64_t n, int64_t) const override { return wire::kHeaderBytes + static_cast<size_t>(n); }
+  // The header but the scale M (field b, from the data: the CUDA decoder reads and checks it there).
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override { return header(n, 0); }
+  bool header_b_from_data() const override { return true; }
 
   WireHeader header(int64_t n, uint32_t max_bits) const {
     WireHeader h;
@@ -244,8 +247,7 @@ class Dettmers8Quantizer final : public Quantizer {
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const auto variant = check_body(h);
-    dettmers8_decode_cuda(ctx, variant, bits_float(h.b), in.data() + wire::kHeaderBytes, out, static_cast<int64_t>(h.n),
-                          add);
+    dettmers8_decode_cuda(ctx, variant, in.data(), out, static_cast<int64_t>(h.n), add);
   }
 #endif
 

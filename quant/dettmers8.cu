@@ -2,6 +2,8 @@
 // any order gives the CPU's value), then one thread per value; the dynamic-tree index is the binary search that defines
 // the CPU's lookup table (tests/quant checks the two agree everywhere), the rest (the linear level, clusterNet's
 // search) quant/dettmers8_codes.h's, as on the CPU.
+#include <optional>
+
 #include "quant/cuda_common.cuh"
 #include "quant/dettmers8_codes.h"
 #include "quant/dettmers8_cuda.h"
@@ -96,10 +98,17 @@ __global__ void encode_kernel(DeviceTables tables, bool linear, bool clusternet,
   }
 }
 
+// The scale M is header field b, read here (under deferred checks the host has not read the header):
+// with a status, block 0 reports a field that is not a finite float >= 0 (dettmers8.cpp's check_body).
 template <bool Add>
-__global__ void decode_kernel(DeviceTables tables, bool linear, float m, const uint8_t* __restrict__ codes,
-                              float* __restrict__ out, int64_t n) {
+__global__ void decode_kernel(DeviceTables tables, bool linear, const uint8_t* __restrict__ payload,
+                              float* __restrict__ out, int64_t n, EncodeStatus* status, HeaderCheck header) {
+  check_header_in_kernel(header);
   __shared__ float d[256];
+  const uint32_t m_bits = header_field_b(payload);
+  if (status != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && m_bits >= kNonFinite) atomicOr(&status->bad, 1u);
+  const float m = bits_float(m_bits);
+  const uint8_t* codes = payload + wire::kHeaderBytes;
   const float step = m / 127.0f;
   for (int c = threadIdx.x; c < 256; c += blockDim.x)
     d[c] = decoded(tables.value, linear, m, step, static_cast<uint32_t>(c));
@@ -135,17 +144,28 @@ void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, bool clustern
   });
 }
 
-void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, float scale, const uint8_t* codes, float* out,
-                           int64_t n, bool add) {
+void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, const uint8_t* payload, float* out, int64_t n,
+                           bool add) {
   if (n == 0) return;
   constexpr int kThreads = 256;
   const bool linear = variant == Dettmers8Variant::linear;
+  // Without deferred checks the host read and checked the header (the scale too) before this call.
+  std::optional<DecodeStatus> status;
+  EncodeStatus* in_decoder = nullptr;
+  if (DeferredChecks::active(ctx) != nullptr) {
+    status.emplace(ctx);
+    in_decoder = status->get();
+    check_status(ctx, in_decoder, [](const EncodeStatus& done) {
+      if (done.bad) wire::bad_payload(QuantMethod::dettmers8, "the scale field is not a finite float >= 0");
+    });
+  }
+  const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
+  const int grid = grid_for(n, kThreads);
+  cudaStream_t s = stream_of(ctx);
   if (add)
-    decode_kernel<true>
-        <<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(device_tables(), linear, scale, codes, out, n);
+    decode_kernel<true><<<grid, kThreads, 0, s>>>(device_tables(), linear, payload, out, n, in_decoder, header);
   else
-    decode_kernel<false>
-        <<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(device_tables(), linear, scale, codes, out, n);
+    decode_kernel<false><<<grid, kThreads, 0, s>>>(device_tables(), linear, payload, out, n, in_decoder, header);
   CUDA_CHECK(cudaGetLastError());
 }
 

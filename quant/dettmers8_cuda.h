@@ -10,7 +10,9 @@ namespace qtrain::quant_detail {
 
 // clusternet: dynamic_tree with clusterNet's search (quant/dettmers8_codes.h) instead of the nearest entry.
 void dettmers8_encode_cuda(Context& ctx, Dettmers8Variant variant, bool clusternet, const EncodeArgs& a);
-void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, float scale, const uint8_t* codes, float* out,
-                           int64_t n, bool add);
+// The decoder reads the scale from the payload's header field b on the device (under DeferredChecks the
+// receiver predicts the rest of the header and checks it there; the kernel checks the scale).
+void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, const uint8_t* payload, float* out, int64_t n,
+                           bool add);
 
 }  // namespace qtrain::quant_detail

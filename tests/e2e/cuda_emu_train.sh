@@ -99,8 +99,10 @@ run_pair demo 2 "DeMo: DCT-II" --set sync.type=demo --set sync.topk=4 --set "opt
 # On emulated GPUs over NCCL the reduce-scatter + allgather keeps every payload in device memory
 # (device byte collectives); communication.payload_path host takes the host path instead. Both must
 # end in the same bits: parameters, momentum and every rank's error-feedback residuals. qsgd and
-# onebit repeat their runs above on the host path; topk (variable-size payloads, whose headers the
-# device path reads on the host) runs both ways through reduce-scatter + allgather, in few pieces.
+# onebit repeat their runs above on the host path, and so do the allgather algorithm's topk
+# (variable-size payloads, whose headers the device path reads on the host) and dettmers8 (fixed
+# sizes, its scale read on the device); topk also runs both ways through reduce-scatter + allgather,
+# in few pieces.
 state_of() { "$src/tests/support/checkpoint_tensors.py" "$1"; }
 host_path_same_bits() {  # host_path_same_bits LABEL DEVICE_RUN_DIR ARGS...
   local label=$1 device_run=$2 host_run="$tmp/$1-host-path"
@@ -114,9 +116,14 @@ host_path_same_bits() {  # host_path_same_bits LABEL DEVICE_RUN_DIR ARGS...
     fail "$label: the device and the host payload paths differ:"; head -3 "$tmp/diff" | sed "s/^/    /"
   fi
 }
-for method in qsgd onebit; do
+for method in qsgd onebit topk; do
   host_path_same_bits "$method" "$tmp/$method-cuda" --set quantization.method="$method"
 done
+if train_emulated 2 "$tmp/dettmers8-cuda" --set quantization.method=dettmers8; then
+  host_path_same_bits dettmers8 "$tmp/dettmers8-cuda" --set quantization.method=dettmers8
+else
+  fail "dettmers8 on emulated GPUs"; tail -3 "$tmp/dettmers8-cuda.log" | sed "s/^/    /"
+fi
 topk_rs=(--set quantization.method=topk --set communication.algorithm=reduce_scatter_allgather
          --set communication.piece_mb=0.125 --set train.max_steps=6)
 if train_emulated 2 "$tmp/topk-rs" "${topk_rs[@]}"; then
