@@ -85,7 +85,9 @@ __global__ void __launch_bounds__(kStreamThreads)
 
 // Reads 4 or 2 bytes per value (8 or 6 with Add), writes 4: one thread per value.
 template <int Kind, bool Add>
-__global__ void cast_decode_kernel(const uint8_t* __restrict__ body, float* __restrict__ out, int64_t n) {
+__global__ void cast_decode_kernel(const uint8_t* __restrict__ body, float* __restrict__ out, int64_t n,
+                                   HeaderCheck header) {
+  check_header_in_kernel(header);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = cast_decode_value<Kind>(body, i);
@@ -96,7 +98,8 @@ __global__ void cast_decode_kernel(const uint8_t* __restrict__ body, float* __re
 // The same values, streamed: float4 or 8-byte word v of the body -> float4 v of the output.
 template <int Kind, bool Add>
 __global__ void __launch_bounds__(kStreamThreads)
-    cast_decode_vec_kernel(const uint8_t* __restrict__ body, float* __restrict__ out, int64_t n) {
+    cast_decode_vec_kernel(const uint8_t* __restrict__ body, float* __restrict__ out, int64_t n, HeaderCheck header) {
+  check_header_in_kernel(header);
   const int64_t vecs = n / 4;
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
@@ -337,25 +340,26 @@ void cast_decode_cuda(Context& ctx, QuantMethod method, const uint8_t* body, flo
   const int grid = grid_for(n, kThreads);
   cudaStream_t s = stream_of(ctx);
   const int kind = kind_of(method);
+  const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   // A payload is only 4-byte aligned on decode (quantizer.cpp), so the body's alignment is checked too.
   if (aligned_to(out, 16) && aligned_to(body, kind == 0 ? 16 : 8)) {
     const int vgrid = stream_grid(n / 4);
     switch (kind * 2 + (add ? 1 : 0)) {
-      case 0: cast_decode_vec_kernel<0, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
-      case 1: cast_decode_vec_kernel<0, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
-      case 2: cast_decode_vec_kernel<1, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
-      case 3: cast_decode_vec_kernel<1, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
-      case 4: cast_decode_vec_kernel<2, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
-      default: cast_decode_vec_kernel<2, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n); break;
+      case 0: cast_decode_vec_kernel<0, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
+      case 1: cast_decode_vec_kernel<0, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
+      case 2: cast_decode_vec_kernel<1, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
+      case 3: cast_decode_vec_kernel<1, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
+      case 4: cast_decode_vec_kernel<2, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
+      default: cast_decode_vec_kernel<2, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
     }
   } else {
     switch (kind * 2 + (add ? 1 : 0)) {
-      case 0: cast_decode_kernel<0, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
-      case 1: cast_decode_kernel<0, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
-      case 2: cast_decode_kernel<1, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
-      case 3: cast_decode_kernel<1, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
-      case 4: cast_decode_kernel<2, false><<<grid, kThreads, 0, s>>>(body, out, n); break;
-      default: cast_decode_kernel<2, true><<<grid, kThreads, 0, s>>>(body, out, n); break;
+      case 0: cast_decode_kernel<0, false><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
+      case 1: cast_decode_kernel<0, true><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
+      case 2: cast_decode_kernel<1, false><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
+      case 3: cast_decode_kernel<1, true><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
+      case 4: cast_decode_kernel<2, false><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
+      default: cast_decode_kernel<2, true><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
     }
   }
   CUDA_CHECK(cudaGetLastError());

@@ -11,7 +11,8 @@ namespace {
 
 template <bool Add>
 __global__ void unpack_signs_kernel(const uint32_t* __restrict__ words, int64_t n, float pos, float neg,
-                                    float* __restrict__ out) {
+                                    float* __restrict__ out, HeaderCheck header) {
+  check_header_in_kernel(header);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = (words[i >> 5] >> (i & 31)) & 1u ? pos : neg;
@@ -22,7 +23,8 @@ __global__ void unpack_signs_kernel(const uint32_t* __restrict__ words, int64_t 
 template <bool Add>
 __global__ void __launch_bounds__(kStreamThreads)
     unpack_signs_vec_kernel(const uint32_t* __restrict__ words, int64_t n, float pos, float neg,
-                            float* __restrict__ out) {
+                            float* __restrict__ out, HeaderCheck header) {
+  check_header_in_kernel(header);
   const int64_t vecs = n / 4;
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
@@ -59,17 +61,18 @@ void sign_decode_cuda(Context& ctx, const uint8_t* words, int64_t n, float pos, 
   if (n == 0) return;
   constexpr int kThreads = 256;
   const auto* w = reinterpret_cast<const uint32_t*>(words);
+  const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   cudaStream_t s = stream_of(ctx);
   if (aligned_to(out, 16)) {
     const int grid = stream_grid(n / 4);
     if (add)
-      unpack_signs_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(w, n, pos, neg, out);
+      unpack_signs_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(w, n, pos, neg, out, header);
     else
-      unpack_signs_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(w, n, pos, neg, out);
+      unpack_signs_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(w, n, pos, neg, out, header);
   } else if (add) {
-    unpack_signs_kernel<true><<<grid_for(n, kThreads), kThreads, 0, s>>>(w, n, pos, neg, out);
+    unpack_signs_kernel<true><<<grid_for(n, kThreads), kThreads, 0, s>>>(w, n, pos, neg, out, header);
   } else {
-    unpack_signs_kernel<false><<<grid_for(n, kThreads), kThreads, 0, s>>>(w, n, pos, neg, out);
+    unpack_signs_kernel<false><<<grid_for(n, kThreads), kThreads, 0, s>>>(w, n, pos, neg, out, header);
   }
   CUDA_CHECK(cudaGetLastError());
 }
