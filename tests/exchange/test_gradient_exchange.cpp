@@ -213,6 +213,17 @@ ExchangeConfig communication(const std::string& algorithm, bool overlap, double 
 
 }  // namespace
 
+// A method names its exchange by the algorithm's registry name (quant/ sits below exchange/ and
+// cannot hold its type); every registered method's name resolves to an algorithm of
+// exchange/algorithms/algorithms.def, so a misspelled or removed one fails here, not in a run.
+TEST_CASE("every method's default algorithm is a registered exchange algorithm", "[exchange]") {
+  for (const QuantMethodInfo* m : quant_methods()) {
+    INFO(m->name << ": algorithm '" << m->algorithm << "'");
+    const ReduceAlgorithm a = default_algorithm(m->id);
+    CHECK(std::string(reduce_algorithm_name(a)) == m->algorithm);
+  }
+}
+
 TEST_CASE("every method and algorithm: identical on all ranks and equal to the simulation", "[exchange][mpi]") {
   auto comm = make_communicator("auto", Device::cpu());
   const int P = comm->size(), me = comm->rank();

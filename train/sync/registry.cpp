@@ -1,5 +1,5 @@
 // The table of `sync.type` names: the only place a new synchronization strategy has to be added
-// besides its own files and framework/CMakeLists.txt.
+// besides its own files (train/CMakeLists.txt picks up every .cpp in sync/).
 #include "train/sync/demo.h"
 #include "train/sync/diloco.h"
 #include "train/sync/every_step.h"
