@@ -156,7 +156,7 @@ void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, const uint8_t
     status.emplace(ctx);
     in_decoder = status->get();
     check_status(ctx, in_decoder, [](const EncodeStatus& done) {
-      if (done.bad) wire::bad_payload(QuantMethod::dettmers8, "the scale field is not a finite float >= 0");
+      if (done.bad) wire::bad_payload(QuantMethod::dettmers8, "the scale is not a finite float >= 0");
     });
   }
   const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel

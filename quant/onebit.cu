@@ -108,14 +108,19 @@ __global__ void __launch_bounds__(kStreamThreads)
   }
 }
 
+// Whether group g's means are not finite (onebit.cpp's check on the host).
+__device__ __forceinline__ bool bad_means(const uint8_t* __restrict__ payload, int64_t g, size_t group_bytes) {
+  const float* means =
+      reinterpret_cast<const float*>(payload + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes);
+  return abs_bits(means[0]) >= kNonFinite || abs_bits(means[1]) >= kNonFinite;
+}
+
+// The checks in a kernel of their own, before the decode (decoder_checks: no DeferredChecks scope).
 __global__ void check_means_kernel(const uint8_t* __restrict__ payload, int64_t groups, size_t group_bytes,
                                    EncodeStatus* status) {
   for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < groups;
-       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float* means =
-        reinterpret_cast<const float*>(payload + wire::kHeaderBytes + static_cast<size_t>(g) * group_bytes);
-    if (abs_bits(means[0]) >= kNonFinite || abs_bits(means[1]) >= kNonFinite) atomicOr(&status->bad, 1u);
-  }
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (bad_means(payload, g, group_bytes)) atomicOr(&status->bad, 1u);
 }
 
 // Value i: its group's mean of its sign.
@@ -130,13 +135,19 @@ __device__ __forceinline__ float decode_value(const uint8_t* __restrict__ payloa
 
 // One thread per value: outputs not 16-byte aligned, groups no multiple of 4.
 template <bool Add>
+// With a status (decoder_checks, under DeferredChecks) the thread of each group's first value checks
+// the group's means.
 __global__ void decode_kernel(const uint8_t* __restrict__ payload, int64_t n, int64_t group, size_t group_bytes,
-                              float* __restrict__ out) {
+                              float* __restrict__ out, EncodeStatus* status, HeaderCheck header) {
+  check_header_in_kernel(header);
+  bool bad = false;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = decode_value(payload, group, group_bytes, i);
+    if (status != nullptr && i % group == 0) bad = bad || bad_means(payload, i / group, group_bytes);
     out[i] = Add ? out[i] + v : v;
   }
+  if (bad) atomicOr(&status->bad, 1u);
 }
 
 // The same values, streamed: float4 v of the output from four bits of one word and its group's means;
@@ -144,7 +155,9 @@ __global__ void decode_kernel(const uint8_t* __restrict__ payload, int64_t n, in
 template <bool Add>
 __global__ void __launch_bounds__(kStreamThreads)
     decode_vec_kernel(const uint8_t* __restrict__ payload, int64_t n, int64_t group, size_t group_bytes,
-                      float* __restrict__ out) {
+                      float* __restrict__ out, EncodeStatus* status, HeaderCheck header) {
+  check_header_in_kernel(header);
+  bool bad = false;  // with a status: the means of the groups whose first value this thread decodes
   const int64_t vecs = n / 4;
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
@@ -163,6 +176,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       bits[k] = reinterpret_cast<const uint32_t*>(p + 8)[o / 32] >> (o % 32);
       m0[k] = reinterpret_cast<const float*>(p)[0];
       m1[k] = reinterpret_cast<const float*>(p)[1];
+      if (status != nullptr && o == 0) bad = bad || bad_means(payload, g, group_bytes);
       if (Add) acc[k] = load4(out, v);
     }
     QT_UNROLL
@@ -179,8 +193,10 @@ __global__ void __launch_bounds__(kStreamThreads)
   if (blockIdx.x == 0)
     for (int64_t i = 4 * vecs + threadIdx.x; i < n; i += blockDim.x) {
       const float v = decode_value(payload, group, group_bytes, i);
+      if (status != nullptr && i % group == 0) bad = bad || bad_means(payload, i / group, group_bytes);
       out[i] = Add ? out[i] + v : v;
     }
+  if (bad) atomicOr(&status->bad, 1u);
 }
 
 }  // namespace
@@ -221,23 +237,31 @@ void onebit_decode_cuda(Context& ctx, const wire::OnebitLayout& l, const uint8_t
   if (l.n == 0) return;
   constexpr int kThreads = 256;
   DecodeStatus status(ctx);
-  check_means_kernel<<<grid_for(l.groups, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l.groups, l.group_bytes,
-                                                                                    status.get());
-  CUDA_CHECK(cudaGetLastError());
-  check_status(ctx, status.get(), [](const EncodeStatus& done) {
-    if (done.bad) wire::bad_payload(QuantMethod::onebit, "a group has a non-finite mean");
-  });
+  EncodeStatus* in_decoder = decoder_checks(
+      ctx, status,
+      [&](EncodeStatus* st) {
+        check_means_kernel<<<grid_for(l.groups, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, l.groups,
+                                                                                          l.group_bytes, st);
+      },
+      [](const EncodeStatus& done) {
+        if (done.bad) wire::bad_payload(QuantMethod::onebit, "a group has a non-finite mean");
+      });
+  const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   cudaStream_t s = stream_of(ctx);
   if (aligned_to(out, 16) && decode_vec_fits(l)) {
     const int grid = stream_grid(l.n / 4);
     if (add)
-      decode_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out);
+      decode_vec_kernel<true>
+          <<<grid, kStreamThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out, in_decoder, header);
     else
-      decode_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out);
+      decode_vec_kernel<false>
+          <<<grid, kStreamThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out, in_decoder, header);
   } else if (add) {
-    decode_kernel<true><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out);
+    decode_kernel<true>
+        <<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out, in_decoder, header);
   } else {
-    decode_kernel<false><<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out);
+    decode_kernel<false>
+        <<<grid_for(l.n, kThreads), kThreads, 0, s>>>(payload, l.n, l.group, l.group_bytes, out, in_decoder, header);
   }
   CUDA_CHECK(cudaGetLastError());
 }

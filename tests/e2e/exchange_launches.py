@@ -26,6 +26,9 @@ CEILINGS = {
     # encode: span max, codes; decode one kernel (the scale read on the device).
     "fp8": 6,
     "nvfp4": 6,
+    # encode: the header, the groups' sign sums (two deterministic sums, the last block folding them),
+    # the packed words; decode one kernel (the means checked in it under DeferredChecks).
+    "onebit": 8,
 }
 
 

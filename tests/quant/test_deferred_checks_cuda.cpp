@@ -216,3 +216,61 @@ TEST_CASE("deferred checks: fp8's and nvfp4's scales are read and checked on the
     REQUIRE_THAT(decode_deferred(other).first, Contains("the header differs"));
   }
 }
+
+// dettmers8 reads its scale (header field b) on the device, onebit's decoders check each group's means
+// as they decode under a scope: the same values as a decode that checks at once, and a bad field
+// reported at settle.
+TEST_CASE("deferred checks: dettmers8's scale and onebit's means are checked in the decoders", "[quant][cuda]") {
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 1024;
+  Tensor gx = floats_on_gpu(normal_data(n, 12));
+  for (const QuantMethod method : {QuantMethod::dettmers8, QuantMethod::onebit}) {
+    CAPTURE(quant_method_name(method));
+    auto q = make_quantizer(QuantSpec::defaults(method));
+    QuantState state(1, 0, 1);
+    const Encoded e = encode_on(gpu, *q, gx, n, state);
+    const std::vector<uint8_t> good = bytes_on_host(gpu, e.payload);
+    const auto decode_deferred = [&](const std::vector<uint8_t>& payload) {
+      Tensor p = Tensor::empty({static_cast<int64_t>(payload.size())}, DType::u8);
+      std::memcpy(p.data<uint8_t>(), payload.data(), payload.size());
+      Tensor gp = p.to(Device::cuda(0));
+      Tensor out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+      DeferredChecks checks(gpu);
+      {
+        const DeferredChecks::Scope scope(checks);
+        q->decode(gpu, std::span<const uint8_t>(gp.data<uint8_t>(), e.bytes), n,
+                  std::span<float>(out.data<float>(), static_cast<size_t>(n)), n);
+      }
+      std::string error;
+      try {
+        checks.settle(describe);
+      } catch (const InputError& x) {
+        error = x.what();
+      }
+      return std::make_pair(error, floats_on_host(gpu, out));
+    };
+    const auto [none, values] = decode_deferred(good);
+    REQUIRE(none.empty());
+    Tensor now_out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+    q->decode(gpu, std::span<const uint8_t>(e.payload.data<uint8_t>(), e.bytes), n,
+              std::span<float>(now_out.data<float>(), static_cast<size_t>(n)));
+    REQUIRE(values == floats_on_host(gpu, now_out));
+    std::vector<uint8_t> bad = good;
+    const uint32_t nan = 0x7fc00000u;
+    if (method == QuantMethod::dettmers8) {
+      REQUIRE(q->header_b_from_data());
+      for (const uint32_t bits : {nan, 0x7f800000u /* Inf */, 0xbf800000u /* -1 */}) {
+        CAPTURE(bits);
+        std::memcpy(bad.data() + 24, &bits, 4);
+        REQUIRE_THAT(decode_deferred(bad).first, Contains("the scale is not a finite float >= 0"));
+      }
+    } else {
+      // The first group's first mean (the body: per group two means, then its sign words).
+      std::memcpy(bad.data() + wire::kHeaderBytes, &nan, 4);
+      REQUIRE_THAT(decode_deferred(bad).first, Contains("a group has a non-finite mean"));
+    }
+    std::vector<uint8_t> other = good;
+    other[8] ^= 1;  // n: the header check's error
+    REQUIRE_THAT(decode_deferred(other).first, Contains("the header differs"));
+  }
+}
