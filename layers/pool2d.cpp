@@ -103,7 +103,7 @@ void max_plane_inside(const ImageGeometry& g, const Window2d& win, const T* plan
           for (int64_t q = 0; q < n; ++q) {
             const T v = at[q * sw];
             best[q] = v > best[q] ? v : best[q];  // a select, not a branch
-            nan[q] = v != v ? T(1) : nan[q];
+            nan[q] = std::isnan(v) ? T(1) : nan[q];
           }
         }
       T* o = out + oh * g.ow + c0;
@@ -133,7 +133,7 @@ void max_plane_backward_inside(const ImageGeometry& g, const Window2d& win, cons
           const T* at = plane + base;
           for (int64_t q = 0; q < n; ++q) {
             const T v = at[q * sw];
-            const bool match = v == m[q] || (v != v && m[q] != m[q]);  // NaN matches NaN
+            const bool match = v == m[q] || (std::isnan(v) && std::isnan(m[q]));  // NaN matches NaN
             first[q] = match ? static_cast<int32_t>(base + q * sw) : first[q];
           }
         }
