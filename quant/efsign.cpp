@@ -52,6 +52,9 @@ class EfsignQuantizer final : public Quantizer {
 
  protected:
   size_t max_body_bytes(int64_t n, int64_t) const override { return wire::sign_body_end(n); }
+  // The header but the scale (field b, from the data: the CUDA decoder reads and checks it there).
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override { return header(n, 0.0f); }
+  bool header_b_from_data() const override { return true; }
 
   WireHeader header(int64_t n, float scale) const {
     WireHeader h;
@@ -97,8 +100,9 @@ class EfsignQuantizer final : public Quantizer {
 #if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
-    const float scale = check_body(h);
-    sign_decode_cuda(ctx, in.data() + wire::kHeaderBytes, static_cast<int64_t>(h.n), scale, -scale, out, add);
+    check_body(h);
+    sign_decode_cuda(ctx, in.data() + wire::kHeaderBytes, static_cast<int64_t>(h.n), 0.0f, 0.0f, out, add,
+                     /*scaled=*/in.data());
   }
 #endif
 

@@ -3,16 +3,33 @@
 // nibble v % 8 of word v / 8 (reads 1/8 byte per value, + 4 with add; writes 4); one thread per value
 // for an output not 16-byte aligned. The payload's fields are checked on the host (the scale is a
 // header field), so nothing in the body can be malformed.
+#include <optional>
+
 #include "quant/cuda_common.cuh"
 #include "quant/sign_words.h"
 
 namespace qtrain::quant_detail {
 namespace {
 
+// efsign's scale from its payload's header field b (payload null: the pos and neg given); with a
+// status, block 0 reports a field that is not a finite float >= 0 (efsign.cpp's check_body).
+struct Scaled {
+  const uint8_t* payload;
+  EncodeStatus* status;
+  __device__ void apply(float& pos, float& neg) const {
+    if (payload == nullptr) return;
+    const uint32_t bits = header_field_b(payload);
+    if (status != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && bits >= kNonFinite) atomicOr(&status->bad, 1u);
+    pos = bits_float(bits);
+    neg = -pos;
+  }
+};
+
 template <bool Add>
 __global__ void unpack_signs_kernel(const uint32_t* __restrict__ words, int64_t n, float pos, float neg,
-                                    float* __restrict__ out, HeaderCheck header) {
+                                    float* __restrict__ out, Scaled scaled, HeaderCheck header) {
   check_header_in_kernel(header);
+  scaled.apply(pos, neg);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = (words[i >> 5] >> (i & 31)) & 1u ? pos : neg;
@@ -23,8 +40,9 @@ __global__ void unpack_signs_kernel(const uint32_t* __restrict__ words, int64_t 
 template <bool Add>
 __global__ void __launch_bounds__(kStreamThreads)
     unpack_signs_vec_kernel(const uint32_t* __restrict__ words, int64_t n, float pos, float neg,
-                            float* __restrict__ out, HeaderCheck header) {
+                            float* __restrict__ out, Scaled scaled, HeaderCheck header) {
   check_header_in_kernel(header);
+  scaled.apply(pos, neg);
   const int64_t vecs = n / 4;
   for (int64_t tile = blockIdx.x; tile * kTileVecs < vecs; tile += gridDim.x) {
     const int64_t v0 = tile * kTileVecs + threadIdx.x;
@@ -57,22 +75,33 @@ __global__ void __launch_bounds__(kStreamThreads)
 
 }  // namespace
 
-void sign_decode_cuda(Context& ctx, const uint8_t* words, int64_t n, float pos, float neg, float* out, bool add) {
+void sign_decode_cuda(Context& ctx, const uint8_t* words, int64_t n, float pos, float neg, float* out, bool add,
+                      const uint8_t* scaled) {
   if (n == 0) return;
   constexpr int kThreads = 256;
   const auto* w = reinterpret_cast<const uint32_t*>(words);
+  // Without deferred checks the host read and checked the header (the scale too) before this call.
+  std::optional<DecodeStatus> status;
+  Scaled sc{scaled, nullptr};
+  if (scaled != nullptr && DeferredChecks::active(ctx) != nullptr) {
+    status.emplace(ctx);
+    sc.status = status->get();
+    check_status(ctx, sc.status, [](const EncodeStatus& done) {
+      if (done.bad) wire::bad_payload(QuantMethod::efsign, "the scale is not a finite float >= 0");
+    });
+  }
   const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   cudaStream_t s = stream_of(ctx);
   if (aligned_to(out, 16)) {
     const int grid = stream_grid(n / 4);
     if (add)
-      unpack_signs_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(w, n, pos, neg, out, header);
+      unpack_signs_vec_kernel<true><<<grid, kStreamThreads, 0, s>>>(w, n, pos, neg, out, sc, header);
     else
-      unpack_signs_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(w, n, pos, neg, out, header);
+      unpack_signs_vec_kernel<false><<<grid, kStreamThreads, 0, s>>>(w, n, pos, neg, out, sc, header);
   } else if (add) {
-    unpack_signs_kernel<true><<<grid_for(n, kThreads), kThreads, 0, s>>>(w, n, pos, neg, out, header);
+    unpack_signs_kernel<true><<<grid_for(n, kThreads), kThreads, 0, s>>>(w, n, pos, neg, out, sc, header);
   } else {
-    unpack_signs_kernel<false><<<grid_for(n, kThreads), kThreads, 0, s>>>(w, n, pos, neg, out, header);
+    unpack_signs_kernel<false><<<grid_for(n, kThreads), kThreads, 0, s>>>(w, n, pos, neg, out, sc, header);
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -18,8 +18,11 @@ inline size_t sign_body_end(int64_t n) { return kHeaderBytes + 4 * static_cast<s
 
 namespace qtrain::quant_detail {
 
-// The CUDA decode of both methods (sign_words.cu): the n values of the words as pos or neg.
-void sign_decode_cuda(Context& ctx, const uint8_t* words, int64_t n, float pos, float neg, float* out, bool add);
+// The CUDA decode of both methods (sign_words.cu): the n values of the words as pos or neg. With
+// `scaled` (efsign's payload) pos and -pos are instead its header field b, read on the device (under
+// DeferredChecks the receiver predicts the rest of the header; the kernel checks the scale).
+void sign_decode_cuda(Context& ctx, const uint8_t* words, int64_t n, float pos, float neg, float* out, bool add,
+                      const uint8_t* scaled = nullptr);
 
 // Values [begin, end) of the span into out[0 .. end - begin): the partial words at either end value
 // by value, the whole words between them 32 values at a time (a fixed-length loop GCC vectorizes).

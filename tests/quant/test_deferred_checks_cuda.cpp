@@ -217,14 +217,15 @@ TEST_CASE("deferred checks: fp8's and nvfp4's scales are read and checked on the
   }
 }
 
-// dettmers8 reads its scale (header field b) on the device, onebit's decoders check each group's means
-// as they decode under a scope: the same values as a decode that checks at once, and a bad field
-// reported at settle.
-TEST_CASE("deferred checks: dettmers8's scale and onebit's means are checked in the decoders", "[quant][cuda]") {
+// dettmers8 and efsign read their scale (header field b) on the device, onebit's decoders check each
+// group's means as they decode under a scope: the same values as a decode that checks at once, and a
+// bad field reported at settle.
+TEST_CASE("deferred checks: dettmers8's and efsign's scales and onebit's means are checked in the decoders",
+          "[quant][cuda]") {
   Context gpu = Context::cuda(0, 1);
   const int64_t n = 1024;
   Tensor gx = floats_on_gpu(normal_data(n, 12));
-  for (const QuantMethod method : {QuantMethod::dettmers8, QuantMethod::onebit}) {
+  for (const QuantMethod method : {QuantMethod::dettmers8, QuantMethod::efsign, QuantMethod::onebit}) {
     CAPTURE(quant_method_name(method));
     auto q = make_quantizer(QuantSpec::defaults(method));
     QuantState state(1, 0, 1);
@@ -257,7 +258,7 @@ TEST_CASE("deferred checks: dettmers8's scale and onebit's means are checked in 
     REQUIRE(values == floats_on_host(gpu, now_out));
     std::vector<uint8_t> bad = good;
     const uint32_t nan = 0x7fc00000u;
-    if (method == QuantMethod::dettmers8) {
+    if (method != QuantMethod::onebit) {
       REQUIRE(q->header_b_from_data());
       for (const uint32_t bits : {nan, 0x7f800000u /* Inf */, 0xbf800000u /* -1 */}) {
         CAPTURE(bits);
