@@ -279,7 +279,12 @@ void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n
     // The method's decode kernel makes the check on its way where its launcher takes it; else a
     // kernel of its own does (either way before settle() reads the slot).
     deferred->offer_header_check(header);
-    decode_cuda(ctx, *expected, in.first(expected->total), out.data(), add);
+    try {
+      decode_cuda(ctx, *expected, in.first(expected->total), out.data(), add);
+    } catch (...) {
+      (void)deferred->take_header_check();  // no later decode may take this payload's check
+      throw;
+    }
     quant_detail::cuda_check_header(ctx, deferred->take_header_check());
     return;
   }
