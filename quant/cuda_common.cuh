@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "framework/core/check.h"
@@ -311,6 +312,14 @@ inline HeaderCheck take_header_check(Context& ctx) {
   return deferred != nullptr ? deferred->take_header_check() : HeaderCheck{};
 }
 
+// A scale in header field b that must be a finite float >= 0 (dettmers8's, efsign's), read by the
+// decode kernel; with a status (field_b_scale_status), block 0 reports a field that is not.
+__device__ __forceinline__ float checked_field_b_scale(const uint8_t* payload, EncodeStatus* status) {
+  const uint32_t bits = header_field_b(payload);
+  if (status != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && bits >= kNonFinite) atomicOr(&status->bad, 1u);
+  return bits_float(bits);
+}
+
 // Writes a header whose fields the host knows (thread 0 of block 0 of any kernel may call it).
 __device__ __forceinline__ void store_header(uint8_t* out, const WireHeaderFields& h) {
   out[0] = 'Q';
@@ -539,6 +548,18 @@ EncodeStatus* decoder_checks(Context& ctx, DecodeStatus& status, LaunchCheck lau
   }
   check_status(ctx, status.get(), std::move(check));
   return deferred ? status.get() : nullptr;
+}
+
+// The status a decode kernel checks its field b scale into (checked_field_b_scale): under
+// DeferredChecks, where the receiver predicted the header and read nothing back, a slot checked at
+// settle (held in `owner`); else null, as the host read and checked the whole header before the call.
+inline EncodeStatus* field_b_scale_status(Context& ctx, std::optional<DecodeStatus>& owner, QuantMethod method) {
+  if (DeferredChecks::active(ctx) == nullptr) return nullptr;
+  owner.emplace(ctx);
+  check_status(ctx, owner->get(), [method](const EncodeStatus& done) {
+    if (done.bad) wire::bad_payload(method, "the scale is not a finite float >= 0");
+  });
+  return owner->get();
 }
 
 }  // namespace qtrain::quant_detail

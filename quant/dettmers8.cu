@@ -2,8 +2,6 @@
 // any order gives the CPU's value), then one thread per value; the dynamic-tree index is the binary search that defines
 // the CPU's lookup table (tests/quant checks the two agree everywhere), the rest (the linear level, clusterNet's
 // search) quant/dettmers8_codes.h's, as on the CPU.
-#include <optional>
-
 #include "quant/cuda_common.cuh"
 #include "quant/dettmers8_codes.h"
 #include "quant/dettmers8_cuda.h"
@@ -105,9 +103,7 @@ __global__ void decode_kernel(DeviceTables tables, bool linear, const uint8_t* _
                               float* __restrict__ out, int64_t n, EncodeStatus* status, HeaderCheck header) {
   check_header_in_kernel(header);
   __shared__ float d[256];
-  const uint32_t m_bits = header_field_b(payload);
-  if (status != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && m_bits >= kNonFinite) atomicOr(&status->bad, 1u);
-  const float m = bits_float(m_bits);
+  const float m = checked_field_b_scale(payload, status);
   const uint8_t* codes = payload + wire::kHeaderBytes;
   const float step = m / 127.0f;
   for (int c = threadIdx.x; c < 256; c += blockDim.x)
@@ -149,16 +145,8 @@ void dettmers8_decode_cuda(Context& ctx, Dettmers8Variant variant, const uint8_t
   if (n == 0) return;
   constexpr int kThreads = 256;
   const bool linear = variant == Dettmers8Variant::linear;
-  // Without deferred checks the host read and checked the header (the scale too) before this call.
   std::optional<DecodeStatus> status;
-  EncodeStatus* in_decoder = nullptr;
-  if (DeferredChecks::active(ctx) != nullptr) {
-    status.emplace(ctx);
-    in_decoder = status->get();
-    check_status(ctx, in_decoder, [](const EncodeStatus& done) {
-      if (done.bad) wire::bad_payload(QuantMethod::dettmers8, "the scale is not a finite float >= 0");
-    });
-  }
+  EncodeStatus* in_decoder = field_b_scale_status(ctx, status, QuantMethod::dettmers8);
   const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   const int grid = grid_for(n, kThreads);
   cudaStream_t s = stream_of(ctx);

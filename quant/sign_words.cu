@@ -3,24 +3,20 @@
 // nibble v % 8 of word v / 8 (reads 1/8 byte per value, + 4 with add; writes 4); one thread per value
 // for an output not 16-byte aligned. The payload's fields are checked on the host (the scale is a
 // header field), so nothing in the body can be malformed.
-#include <optional>
-
 #include "quant/cuda_common.cuh"
 #include "quant/sign_words.h"
 
 namespace qtrain::quant_detail {
 namespace {
 
-// efsign's scale from its payload's header field b (payload null: the pos and neg given); with a
-// status, block 0 reports a field that is not a finite float >= 0 (efsign.cpp's check_body).
+// efsign's scale from its payload's header field b (payload null: the pos and neg given), checked
+// into the status as efsign.cpp's check_body checks it on the host.
 struct Scaled {
   const uint8_t* payload;
   EncodeStatus* status;
   __device__ void apply(float& pos, float& neg) const {
     if (payload == nullptr) return;
-    const uint32_t bits = header_field_b(payload);
-    if (status != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && bits >= kNonFinite) atomicOr(&status->bad, 1u);
-    pos = bits_float(bits);
+    pos = checked_field_b_scale(payload, status);
     neg = -pos;
   }
 };
@@ -80,16 +76,8 @@ void sign_decode_cuda(Context& ctx, const uint8_t* words, int64_t n, float pos, 
   if (n == 0) return;
   constexpr int kThreads = 256;
   const auto* w = reinterpret_cast<const uint32_t*>(words);
-  // Without deferred checks the host read and checked the header (the scale too) before this call.
   std::optional<DecodeStatus> status;
-  Scaled sc{scaled, nullptr};
-  if (scaled != nullptr && DeferredChecks::active(ctx) != nullptr) {
-    status.emplace(ctx);
-    sc.status = status->get();
-    check_status(ctx, sc.status, [](const EncodeStatus& done) {
-      if (done.bad) wire::bad_payload(QuantMethod::efsign, "the scale is not a finite float >= 0");
-    });
-  }
+  const Scaled sc{scaled, scaled != nullptr ? field_b_scale_status(ctx, status, QuantMethod::efsign) : nullptr};
   const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   cudaStream_t s = stream_of(ctx);
   if (aligned_to(out, 16)) {

@@ -13,60 +13,45 @@ namespace qtrain::exchange {
 
 namespace {
 
+// Tensor t whole: what every rank's payload holds for it.
+Span whole(const Workspace& w, int t) { return Span{0, w.tensor(t).numel}; }
+
 // The host path: the payloads travel through host memory (MPI, or NCCL's host staging where device
-// payloads are off), each decoded as soon as it and those of the lower ranks have arrived.
-void reduce_allgather_on_host(Workspace& w, const std::vector<int>& ids, size_t capacity, size_t used,
-                              double encode_s) {
-  Context& ctx = *w.ctx;
-  const int P = w.comm.size();
-  // Every rank's payload goes to every rank; each is decoded in rank order: the first overwrites, the
-  // others add, so every rank sums the same bytes in the same order.
+// payloads are off); every rank's payload goes to every rank, each decoded as soon as it and those of
+// the lower ranks have arrived, in rank order: the first overwrites, the others add, so every rank sums
+// the same bytes in the same order. Returns the seconds spent decoding.
+double gather_on_host(Workspace& w, const std::vector<int>& ids, size_t capacity, size_t used) {
   double decode_s = 0;
-  const auto exchange_start = Clock::now();
-  w.capacity.assign(static_cast<size_t>(P), capacity);
-  w.comm.all_gather_streamed(
-      ctx, {w.send_host.data(), used}, w.capacity, w.recv_host, [&](int r, std::span<const uint8_t> bytes) {
-        const auto t0 = Clock::now();
-        w.decode_from(r, bytes, ids, /*add=*/r > 0, [&](int t) { return Span{0, w.tensor(t).numel}; });
-        decode_s += since(t0);
-      });
-  const auto t0 = Clock::now();
-  for (int t : ids) w.finish_sum(t, w.grad(t), w.tensor(t).numel);
-  decode_s += since(t0);
-  w.stats.phases.add(Phase::encode, encode_s);
-  w.stats.phases.add(Phase::decode, decode_s);
-  w.stats.phases.add(Phase::communicate, std::max(0.0, since(exchange_start) - decode_s));
+  w.capacity.assign(static_cast<size_t>(w.comm.size()), capacity);
+  w.comm.all_gather_streamed(*w.ctx, {w.send_host.data(), used}, w.capacity, w.recv_host,
+                             [&](int r, std::span<const uint8_t> bytes) {
+                               const auto t0 = Clock::now();
+                               w.decode_from(r, bytes, ids, /*add=*/r > 0, [&](int t) { return whole(w, t); });
+                               decode_s += since(t0);
+                             });
+  return decode_s;
 }
 
 // The device path (NCCL with device payloads): every rank's payloads land in one device buffer and
-// are decoded there, in rank order. With fixed-size payloads (every method but adaptive) each rank
-// knows every size, so the collective exchanges none and nothing waits (the step's end does:
-// Workspace::settle_checks), and the decoders check the headers on the device.
-void reduce_allgather_on_device(Workspace& w, const std::vector<int>& ids, size_t capacity, const uint8_t* send,
-                                size_t used, double encode_s) {
-  Context& ctx = *w.ctx;
+// are decoded there, in the same rank order. With fixed-size payloads (every method but adaptive) each
+// rank knows every size, so the collective exchanges none and nothing waits (the step's end does:
+// Workspace::settle_checks), and the decoders check the headers on the device. Returns the seconds
+// spent decoding.
+double gather_on_device(Workspace& w, const std::vector<int>& ids, size_t capacity, const uint8_t* send, size_t used) {
   const int P = w.comm.size();
-  const auto exchange_start = Clock::now();
   const bool given = w.fixed_sizes(ids);
   if (given) w.recv_sizes.assign(static_cast<size_t>(P), used);  // the same tensors at the same fixed sizes
-  const uint8_t* recv = w.comm.all_gather_device(ctx, {send, used}, w.recv_sizes, w.recv_offsets, given);
+  const uint8_t* recv = w.comm.all_gather_device(*w.ctx, {send, used}, w.recv_sizes, w.recv_offsets, given);
   comm_detail::check_capacities("gradient exchange (allgather)", std::vector<size_t>(static_cast<size_t>(P), capacity),
                                 w.recv_sizes, P);
   const auto t0 = Clock::now();
   for (int r = 0; r < P; ++r) {
     const auto i = static_cast<size_t>(r);
     w.decode_from_device(
-        r, {recv + w.recv_offsets[i], w.recv_sizes[i]}, ids, /*add=*/r > 0,
-        [&](int t) {
-          return Span{0, w.tensor(t).numel};
-        },
+        r, {recv + w.recv_offsets[i], w.recv_sizes[i]}, ids, /*add=*/r > 0, [&](int t) { return whole(w, t); },
         /*owner_encoded=*/false);
   }
-  for (int t : ids) w.finish_sum(t, w.grad(t), w.tensor(t).numel);
-  const double decode_s = since(t0);
-  w.stats.phases.add(Phase::encode, encode_s);
-  w.stats.phases.add(Phase::decode, decode_s);
-  w.stats.phases.add(Phase::communicate, std::max(0.0, since(exchange_start) - decode_s));
+  return since(t0);
 }
 
 }  // namespace
@@ -93,16 +78,23 @@ void reduce_allgather(Workspace& w, const std::vector<int>& ids) {
                                  {send + used, p.quantizer->max_encoded_bytes(x.numel, col)});
     used += own[i];
   }
-  const double encode_s = since(start);
   const bool on_device = w.device.is_cuda() && w.comm.device_byte_collectives() && !w.host_payloads;
-  if (on_device) {
-    reduce_allgather_on_device(w, ids, capacity, send, used, encode_s);
-  } else {
-    if (w.device.is_cuda()) copy_to_host(ctx, w.send_host.data(), send, used);
-    reduce_allgather_on_host(w, ids, capacity, used, encode_s);
+  if (w.device.is_cuda() && !on_device) copy_to_host(ctx, w.send_host.data(), send, used);
+  const double encode_s = since(start);
+
+  const auto exchange_start = Clock::now();
+  double decode_s = on_device ? gather_on_device(w, ids, capacity, send, used) : gather_on_host(w, ids, capacity, used);
+  // Then each sum is finished by the method's combine (the mean's scaling, or signsgd's vote).
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int t = ids[i];
+    w.finish_sum(t, w.grad(t), w.tensor(t).numel);
+    w.stats.bytes_sent_per_tensor[static_cast<size_t>(t)] += static_cast<double>(own[i]) * (P - 1);
   }
-  for (size_t i = 0; i < ids.size(); ++i)
-    w.stats.bytes_sent_per_tensor[static_cast<size_t>(ids[i])] += static_cast<double>(own[i]) * (P - 1);
+  decode_s += since(t0);
+  w.stats.phases.add(Phase::encode, encode_s);
+  w.stats.phases.add(Phase::decode, decode_s);
+  w.stats.phases.add(Phase::communicate, std::max(0.0, since(exchange_start) - decode_s));
 }
 
 namespace {

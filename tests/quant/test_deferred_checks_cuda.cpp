@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "framework/core/tensor.h"
 #include "quant/deferred_checks.h"
@@ -52,6 +54,42 @@ Encoded encode_on(Context& gpu, const Quantizer& q, const Tensor& x, int64_t col
 }
 
 std::string describe(uint64_t tag) { return "tensor " + std::to_string(tag); }
+
+// What settle() raised (its message), or empty when nothing failed.
+std::string settle_error(DeferredChecks& checks) {
+  try {
+    checks.settle(describe);
+  } catch (const InputError& x) {
+    return x.what();
+  }
+  return {};
+}
+
+// The n values of an encoded payload decoded on the GPU without a scope (every check at the call).
+std::vector<float> decode_at_once(Context& gpu, const Quantizer& q, const Encoded& e, int64_t n) {
+  Tensor out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+  q.decode(gpu, std::span<const uint8_t>(e.payload.data<uint8_t>(), e.bytes), n,
+           std::span<float>(out.data<float>(), static_cast<size_t>(n)));
+  return floats_on_host(gpu, out);
+}
+
+// Decodes `payload` (its first `bytes`, n values, the sender's column n) on the GPU under a
+// DeferredChecks scope and settles: the error settle() raised (empty: none) and the decoded values.
+std::pair<std::string, std::vector<float>> decode_under_scope(Context& gpu, const Quantizer& q,
+                                                              const std::vector<uint8_t>& payload, size_t bytes,
+                                                              int64_t n) {
+  Tensor p = Tensor::empty({static_cast<int64_t>(payload.size())}, DType::u8);
+  std::memcpy(p.data<uint8_t>(), payload.data(), payload.size());
+  Tensor gp = p.to(Device::cuda(0));
+  Tensor out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+  DeferredChecks checks(gpu);
+  {
+    const DeferredChecks::Scope scope(checks);
+    q.decode(gpu, std::span<const uint8_t>(gp.data<uint8_t>(), bytes), n,
+             std::span<float>(out.data<float>(), static_cast<size_t>(n)), n);
+  }
+  return {settle_error(checks), floats_on_host(gpu, out)};
+}
 
 }  // namespace
 
@@ -126,13 +164,7 @@ TEST_CASE("deferred checks: a header that differs from the receiver's is reporte
     receiver->decode(gpu, std::span<const uint8_t>(e.payload.data<uint8_t>(), e.bytes), n,
                      std::span<float>(out.data<float>(), static_cast<size_t>(n)), n);
   }
-  std::string error;
-  try {
-    checks.settle(describe);
-  } catch (const InputError& x) {
-    error = x.what();
-  }
-  REQUIRE_THAT(error, Catch::Matchers::StartsWith("tensor 7: qsgd payload: the header differs"));
+  REQUIRE_THAT(settle_error(checks), Catch::Matchers::StartsWith("tensor 7: qsgd payload: the header differs"));
   // A payload shorter than the predicted one is refused on the host, at the call.
   {
     const DeferredChecks::Scope scope(checks);
@@ -170,31 +202,12 @@ TEST_CASE("deferred checks: fp8's and nvfp4's scales are read and checked on the
     const Encoded e = encode_on(gpu, *q, gx, n, state);
     std::vector<uint8_t> good = bytes_on_host(gpu, e.payload);
     const auto decode_deferred = [&](const std::vector<uint8_t>& payload) {
-      Tensor p = Tensor::empty({static_cast<int64_t>(payload.size())}, DType::u8);
-      std::memcpy(p.data<uint8_t>(), payload.data(), payload.size());
-      Tensor gp = p.to(Device::cuda(0));
-      Tensor out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
-      DeferredChecks checks(gpu);
-      {
-        const DeferredChecks::Scope scope(checks);
-        q->decode(gpu, std::span<const uint8_t>(gp.data<uint8_t>(), e.bytes), n,
-                  std::span<float>(out.data<float>(), static_cast<size_t>(n)), n);
-      }
-      std::string error;
-      try {
-        checks.settle(describe);
-      } catch (const InputError& x) {
-        error = x.what();
-      }
-      return std::make_pair(error, floats_on_host(gpu, out));
+      return decode_under_scope(gpu, *q, payload, e.bytes, n);
     };
     // The scale the encoder computed (not the 0 of the predicted header) decodes the values.
     const auto [none, values] = decode_deferred(good);
     REQUIRE(none.empty());
-    Tensor now_out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
-    q->decode(gpu, std::span<const uint8_t>(e.payload.data<uint8_t>(), e.bytes), n,
-              std::span<float>(now_out.data<float>(), static_cast<size_t>(n)));
-    REQUIRE(values == floats_on_host(gpu, now_out));
+    REQUIRE(values == decode_at_once(gpu, *q, e, n));
     for (const uint32_t bits : bad_scales) {
       CAPTURE(bits);
       std::vector<uint8_t> bad = good;
@@ -232,30 +245,11 @@ TEST_CASE("deferred checks: dettmers8's and efsign's scales and onebit's means a
     const Encoded e = encode_on(gpu, *q, gx, n, state);
     const std::vector<uint8_t> good = bytes_on_host(gpu, e.payload);
     const auto decode_deferred = [&](const std::vector<uint8_t>& payload) {
-      Tensor p = Tensor::empty({static_cast<int64_t>(payload.size())}, DType::u8);
-      std::memcpy(p.data<uint8_t>(), payload.data(), payload.size());
-      Tensor gp = p.to(Device::cuda(0));
-      Tensor out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
-      DeferredChecks checks(gpu);
-      {
-        const DeferredChecks::Scope scope(checks);
-        q->decode(gpu, std::span<const uint8_t>(gp.data<uint8_t>(), e.bytes), n,
-                  std::span<float>(out.data<float>(), static_cast<size_t>(n)), n);
-      }
-      std::string error;
-      try {
-        checks.settle(describe);
-      } catch (const InputError& x) {
-        error = x.what();
-      }
-      return std::make_pair(error, floats_on_host(gpu, out));
+      return decode_under_scope(gpu, *q, payload, e.bytes, n);
     };
     const auto [none, values] = decode_deferred(good);
     REQUIRE(none.empty());
-    Tensor now_out = Tensor::zeros({n}, DType::f32, Device::cuda(0));
-    q->decode(gpu, std::span<const uint8_t>(e.payload.data<uint8_t>(), e.bytes), n,
-              std::span<float>(now_out.data<float>(), static_cast<size_t>(n)));
-    REQUIRE(values == floats_on_host(gpu, now_out));
+    REQUIRE(values == decode_at_once(gpu, *q, e, n));
     std::vector<uint8_t> bad = good;
     const uint32_t nan = 0x7fc00000u;
     if (method != QuantMethod::onebit) {
