@@ -37,5 +37,7 @@ std::unique_ptr<Layer> make_activation(ConfigNode& cfg, ActivationKind kind);
 // CUDA entry points (activation.cu; built with the CUDA toolkit only). Same numel, f32, ctx's device.
 void activation_forward_cuda(Context& ctx, ActivationKind kind, const Tensor& x, Tensor& y);
 void activation_backward_cuda(Context& ctx, ActivationKind kind, const Tensor& y, const Tensor& dy, Tensor& dx);
+// y = relu(y) in place, for the layers that fuse a relu (batchnorm2d, add with `activation: relu`).
+void relu_in_place_cuda(Context& ctx, Tensor& y);
 
 }  // namespace qtrain

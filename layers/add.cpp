@@ -4,7 +4,9 @@
 #include "layers/add.h"
 
 #include <algorithm>
+#include <string>
 
+#include "layers/activation.h"
 #include "layers/dispatch.h"
 
 namespace qtrain {
@@ -32,11 +34,20 @@ void Add::forward_inputs_cpu(Context& ctx, std::span<const Tensor> xs, Tensor& y
       const T* a = xs[0].data<T>() + begin;
       const T* __restrict b = xs[1].data<T>() + begin;
       const int64_t n = end - begin;
+      if (relu_ && xs.size() == 2) {
+        for (int64_t i = 0; i < n; ++i) {
+          const T v = a[i] + b[i];
+          out[i] = v > T(0) ? v : T(0);  // the relu layer's rule: a NaN becomes 0
+        }
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
       for (size_t k = 2; k < xs.size(); ++k) {
         const T* __restrict c = xs[k].data<T>() + begin;
         for (int64_t i = 0; i < n; ++i) out[i] += c[i];
       }
+      if (relu_)
+        for (int64_t i = 0; i < n; ++i) out[i] = out[i] > T(0) ? out[i] : T(0);
     });
   });
 }
@@ -44,32 +55,52 @@ void Add::forward_inputs_cpu(Context& ctx, std::span<const Tensor> xs, Tensor& y
 #if QTRAIN_HAS_CUDA
 void Add::forward_inputs_cuda(Context& ctx, std::span<const Tensor> xs, Tensor& y, bool) {
   add_forward_cuda(ctx, xs, y);
+  if (relu_) relu_in_place_cuda(ctx, y);
 }
 #endif
 
-void Add::backward_inputs_cpu(Context& ctx, std::span<const Tensor>, const Tensor&, const Tensor& dy,
+void Add::backward_inputs_cpu(Context& ctx, std::span<const Tensor>, const Tensor& y, const Tensor& dy,
                               std::span<Tensor> dxs) {
-  for (Tensor& dx : dxs) {
-    if (!dx.defined()) continue;
-    dispatch_float(dy.dtype(), [&]<typename T>() {
-      ctx.cpu_pool().parallel_for(dy.numel(), kGrain, [&](int64_t begin, int64_t end) {
-        std::copy(dy.data<T>() + begin, dy.data<T>() + end, dx.data<T>() + begin);
-      });
+  dispatch_float(dy.dtype(), [&]<typename T>() {
+    ctx.cpu_pool().parallel_for(dy.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      const T* __restrict g = dy.data<T>() + begin;
+      const T* __restrict out = y.data<T>() + begin;
+      const int64_t n = end - begin;
+      // With the fused relu, one pass writes the masked dy (the relu layer's backward) into every
+      // input's gradient.
+      T* first = nullptr;
+      for (Tensor& dx : dxs) {
+        if (!dx.defined()) continue;
+        T* __restrict gx = dx.data<T>() + begin;
+        if (!relu_)
+          std::copy(g, g + n, gx);
+        else if (first)
+          std::copy(first, first + n, gx);
+        else
+          for (int64_t i = 0; i < n; ++i) gx[i] = out[i] > T(0) ? g[i] : T(0);
+        if (!first) first = gx;
+      }
     });
-  }
+  });
 }
 
 #if QTRAIN_HAS_CUDA
-void Add::backward_inputs_cuda(Context& ctx, std::span<const Tensor>, const Tensor&, const Tensor& dy,
+void Add::backward_inputs_cuda(Context& ctx, std::span<const Tensor>, const Tensor& y, const Tensor& dy,
                                std::span<Tensor> dxs) {
-  for (Tensor& dx : dxs)
-    if (dx.defined()) add_copy_cuda(ctx, dy, dx);
+  for (Tensor& dx : dxs) {
+    if (!dx.defined()) continue;
+    if (relu_)
+      activation_backward_cuda(ctx, ActivationKind::relu, y, dy, dx);
+    else
+      add_copy_cuda(ctx, dy, dx);
+  }
 }
 #endif
 
 std::unique_ptr<Layer> make_add(ConfigNode& cfg) {
+  const std::string activation = cfg.get_choice("activation", "none", {"none", "relu"});
   cfg.finish();
-  return std::make_unique<Add>();
+  return std::make_unique<Add>(activation == "relu");
 }
 
 void add_into(Context& ctx, Tensor& dst, const Tensor& src) {

@@ -1,6 +1,9 @@
 // add: the elementwise sum of two or more inputs of one shape (the join of a residual block).
-// Config keys: none besides `inputs:` (read by Net), e.g. {type: add, inputs: [conv2, input]}.
-// Backward copies dy into the gradient of every input that needs one.
+// Config keys besides `inputs:` (read by Net), e.g. {type: add, inputs: [conv2, input]}: activation
+// (none or relu). Backward copies dy into the gradient of every input that needs one.
+// - activation: relu fuses the relu that ends a residual block: the output is relu(sum), the bits of
+//   add followed by a relu layer, and backward writes dy masked by output > 0 into each input's
+//   gradient. One pass over the data each way instead of two (see batchnorm.h).
 //
 // Forward may run in place over its first input (y the same tensor as xs[0]): Net sums the gradients
 // of an activation that feeds several layers that way, through the registry's `add`.
@@ -14,7 +17,9 @@ namespace qtrain {
 
 class Add : public MultiInputLayer {
  public:
+  explicit Add(bool relu = false) : relu_(relu) {}
   const char* type() const override { return "add"; }
+  bool fused_relu() const { return relu_; }
 
  protected:
   Shape configure_inputs(const std::vector<Shape>& inputs) override;
@@ -26,6 +31,9 @@ class Add : public MultiInputLayer {
   void backward_inputs_cuda(Context& ctx, std::span<const Tensor> xs, const Tensor& y, const Tensor& dy,
                             std::span<Tensor> dxs) override;
 #endif
+
+ private:
+  bool relu_;  // activation: relu, fused
 };
 
 std::unique_ptr<Layer> make_add(ConfigNode& cfg);

@@ -7,9 +7,16 @@
 //   the unbiased variance (n / (n - 1)) for running_var, as PyTorch does.
 // - Evaluation: normalizes with the running statistics.
 // Input per sample: batchnorm2d (C, H, W); batchnorm1d (C) or (C, L). Config keys: eps (1e-5),
-// momentum (0.1), affine (true). PyTorch's num_batches_tracked (used only with momentum None) is not kept.
+// momentum (0.1), affine (true), activation (none or relu). PyTorch's num_batches_tracked (used only
+// with momentum None) is not kept.
+// - activation: relu fuses the relu that follows batch norm in most convnets: the layer's output is
+//   relu(bn(x)), the bits of a batchnorm layer followed by a relu layer, and its backward masks dy by
+//   output > 0 first. On the CPU that is one pass over the data instead of two each way (the relu's
+//   read and write of a whole activation, forward and backward); the memory-bound CIFAR ResNets spend
+//   that time in their relu layers.
 // CUDA: cuDNN's spatial batch norm, whose exponentialAverageFactor is the momentum above and whose
-// running variance is also the unbiased one.
+// running variance is also the unbiased one; a fused relu runs as a kernel of its own after it, and
+// backward masks dy into a scratch tensor for cuDNN.
 #pragma once
 
 #include <memory>
@@ -21,7 +28,7 @@ namespace qtrain {
 
 class BatchNorm : public Layer {
  public:
-  BatchNorm(int spatial_dims, double eps, double momentum, bool affine);
+  BatchNorm(int spatial_dims, double eps, double momentum, bool affine, bool relu = false);
 
   const char* type() const override { return spatial_dims_ == 2 ? "batchnorm2d" : "batchnorm1d"; }
   std::vector<ParamSpec> param_specs() const override;
@@ -29,6 +36,7 @@ class BatchNorm : public Layer {
 
   double eps() const { return eps_; }
   double momentum() const { return momentum_; }
+  bool fused_relu() const { return relu_; }
 
  protected:
   Shape configure(const Shape& input) override;
@@ -51,6 +59,7 @@ class BatchNorm : public Layer {
   int spatial_dims_;  // 2: (C, H, W); 1: (C) or (C, L)
   double eps_, momentum_;
   bool affine_;
+  bool relu_;                           // activation: relu, fused
   int64_t channels_ = 0, spatial_ = 1;  // per sample: channels x spatial positions
   // Per channel, from the last training forward: mean and 1/sqrt(var + eps). CPU in f64; on CUDA,
   // device f32 tensors (cuDNN's saved mean and inverse variance) and unit scale / zero bias stand-ins
@@ -59,6 +68,7 @@ class BatchNorm : public Layer {
   bool has_batch_stats_ = false;  // a training forward ran, so backward has statistics to use
   Tensor cuda_saved_mean_, cuda_saved_invstd_, cuda_ones_, cuda_zeros_, cuda_dscale_, cuda_dbias_;
   Tensor cuda_dx_scratch_;  // cuDNN always writes dx; used when the caller needs none (first layer)
+  Tensor cuda_dy_scratch_;  // with the fused relu: dy masked by output > 0, cuDNN's dy
 #if QTRAIN_HAS_CUDA
   void ensure_cuda_state(Context& ctx, const Tensor& like, int64_t batch);
 #endif

@@ -305,9 +305,12 @@ TEST_CASE("configs/cifar_resnet110.yaml expands to ResNet-110", "[net][graph]") 
   REQUIRE(types["batchnorm2d"] == 109);
   REQUIRE(types["pad_channels"] == 2);
   // Identity shortcuts read the block's input, i.e. the previous block's output.
-  const GraphNode& sum = nodes[static_cast<size_t>(index.at("stage1_block5.sum"))];
+  // The relus are fused into batch norm and add (`activation: relu`): no relu layer is left.
+  REQUIRE(types.count("relu") == 0);
+  const GraphNode& sum = nodes[static_cast<size_t>(index.at("stage1_block5.out"))];
+  REQUIRE(sum.type == "add");
   REQUIRE(sum.inputs == std::vector<int>{index.at("stage1_block5.bn2"), index.at("stage1_block4.out")});
-  REQUIRE(nodes[static_cast<size_t>(index.at("stage1_block1.conv1"))].inputs == std::vector<int>{index.at("relu1")});
+  REQUIRE(nodes[static_cast<size_t>(index.at("stage1_block1.conv1"))].inputs == std::vector<int>{index.at("bn1")});
   // The downsampling block's shortcut pads the previous stage's output; the next block reads its output.
   REQUIRE(nodes[static_cast<size_t>(index.at("stage2_first1.shortcut"))].inputs ==
           std::vector<int>{index.at("stage1_block18.out")});

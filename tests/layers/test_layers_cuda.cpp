@@ -250,6 +250,28 @@ TEST_CASE("add and pad_channels: CUDA matches the CPU bit for bit", "[cuda][laye
   require_bitwise(download(gpu, dxs[0]), xs[2], "add dx0");
   require_bitwise(download(gpu, dxs[2]), xs[2], "add dx2");
 
+  // With the fused relu (activation: relu), two inputs and three: the same bits as the CPU.
+  for (int inputs : {2, 3}) {
+    INFO(inputs << " inputs, fused relu");
+    Add fa(true), fb(true);
+    const std::vector<Shape> shapes(static_cast<size_t>(inputs), Shape{3, 4, 5});
+    fa.setup_inputs(shapes);
+    fb.setup_inputs(shapes);
+    const std::span<const Tensor> in(xs.data(), static_cast<size_t>(inputs));
+    const std::span<const Tensor> in_gpu(xs_gpu.data(), static_cast<size_t>(inputs));
+    fa.forward_inputs(cpu, in, y, true);
+    fb.forward_inputs(gpu, in_gpu, y_gpu, true);
+    require_bitwise(download(gpu, y_gpu), y, "add+relu y");
+    std::vector<Tensor> fdx, fdx_gpu;
+    for (int k = 0; k < inputs; ++k) {
+      fdx.push_back(Tensor::empty(s, DType::f32));
+      fdx_gpu.push_back(Tensor::empty(s, DType::f32, kGpu));
+    }
+    fa.backward_inputs(cpu, in, y, xs[2], fdx);
+    fb.backward_inputs(gpu, in_gpu, y_gpu, xs_gpu[2], fdx_gpu);
+    for (int k = 0; k < inputs; ++k) require_bitwise(download(gpu, fdx_gpu[k]), fdx[k], "add+relu dx");
+  }
+
   for (auto [channels, stride] : {std::pair{8, 2}, std::pair{3, 1}, std::pair{6, 3}}) {
     PadChannels pa(channels, stride), pb(channels, stride);
     const Shape out = pa.setup({3, 4, 5});
@@ -270,11 +292,12 @@ TEST_CASE("add and pad_channels: CUDA matches the CPU bit for bit", "[cuda][laye
 
 TEST_CASE("batchnorm2d: cuDNN matches the CPU reference", "[cuda][layers][batchnorm][cudnn]") {
   const Shape s{8, 4, 6, 5};  // 240 values per channel
-  for (bool affine : {true, false}) {
-    INFO("affine " << affine);
+  // With the fused relu (activation: relu) about half of the outputs are 0 and their dy is dropped.
+  for (auto [affine, relu] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
+    INFO("affine " << affine << ", relu " << relu);
     Context cpu = Context::cpu(1, 1);
     Context gpu = Context::cuda(0, 1);
-    BatchNorm a(2, 1e-5, 0.1, affine), b(2, 1e-5, 0.1, affine);
+    BatchNorm a(2, 1e-5, 0.1, affine, relu), b(2, 1e-5, 0.1, affine, relu);
     a.setup({4, 6, 5});
     b.setup({4, 6, 5});
     BoundParams pa = bind_random_params(a, 3, DType::f32);

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "framework/core/config_node.h"
@@ -49,10 +50,10 @@ Bound set_up(Layer& layer, const Shape& input, uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("add gradients with two and three inputs", "[layers][gradcheck][add]") {
+TEST_CASE("add gradients with two and three inputs, with and without the fused relu", "[layers][gradcheck][add]") {
   Context ctx = Context::cpu(1, 1);
-  for (int n : {2, 3}) {
-    Add add;
+  for (auto [n, relu] : {std::pair{2, false}, std::pair{3, false}, std::pair{2, true}, std::pair{3, true}}) {
+    Add add(relu);
     std::vector<Shape> shapes(static_cast<size_t>(n), Shape{3, 2, 2});
     const Shape out = add.setup_inputs(shapes);
     REQUIRE(out == Shape{3, 2, 2});
@@ -76,6 +77,55 @@ TEST_CASE("add computes the sum and leaves undefined input gradients alone", "[l
   add.backward_inputs(ctx, xs, y, dy, dxs);
   REQUIRE(!dxs[0].defined());
   for (int i = 0; i < 10; ++i) REQUIRE(dxs[1].data<double>()[i] == dy.data<double>()[i]);
+}
+
+TEMPLATE_TEST_CASE("add with activation relu writes the bits of add then relu", "[layers][add]", float, double) {
+  // Two inputs (one fused loop) and three (sum, then relu), forward also in place over the first input
+  // (as Net sums gradients), backward into two gradients and into one.
+  using T = TestType;
+  const DType dt = dtype_of<T>();
+  const Shape shape{4, 3, 33, 35};  // 13.9k values: split over the 3 lanes
+  Context ctx = Context::cpu(1, 3);
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return std::memcmp(a.data<T>(), b.data<T>(), static_cast<size_t>(a.numel()) * sizeof(T)) == 0;
+  };
+  for (int n : {2, 3}) {
+    INFO(n << " inputs");
+    std::vector<Tensor> xs;
+    for (int k = 0; k < n; ++k) xs.push_back(random_tensor(shape, 70 + k, -1.0, 1.0, dt));
+    const std::vector<Shape> shapes(static_cast<size_t>(n), Shape{3, 33, 35});
+    Add fused(true), plain;
+    fused.setup_inputs(shapes);
+    plain.setup_inputs(shapes);
+    Activation relu(ActivationKind::relu);
+    relu.setup({3, 33, 35});
+    Tensor yf = Tensor::empty(shape, dt), z = Tensor::empty(shape, dt), yp = Tensor::empty(shape, dt);
+    fused.forward_inputs(ctx, xs, yf, true);
+    plain.forward_inputs(ctx, xs, z, true);
+    relu.forward(ctx, z, yp, true);
+    CHECK(same(yf, yp));
+    std::vector<Tensor> in_place = xs;
+    in_place[0] = xs[0].clone();
+    fused.forward_inputs(ctx, in_place, in_place[0], true);
+    CHECK(same(in_place[0], yp));
+
+    const Tensor dy = random_tensor(shape, 79, -1.0, 1.0, dt);
+    Tensor dz = Tensor::empty(shape, dt);
+    relu.backward(ctx, z, yp, dy, dz);
+    std::vector<Tensor> dxs{Tensor::empty(shape, dt), Tensor(), Tensor::empty(shape, dt)};
+    dxs.resize(static_cast<size_t>(n));
+    fused.backward_inputs(ctx, xs, yf, dy, dxs);
+    for (const Tensor& dx : dxs)
+      if (dx.defined()) CHECK(same(dx, dz));
+    std::vector<Tensor> one{Tensor(), Tensor::empty(shape, dt)};
+    one.resize(static_cast<size_t>(n));
+    fused.backward_inputs(ctx, xs, yf, dy, one);
+    CHECK(same(one[1], dz));
+  }
+  ConfigNode cfg = config_from_text("{activation: relu}", "model.layers.3", "layer.yaml");
+  REQUIRE(dynamic_cast<Add&>(*make_add(cfg)).fused_relu());
+  ConfigNode bad = config_from_text("{activation: gelu}", "model.layers.3", "layer.yaml");
+  REQUIRE_THROWS_WITH(make_add(bad), Catch::Contains("activation") && Catch::Contains("gelu"));
 }
 
 TEST_CASE("add rejects inputs of different shapes and fewer than two inputs", "[layers][add]") {
@@ -137,6 +187,66 @@ TEST_CASE("batchnorm2d gradients in training mode, affine and not", "[layers][gr
     opt.rtol = 1e-5;
     require_ok(check_layer_gradients(bn, ctx, x, b.out, opt));
   }
+}
+
+TEST_CASE("batchnorm2d with activation relu: gradients in training mode", "[layers][gradcheck][batchnorm]") {
+  Context ctx = Context::cpu(1, 1);
+  for (bool affine : {true, false}) {
+    BatchNorm bn(2, 1e-5, 0.1, affine, /*relu=*/true);
+    Bound b = set_up(bn, {3, 2, 3}, 23);
+    const Tensor x = random_tensor({4, 3, 2, 3}, 24, -2.0, 3.0);
+    GradCheckOptions opt;
+    opt.rtol = 1e-5;
+    require_ok(check_layer_gradients(bn, ctx, x, b.out, opt));
+  }
+}
+
+TEMPLATE_TEST_CASE("batchnorm2d with activation relu writes the bits of batchnorm2d then relu", "[layers][batchnorm]",
+                   float, double) {
+  // Forward in training and evaluation, and backward with and without dx, against the two layers in
+  // sequence; 3 lanes, so that the channels split over the pool as in training.
+  using T = TestType;
+  const DType dt = dtype_of<T>();
+  const Shape shape{5, 6, 9, 7};
+  const Tensor x = random_tensor(shape, 61, -2.0, 3.0, dt);
+  const Tensor dy = random_tensor(shape, 62, -1.0, 1.0, dt);
+  Context ctx = Context::cpu(1, 3);
+  BatchNorm fused(2, 1e-5, 0.1, true, true), plain(2, 1e-5, 0.1, true, false);
+  fused.setup({6, 9, 7});
+  plain.setup({6, 9, 7});
+  BoundParams pf = bind_random_params(fused, 63, dt), pp = bind_random_params(plain, 63, dt);
+  Tensor bf = bind_initial_buffers(fused, dt), bp = bind_initial_buffers(plain, dt);
+  Activation relu(ActivationKind::relu);
+  relu.setup({6, 9, 7});
+  auto same = [](const Tensor& a, const Tensor& b) {
+    REQUIRE(a.numel() == b.numel());
+    return std::memcmp(a.data<T>(), b.data<T>(), static_cast<size_t>(a.numel()) * sizeof(T)) == 0;
+  };
+  Tensor yf = Tensor::empty(shape, dt), z = Tensor::empty(shape, dt), yp = Tensor::empty(shape, dt);
+  for (bool training : {true, false}) {
+    INFO("training " << training);
+    fused.forward(ctx, x, yf, training);
+    plain.forward(ctx, x, z, training);
+    relu.forward(ctx, z, yp, training);
+    CHECK(same(yf, yp));
+    CHECK(same(bf, bp));
+  }
+  fused.forward(ctx, x, yf, true);
+  plain.forward(ctx, x, z, true);
+  relu.forward(ctx, z, yp, true);
+  Tensor dxf = Tensor::empty(shape, dt), dz = Tensor::empty(shape, dt), dxp = Tensor::empty(shape, dt);
+  fused.backward(ctx, x, yf, dy, dxf);
+  relu.backward(ctx, z, yp, dy, dz);
+  plain.backward(ctx, x, z, dz, dxp);
+  CHECK(same(dxf, dxp));
+  CHECK(same(pf.grads, pp.grads));
+  Tensor none;
+  pf.grads.fill_(7.0);
+  fused.backward(ctx, x, yf, dy, none);
+  CHECK(same(pf.grads, pp.grads));
+  int64_t zeros = 0;
+  for (int64_t i = 0; i < yf.numel(); ++i) zeros += yf.data<T>()[i] == T(0);
+  CHECK(zeros > yf.numel() / 4);  // the relu is not vacuous
 }
 
 TEST_CASE("batchnorm1d gradients for (C) and (C, L) inputs", "[layers][gradcheck][batchnorm]") {
@@ -220,6 +330,11 @@ TEST_CASE("batch norm configuration keys", "[layers][batchnorm]") {
   REQUIRE(std::string(bn.type()) == "batchnorm2d");
   ConfigNode bad_eps = config_from_text("{eps: 0}", "model.layers.0", "layer.yaml");
   REQUIRE_THROWS_WITH(make_batchnorm2d(bad_eps), Catch::Contains("eps must be > 0"));
+  REQUIRE_FALSE(bn.fused_relu());
+  ConfigNode fused = config_from_text("{activation: relu}", "model.layers.0", "layer.yaml");
+  REQUIRE(dynamic_cast<BatchNorm&>(*make_batchnorm2d(fused)).fused_relu());
+  ConfigNode bad_activation = config_from_text("{activation: tanh}", "model.layers.0", "layer.yaml");
+  REQUIRE_THROWS_WITH(make_batchnorm2d(bad_activation), Catch::Contains("activation") && Catch::Contains("relu"));
   ConfigNode bad_key = config_from_text("{momentun: 0.1}", "model.layers.0", "layer.yaml");
   REQUIRE_THROWS_WITH(make_batchnorm1d(bad_key), Catch::Contains("momentun"));
   BatchNorm bn2(2, 1e-5, 0.1, true);
