@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "quant/deferred_checks.h"
+#include "quant/header_check.h"
 #include "quant/kernels.h"
 #include "quant/method.h"
 #include "quant/wire.h"
@@ -268,7 +269,8 @@ void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n
     HeaderCheck header;
     header.payload = in.data();
     wire::write_header(header.expected, *expected);
-    header.skip_b = header_b_from_data();
+    header.from_data =
+        (header_b_from_data() ? kHeaderFieldBBytes : 0u) | (header_c_from_data() ? kHeaderFieldCBytes : 0u);
     header.slot = deferred->take_slot();
     deferred->defer(header.slot, [method = spec_.method, n](const EncodeStatus& s) {
       if (s.bad)

@@ -190,14 +190,16 @@ class Quantizer {
   void decode_add(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> acc, int64_t column = 0) const;
 
   // The header encode writes for n values of innermost dimension `column` when it depends on them
-  // alone (the casts, qsgd, terngrad, onebit, mx, signsgd, topk), or on them and one float of the
-  // data in field b (fp8's and nvfp4's scales: header_b_from_data()); nullopt where it carries other
-  // data (randomk's key, adaptive's count, dettmers8's and efsign's scales).
+  // alone (the casts, qsgd, terngrad, onebit, mx, signsgd, topk), or on them and fields the data
+  // decides (header_b_from_data(), header_c_from_data(): the scales of fp8, nvfp4, dettmers8 and
+  // efsign, randomk's key); nullopt where it carries other data (adaptive's count).
   virtual std::optional<WireHeader> shape_header(int64_t n, int64_t column) const;
-  // True where field b is a scale the encoder derives from the data (shape_header() writes 0 there):
-  // the device then compares the other fields, and the CUDA decoder reads b from the payload and
-  // checks it itself, so that the exchange never reads a header back to learn a scale.
+  // True where field b is a scale (or a key) the encoder derives from the data (shape_header() writes
+  // 0 there): the device then compares the other fields, and the CUDA decoder reads b from the payload
+  // and checks it itself, so that the exchange never reads a header back to learn a scale.
   virtual bool header_b_from_data() const { return false; }
+  // The same for field c (randomk's key's high word).
+  virtual bool header_c_from_data() const { return false; }
 
   // Allocates what encode will need for a tensor of n values on `device` (the zeroed residual when
   // error feedback is on, the zeroed momentum when the method keeps one), so that checkpoint restore

@@ -269,3 +269,33 @@ TEST_CASE("deferred checks: dettmers8's and efsign's scales and onebit's means a
     REQUIRE_THAT(decode_deferred(other).first, Contains("the header differs"));
   }
 }
+
+// randomk's decoder reads the key (header fields b and c, the data's) on the device: a receiver that
+// predicts the rest of the header reads nothing back, decodes the values of the key the payload
+// holds, and its other fields are still compared.
+TEST_CASE("deferred checks: randomk's key is read on the device", "[quant][cuda]") {
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 1000;
+  Tensor gx = floats_on_gpu(normal_data(n, 13));
+  auto q = make_quantizer(QuantSpec::defaults(QuantMethod::randomk).set("fraction", 0.1));
+  REQUIRE(q->header_b_from_data());
+  REQUIRE(q->header_c_from_data());
+  QuantState state(1, 0, 1);
+  const Encoded e = encode_on(gpu, *q, gx, n, state);
+  const std::vector<uint8_t> good = bytes_on_host(gpu, e.payload);
+  const auto decode_deferred = [&](const std::vector<uint8_t>& payload) {
+    return decode_under_scope(gpu, *q, payload, e.bytes, n);
+  };
+  const auto [none, values] = decode_deferred(good);
+  REQUIRE(none.empty());
+  REQUIRE(values == decode_at_once(gpu, *q, e, n));
+  // Another key (its high word) is another valid payload: other positions, no error.
+  std::vector<uint8_t> other_key = good;
+  other_key[28] ^= 1;
+  const auto [still_none, moved] = decode_deferred(other_key);
+  REQUIRE(still_none.empty());
+  REQUIRE(moved != values);
+  std::vector<uint8_t> other = good;
+  other[4] ^= 1;  // a: k
+  REQUIRE_THAT(decode_deferred(other).first, Contains("the header differs"));
+}
