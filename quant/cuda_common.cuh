@@ -292,7 +292,12 @@ constexpr unsigned kHeaderFieldB = 24;
 __device__ __forceinline__ uint32_t header_field_b(const uint8_t* payload) {
   return *reinterpret_cast<const uint32_t*>(payload + kHeaderFieldB);
 }
-// Field c (bytes 28-31): randomk's key's high word.
+// The length field (bytes 16-23): adaptive's decoder checks it against the count it reads.
+constexpr unsigned kHeaderTotal = 16;
+__device__ __forceinline__ unsigned long long header_total(const uint8_t* payload) {
+  return *reinterpret_cast<const unsigned long long*>(payload + kHeaderTotal);
+}
+// Field c (bytes 28-31): randomk's key's high word, adaptive's entry count.
 constexpr unsigned kHeaderFieldC = 28;
 __device__ __forceinline__ uint32_t header_field_c(const uint8_t* payload) {
   return *reinterpret_cast<const uint32_t*>(payload + kHeaderFieldC);
