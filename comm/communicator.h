@@ -82,9 +82,9 @@ class Communicator {
   // host round trip of the *_bytes forms.
   //
   // With `sizes_given`, recv_sizes (all_to_all) or sizes (all_gather) hold on entry what every rank
-  // sends (the caller's plan knows it: fixed-size payloads), so no sizes are exchanged first, and the
-  // call returns without waiting: the result is ordered on ctx's stream, and a failed peer is
-  // reported by the next wait_stream(). Without it, the sizes are exchanged and the call waits.
+  // sends (the caller's plan knows it: fixed-size payloads, or slots of a fixed size), so no sizes are exchanged first,
+  // and the call returns without waiting: the result is ordered on ctx's stream, and a failed peer is reported by the
+  // next wait_stream(). Without it, the sizes are exchanged and the call waits.
   virtual bool device_byte_collectives() const { return false; }
   virtual const uint8_t* all_to_all_device(Context& ctx, std::span<const uint8_t> send,
                                            const std::vector<size_t>& send_sizes,

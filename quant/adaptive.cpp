@@ -256,8 +256,10 @@ class AdaptiveQuantizer final : public Quantizer {
   size_t encode_cuda(Context& ctx, const EncodeArgs& a) const override {
     const int64_t cap = entry_cap(proportion_, a.n);
     const wire::AdaptiveLayout bound = wire::adaptive_layout(a.n, a.column, cap);
-    const int64_t sent = adaptive_encode_cuda(ctx, a, bound, proportion_, sample_, cap, workspace_bytes(a.n, sample_));
-    return wire::adaptive_layout(a.n, a.column, sent).body_end;
+    const std::optional<int64_t> sent =
+        adaptive_encode_cuda(ctx, a, bound, proportion_, sample_, cap, workspace_bytes(a.n, sample_));
+    // The kernels wrote the padding too.
+    return sent ? wire::pad8(wire::adaptive_layout(a.n, a.column, *sent).body_end) : kSizeOnDevice;
   }
 #endif
 
@@ -279,10 +281,24 @@ class AdaptiveQuantizer final : public Quantizer {
 #if QTRAIN_QUANT_CUDA
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
-    const wire::AdaptiveLayout l = check_header_fields(h);
+    wire::AdaptiveLayout l = check_header_fields(h);
+    // The most entries the payload may hold: the header's count where the host read it (`in` is then
+    // the payload), else (shape_header's, the largest payload's) the cap, or what `in` holds if less.
+    if (in.size() < l.entries_offset)
+      wire::bad_payload(method(), fmt::format("truncated: {} columns take {} bytes, the buffer holds {}", l.columns,
+                                              l.entries_offset, in.size()));
+    const auto fits = static_cast<int64_t>((in.size() - l.entries_offset) / static_cast<size_t>(l.entry_bytes));
+    if (fits < l.entries) l = wire::adaptive_layout(l.n, l.column, fits);
     adaptive_decode_cuda(ctx, l, in.data(), out, add);
   }
 #endif
+
+  // The largest payload's header (the entry cap's): the count (c) and the length are the data's, read
+  // and checked by the CUDA decoder on the device.
+  std::optional<WireHeader> shape_header(int64_t n, int64_t column) const override {
+    return header(wire::adaptive_layout(n, column, entry_cap(proportion_, n)));
+  }
+  bool header_c_from_data() const override { return true; }
 
  private:
   WireHeader header(const wire::AdaptiveLayout& l) const {

@@ -292,6 +292,16 @@ constexpr unsigned kHeaderFieldB = 24;
 __device__ __forceinline__ uint32_t header_field_b(const uint8_t* payload) {
   return *reinterpret_cast<const uint32_t*>(payload + kHeaderFieldB);
 }
+// The length field (bytes 16-23): adaptive's decoder checks it against the count it reads.
+constexpr unsigned kHeaderTotal = 16;
+__device__ __forceinline__ unsigned long long header_total(const uint8_t* payload) {
+  return *reinterpret_cast<const unsigned long long*>(payload + kHeaderTotal);
+}
+// Field c (bytes 28-31): randomk's key's high word, adaptive's entry count.
+constexpr unsigned kHeaderFieldC = 28;
+__device__ __forceinline__ uint32_t header_field_c(const uint8_t* payload) {
+  return *reinterpret_cast<const uint32_t*>(payload + kHeaderFieldC);
+}
 
 // Makes a header check (quant/header_check.h) in thread 0 of block 0: a decode kernel calls it first,
 // so that the check needs no launch of its own (32 byte compares: nothing next to the decode).
@@ -299,7 +309,7 @@ __device__ __forceinline__ void check_header_in_kernel(const HeaderCheck& check)
   if (check.slot == nullptr || blockIdx.x != 0 || threadIdx.x != 0) return;
   bool differs = false;
   for (unsigned i = 0; i < wire::kHeaderBytes; ++i) {
-    const bool compared = !(check.skip_b && i >= kHeaderFieldB && i < kHeaderFieldB + 4);
+    const bool compared = ((check.from_data >> i) & 1u) == 0;
     differs = differs || (compared && check.payload[i] != check.expected[i]);
   }
   if (differs) atomicOr(&check.slot->bad, 1u);

@@ -9,7 +9,8 @@
 //
 // What changes for the caller: the error surfaces at settle() rather than at the call, and a decode
 // of a malformed payload may already have written its output (a failed check ends the step anyway).
-// Encodes whose result size the host needs (adaptive's count) still read their status at once.
+// An encode whose size the host needs (adaptive's count, Quantizer::encode) still reads its status
+// at once; encoded into a slot (Quantizer::encode_slot) it defers like the others.
 #pragma once
 
 #include <cstdint>

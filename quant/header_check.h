@@ -15,8 +15,16 @@ namespace qtrain {
 struct HeaderCheck {
   const uint8_t* payload = nullptr;  // on the device
   uint8_t expected[wire::kHeaderBytes] = {};
-  bool skip_b = false;           // field b is a scale from the data (Quantizer::header_b_from_data): not compared
+  // Bit i set: header byte i is left to the data, not compared (the fields below, where the
+  // method's decoder reads and checks them on the device: Quantizer::header_b_from_data,
+  // header_c_from_data, and the length where the size varies).
+  uint32_t from_data = 0;
   EncodeStatus* slot = nullptr;  // the deferred status it reports to (bad); null: nothing to check
 };
+
+// The bytes of header fields (quant/wire.h's layout) as HeaderCheck::from_data bits.
+constexpr uint32_t kHeaderTotalBytes = 0xffu << 16;  // the length: bytes 16-23 (a size that varies)
+constexpr uint32_t kHeaderFieldBBytes = 0xfu << 24;  // b: bytes 24-27
+constexpr uint32_t kHeaderFieldCBytes = 0xfu << 28;  // c: bytes 28-31
 
 }  // namespace qtrain

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "quant/deferred_checks.h"
+#include "quant/header_check.h"
 #include "quant/kernels.h"
 #include "quant/method.h"
 #include "quant/wire.h"
@@ -180,6 +181,17 @@ void Quantizer::init_state(QuantState& state, int64_t n, Device device) const {
 
 size_t Quantizer::encode(Context& ctx, std::span<const float> in, int64_t column, QuantState& state,
                          std::span<uint8_t> out) const {
+  return encode_into(ctx, in, column, state, out, /*slot=*/false);
+}
+
+size_t Quantizer::encode_slot(Context& ctx, std::span<const float> in, int64_t column, QuantState& state,
+                              std::span<uint8_t> out) const {
+  encode_into(ctx, in, column, state, out, /*slot=*/true);
+  return max_encoded_bytes(static_cast<int64_t>(in.size()), column);
+}
+
+size_t Quantizer::encode_into(Context& ctx, std::span<const float> in, int64_t column, QuantState& state,
+                              std::span<uint8_t> out, bool slot) const {
   const int64_t n = static_cast<int64_t>(in.size());
   const size_t need = max_encoded_bytes(n, column);
   QT_CHECK(!method_info(spec_.method).columnar(spec_) || n % column == 0,
@@ -196,6 +208,7 @@ size_t Quantizer::encode(Context& ctx, std::span<const float> in, int64_t column
   args.key = state.rng_key(ctx.step());
   args.shared_key = state.shared_rng_key(ctx.step());
   args.state = &state;
+  args.slot = slot;
   if (keeps_momentum()) {
     if (!state.momentum_.defined()) init_state(state, n, ctx.device());
     QT_CHECK(state.momentum_.numel() == n && state.momentum_.device() == ctx.device(),
@@ -221,6 +234,11 @@ size_t Quantizer::encode(Context& ctx, std::span<const float> in, int64_t column
     std::memset(out.data() + body, 0, wire::pad8(body) - body);
   } else {
     body = encode_cuda(ctx, args);
+    if (body == kSizeOnDevice) {
+      QT_CHECK(slot && !fixed_size(), "{}: the encoder left its size on the device, but the caller needs it",
+               spec_.str());
+      return need;
+    }
 #if QTRAIN_QUANT_CUDA
     quant_detail::cuda_zero_bytes(ctx, out.data() + body, wire::pad8(body) - body);
 #endif
@@ -262,13 +280,17 @@ void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n
   DeferredChecks* deferred = ctx.device().is_cuda() ? DeferredChecks::active(ctx) : nullptr;
   if (const std::optional<WireHeader> expected =
           deferred != nullptr && column > 0 ? shape_header(n, column) : std::nullopt) {
-    if (expected->total > in.size())
-      wire::bad_payload(spec_.method, fmt::format("truncated: a payload of {} values is {} bytes, the buffer holds {}",
-                                                  n, expected->total, in.size()));
+    // A size that varies (adaptive) is the payload's own, which its decoder checks against `in` on the
+    // device: here `in` must hold a header at least.
+    const size_t least = fixed_size() ? expected->total : wire::kHeaderBytes;
+    if (least > in.size())
+      wire::bad_payload(spec_.method, fmt::format("truncated: a payload of {} values {} {} bytes, the buffer holds {}",
+                                                  n, fixed_size() ? "is" : "takes at least", least, in.size()));
     HeaderCheck header;
     header.payload = in.data();
     wire::write_header(header.expected, *expected);
-    header.skip_b = header_b_from_data();
+    header.from_data = (header_b_from_data() ? kHeaderFieldBBytes : 0u) |
+                       (header_c_from_data() ? kHeaderFieldCBytes : 0u) | (fixed_size() ? 0u : kHeaderTotalBytes);
     header.slot = deferred->take_slot();
     deferred->defer(header.slot, [method = spec_.method, n](const EncodeStatus& s) {
       if (s.bad)
@@ -280,7 +302,7 @@ void Quantizer::decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n
     // kernel of its own does (either way before settle() reads the slot).
     deferred->offer_header_check(header);
     try {
-      decode_cuda(ctx, *expected, in.first(expected->total), out.data(), add);
+      decode_cuda(ctx, *expected, fixed_size() ? in.first(expected->total) : in, out.data(), add);
     } catch (...) {
       (void)deferred->take_header_check();  // no later decode may take this payload's check
       throw;

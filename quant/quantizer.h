@@ -139,7 +139,12 @@ struct EncodeArgs {
   PhiloxKey key{0, 0};          // this rank's stream (QuantState::rng_key)
   PhiloxKey shared_key{0, 0};   // the stream every rank shares (QuantState::shared_rng_key)
   QuantState* state = nullptr;  // for workspace()
+  // Quantizer::encode_slot: the caller needs no size. A CUDA encoder whose size depends on the data
+  // (adaptive) may then leave it on the device: it writes its padding itself and returns
+  // kSizeOnDevice.
+  bool slot = false;
 };
+constexpr size_t kSizeOnDevice = ~size_t{0};
 
 // A payload's header, read back (quant/wire.h has the layout).
 struct WireHeader;
@@ -175,29 +180,41 @@ class Quantizer {
   // whose scale or mean overflows float; `out` and the residual are then unspecified.
   size_t encode(Context& ctx, std::span<const float> in, int64_t column, QuantState& state,
                 std::span<uint8_t> out) const;
+  // encode() for a caller that moves the whole slot of max_encoded_bytes(n, column) bytes rather than
+  // the payload (the exchange's device collectives: every size is then known from the plan): the
+  // same payload, its size stated by its header only; returns the slot's size. The slot's bytes after
+  // the payload are unspecified (decoders never read them). For the fixed-size methods the payload
+  // fills the slot and this is encode(); adaptive on CUDA leaves its count on the device, so that
+  // under DeferredChecks nothing is read back and nothing waits.
+  size_t encode_slot(Context& ctx, std::span<const float> in, int64_t column, QuantState& state,
+                     std::span<uint8_t> out) const;
 
   // Decodes a payload of this method holding exactly n values into out (n values; overwritten) or
-  // adds it into acc. `in` may be longer than the payload (a fixed-size receive slot): the header's
-  // length says where the payload ends. Every header field, length and index is validated against
+  // adds it into acc. `in` may be longer than the payload (a fixed-size receive slot, encode_slot):
+  // the header's length says where the payload ends. Every header field, length and index is validated against
   // `in` and n first; a malformed payload throws InputError and leaves out/acc untouched. Payloads
   // are self-describing: a qsgd decoder reads any bits/bucket/norm the header states.
   //
   // `column`, when the caller knows it (> 0), is the innermost dimension the sender encoded with, and
   // says that the sender's spec is this quantizer's: on CUDA under DeferredChecks
   // (quant/deferred_checks.h) the header is then compared with shape_header() on the device instead of
-  // being read back, and the errors surface at DeferredChecks::settle().
+  // being read back, and the errors surface at DeferredChecks::settle(). Where the size varies
+  // (adaptive), the decoder reads it from the header on the device and checks it against `in`.
   void decode(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out, int64_t column = 0) const;
   void decode_add(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> acc, int64_t column = 0) const;
 
   // The header encode writes for n values of innermost dimension `column` when it depends on them
-  // alone (the casts, qsgd, terngrad, onebit, mx, signsgd, topk), or on them and one float of the
-  // data in field b (fp8's and nvfp4's scales: header_b_from_data()); nullopt where it carries other
-  // data (randomk's key, adaptive's count, dettmers8's and efsign's scales).
+  // alone (the casts, qsgd, terngrad, onebit, mx, signsgd, topk), or on them and fields the data
+  // decides (header_b_from_data(), header_c_from_data(): the scales of fp8, nvfp4, dettmers8 and
+  // efsign, randomk's key, adaptive's count); where the size varies (!fixed_size(): adaptive), the
+  // header of the largest payload, whose length field is the data's too. nullopt: no such header.
   virtual std::optional<WireHeader> shape_header(int64_t n, int64_t column) const;
-  // True where field b is a scale the encoder derives from the data (shape_header() writes 0 there):
-  // the device then compares the other fields, and the CUDA decoder reads b from the payload and
-  // checks it itself, so that the exchange never reads a header back to learn a scale.
+  // True where field b is a scale (or a key) the encoder derives from the data (shape_header() writes
+  // 0 there): the device then compares the other fields, and the CUDA decoder reads b from the payload
+  // and checks it itself, so that the exchange never reads a header back to learn a scale.
   virtual bool header_b_from_data() const { return false; }
+  // The same for field c (randomk's key's high word, adaptive's count).
+  virtual bool header_c_from_data() const { return false; }
 
   // Allocates what encode will need for a tensor of n values on `device` (the zeroed residual when
   // error feedback is on, the zeroed momentum when the method keeps one), so that checkpoint restore
@@ -215,12 +232,16 @@ class Quantizer {
   // The CUDA paths: a method overrides them where its .cu file is linked (QTRAIN_QUANT_CUDA,
   // quant/kernels.h); otherwise these refuse the CUDA span, naming the method.
   virtual size_t encode_cuda(Context& ctx, const EncodeArgs& args) const;
-  // `in` is the payload only (header.total bytes, header already validated by the base).
+  // `in` is the payload only (header.total bytes, header already validated by the base); where the
+  // size varies and the header is shape_header()'s (the largest payload's, under DeferredChecks),
+  // `in` is the caller's whole buffer, and the decoder reads the size on the device.
   virtual void decode_cpu(const WireHeader& header, std::span<const uint8_t> in, float* out, bool add) const = 0;
   virtual void decode_cuda(Context& ctx, const WireHeader& header, std::span<const uint8_t> in, float* out,
                            bool add) const;
 
  private:
+  size_t encode_into(Context& ctx, std::span<const float> in, int64_t column, QuantState& state, std::span<uint8_t> out,
+                     bool slot) const;
   void decode_into(Context& ctx, std::span<const uint8_t> in, int64_t n, std::span<float> out, bool add,
                    int64_t column) const;
   QuantSpec spec_;

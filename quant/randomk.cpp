@@ -86,12 +86,21 @@ class RandomkQuantizer final : public Quantizer {
   }
 
 #if QTRAIN_QUANT_CUDA
+  // The kernel reads the key from the payload on the device (b and c are any key's words: nothing to
+  // check), so that a receiver that predicts the rest of the header reads nothing back.
   void decode_cuda(Context& ctx, const WireHeader& h, std::span<const uint8_t> in, float* out,
                    bool add) const override {
     const int64_t k = check_body(h);
-    randomk_decode_cuda(ctx, in.data(), static_cast<int64_t>(h.n), k, PhiloxKey{h.b, h.c}, out, add);
+    randomk_decode_cuda(ctx, in.data(), static_cast<int64_t>(h.n), k, out, add);
   }
 #endif
+
+  // k and the length follow from n; the key is the data's (the shared stream of the step and tensor).
+  std::optional<WireHeader> shape_header(int64_t n, int64_t) const override {
+    return header(n, wire::count_for_proportion(fraction_, n), PhiloxKey{0, 0});
+  }
+  bool header_b_from_data() const override { return true; }
+  bool header_c_from_data() const override { return true; }
 
  private:
   // k values for n: 1 <= k <= n (none for n = 0), and the length they take. Any key is a valid key.

@@ -1,6 +1,7 @@
 // randomk kernels: one pass over the span (v = g + e into the residual, and the NaN/Inf check, as
 // randomk.cpp), then one thread per sent value j at wire::randomk_index(key, j, n, k): the value, and
-// e = 0 there. Decode scatters the k values to the same indices (computed from the header's key).
+// e = 0 there. Decode scatters the k values to the same indices (computed from the header's key, read
+// on the device; its kernel makes the deferred header check, quant/header_check.h).
 #include "quant/cuda_common.cuh"
 #include "quant/randomk_cuda.h"
 #include "quant/randomk_wire.h"
@@ -35,8 +36,11 @@ __global__ void gather_kernel(const float* __restrict__ in, float* __restrict__ 
 }
 
 template <bool Add>
-__global__ void scatter_kernel(const float* __restrict__ values, int64_t n, int64_t k, PhiloxKey key,
-                               float* __restrict__ out) {
+__global__ void scatter_kernel(const uint8_t* __restrict__ payload, int64_t n, int64_t k, float* __restrict__ out,
+                               HeaderCheck header) {
+  check_header_in_kernel(header);
+  const PhiloxKey key{header_field_b(payload), header_field_c(payload)};
+  const auto* values = reinterpret_cast<const float*>(payload + wire::kHeaderBytes);
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < k;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = wire::randomk_index(key, j, n, k);
@@ -64,16 +68,15 @@ void randomk_encode_cuda(Context& ctx, const EncodeArgs& a, int64_t k, const Wir
   CUDA_CHECK(cudaGetLastError());
 }
 
-void randomk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, PhiloxKey key, float* out,
-                         bool add) {
+void randomk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, int64_t k, float* out, bool add) {
   if (!add && n > 0) CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(n), stream_of(ctx)));
-  if (k == 0) return;
+  if (k == 0) return;  // the header check, if any, is left to Quantizer's decode
   constexpr int kThreads = 256;
-  const auto* values = reinterpret_cast<const float*>(payload + wire::kHeaderBytes);
+  const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   if (add)
-    scatter_kernel<true><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(values, n, k, key, out);
+    scatter_kernel<true><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, n, k, out, header);
   else
-    scatter_kernel<false><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(values, n, k, key, out);
+    scatter_kernel<false><<<grid_for(k, kThreads), kThreads, 0, stream_of(ctx)>>>(payload, n, k, out, header);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -467,15 +467,18 @@ struct AdaptiveEmit {
   }
 };
 
-// The entry count and the header, from the compaction's total.
+// The entry count, the header and the padding, from the compaction's total: the payload is complete
+// on the device, whether or not the host reads the count back.
 __global__ void adaptive_finish_kernel(uint8_t* out, WireHeaderFields h, size_t count_offset, int entry_bytes,
                                        unsigned long long cap, EncodeStatus* status) {
   const unsigned long long sent = status->count < cap ? status->count : cap;
   status->count = sent;
   *reinterpret_cast<uint32_t*>(out + count_offset) = static_cast<uint32_t>(sent);
+  const size_t end = count_offset + 4 + static_cast<size_t>(entry_bytes) * sent;
   h.c = static_cast<uint32_t>(sent);
-  h.total = wire::pad8(count_offset + 4 + static_cast<size_t>(entry_bytes) * sent);
+  h.total = wire::pad8(end);
   store_header(out, h);
+  for (size_t i = end; i < h.total; ++i) out[i] = 0;
 }
 
 // ---- decode checks ------------------------------------------------------------------------------
@@ -525,21 +528,37 @@ __device__ __forceinline__ uint32_t column_first(const uint8_t* payload, int64_t
   return *reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes + 12 * static_cast<size_t>(c));
 }
 
+// The payload's entry count (header field c) where the layout `l` can hold it (l.entries, the most),
+// else l.entries: what the kernels may read either way (the check kernel reports the difference).
+__device__ __forceinline__ uint32_t adaptive_count(const uint8_t* payload, const wire::AdaptiveLayout& l) {
+  const uint32_t c = header_field_c(payload);
+  return c <= static_cast<uint64_t>(l.entries) ? c : static_cast<uint32_t>(l.entries);
+}
+
+// The count (header field c, at most l.entries) the same in the body, with the length field its
+// layout's; every column's offset and means, and its entries' rows. Thread 0 of block 0 makes the
+// deferred header check first (the other fields; quant/header_check.h).
 template <typename Entry>
-__global__ void adaptive_check_kernel(const uint8_t* payload, wire::AdaptiveLayout l, EncodeStatus* status) {
+__global__ void adaptive_check_kernel(const uint8_t* payload, wire::AdaptiveLayout l, EncodeStatus* status,
+                                      HeaderCheck header) {
+  check_header_in_kernel(header);
   const auto* entries = reinterpret_cast<const Entry*>(payload + l.entries_offset);
-  if (blockIdx.x == 0 && threadIdx.x == 0 &&
-      *reinterpret_cast<const uint32_t*>(payload + l.count_offset) != static_cast<uint32_t>(l.entries))
-    atomicOr(&status->bad, 1u);
+  const uint32_t count = adaptive_count(payload, l);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    const size_t total = wire::pad8(l.entries_offset + static_cast<size_t>(l.entry_bytes) * count);
+    if (count != header_field_c(payload) || *reinterpret_cast<const uint32_t*>(payload + l.count_offset) != count ||
+        header_total(payload) != total)
+      atomicOr(&status->bad, 1u);
+  }
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < l.columns;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint8_t* head = payload + wire::kHeaderBytes + 12 * static_cast<size_t>(c);
     const uint32_t first = column_first(payload, c);
     const uint32_t previous = c > 0 ? column_first(payload, c - 1) : 0u;
-    const uint32_t next = c + 1 < l.columns ? column_first(payload, c + 1) : static_cast<uint32_t>(l.entries);
+    const uint32_t next = c + 1 < l.columns ? column_first(payload, c + 1) : count;
     const uint32_t mu_pos = *reinterpret_cast<const uint32_t*>(head + 4);
     const uint32_t mu_neg = *reinterpret_cast<const uint32_t*>(head + 8);
-    bool bad = (c == 0 && first != 0) || first < previous || first > l.entries || next < first || next > l.entries ||
+    bool bad = (c == 0 && first != 0) || first < previous || first > count || next < first || next > count ||
                (mu_pos & kAbsMask) >= kNonFinite || (mu_neg & kAbsMask) >= kNonFinite;
     if (!bad) {
       int64_t last_row = -1;
@@ -553,10 +572,14 @@ __global__ void adaptive_check_kernel(const uint8_t* payload, wire::AdaptiveLayo
   }
 }
 
+// One thread per entry of the count the payload states (at most l.entries: the grid's). Under
+// DeferredChecks this runs before the check is read: a row outside its column is skipped, so that a
+// malformed payload writes nothing outside `out`.
 template <typename Entry, bool Add>
 __global__ void adaptive_scatter_kernel(const uint8_t* payload, wire::AdaptiveLayout l, float* out) {
   const auto* entries = reinterpret_cast<const Entry*>(payload + l.entries_offset);
-  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < l.entries;
+  const int64_t count = adaptive_count(payload, l);
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < count;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     // The column: the last one whose first entry is <= j.
     int64_t lo = 0, hi = l.columns - 1;
@@ -568,6 +591,7 @@ __global__ void adaptive_scatter_kernel(const uint8_t* payload, wire::AdaptiveLa
         hi = mid - 1;
     }
     const uint32_t e = entries[j];
+    if ((e >> 1) >= l.column) continue;
     const float* head = reinterpret_cast<const float*>(payload + wire::kHeaderBytes + 12 * static_cast<size_t>(lo));
     const float mu = e & 1u ? head[1] : head[2];
     float* o = out + lo * l.column + (e >> 1);
@@ -651,8 +675,8 @@ void topk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, const wir
   CUDA_CHECK(cudaGetLastError());
 }
 
-int64_t adaptive_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::AdaptiveLayout& bound, double proportion,
-                             int64_t sample, int64_t cap, size_t) {
+std::optional<int64_t> adaptive_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::AdaptiveLayout& bound,
+                                            double proportion, int64_t sample, int64_t cap, size_t) {
   WireHeader h;
   h.method = QuantMethod::adaptive;
   h.a = static_cast<uint32_t>(bound.entry_bytes);
@@ -700,13 +724,20 @@ int64_t adaptive_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::Adap
   adaptive_finish_kernel<<<1, 1, 0, s>>>(a.out, fields_of(h), bound.count_offset, bound.entry_bytes,
                                          static_cast<unsigned long long>(cap), status);
   CUDA_CHECK(cudaGetLastError());
-  // The payload's size is the count: read at once, never deferred.
+  const auto check = [n = a.n](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("adaptive encode: the input of {} values holds NaN or Inf", n));
+    if (done.overflow)
+      throw NonFiniteInputError(fmt::format(
+          "adaptive encode: the sum of the values sent from a column of the {} values exceeds the float range", n));
+  };
+  // In a slot the count stays in the payload; else the payload's size is the count: read at once.
+  if (a.slot) {
+    check_status(ctx, status, check);
+    return std::nullopt;
+  }
   const EncodeStatus done = read_status(ctx, status);
-  if (done.non_finite)
-    throw NonFiniteInputError(fmt::format("adaptive encode: the input of {} values holds NaN or Inf", a.n));
-  if (done.overflow)
-    throw NonFiniteInputError(fmt::format(
-        "adaptive encode: the sum of the values sent from a column of the {} values exceeds the float range", a.n));
+  check(done);
   return static_cast<int64_t>(done.count);
 }
 
@@ -715,13 +746,16 @@ void adaptive_decode_cuda(Context& ctx, const wire::AdaptiveLayout& l, const uin
   DecodeStatus status(ctx);
   cudaStream_t s = stream_of(ctx);
   const int grid = grid_for(l.columns > 0 ? l.columns : 1, kThreads);
+  const HeaderCheck header = take_header_check(ctx);  // made by the check kernel
   if (l.entry_bytes == 2)
-    adaptive_check_kernel<uint16_t><<<grid, kThreads, 0, s>>>(payload, l, status.get());
+    adaptive_check_kernel<uint16_t><<<grid, kThreads, 0, s>>>(payload, l, status.get(), header);
   else
-    adaptive_check_kernel<uint32_t><<<grid, kThreads, 0, s>>>(payload, l, status.get());
+    adaptive_check_kernel<uint32_t><<<grid, kThreads, 0, s>>>(payload, l, status.get(), header);
   CUDA_CHECK(cudaGetLastError());
   check_status(ctx, status.get(), [](const EncodeStatus& done) {
-    if (done.bad) wire::bad_payload(QuantMethod::adaptive, "column offsets, means or entries are out of range");
+    if (done.bad)
+      wire::bad_payload(QuantMethod::adaptive,
+                        "the entry count or length field, column offsets, means or entries are out of range");
   });
   if (!add && l.n > 0) CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<size_t>(l.n), s));
   if (l.entries == 0) return;

@@ -32,16 +32,16 @@ double gather_on_host(Workspace& w, const std::vector<int>& ids, size_t capacity
   return decode_s;
 }
 
-// The device path (NCCL with device payloads): every rank's payloads land in one device buffer and
-// are decoded there, in the same rank order. With fixed-size payloads (every method but adaptive) each
-// rank knows every size, so the collective exchanges none and nothing waits (the step's end does:
-// Workspace::settle_checks), and the decoders check the headers on the device. Returns the seconds
-// spent decoding.
+// The device path (NCCL with device payloads): every rank's payloads, each in a slot of its largest
+// size (Quantizer::encode_slot), land in one device buffer and are decoded there, in the same rank
+// order. Each rank knows every size, so the collective exchanges none and nothing waits (the step's
+// end does: Workspace::settle_checks), and the decoders check the headers on the device. Returns the
+// seconds spent decoding.
 double gather_on_device(Workspace& w, const std::vector<int>& ids, size_t capacity, const uint8_t* send, size_t used) {
   const int P = w.comm.size();
-  const bool given = w.fixed_sizes(ids);
-  if (given) w.recv_sizes.assign(static_cast<size_t>(P), used);  // the same tensors at the same fixed sizes
-  const uint8_t* recv = w.comm.all_gather_device(*w.ctx, {send, used}, w.recv_sizes, w.recv_offsets, given);
+  w.recv_sizes.assign(static_cast<size_t>(P), used);  // the same tensors in the same slots
+  const uint8_t* recv =
+      w.comm.all_gather_device(*w.ctx, {send, used}, w.recv_sizes, w.recv_offsets, /*sizes_given=*/true);
   comm_detail::check_capacities("gradient exchange (allgather)", std::vector<size_t>(static_cast<size_t>(P), capacity),
                                 w.recv_sizes, P);
   const auto t0 = Clock::now();
@@ -67,6 +67,7 @@ void reduce_allgather(Workspace& w, const std::vector<int>& ids) {
     capacity += w.plan(t).quantizer->max_encoded_bytes(x.numel, w.plan(t).column_for(x.numel, x.column));
   }
   uint8_t* send = w.send_buffer(capacity);
+  const bool on_device = w.device.is_cuda() && w.comm.device_byte_collectives() && !w.host_payloads;
   size_t used = 0;
   std::vector<size_t> own(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -74,11 +75,13 @@ void reduce_allgather(Workspace& w, const std::vector<int>& ids) {
     TensorPlan& p = w.plan(t);
     const ExchangeTensor& x = w.tensor(t);
     const int64_t col = p.column_for(x.numel, x.column);
-    own[i] = p.quantizer->encode(ctx, {w.grad(t), static_cast<size_t>(x.numel)}, col, p.as<WholeState>().whole,
-                                 {send + used, p.quantizer->max_encoded_bytes(x.numel, col)});
+    const std::span<const float> in{w.grad(t), static_cast<size_t>(x.numel)};
+    const std::span<uint8_t> slot{send + used, p.quantizer->max_encoded_bytes(x.numel, col)};
+    // On the device path the slot travels (its size known on every rank), elsewhere the payload.
+    own[i] = on_device ? p.quantizer->encode_slot(ctx, in, col, p.as<WholeState>().whole, slot)
+                       : p.quantizer->encode(ctx, in, col, p.as<WholeState>().whole, slot);
     used += own[i];
   }
-  const bool on_device = w.device.is_cuda() && w.comm.device_byte_collectives() && !w.host_payloads;
   if (w.device.is_cuda() && !on_device) copy_to_host(ctx, w.send_host.data(), send, used);
   const double encode_s = since(start);
 

@@ -54,8 +54,10 @@ void reduce_allreduce_compact(Workspace& w, const std::vector<int>& ids) {
     const size_t len = offset[i + 1] - offset[i] - wire::kHeaderBytes;
     copy_buffer(ctx, send + offset[i] + wire::kHeaderBytes, stage + at, len);
     at += len;
+    // This rank's own header (the sender's spec, column 1): under deferred checks it is compared on
+    // the device and the decoder reads the key there, so nothing comes back to the host.
     w.plan(t).quantizer->decode(ctx, {send + offset[i], offset[i + 1] - offset[i]}, n,
-                                {w.grad(t), static_cast<size_t>(n)});
+                                {w.grad(t), static_cast<size_t>(n)}, /*column=*/1);
     w.finish_sum(t, w.grad(t), n);
     // A bandwidth-optimal (ring) allreduce sends 2(P-1)/P of the data from every rank.
     w.stats.bytes_sent_per_tensor[static_cast<size_t>(t)] += 2.0 * (P - 1) / P * static_cast<double>(len);

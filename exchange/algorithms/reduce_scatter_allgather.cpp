@@ -98,9 +98,9 @@ void reduce_scatter_allgather_piece_on_device(Workspace& w, const std::vector<in
   capacity.resize(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) capacity[static_cast<size_t>(s)] = w.piece_capacity(ids, s, k);
   const size_t mine = capacity[static_cast<size_t>(me)];
-  // Fixed-size payloads: every rank knows what every other sends, so the collectives exchange no sizes
-  // and do not wait (the step's end does: Workspace::settle_checks).
-  const bool given = w.fixed_sizes(ids);
+  // Every payload fills a slot of its encoder's largest size (its own size, where it varies, is in its
+  // header on the device: adaptive's count): every rank knows what every other sends, so the
+  // collectives exchange no sizes and nothing waits (the step's end does: Workspace::settle_checks).
 
   // 1. Every owner's piece, encoded for it (the right neighbour first, as the streamed path), ...
   auto t0 = Clock::now();
@@ -110,12 +110,12 @@ void reduce_scatter_allgather_piece_on_device(Workspace& w, const std::vector<in
   for (int j = 1; j <= P; ++j) {
     const auto d = static_cast<size_t>((me + j) % P);
     w.send_sizes[d] = w.encode_piece(ids, static_cast<int>(d), k, /*owner=*/false, send + w.send_offsets[d], tally.sent,
-                                     d != static_cast<size_t>(me) ? 1 : 0);
+                                     d != static_cast<size_t>(me) ? 1 : 0, /*slots=*/true);
   }
   tally.encode_s += since(t0);
-  if (given) w.recv_sizes.assign(static_cast<size_t>(P), w.piece_bytes(ids, me, k, /*owner=*/false));
-  const uint8_t* recv =
-      w.comm.all_to_all_device(ctx, {send, slots}, w.send_sizes, w.send_offsets, w.recv_sizes, w.recv_offsets, given);
+  w.recv_sizes.assign(static_cast<size_t>(P), w.piece_bytes(ids, me, k, /*owner=*/false));
+  const uint8_t* recv = w.comm.all_to_all_device(ctx, {send, slots}, w.send_sizes, w.send_offsets, w.recv_sizes,
+                                                 w.recv_offsets, /*sizes_given=*/true);
   comm_detail::check_capacities("gradient exchange (reduce-scatter)", std::vector<size_t>(capacity.size(), mine),
                                 w.recv_sizes, P);
   // ... and the owner sums what every rank sent it, in rank order.
@@ -132,13 +132,11 @@ void reduce_scatter_allgather_piece_on_device(Workspace& w, const std::vector<in
   // 2. The owner re-encodes its reduced piece, and every owner's payload goes to everyone.
   t0 = Clock::now();
   send = w.device_bytes(w.send_dev, mine);
-  const size_t used = w.encode_piece(ids, me, k, /*owner=*/true, send, tally.sent, P - 1);
+  const size_t used = w.encode_piece(ids, me, k, /*owner=*/true, send, tally.sent, P - 1, /*slots=*/true);
   tally.encode_s += since(t0);
-  if (given) {
-    w.recv_sizes.resize(static_cast<size_t>(P));
-    for (int s = 0; s < P; ++s) w.recv_sizes[static_cast<size_t>(s)] = w.piece_bytes(ids, s, k, /*owner=*/true);
-  }
-  recv = w.comm.all_gather_device(ctx, {send, used}, w.recv_sizes, w.recv_offsets, given);
+  w.recv_sizes.resize(static_cast<size_t>(P));
+  for (int s = 0; s < P; ++s) w.recv_sizes[static_cast<size_t>(s)] = w.piece_bytes(ids, s, k, /*owner=*/true);
+  recv = w.comm.all_gather_device(ctx, {send, used}, w.recv_sizes, w.recv_offsets, /*sizes_given=*/true);
   comm_detail::check_capacities("gradient exchange (allgather)", capacity, w.recv_sizes, P);
   t0 = Clock::now();
   for (int owner = 0; owner < P; ++owner) {

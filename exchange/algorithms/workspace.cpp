@@ -85,24 +85,11 @@ void Workspace::decode_from(int from_rank, std::span<const uint8_t> bytes, const
 
 void Workspace::decode_from_device(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
                                    const std::function<Span(int)>& where, bool owner_encoded) {
-  auto largest = [&](int t) { return encoded_bound(t, where(t).length, owner_encoded); };
-  size_t full = 0;
-  for (int t : ids)
-    if (where(t).length > 0) full += largest(t);
-  if (full == bytes.size()) {
-    // Every payload is at most its encoder's largest, and they sum to the block: each is exactly it.
-    decode_payloads(
-        from_rank, bytes.data(), bytes.size(), ids, add, where, [&](int t, size_t) { return largest(t); },
-        owner_encoded,
-        /*sender_spec=*/true);
-    return;
-  }
-  if (recv_host.size() < bytes.size()) recv_host.resize(bytes.size());
-  if (!bytes.empty()) copy_to_host(*ctx, recv_host.data(), bytes.data(), bytes.size());
-  const std::span<const uint8_t> host{recv_host.data(), bytes.size()};
+  // Each slot is its encoder's largest payload; the decoders read a size that varies on the device.
   decode_payloads(
       from_rank, bytes.data(), bytes.size(), ids, add, where,
-      [&](int t, size_t cursor) { return payload_length(host, cursor, t, from_rank); }, owner_encoded);
+      [&](int t, size_t) { return encoded_bound(t, where(t).length, owner_encoded); }, owner_encoded,
+      /*sender_spec=*/true);
 }
 
 void Workspace::decode_payloads(int from_rank, const uint8_t* base, size_t size, const std::vector<int>& ids, bool add,
@@ -158,12 +145,6 @@ size_t Workspace::piece_capacity(const std::vector<int>& ids, int s, int k) cons
   return c;
 }
 
-bool Workspace::fixed_sizes(const std::vector<int>& ids) const {
-  for (int t : ids)
-    if (!plan(t).quantizer->fixed_size() || !plan(t).owner_q().fixed_size()) return false;
-  return true;
-}
-
 size_t Workspace::piece_bytes(const std::vector<int>& ids, int s, int k, bool owner) const {
   size_t c = 0;
   for (int t : ids) {
@@ -174,7 +155,7 @@ size_t Workspace::piece_bytes(const std::vector<int>& ids, int s, int k, bool ow
 }
 
 size_t Workspace::encode_piece(const std::vector<int>& ids, int s, int k, bool owner, uint8_t* out,
-                               std::vector<double>& sent, int copies) {
+                               std::vector<double>& sent, int copies, bool slots) {
   size_t used = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int t = ids[i];
@@ -187,8 +168,9 @@ size_t Workspace::encode_piece(const std::vector<int>& ids, int s, int k, bool o
         owner ? striped.owner[static_cast<size_t>(k)] : striped.stripes[static_cast<size_t>(s)][static_cast<size_t>(k)];
     const Quantizer& q = owner ? p.owner_q() : *p.quantizer;
     tag_checks(t, s, /*decode=*/false);
-    const size_t bytes = q.encode(*ctx, {grad(t) + b, static_cast<size_t>(len)}, col, state,
-                                  {out + used, q.max_encoded_bytes(len, col)});
+    const std::span<const float> in{grad(t) + b, static_cast<size_t>(len)};
+    const std::span<uint8_t> slot{out + used, q.max_encoded_bytes(len, col)};
+    const size_t bytes = slots ? q.encode_slot(*ctx, in, col, state, slot) : q.encode(*ctx, in, col, state, slot);
     used += bytes;
     sent[i] += static_cast<double>(bytes) * copies;
   }

@@ -64,10 +64,10 @@ struct Workspace {
   // on CUDA their headers are then checked on the device (the lengths come from the host's copy).
   void decode_from(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
                    const std::function<Span(int tensor)>& where, bool owner_encoded = false);
-  // The same for bytes in device memory (a device byte collective's result), encoded by each tensor's
-  // owner quantizer when `owner_encoded`, else its first one. When the block is exactly as long as
-  // those encoders' largest payloads (fixed-size methods), those are the lengths and nothing crosses
-  // to the host; else the block is copied to the host to read its headers.
+  // The same for a block of slots in device memory (a device byte collective's result: each payload
+  // in a slot of its encoder's largest size, Quantizer::encode_slot), encoded by each tensor's owner
+  // quantizer when `owner_encoded`, else its first one. The slots' sizes come from the plan and the
+  // decoders check the headers on the device: nothing crosses to the host.
   void decode_from_device(int from_rank, std::span<const uint8_t> bytes, const std::vector<int>& ids, bool add,
                           const std::function<Span(int tensor)>& where, bool owner_encoded);
 
@@ -84,15 +84,17 @@ struct Workspace {
   // The most bytes the payload of piece k of stripe s of the tensors `ids` can take (the same figure
   // on every rank).
   size_t piece_capacity(const std::vector<int>& ids, int s, int k) const;
-  // Whether every payload of the tensors `ids` has a fixed size (Quantizer::fixed_size), both
-  // quantizations; then piece_bytes is what encode_piece writes, known on every rank in advance.
-  bool fixed_sizes(const std::vector<int>& ids) const;
+  // The slots of piece k of stripe s of the tensors `ids` (the owner's quantizers when `owner`, else
+  // the first ones): what encode_piece with `slots` writes, known on every rank in advance.
   size_t piece_bytes(const std::vector<int>& ids, int s, int k, bool owner) const;
   // Encodes piece k of stripe s of every tensor of `ids` back to back into `out` (the owner's
   // re-quantization states when `owner`, else stripe s's first-quantization states); adds each
-  // payload's bytes times `copies` to sent[i]. Returns the bytes written.
+  // payload's bytes times `copies` to sent[i]. Returns the bytes written. With `slots` (the device
+  // collectives), each payload fills a slot of its encoder's largest size (Quantizer::encode_slot:
+  // a size that varies, adaptive's, stays in its header on the device), and the slots are what is
+  // sent and counted.
   size_t encode_piece(const std::vector<int>& ids, int s, int k, bool owner, uint8_t* out, std::vector<double>& sent,
-                      int copies);
+                      int copies, bool slots = false);
   // Finishes the sum of the decodes of tensor t's values [x, x + n) by its method's combine: times
   // `scale` (sum), or the vote's +-1 (vote: the mean's 1/P does not apply).
   void finish_sum(int t, float* x, int64_t n);

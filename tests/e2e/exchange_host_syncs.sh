@@ -9,7 +9,9 @@
 # counts for an MLP of 3 dense layers and one of 12: nothing per tensor. Methods: qsgd 4-bit
 # (reduce-scatter + allgather with device payloads), fp8 and nvfp4 (the same, with a scale in the
 # header that the decoders read on the device), dettmers8 (the allgather algorithm with device
-# payloads, its scale read on the device too) and fp32 (NCCL all-reduce).
+# payloads, its scale read on the device too), adaptive (reduce-scatter + allgather, its payloads in
+# slots of their largest size, the count read on the device), randomk (allreduce_compact: its key
+# read on the device) and fp32 (NCCL all-reduce).
 # Usage: exchange_host_syncs.sh CUEMU_QTRAIN SOURCE_DIR   (needs SOURCE_DIR/data/mnist; skips without)
 set -uo pipefail
 emulated=$1
@@ -74,7 +76,7 @@ print(sum(r["host_syncs"] for r in rows), sum(r["d2h_copies"] for r in rows))
 PY
 }
 
-for method in qsgd fp8 nvfp4 dettmers8 fp32; do
+for method in qsgd fp8 nvfp4 dettmers8 adaptive randomk fp32; do
   bits=""
   [[ $method == qsgd ]] && bits=4
   declare -A per_step=()

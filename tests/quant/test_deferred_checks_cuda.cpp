@@ -73,11 +73,12 @@ std::vector<float> decode_at_once(Context& gpu, const Quantizer& q, const Encode
   return floats_on_host(gpu, out);
 }
 
-// Decodes `payload` (its first `bytes`, n values, the sender's column n) on the GPU under a
-// DeferredChecks scope and settles: the error settle() raised (empty: none) and the decoded values.
+// Decodes `payload` (its first `bytes`, n values, the sender's column: n unless given) on the GPU
+// under a DeferredChecks scope and settles: the error settle() raised (empty: none) and the decoded
+// values.
 std::pair<std::string, std::vector<float>> decode_under_scope(Context& gpu, const Quantizer& q,
                                                               const std::vector<uint8_t>& payload, size_t bytes,
-                                                              int64_t n) {
+                                                              int64_t n, int64_t column = 0) {
   Tensor p = Tensor::empty({static_cast<int64_t>(payload.size())}, DType::u8);
   std::memcpy(p.data<uint8_t>(), payload.data(), payload.size());
   Tensor gp = p.to(Device::cuda(0));
@@ -86,7 +87,7 @@ std::pair<std::string, std::vector<float>> decode_under_scope(Context& gpu, cons
   {
     const DeferredChecks::Scope scope(checks);
     q.decode(gpu, std::span<const uint8_t>(gp.data<uint8_t>(), bytes), n,
-             std::span<float>(out.data<float>(), static_cast<size_t>(n)), n);
+             std::span<float>(out.data<float>(), static_cast<size_t>(n)), column > 0 ? column : n);
   }
   return {settle_error(checks), floats_on_host(gpu, out)};
 }
@@ -267,5 +268,108 @@ TEST_CASE("deferred checks: dettmers8's and efsign's scales and onebit's means a
     std::vector<uint8_t> other = good;
     other[8] ^= 1;  // n: the header check's error
     REQUIRE_THAT(decode_deferred(other).first, Contains("the header differs"));
+  }
+}
+
+// randomk's decoder reads the key (header fields b and c, the data's) on the device: a receiver that
+// predicts the rest of the header reads nothing back, decodes the values of the key the payload
+// holds, and its other fields are still compared.
+TEST_CASE("deferred checks: randomk's key is read on the device", "[quant][cuda]") {
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 1000;
+  Tensor gx = floats_on_gpu(normal_data(n, 13));
+  auto q = make_quantizer(QuantSpec::defaults(QuantMethod::randomk).set("fraction", 0.1));
+  REQUIRE(q->header_b_from_data());
+  REQUIRE(q->header_c_from_data());
+  QuantState state(1, 0, 1);
+  const Encoded e = encode_on(gpu, *q, gx, n, state);
+  const std::vector<uint8_t> good = bytes_on_host(gpu, e.payload);
+  const auto decode_deferred = [&](const std::vector<uint8_t>& payload) {
+    return decode_under_scope(gpu, *q, payload, e.bytes, n);
+  };
+  const auto [none, values] = decode_deferred(good);
+  REQUIRE(none.empty());
+  REQUIRE(values == decode_at_once(gpu, *q, e, n));
+  // Another key (its high word) is another valid payload: other positions, no error.
+  std::vector<uint8_t> other_key = good;
+  other_key[28] ^= 1;
+  const auto [still_none, moved] = decode_deferred(other_key);
+  REQUIRE(still_none.empty());
+  REQUIRE(moved != values);
+  std::vector<uint8_t> other = good;
+  other[4] ^= 1;  // a: k
+  REQUIRE_THAT(decode_deferred(other).first, Contains("the header differs"));
+}
+
+// adaptive's size is its count. Encoded into a slot (Quantizer::encode_slot) the count stays in the
+// header on the device; a receiver given the sender's column decodes the whole slot, reading the count
+// there and checking it (with the length field and the body's count) at settle.
+TEST_CASE("deferred checks: adaptive's count stays on the device in a slot", "[quant][cuda]") {
+  Context gpu = Context::cuda(0, 1);
+  const int64_t n = 3000, column = 30;
+  Tensor gx = floats_on_gpu(normal_data(n, 17));
+  for (const QuantSpec& s :
+       {QuantSpec::defaults(QuantMethod::adaptive), QuantSpec::defaults(QuantMethod::adaptive).set("sample", 256)}) {
+    CAPTURE(s.str());
+    auto q = make_quantizer(s);
+    REQUIRE(!q->fixed_size());
+    REQUIRE(q->header_c_from_data());
+    const size_t slot = q->max_encoded_bytes(n, column);
+    QuantState now_state(3, 1, 2), slot_state(3, 1, 2);
+    const Encoded now = encode_on(gpu, *q, gx, column, now_state);
+    REQUIRE(now.bytes < slot);  // a proportion of 1/32 sends fewer entries than the cap of 4/32
+    Tensor in_slot = Tensor::zeros({static_cast<int64_t>(slot)}, DType::u8, Device::cuda(0));
+    DeferredChecks checks(gpu);
+    {
+      const DeferredChecks::Scope scope(checks);
+      REQUIRE(q->encode_slot(gpu, std::span<const float>(gx.data<float>(), static_cast<size_t>(n)), column, slot_state,
+                             std::span<uint8_t>(in_slot.data<uint8_t>(), slot)) == slot);
+    }
+    REQUIRE(settle_error(checks).empty());
+    // The same payload (its own length, the header's), and the same residual.
+    const std::vector<uint8_t> whole = bytes_on_host(gpu, in_slot);
+    const auto payload_end = static_cast<std::ptrdiff_t>(now.bytes);
+    const std::vector<uint8_t> expected = bytes_on_host(gpu, now.payload);
+    REQUIRE(std::vector<uint8_t>(whole.begin(), whole.begin() + payload_end) ==
+            std::vector<uint8_t>(expected.begin(), expected.begin() + payload_end));
+    REQUIRE(floats_on_host(gpu, slot_state.residual()) == floats_on_host(gpu, now_state.residual()));
+
+    // The whole slot decodes to what the payload decodes to.
+    const auto decode_slot_columns = [&](const std::vector<uint8_t>& bytes) {
+      return decode_under_scope(gpu, *q, bytes, bytes.size(), n, column);
+    };
+    const auto [none, values] = decode_slot_columns(whole);
+    REQUIRE(none.empty());
+    REQUIRE(values == decode_at_once(gpu, *q, now, n));
+
+    uint32_t count = 0;
+    std::memcpy(&count, whole.data() + 28, 4);
+    const char* count_error = "the entry count or length field";
+    // A count beyond the slot's entries, a count that differs from the body's, a length field that
+    // differs from the count's: each reported at settle.
+    std::vector<uint8_t> bad = whole;
+    const uint32_t beyond = static_cast<uint32_t>(slot);
+    std::memcpy(bad.data() + 28, &beyond, 4);
+    REQUIRE_THAT(decode_slot_columns(bad).first, Contains(count_error));
+    bad = whole;
+    const uint32_t fewer = count - 1;
+    std::memcpy(bad.data() + 28, &fewer, 4);
+    REQUIRE_THAT(decode_slot_columns(bad).first, Contains(count_error));
+    bad = whole;
+    bad[16] ^= 8;  // the length field
+    REQUIRE_THAT(decode_slot_columns(bad).first, Contains(count_error));
+    // A slot too short for the count the header states.
+    const std::vector<uint8_t> short_slot(whole.begin(), whole.begin() + payload_end - 8);
+    REQUIRE_THAT(decode_slot_columns(short_slot).first, Contains(count_error));
+    // An entry's row beyond its column: reported, and nothing written outside the output.
+    bad = whole;
+    const size_t entries_offset = wire::kHeaderBytes + 12 * static_cast<size_t>(n / column) + 4;
+    const uint16_t far_row = static_cast<uint16_t>((column + 5) << 1);
+    std::memcpy(bad.data() + entries_offset, &far_row, 2);
+    REQUIRE_THAT(decode_slot_columns(bad).first, Contains(count_error));
+    // The other fields are compared: n.
+    bad = whole;
+    bad[8] ^= 1;
+    REQUIRE_THAT(decode_slot_columns(bad).first, Contains("the header differs"));
   }
 }
