@@ -253,16 +253,18 @@ void Conv2d::forward_winograd(Context& ctx, const T* x, T* y, int64_t batch) {
 
 // The weight gradient by F(3x3, 2x2), summed per lane in the transformed domain (the lanes' partials
 // added in lane order, then one output transform: deterministic for a given thread count), and dx by
-// F(2x2, 3x3) on dy with the flipped, transposed kernel.
+// F(2x2, 3x3) on dy with the flipped, transposed kernel. Both run block by block of samples, the
+// weight gradient's block then dx's, so that dx's transform finds the block of dy that the weight
+// gradient just read still in the cache: dy comes from memory once instead of twice.
 template <typename T>
 void Conv2d::backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch) {
   const WinogradConv g = WinogradConv::forward_of(geom_, win_, out_channels_);
   const WinogradConv gdx = WinogradConv::dx_of(geom_, win_, out_channels_);
   const int lanes = lanes_for(ctx, batch);
   const int64_t per_lane = ceil_div(batch, lanes);
-  const int64_t block = winograd_block_samples(g, per_lane), block_dx = winograd_block_samples(gdx, per_lane);
+  const int64_t block = std::min(winograd_block_samples(g, per_lane), winograd_block_samples(gdx, per_lane));
   const int64_t lane_size =
-      padded(std::max(winograd_work_size(g, block), dx ? winograd_work_size(gdx, block_dx) : int64_t{0}));
+      padded(std::max(winograd_work_size(g, block), dx ? winograd_work_size(gdx, block) : int64_t{0}));
   const int64_t dwt_used = winograd_weight_grad_size(g), dwt_size = padded(dwt_used);
   const int64_t u_size = dx ? padded(16 * g.oc * g.c) : 0;
   T* u = scratch_.get<T>(static_cast<size_t>(u_size + lanes * (dwt_size + lane_size)));
@@ -272,11 +274,15 @@ void Conv2d::backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int
   run_lanes(ctx, lanes, [&](int lane) {
     const int64_t first = batch * lane / lanes, n = batch * (lane + 1) / lanes - first;
     T* lane_work = work + lane * lane_size;
-    winograd_weight_grad(g, x + first * g.in_size(), dy + first * g.out_size(), n, block, lane_work,
-                         dwt + lane * dwt_size);
-    if (dx)
-      winograd_conv(gdx, u, static_cast<const T*>(nullptr), dy + first * g.out_size(), dx + first * g.in_size(), n,
-                    block_dx, lane_work);
+    if (n == 0) winograd_weight_grad(g, x, dy, 0, block, lane_work, dwt + lane * dwt_size);
+    for (int64_t s0 = 0; s0 < n; s0 += block) {
+      const int64_t nb = std::min(block, n - s0), s = first + s0;
+      winograd_weight_grad(g, x + s * g.in_size(), dy + s * g.out_size(), nb, block, lane_work, dwt + lane * dwt_size,
+                           s0 > 0);
+      if (dx)
+        winograd_conv(gdx, u, static_cast<const T*>(nullptr), dy + s * g.out_size(), dx + s * g.in_size(), nb, block,
+                      lane_work);
+    }
   });
   for (int l = 1; l < lanes; ++l) {
     const T* __restrict part = dwt + l * dwt_size;

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "layers/cpu_prefetch.h"
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
@@ -82,21 +84,147 @@ void input_rows(const T* __restrict t, int64_t tw, T* __restrict v0, T* __restri
   }
 }
 
+// How far ahead of its reads the input transform prefetches x, in bytes: x is read in order, 2 rows
+// per tile row, and the hardware's prefetchers stop at each 4 KiB page (one 32x32 plane), so each new
+// plane would begin with cache misses.
+constexpr int64_t kPrefetchAhead = 4096;
+
+#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+// transform_input in AVX-512 registers: 16 tiles per vector, the same operations in the same order as
+// the loops below (the same bits). The loops store the 4 transformed rows and read them back at a
+// stride of 2 right away, which stalls on store-to-load forwarding, and for the small maps of CIFAR
+// networks (tw = 4 or 8 tiles) their vector loops barely start. Here each lane is one tile: the
+// columns a tile reads are deinterleaved in registers (its even and odd columns by one two-source
+// permute each, and the same for the columns shifted by 2), and a vector holds 16 tiles that are
+// consecutive in V: 16 of one tile row, or 2 tile rows of 8 (tw = 8), or 4 of 4 (tw = 4).
+//
+// Lanes l of a load of `len` columns starting at column s0 that lie inside the row [0, w).
+inline unsigned inside(int64_t s0, int64_t len, int64_t w) {
+  const int64_t lo = std::clamp<int64_t>(-s0, 0, len), hi = std::clamp<int64_t>(w - s0, 0, len);
+  return ((1u << hi) - 1u) & ~((1u << lo) - 1u);
+}
+
+// Columns [s0, s0 + 16) or [s0, s0 + 8) of an input row, zero outside the row and for a row outside
+// the image (null). A masked load touches no memory in its masked lanes (columns left or right of the
+// row).
+inline __m512 load16(const float* row, int64_t s0, int64_t w) {
+  return row ? _mm512_maskz_loadu_ps(static_cast<__mmask16>(inside(s0, 16, w)), row + s0) : _mm512_setzero_ps();
+}
+inline __m256 load8(const float* row, int64_t s0, int64_t w) {
+  return row ? _mm256_maskz_loadu_ps(static_cast<__mmask8>(inside(s0, 8, w)), row + s0) : _mm256_setzero_ps();
+}
+
+// The 32 columns that 16 tiles of L per tile row take their even and odd columns from, as two vectors:
+// tile rows seg[0 .. 16/L) each give 2L columns from column s0 (L = 16: columns [s0, s0 + 32) of one
+// row; L = 8: 16 of each of two rows; L = 4: 8 of each of four).
+template <int L>
+void load_sources(const float* const* seg, int64_t s0, int64_t w, __m512& lo, __m512& hi) {
+  if constexpr (L == 16) {
+    lo = load16(seg[0], s0, w);
+    hi = load16(seg[0], s0 + 16, w);
+  } else if constexpr (L == 8) {
+    lo = load16(seg[0], s0, w);
+    hi = load16(seg[1], s0, w);
+  } else {
+    static_assert(L == 4);
+    lo = _mm512_insertf32x8(_mm512_castps256_ps512(load8(seg[0], s0, w)), load8(seg[1], s0, w), 1);
+    hi = _mm512_insertf32x8(_mm512_castps256_ps512(load8(seg[2], s0, w)), load8(seg[3], s0, w), 1);
+  }
+}
+
+template <int L>
+void transform_input_avx512(const WinogradConv& g, const float* x, int64_t n, float* v, int64_t ldv,
+                            int64_t xi_stride) {
+  constexpr int kSegments = 16 / L;  // tile rows per vector
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const int64_t tiles = g.tiles();
+  const int64_t plane_size = g.h * g.w;
+  const float* const x_end = x + n * g.c * plane_size;
+  const int64_t step = 2 * kSegments * g.w;  // the rows a vector of tile rows begins
+  for (int64_t s = 0; s < n; ++s) {
+    for (int64_t c = 0; c < g.c; ++c) {
+      const float* plane = x + (s * g.c + c) * plane_size;
+      float* out = v + c * ldv + s * tiles;
+      for (int64_t ty0 = 0; ty0 < g.th; ty0 += kSegments) {
+        const float* ahead = plane + 2 * ty0 * g.w + kPrefetchAhead / sizeof(float);
+        if (ahead < x_end)
+          prefetch_lines(ahead, static_cast<size_t>(std::min<int64_t>(step, x_end - ahead)) * sizeof(float));
+        for (int64_t tx0 = 0; tx0 < g.tw; tx0 += L) {
+          const int64_t lanes =
+              L == 16 ? std::min<int64_t>(16, g.tw - tx0) : std::min<int64_t>(kSegments, g.th - ty0) * L;
+          const int64_t s0 = 2 * tx0 - g.pw;
+          // t[k][j]: B^T down the columns (t0..t3 = d0 - d2, d1 + d2, d2 - d1, d1 - d3) of the sources
+          // j = 0, 1 (from column s0) and 2, 3 (from s0 + 2).
+          __m512 t[4][4];
+          __m512 d[4][4];
+          for (int r = 0; r < 4; ++r) {
+            const float* seg[kSegments];
+            for (int i = 0; i < kSegments; ++i) {
+              const int64_t ty = ty0 + i, iy = 2 * ty - g.ph + r;
+              seg[i] = ty < g.th && iy >= 0 && iy < g.h ? plane + iy * g.w : nullptr;
+            }
+            load_sources<L>(seg, s0, g.w, d[r][0], d[r][1]);
+            load_sources<L>(seg, s0 + 2, g.w, d[r][2], d[r][3]);
+          }
+          for (int j = 0; j < 4; ++j) {
+            t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+            t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+            t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+            t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+          }
+          // B^T along the rows: tile columns a, b, c, d = t[2tx], t[2tx + 1], t[2tx + 2], t[2tx + 3].
+          const __mmask16 store = static_cast<__mmask16>((1u << lanes) - 1u);
+          float* o = out + ty0 * g.tw + tx0;
+          for (int k = 0; k < 4; ++k) {
+            const __m512 a = _mm512_permutex2var_ps(t[k][0], even, t[k][1]);
+            const __m512 b = _mm512_permutex2var_ps(t[k][0], odd, t[k][1]);
+            const __m512 cc = _mm512_permutex2var_ps(t[k][2], even, t[k][3]);
+            const __m512 dd = _mm512_permutex2var_ps(t[k][2], odd, t[k][3]);
+            _mm512_mask_storeu_ps(o + (4 * k) * xi_stride, store, _mm512_sub_ps(a, cc));
+            _mm512_mask_storeu_ps(o + (4 * k + 1) * xi_stride, store, _mm512_add_ps(b, cc));
+            _mm512_mask_storeu_ps(o + (4 * k + 2) * xi_stride, store, _mm512_sub_ps(cc, b));
+            _mm512_mask_storeu_ps(o + (4 * k + 3) * xi_stride, store, _mm512_sub_ps(b, dd));
+          }
+        }
+      }
+    }
+  }
+}
+#endif
+
 // v: B^T d B for every tile of n samples x (n, C, H, W); V[xi] (C, ldv) at v + xi * xi_stride, tile
 // (s, ty, tx) in column s*tiles + ty*tw + tx. Rows above or below the image read a zero row; the
 // column padding is the zero margin of the 4 transformed rows (width row_width), which only their
-// middle w columns overwrite.
+// middle w columns overwrite. Without `reference` a float transform runs in AVX-512 where the build
+// has it (the same bits).
 template <typename T>
-void transform_input(const WinogradConv& g, const T* x, int64_t n, T* v, int64_t ldv, int64_t xi_stride, T* rows) {
+void transform_input(const WinogradConv& g, const T* x, int64_t n, T* v, int64_t ldv, int64_t xi_stride, T* rows,
+                     bool reference = false) {
+#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (!reference) {
+      if (g.tw == 4) return transform_input_avx512<4>(g, x, n, v, ldv, xi_stride);
+      if (g.tw == 8) return transform_input_avx512<8>(g, x, n, v, ldv, xi_stride);
+      return transform_input_avx512<16>(g, x, n, v, ldv, xi_stride);
+    }
+  }
+#endif
+  (void)reference;
   const int64_t wp = row_width(g), tw = g.tw;
   T* t = rows;  // 4 rows of wp
   T* zero = rows + 4 * wp;
   std::fill_n(t, 4 * wp, T(0));
   std::fill_n(zero, g.w, T(0));
+  const T* const x_end = x + n * g.c * g.h * g.w;
   for (int64_t s = 0; s < n; ++s) {
     for (int64_t c = 0; c < g.c; ++c) {
       const T* plane = x + (s * g.c + c) * g.h * g.w;
       for (int64_t ty = 0; ty < g.th; ++ty) {
+        // As in transform_input_avx512: fetch x 4 KiB ahead of the 2 rows this tile row begins.
+        const T* ahead = plane + 2 * ty * g.w + kPrefetchAhead / sizeof(T);
+        if (!reference && ahead < x_end)
+          prefetch_lines(ahead, static_cast<size_t>(std::min<int64_t>(2 * g.w, x_end - ahead)) * sizeof(T));
         const T* d[4];
         for (int64_t r = 0; r < 4; ++r) {
           const int64_t iy = 2 * ty - g.ph + r;
@@ -372,9 +500,27 @@ void transform_grad_avx2(const WinogradConv& g, const float* dy, int64_t n, floa
   const int64_t tw = g.tw, wc = grad_row_width(g), tiles = g.tiles();
   const __m256 half = _mm256_set1_ps(0.5f), sign = _mm256_set1_ps(-0.0f);
   std::fill_n(rows, 16 * wc, 0.0f);  // columns OW..wc stay zero: the copies below write [0, OW)
+  // The 8 channels' planes are 8 streams, each in a page of its own (a 32x32 plane is one 4 KiB page),
+  // where the hardware's prefetchers stop: fetch the rows kAheadRows ahead in the same planes, and
+  // near a plane's end the first rows of the next group's planes.
+  constexpr int64_t kAheadRows = 4;
+  const float* const dy_end = dy + n * g.oc * g.oh * g.ow;
   for (int64_t s = 0; s < n; ++s) {
     for (int64_t o0 = 0; o0 < ldo; o0 += 8) {
       for (int64_t ty = 0; ty < g.th; ++ty) {
+        {
+          int64_t iy = 2 * ty + kAheadRows, group = s * g.oc + o0;
+          if (iy >= g.oh) {
+            iy -= g.oh;
+            group += 8;
+          }
+          for (int64_t r = 0; r < 2 && iy + r < g.oh; ++r)
+            for (int64_t ch = 0; ch < 8; ++ch) {
+              const float* p = dy + ((group + ch) * g.oh + iy + r) * g.ow;
+              if (p < dy_end)
+                prefetch_lines(p, static_cast<size_t>(std::min<int64_t>(g.ow, dy_end - p)) * sizeof(float));
+            }
+        }
         for (int64_t r = 0; r < 2; ++r) {
           const int64_t iy = 2 * ty + r;
           for (int64_t ch = 0; ch < 8; ++ch) {
@@ -517,10 +663,11 @@ void winograd_conv(const WinogradConv& g, const T* u, const T* bias, const T* x,
 }
 
 template <typename T>
-void winograd_weight_grad(const WinogradConv& g, const T* x, const T* dy, int64_t n, int64_t block, T* work, T* dwt) {
+void winograd_weight_grad(const WinogradConv& g, const T* x, const T* dy, int64_t n, int64_t block, T* work, T* dwt,
+                          bool accumulate) {
   const int64_t ldo = grad_columns(g.oc);
   if (n == 0) {
-    std::fill_n(dwt, winograd_weight_grad_size(g), T(0));
+    if (!accumulate) std::fill_n(dwt, winograd_weight_grad_size(g), T(0));
     return;
   }
   const int64_t tiles = g.tiles();
@@ -539,9 +686,16 @@ void winograd_weight_grad(const WinogradConv& g, const T* x, const T* dy, int64_
         const int rows_here = static_cast<int>(std::min<int64_t>(kRows<T>, g.c - c0));
         for (int64_t o0 = 0; o0 < ldo; o0 += kCols<T>)
           product(rows_here, v + xi * vs + c0 * t, t, d + xi * ds + o0, ldo, t, dwt + (xi * g.c + c0) * ldo + o0, ldo,
-                  s0 > 0);
+                  s0 > 0 || accumulate);
       }
   }
+}
+
+template <typename T>
+void winograd_input_transform(const WinogradConv& g, const T* x, int64_t n, T* v, bool reference) {
+  const int64_t t = n * g.tiles();
+  std::vector<T> rows(static_cast<size_t>(rows_size(g)));
+  transform_input(g, x, n, v, t, g.c * t, rows.data(), reference);
 }
 
 template <typename T>
@@ -575,11 +729,12 @@ void winograd_weight_grad_output(const T* dwt, int64_t oc, int64_t c, T* dw) {
   }
 }
 
-#define QTRAIN_WINOGRAD_INSTANTIATE(T)                                                                         \
-  template void winograd_weights<T>(const T*, int64_t, int64_t, bool, T*);                                     \
-  template void winograd_conv<T>(const WinogradConv&, const T*, const T*, const T*, T*, int64_t, int64_t, T*); \
-  template void winograd_weight_grad<T>(const WinogradConv&, const T*, const T*, int64_t, int64_t, T*, T*);    \
-  template void winograd_weight_grad_transform<T>(const WinogradConv&, const T*, int64_t, T*, bool);           \
+#define QTRAIN_WINOGRAD_INSTANTIATE(T)                                                                            \
+  template void winograd_weights<T>(const T*, int64_t, int64_t, bool, T*);                                        \
+  template void winograd_conv<T>(const WinogradConv&, const T*, const T*, const T*, T*, int64_t, int64_t, T*);    \
+  template void winograd_weight_grad<T>(const WinogradConv&, const T*, const T*, int64_t, int64_t, T*, T*, bool); \
+  template void winograd_input_transform<T>(const WinogradConv&, const T*, int64_t, T*, bool);                    \
+  template void winograd_weight_grad_transform<T>(const WinogradConv&, const T*, int64_t, T*, bool);              \
   template void winograd_weight_grad_output<T>(const T*, int64_t, int64_t, T*);
 QTRAIN_WINOGRAD_INSTANTIATE(float)
 QTRAIN_WINOGRAD_INSTANTIATE(double)

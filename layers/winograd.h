@@ -79,11 +79,20 @@ void winograd_conv(const WinogradConv& g, const T* u, const T* bias, const T* x,
 // Elements of winograd_weight_grad's transformed weight gradient: 16 * C * OC'.
 int64_t winograd_weight_grad_size(const WinogradConv& g);
 
-// dwt (16, C, OC') = the transformed weight gradient of n samples, transposed (overwritten): x (n, C, H,
-// W) and dy (n, OC, OH, OW) of the forward geometry g. `work` as for winograd_conv. Each entry is one
-// sum over the tiles in order: the same bits for any block size.
+// dwt (16, C, OC') = the transformed weight gradient of n samples, transposed (overwritten, or with
+// `accumulate` added to dwt's value): x (n, C, H, W) and dy (n, OC, OH, OW) of the forward geometry g.
+// `work` as for winograd_conv. Each entry is one sum over the tiles in order, continued across calls
+// with `accumulate`: the same bits for any block size and any split of the samples into calls.
 template <typename T>
-void winograd_weight_grad(const WinogradConv& g, const T* x, const T* dy, int64_t n, int64_t block, T* work, T* dwt);
+void winograd_weight_grad(const WinogradConv& g, const T* x, const T* dy, int64_t n, int64_t block, T* work, T* dwt,
+                          bool accumulate = false);
+
+// The input transform on its own, for tests: v (16, C, n * tiles) = B^T d B of every tile of x (n, C,
+// H, W), each position's matrix right after the previous one. With `reference` the scalar loops,
+// otherwise the one winograd_conv runs (AVX-512 in float where the build has it): both write the same
+// bits.
+template <typename T>
+void winograd_input_transform(const WinogradConv& g, const T* x, int64_t n, T* v, bool reference);
 
 // The weight gradient's dy transform on its own, for tests: d (16, n * tiles, OC') = G' e G'^T of
 // every 2x2 tile e of dy (n, OC, OH, OW), each position's matrix right after the previous one. With

@@ -121,6 +121,40 @@ TEST_CASE("winograd_fits: 3x3 kernels, stride 1, padding at most 2", "[layers][c
   CHECK_FALSE(winograd_fits({3, 2, 1, 1, 1, 1}));
 }
 
+TEST_CASE("winograd: the vectorized input transform writes the reference's bits", "[layers][conv2d][winograd]") {
+  // Widths giving tw = 1 .. 18 tiles (4 and 8: the vectors spanning 4 and 2 tile rows; 17, 18: a
+  // second, partial chunk of a row), heights with a last group of tile rows cut short, paddings 0..2
+  // (dx's flipped padding is 2 - p), and inputs with signed zeros, infinities and NaNs among the
+  // values. Bits must match except between NaNs: where two NaNs meet in a sum, x86 returns the first
+  // operand's, and the compiler may swap the operands of the scalar loops' additions.
+  const int64_t w = GENERATE(1, 2, 5, 7, 8, 9, 16, 17, 24, 31, 34, 35);
+  const int64_t h = GENERATE(1, 3, 8, 13);
+  const int64_t p = GENERATE(0, 1, 2);
+  const int64_t c = 3, n = 2;
+  if (w + 2 * p < 3 || h + 2 * p < 3) return;
+  INFO(h << "x" << w << ", padding " << p);
+  const Window2d win{3, 3, 1, 1, p, p};
+  const WinogradConv g = WinogradConv::forward_of(image_geometry("test", {c, h, w}, win), win, 4);
+  Tensor x = random_tensor({n, c, h, w}, 7, -1.0, 1.0, DType::f32);
+  float* xs = x.data<float>();
+  const float special[] = {-0.0f,
+                           0.0f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(),
+                           -std::numeric_limits<float>::quiet_NaN()};
+  for (int64_t i = 0; i < x.numel(); i += 5) xs[i] = special[(i / 5) % 6];
+  const int64_t size = 16 * c * n * g.tiles();
+  std::vector<float> reference(static_cast<size_t>(size), 1.0f), fast(static_cast<size_t>(size), 2.0f);
+  winograd_input_transform(g, xs, n, reference.data(), true);
+  winograd_input_transform(g, xs, n, fast.data(), false);
+  int64_t differ = 0;
+  for (size_t i = 0; i < reference.size(); ++i)
+    if (std::memcmp(&reference[i], &fast[i], sizeof(float)) != 0 && !(std::isnan(reference[i]) && std::isnan(fast[i])))
+      ++differ;
+  CHECK(differ == 0);
+}
+
 TEST_CASE("winograd: the weight gradient's vectorized dy transform writes the reference's bits",
           "[layers][conv2d][winograd]") {
   // OC 20: two whole groups of 8 channels and a partial one, padded to 32 columns; odd maps: partial
@@ -158,4 +192,13 @@ TEMPLATE_TEST_CASE("winograd: the weight gradient has the same bits for any bloc
   const std::vector<T> one = run(1), two = run(2), all = run(n);
   CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(T)) == 0);
   CHECK(std::memcmp(one.data(), all.data(), one.size() * sizeof(T)) == 0);
+  // Split into calls (2 + 3 samples, as conv2d's backward calls it block by block): `accumulate`
+  // continues the sums; an empty call adds nothing.
+  std::vector<T> work(static_cast<size_t>(winograd_work_size(g, n)));
+  std::vector<T> split(static_cast<size_t>(winograd_weight_grad_size(g)), T(7));
+  winograd_weight_grad(g, x.data<T>(), dy.data<T>(), 2, 2, work.data(), split.data());
+  winograd_weight_grad(g, x.data<T>(), dy.data<T>(), 0, 2, work.data(), split.data(), true);
+  winograd_weight_grad(g, x.data<T>() + 2 * g.in_size(), dy.data<T>() + 2 * g.out_size(), 3, 3, work.data(),
+                       split.data(), true);
+  CHECK(std::memcmp(one.data(), split.data(), one.size() * sizeof(T)) == 0);
 }
