@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "layers/activation.h"
+#include "layers/cpu_prefetch.h"
 #include "layers/dispatch.h"
 
 namespace qtrain {
@@ -115,7 +116,13 @@ void forward_training_cpu(CpuPool& pool, const Dims& d, bool relu, double eps, d
   pool.parallel_for(d.channels, channel_grain(d), [&](int64_t c_begin, int64_t c_end) {
     for (int64_t c = c_begin; c < c_end; ++c) {
       double acc[kLanes] = {};
-      for (int64_t b = 0; b < d.batch; ++b) add_row(x + d.at(b, c), d.spatial, acc);
+      for (int64_t b = 0; b < d.batch; ++b) {
+        // Rows of one channel lie a whole sample apart: fetch the next while this one is summed (the
+        // next channel's first after the last; the passes below find the channel in the L2 cache).
+        prefetch_lines(b + 1 < d.batch ? x + d.at(b + 1, c) : x + d.at(0, std::min(c + 1, d.channels - 1)),
+                       static_cast<size_t>(d.spatial) * sizeof(T));
+        add_row(x + d.at(b, c), d.spatial, acc);
+      }
       const double mean = total(acc) / n;
       double sq[kLanes] = {};
       for (int64_t b = 0; b < d.batch; ++b) add_row_squares(x + d.at(b, c), d.spatial, mean, sq);
@@ -161,6 +168,13 @@ void backward_reference(CpuPool& pool, const Dims& d, bool relu, const T* x, con
       const double mean = saved_mean[c], invstd = saved_invstd[c];
       double acc_dy[kLanes] = {}, acc_dy_dev[kLanes] = {};
       for (int64_t b = 0; b < d.batch; ++b) {
+        {  // as in the forward pass: the next rows, a sample apart
+          const int64_t nb = b + 1 < d.batch ? b + 1 : 0, nc = b + 1 < d.batch ? c : std::min(c + 1, d.channels - 1);
+          const size_t row_bytes = static_cast<size_t>(d.spatial) * sizeof(T);
+          prefetch_lines(x + d.at(nb, nc), row_bytes);
+          prefetch_lines(dy + d.at(nb, nc), row_bytes);
+          if (relu) prefetch_lines(y + d.at(nb, nc), row_bytes);
+        }
         const T* g = dy + d.at(b, c);
         if (relu) {
           T* masked = dx ? dx + d.at(b, c) : row.data();
