@@ -92,6 +92,31 @@ std::pair<std::string, std::vector<float>> decode_under_scope(Context& gpu, cons
   return {settle_error(checks), floats_on_host(gpu, out)};
 }
 
+// One payload of q encoded on the GPU (n values, column n), its bytes on the host (`good`), and
+// decode_deferred(): the payload, or a changed copy of it, decoded under a scope. Made, it has checked
+// that `good` decodes under the scope without an error to what a decode at once gives (`values`).
+struct DeferredCase {
+  DeferredCase(Context& gpu_, const Quantizer& q_, const Tensor& gx, int64_t n_) : gpu(gpu_), q(q_), n(n_) {
+    QuantState state(1, 0, 1);
+    e = encode_on(gpu, q, gx, n, state);
+    good = bytes_on_host(gpu, e.payload);
+    auto [none, decoded] = decode_deferred(good);
+    REQUIRE(none.empty());
+    REQUIRE(decoded == decode_at_once(gpu, q, e, n));
+    values = std::move(decoded);
+  }
+  std::pair<std::string, std::vector<float>> decode_deferred(const std::vector<uint8_t>& payload) const {
+    return decode_under_scope(gpu, q, payload, e.bytes, n);
+  }
+
+  Context& gpu;
+  const Quantizer& q;
+  int64_t n;
+  Encoded e{};
+  std::vector<uint8_t> good;
+  std::vector<float> values;
+};
+
 }  // namespace
 
 TEST_CASE("deferred checks: the same bytes and values as checking at once, for every method", "[quant][cuda]") {
@@ -199,16 +224,10 @@ TEST_CASE("deferred checks: fp8's and nvfp4's scales are read and checked on the
     CAPTURE(quant_method_name(method));
     auto q = make_quantizer(QuantSpec::defaults(method));
     REQUIRE(q->header_b_from_data());
-    QuantState state(1, 0, 1);
-    const Encoded e = encode_on(gpu, *q, gx, n, state);
-    std::vector<uint8_t> good = bytes_on_host(gpu, e.payload);
-    const auto decode_deferred = [&](const std::vector<uint8_t>& payload) {
-      return decode_under_scope(gpu, *q, payload, e.bytes, n);
-    };
     // The scale the encoder computed (not the 0 of the predicted header) decodes the values.
-    const auto [none, values] = decode_deferred(good);
-    REQUIRE(none.empty());
-    REQUIRE(values == decode_at_once(gpu, *q, e, n));
+    const DeferredCase c(gpu, *q, gx, n);
+    const std::vector<uint8_t>& good = c.good;
+    const auto decode_deferred = [&](const std::vector<uint8_t>& payload) { return c.decode_deferred(payload); };
     for (const uint32_t bits : bad_scales) {
       CAPTURE(bits);
       std::vector<uint8_t> bad = good;
@@ -242,15 +261,9 @@ TEST_CASE("deferred checks: dettmers8's and efsign's scales and onebit's means a
   for (const QuantMethod method : {QuantMethod::dettmers8, QuantMethod::efsign, QuantMethod::onebit}) {
     CAPTURE(quant_method_name(method));
     auto q = make_quantizer(QuantSpec::defaults(method));
-    QuantState state(1, 0, 1);
-    const Encoded e = encode_on(gpu, *q, gx, n, state);
-    const std::vector<uint8_t> good = bytes_on_host(gpu, e.payload);
-    const auto decode_deferred = [&](const std::vector<uint8_t>& payload) {
-      return decode_under_scope(gpu, *q, payload, e.bytes, n);
-    };
-    const auto [none, values] = decode_deferred(good);
-    REQUIRE(none.empty());
-    REQUIRE(values == decode_at_once(gpu, *q, e, n));
+    const DeferredCase c(gpu, *q, gx, n);
+    const std::vector<uint8_t>& good = c.good;
+    const auto decode_deferred = [&](const std::vector<uint8_t>& payload) { return c.decode_deferred(payload); };
     std::vector<uint8_t> bad = good;
     const uint32_t nan = 0x7fc00000u;
     if (method != QuantMethod::onebit) {
@@ -281,15 +294,10 @@ TEST_CASE("deferred checks: randomk's key is read on the device", "[quant][cuda]
   auto q = make_quantizer(QuantSpec::defaults(QuantMethod::randomk).set("fraction", 0.1));
   REQUIRE(q->header_b_from_data());
   REQUIRE(q->header_c_from_data());
-  QuantState state(1, 0, 1);
-  const Encoded e = encode_on(gpu, *q, gx, n, state);
-  const std::vector<uint8_t> good = bytes_on_host(gpu, e.payload);
-  const auto decode_deferred = [&](const std::vector<uint8_t>& payload) {
-    return decode_under_scope(gpu, *q, payload, e.bytes, n);
-  };
-  const auto [none, values] = decode_deferred(good);
-  REQUIRE(none.empty());
-  REQUIRE(values == decode_at_once(gpu, *q, e, n));
+  const DeferredCase c(gpu, *q, gx, n);
+  const std::vector<uint8_t>& good = c.good;
+  const std::vector<float>& values = c.values;
+  const auto decode_deferred = [&](const std::vector<uint8_t>& payload) { return c.decode_deferred(payload); };
   // Another key (its high word) is another valid payload: other positions, no error.
   std::vector<uint8_t> other_key = good;
   other_key[28] ^= 1;
