@@ -305,12 +305,13 @@ TEST_CASE("configs/cifar_resnet110.yaml expands to ResNet-110", "[net][graph]") 
   REQUIRE(types["batchnorm2d"] == 109);
   REQUIRE(types["pad_channels"] == 2);
   // Identity shortcuts read the block's input, i.e. the previous block's output.
-  // The relus are fused into batch norm and add (`activation: relu`): no relu layer is left.
-  REQUIRE(types.count("relu") == 0);
+  // The blocks' relus are fused into batch norm and add (`activation: relu`); the stem keeps its relu
+  // layer, so that the stages stay at the indices users --set (model.layers.3, 5, 7: docs/results.md).
+  REQUIRE(types["relu"] == 1);
   const GraphNode& sum = nodes[static_cast<size_t>(index.at("stage1_block5.out"))];
   REQUIRE(sum.type == "add");
   REQUIRE(sum.inputs == std::vector<int>{index.at("stage1_block5.bn2"), index.at("stage1_block4.out")});
-  REQUIRE(nodes[static_cast<size_t>(index.at("stage1_block1.conv1"))].inputs == std::vector<int>{index.at("bn1")});
+  REQUIRE(nodes[static_cast<size_t>(index.at("stage1_block1.conv1"))].inputs == std::vector<int>{index.at("relu1")});
   // The downsampling block's shortcut pads the previous stage's output; the next block reads its output.
   REQUIRE(nodes[static_cast<size_t>(index.at("stage2_first1.shortcut"))].inputs ==
           std::vector<int>{index.at("stage1_block18.out")});
@@ -319,4 +320,14 @@ TEST_CASE("configs/cifar_resnet110.yaml expands to ResNet-110", "[net][graph]") 
   REQUIRE(nodes[static_cast<size_t>(index.at("global_avgpool1"))].inputs ==
           std::vector<int>{index.at("stage3_block17.out")});
   REQUIRE(nodes.back().name == "fc");
+
+  // docs/results.md's ResNet-14: the stages' repeats by index.
+  LoadedConfig small =
+      load_config_file(std::string(QTRAIN_SOURCE_DIR) + "/configs/cifar_resnet110.yaml",
+                       {"model.layers.3.repeat=2", "model.layers.5.repeat=1", "model.layers.7.repeat=1"});
+  ConfigNode small_model(small.root["model"], "model", small.source);
+  int weighted = 0;
+  for (const GraphNode& node : expand_layer_graph(small_model.items("layers")))
+    weighted += node.type == "conv2d" || node.type == "dense";
+  REQUIRE(weighted == 14);
 }
