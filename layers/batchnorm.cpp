@@ -26,6 +26,12 @@ struct Dims {
   int64_t batch, channels, spatial;
   int64_t n() const { return batch * spatial; }  // values per channel
   int64_t at(int64_t b, int64_t c) const { return (b * channels + c) * spatial; }
+  // The row a channel pass reads after row (b, c): the next sample's, and after the last sample the
+  // next channel's first (the last channel's own first at the very end: a harmless prefetch).
+  int64_t after(int64_t b, int64_t c) const {
+    return b + 1 < batch ? at(b + 1, c) : at(0, std::min(c + 1, channels - 1));
+  }
+  size_t row_bytes(size_t element) const { return static_cast<size_t>(spatial) * element; }
 };
 
 // y = x scale + shift, and with `relu` then max(0, .) as the relu layer computes it (a NaN becomes 0),
@@ -148,8 +154,7 @@ void forward_training_cpu(CpuPool& pool, const Dims& d, bool relu, double eps, d
       for (int64_t b = 0; b < d.batch; ++b) {
         // Rows of one channel lie a whole sample apart: fetch the next while this one is summed (the
         // next channel's first after the last; the passes below find the channel in the L2 cache).
-        prefetch_lines(b + 1 < d.batch ? x + d.at(b + 1, c) : x + d.at(0, std::min(c + 1, d.channels - 1)),
-                       static_cast<size_t>(d.spatial) * sizeof(T));
+        prefetch_lines(x + d.after(b, c), d.row_bytes(sizeof(T)));
         add_row(x + d.at(b, c), d.spatial, acc);
       }
       const double mean = total(acc) / n;
@@ -197,13 +202,10 @@ void backward_reference(CpuPool& pool, const Dims& d, bool relu, const T* x, con
       const double mean = saved_mean[c], invstd = saved_invstd[c];
       double acc_dy[kLanes] = {}, acc_dy_dev[kLanes] = {};
       for (int64_t b = 0; b < d.batch; ++b) {
-        {  // as in the forward pass: the next rows, a sample apart
-          const int64_t nb = b + 1 < d.batch ? b + 1 : 0, nc = b + 1 < d.batch ? c : std::min(c + 1, d.channels - 1);
-          const size_t row_bytes = static_cast<size_t>(d.spatial) * sizeof(T);
-          prefetch_lines(x + d.at(nb, nc), row_bytes);
-          prefetch_lines(dy + d.at(nb, nc), row_bytes);
-          if (relu) prefetch_lines(y + d.at(nb, nc), row_bytes);
-        }
+        // As in the forward pass: the next rows, a sample apart.
+        prefetch_lines(x + d.after(b, c), d.row_bytes(sizeof(T)));
+        prefetch_lines(dy + d.after(b, c), d.row_bytes(sizeof(T)));
+        if (relu) prefetch_lines(y + d.after(b, c), d.row_bytes(sizeof(T)));
         const T* g = dy + d.at(b, c);
         if (relu) {
           T* masked = dx ? dx + d.at(b, c) : row.data();

@@ -274,7 +274,7 @@ void Conv2d::backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int
   run_lanes(ctx, lanes, [&](int lane) {
     const int64_t first = batch * lane / lanes, n = batch * (lane + 1) / lanes - first;
     T* lane_work = work + lane * lane_size;
-    if (n == 0) winograd_weight_grad(g, x, dy, 0, block, lane_work, dwt + lane * dwt_size);
+    if (n == 0) std::fill_n(dwt + lane * dwt_size, dwt_used, T(0));  // a lane without samples adds zeros
     for (int64_t s0 = 0; s0 < n; s0 += block) {
       const int64_t nb = std::min(block, n - s0), s = first + s0;
       winograd_weight_grad(g, x + s * g.in_size(), dy + s * g.out_size(), nb, block, lane_work, dwt + lane * dwt_size,

@@ -2,6 +2,8 @@
 // max of qsgd and terngrad) and the fp32 /
 // fp16 / bf16 casts, with the arithmetic of cast.cpp (quant/numerics.h on both sides). Every launcher
 // runs on the context's stream and checks cudaGetLastError() after the launch.
+#include <type_traits>
+
 #include "quant/cuda_common.cuh"
 #include "quant/cast_cuda.h"
 
@@ -227,6 +229,23 @@ int kind_of(QuantMethod method) {
   return method == QuantMethod::fp32 ? 0 : (method == QuantMethod::fp16 ? 1 : 2);
 }
 
+// Calls f(kind, flag) with both as compile-time constants (a cast kernel template's arguments): the
+// kind of kind_of, and the kernel's bool (encode: error feedback; decode: add).
+template <typename F>
+void with_cast_kind(int kind, bool flag, F&& f) {
+  const auto with_flag = [&](auto k) {
+    if (flag)
+      f(k, std::true_type{});
+    else
+      f(k, std::false_type{});
+  };
+  switch (kind) {
+    case 0: with_flag(std::integral_constant<int, 0>{}); break;
+    case 1: with_flag(std::integral_constant<int, 1>{}); break;
+    default: with_flag(std::integral_constant<int, 2>{}); break;
+  }
+}
+
 }  // namespace
 
 void cuda_zero_bytes(Context& ctx, uint8_t* ptr, size_t bytes) {
@@ -308,29 +327,16 @@ void cast_encode_cuda(Context& ctx, QuantMethod method, const float* in, float* 
   cudaStream_t s = stream_of(ctx);
   const int kind = kind_of(method);
   // The vector kernel stores float4s (fp32) or 8-byte words (halves) of the body.
-  if (aligned_to(in, 16) && aligned_to(residual, 16) && aligned_to(body, kind == 0 ? 16 : 8)) {
-    const int vgrid = stream_grid(n / 4);
-    if (kind == 0)
-      cast_encode_vec_kernel<0, false><<<vgrid, kStreamThreads, 0, s>>>(in, nullptr, body, n);
-    else if (kind == 1 && residual)
-      cast_encode_vec_kernel<1, true><<<vgrid, kStreamThreads, 0, s>>>(in, residual, body, n);
-    else if (kind == 1)
-      cast_encode_vec_kernel<1, false><<<vgrid, kStreamThreads, 0, s>>>(in, nullptr, body, n);
-    else if (residual)
-      cast_encode_vec_kernel<2, true><<<vgrid, kStreamThreads, 0, s>>>(in, residual, body, n);
+  const bool streamed = aligned_to(in, 16) && aligned_to(residual, 16) && aligned_to(body, kind == 0 ? 16 : 8);
+  // fp32 is exact: no residual to keep, whatever the caller passed.
+  with_cast_kind(kind, kind != 0 && residual != nullptr, [&](auto k, auto ef) {
+    if constexpr (k == 0 && ef) return;  // never called (see above); not instantiated
+    float* r = ef ? residual : nullptr;
+    if (streamed)
+      cast_encode_vec_kernel<k, ef><<<stream_grid(n / 4), kStreamThreads, 0, s>>>(in, r, body, n);
     else
-      cast_encode_vec_kernel<2, false><<<vgrid, kStreamThreads, 0, s>>>(in, nullptr, body, n);
-  } else if (kind == 0) {
-    cast_encode_kernel<0, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
-  } else if (kind == 1 && residual) {
-    cast_encode_kernel<1, true><<<grid, kThreads, 0, s>>>(in, residual, body, n);
-  } else if (kind == 1) {
-    cast_encode_kernel<1, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
-  } else if (residual) {
-    cast_encode_kernel<2, true><<<grid, kThreads, 0, s>>>(in, residual, body, n);
-  } else {
-    cast_encode_kernel<2, false><<<grid, kThreads, 0, s>>>(in, nullptr, body, n);
-  }
+      cast_encode_kernel<k, ef><<<grid, kThreads, 0, s>>>(in, r, body, n);
+  });
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -342,26 +348,13 @@ void cast_decode_cuda(Context& ctx, QuantMethod method, const uint8_t* body, flo
   const int kind = kind_of(method);
   const HeaderCheck header = take_header_check(ctx);  // made by the decode kernel
   // A payload is only 4-byte aligned on decode (quantizer.cpp), so the body's alignment is checked too.
-  if (aligned_to(out, 16) && aligned_to(body, kind == 0 ? 16 : 8)) {
-    const int vgrid = stream_grid(n / 4);
-    switch (kind * 2 + (add ? 1 : 0)) {
-      case 0: cast_decode_vec_kernel<0, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
-      case 1: cast_decode_vec_kernel<0, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
-      case 2: cast_decode_vec_kernel<1, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
-      case 3: cast_decode_vec_kernel<1, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
-      case 4: cast_decode_vec_kernel<2, false><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
-      default: cast_decode_vec_kernel<2, true><<<vgrid, kStreamThreads, 0, s>>>(body, out, n, header); break;
-    }
-  } else {
-    switch (kind * 2 + (add ? 1 : 0)) {
-      case 0: cast_decode_kernel<0, false><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
-      case 1: cast_decode_kernel<0, true><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
-      case 2: cast_decode_kernel<1, false><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
-      case 3: cast_decode_kernel<1, true><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
-      case 4: cast_decode_kernel<2, false><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
-      default: cast_decode_kernel<2, true><<<grid, kThreads, 0, s>>>(body, out, n, header); break;
-    }
-  }
+  const bool streamed = aligned_to(out, 16) && aligned_to(body, kind == 0 ? 16 : 8);
+  with_cast_kind(kind, add, [&](auto k, auto a) {
+    if (streamed)
+      cast_decode_vec_kernel<k, a><<<stream_grid(n / 4), kStreamThreads, 0, s>>>(body, out, n, header);
+    else
+      cast_decode_kernel<k, a><<<grid, kThreads, 0, s>>>(body, out, n, header);
+  });
   CUDA_CHECK(cudaGetLastError());
 }
 
