@@ -418,8 +418,9 @@ void transform_grad(const WinogradConv& g, const T* dy, int64_t n, T* d, int64_t
 
 }  // namespace
 
-WinogradConv WinogradConv::forward_of(const ImageGeometry& g, const Window2d& win, int64_t out_channels) {
+WinogradConv WinogradConv::forward_of(const ImageGeometry& g, const Window2d& win, int64_t out_channels, int64_t m) {
   WinogradConv w;
+  w.m = m;
   w.c = g.c;
   w.h = g.h;
   w.w = g.w;
@@ -428,17 +429,17 @@ WinogradConv WinogradConv::forward_of(const ImageGeometry& g, const Window2d& wi
   w.ow = g.ow;
   w.ph = win.ph;
   w.pw = win.pw;
-  w.th = (w.oh + 1) / 2;
-  w.tw = (w.ow + 1) / 2;
+  w.th = (w.oh + m - 1) / m;
+  w.tw = (w.ow + m - 1) / m;
   return w;
 }
 
-WinogradConv WinogradConv::dx_of(const ImageGeometry& g, const Window2d& win, int64_t out_channels) {
+WinogradConv WinogradConv::dx_of(const ImageGeometry& g, const Window2d& win, int64_t out_channels, int64_t m) {
   // dx is the convolution of dy with the flipped, transposed kernel and padding k - 1 - p = 2 - p.
   Window2d flipped = win;
   flipped.ph = 2 - win.ph;
   flipped.pw = 2 - win.pw;
-  return forward_of(g.transposed(out_channels), flipped, g.c);
+  return forward_of(g.transposed(out_channels), flipped, g.c, m);
 }
 
 int64_t winograd_block_samples(const WinogradConv& g, int64_t samples) {
