@@ -33,8 +33,7 @@ template <typename T>
 constexpr int kRows4 = std::min(kRows<T>, 8);
 
 // multiply_output4's product buffer, in elements of either type.
-constexpr int64_t kProductBuffer4 =
-    kPositions * std::max(kRows4<float> * kCols<float>, kRows4<double>* kCols<double>);
+constexpr int64_t kProductBuffer4 = kPositions * std::max(kRows4<float> * kCols<float>, kRows4<double>* kCols<double>);
 
 // Width of a zero-padded row of the reference transform: the 4*tw + 2 columns the tiles of one tile
 // row read.
@@ -293,9 +292,9 @@ void multiply_output4(const WinogradConv& g, const T* u, const T* v, int64_t ldv
   // The block's tiles as runs of consecutive tiles along one tile row, as in F(2x2, 3x3).
   struct Run {
     int first, count;
-    int64_t at;    // offset in y of the run's first output, less its channel's plane
-    int down;      // output rows of the run: 4, or fewer at the map's bottom edge
-    int cut;       // columns of a last tile cut short by the right edge (1..3), else 0
+    int64_t at;  // offset in y of the run's first output, less its channel's plane
+    int down;    // output rows of the run: 4, or fewer at the map's bottom edge
+    int cut;     // columns of a last tile cut short by the right edge (1..3), else 0
   };
   Run runs[L];
   for (int64_t t0 = 0; t0 < t; t0 += L) {
@@ -394,8 +393,8 @@ int64_t winograd4_block_samples(const WinogradConv& g, int64_t samples) {
   QT_CHECK(g.m == 4, "winograd4: a geometry of {}x{} tiles", g.m, g.m);
   // V (36 values per tile and input channel) and the block's output (16 per tile and output channel).
   const int64_t tiles = g.tiles(), per_sample = (kPositions * g.c + 16 * g.oc) * tiles;
-  const int64_t most = std::clamp<int64_t>(kBlockBudget / std::max<int64_t>(per_sample, 1), 1,
-                                           std::max<int64_t>(samples, 1));
+  const int64_t most =
+      std::clamp<int64_t>(kBlockBudget / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(samples, 1));
   // Small maps (fewer than 16 tiles a sample): rather a few samples fewer than a partial column block.
   for (int64_t b = most; b > most / 2; --b)
     if (b * tiles % 16 == 0) return b;
@@ -434,8 +433,8 @@ void winograd4_input_transform(const WinogradConv& g, const T* x, int64_t n, T* 
   transform_input4(g, x, n, v, t, g.c * t, rows.data(), reference);
 }
 
-#define QTRAIN_WINOGRAD4_INSTANTIATE(T)                                                                        \
-  template void winograd4_weights<T>(const T*, int64_t, int64_t, bool, T*);                                    \
+#define QTRAIN_WINOGRAD4_INSTANTIATE(T)                                                                         \
+  template void winograd4_weights<T>(const T*, int64_t, int64_t, bool, T*);                                     \
   template void winograd4_conv<T>(const WinogradConv&, const T*, const T*, const T*, T*, int64_t, int64_t, T*); \
   template void winograd4_input_transform<T>(const WinogradConv&, const T*, int64_t, T*, bool);
 QTRAIN_WINOGRAD4_INSTANTIATE(float)

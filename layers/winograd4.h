@@ -25,7 +25,7 @@
 
 namespace qtrain {
 
-// u (36, OC, C) = G w[o][c] G^T for w (OC, C, 3, 3), computed in double and rounded once. With
+// u (36, OC, C) = G w[o][c] G^T for w (OC, C, 3, 3), computed in double (for float: rounded once). With
 // `flipped`, w is read as the dx convolution's kernel W'[c][o][i][j] = w[o][c][2-i][2-j] and u is
 // (36, C, OC): oc and c are the counts of w's own layout.
 template <typename T>
