@@ -154,34 +154,17 @@ void transform_input(const WinogradConv& g, const T* x, int64_t n, T* v, int64_t
     }
   }
 #endif
-  (void)reference;
   const int64_t wp = row_width(g), tw = g.tw;
   T* t = rows;  // 4 rows of wp
   T* zero = rows + 4 * wp;
   std::fill_n(t, 4 * wp, T(0));
   std::fill_n(zero, g.w, T(0));
-  const T* const x_end = x + n * g.c * g.h * g.w;
-  for (int64_t s = 0; s < n; ++s) {
-    for (int64_t c = 0; c < g.c; ++c) {
-      const T* plane = x + (s * g.c + c) * g.h * g.w;
-      for (int64_t ty = 0; ty < g.th; ++ty) {
-        // As in transform_input_avx512: fetch x 4 KiB ahead of the 2 rows this tile row begins.
-        const T* ahead = plane + 2 * ty * g.w + kPrefetchAhead / sizeof(T);
-        if (!reference && ahead < x_end)
-          prefetch_lines(ahead, static_cast<size_t>(std::min<int64_t>(2 * g.w, x_end - ahead)) * sizeof(T));
-        const T* d[4];
-        for (int64_t r = 0; r < 4; ++r) {
-          const int64_t iy = 2 * ty - g.ph + r;
-          d[r] = iy >= 0 && iy < g.h ? plane + iy * g.w : zero;
-        }
-        input_columns(d[0], d[1], d[2], d[3], g.w, t + g.pw, t + wp + g.pw, t + 2 * wp + g.pw, t + 3 * wp + g.pw);
-        T* out = v + c * ldv + s * g.tiles() + ty * tw;
-        for (int64_t k = 0; k < 4; ++k)
-          input_rows(t + k * wp, tw, out + 4 * k * xi_stride, out + (4 * k + 1) * xi_stride,
-                     out + (4 * k + 2) * xi_stride, out + (4 * k + 3) * xi_stride);
-      }
-    }
-  }
+  for_tile_rows<4>(g, x, n, v, ldv, zero, !reference, [&](const T* const(&d)[4], T* out) {
+    input_columns(d[0], d[1], d[2], d[3], g.w, t + g.pw, t + wp + g.pw, t + 2 * wp + g.pw, t + 3 * wp + g.pw);
+    for (int64_t k = 0; k < 4; ++k)
+      input_rows(t + k * wp, tw, out + 4 * k * xi_stride, out + (4 * k + 1) * xi_stride, out + (4 * k + 2) * xi_stride,
+                 out + (4 * k + 3) * xi_stride);
+  });
 }
 
 // The products M[xi] = U[xi] V[xi] and the output transform, fused: for each column block of kCols

@@ -240,28 +240,13 @@ void transform_input4(const WinogradConv& g, const T* x, int64_t n, T* v, int64_
   T* zero = rows + 6 * wp;
   std::fill_n(t, 6 * wp, T(0));
   std::fill_n(zero, g.w, T(0));
-  const T* const x_end = x + n * g.c * g.h * g.w;
-  for (int64_t s = 0; s < n; ++s) {
-    for (int64_t c = 0; c < g.c; ++c) {
-      const T* plane = x + (s * g.c + c) * g.h * g.w;
-      for (int64_t ty = 0; ty < g.th; ++ty) {
-        const T* ahead = plane + 4 * ty * g.w + kPrefetchAhead / sizeof(T);
-        if (!reference && ahead < x_end)
-          prefetch_lines(ahead, static_cast<size_t>(std::min<int64_t>(4 * g.w, x_end - ahead)) * sizeof(T));
-        const T* d[6];
-        for (int64_t r = 0; r < 6; ++r) {
-          const int64_t iy = 4 * ty - g.ph + r;
-          d[r] = iy >= 0 && iy < g.h ? plane + iy * g.w : zero;
-        }
-        input_columns4(d[0], d[1], d[2], d[3], d[4], d[5], g.w, t + g.pw, t + wp + g.pw, t + 2 * wp + g.pw,
-                       t + 3 * wp + g.pw, t + 4 * wp + g.pw, t + 5 * wp + g.pw);
-        T* o = v + c * ldv + s * g.tiles() + ty * tw;
-        for (int64_t k = 0; k < 6; ++k)
-          input_rows4(t + k * wp, tw, o + 6 * k * xi_stride, o + (6 * k + 1) * xi_stride, o + (6 * k + 2) * xi_stride,
-                      o + (6 * k + 3) * xi_stride, o + (6 * k + 4) * xi_stride, o + (6 * k + 5) * xi_stride);
-      }
-    }
-  }
+  for_tile_rows<6>(g, x, n, v, ldv, zero, !reference, [&](const T* const(&d)[6], T* o) {
+    input_columns4(d[0], d[1], d[2], d[3], d[4], d[5], g.w, t + g.pw, t + wp + g.pw, t + 2 * wp + g.pw,
+                   t + 3 * wp + g.pw, t + 4 * wp + g.pw, t + 5 * wp + g.pw);
+    for (int64_t k = 0; k < 6; ++k)
+      input_rows4(t + k * wp, tw, o + 6 * k * xi_stride, o + (6 * k + 1) * xi_stride, o + (6 * k + 2) * xi_stride,
+                  o + (6 * k + 3) * xi_stride, o + (6 * k + 4) * xi_stride, o + (6 * k + 5) * xi_stride);
+  });
 }
 
 // One output row of a run of tiles: out[4j + q] = o_q[j] + b for `whole` tiles, then the first `cut`

@@ -5,8 +5,12 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
+
+#include "layers/cpu_prefetch.h"
+#include "layers/winograd.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -36,6 +40,35 @@ inline int64_t block_columns(int64_t t) { return (t + 15) / 16 * 16; }
 // rows per tile row, and the hardware's prefetchers stop at each 4 KiB page (one 32x32 plane), so each
 // new plane would begin with cache misses.
 constexpr int64_t kPrefetchAhead = 4096;
+
+// The loops of the scalar input transforms (double, builds without AVX-512, and the tests' reference):
+// tile_row(d, out) for every tile row of every plane of x (n, C, H, W), in memory order, with d the
+// P = m + 2 input rows its m x m tiles read (`zero`, a zero row at least w long, outside the image)
+// and out its first tile's column of V (C, ldv): tile (s, ty, tx) in column s*tiles + ty*tw + tx of
+// channel c's row. With `prefetch`, x is fetched kPrefetchAhead bytes ahead of the m rows a tile row
+// begins.
+template <int P, typename T, typename F>
+void for_tile_rows(const WinogradConv& g, const T* x, int64_t n, T* v, int64_t ldv, const T* zero, bool prefetch,
+                   F&& tile_row) {
+  constexpr int64_t m = P - 2;
+  const T* const x_end = x + n * g.c * g.h * g.w;
+  for (int64_t s = 0; s < n; ++s) {
+    for (int64_t c = 0; c < g.c; ++c) {
+      const T* plane = x + (s * g.c + c) * g.h * g.w;
+      for (int64_t ty = 0; ty < g.th; ++ty) {
+        const T* ahead = plane + m * ty * g.w + kPrefetchAhead / static_cast<int64_t>(sizeof(T));
+        if (prefetch && ahead < x_end)
+          prefetch_lines(ahead, static_cast<size_t>(std::min<int64_t>(m * g.w, x_end - ahead)) * sizeof(T));
+        const T* d[P];
+        for (int64_t r = 0; r < P; ++r) {
+          const int64_t iy = m * ty - g.ph + r;
+          d[r] = iy >= 0 && iy < g.h ? plane + iy * g.w : zero;
+        }
+        tile_row(d, v + c * ldv + s * g.tiles() + ty * g.tw);
+      }
+    }
+  }
+}
 
 #if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
 // Lanes l of a load of `len` columns starting at column s0 that lie inside the row [0, w).

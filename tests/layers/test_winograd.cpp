@@ -74,6 +74,35 @@ void require_close(const char* what, const Tensor& winograd, const Tensor& im2co
   CHECK(diff <= bound);
 }
 
+// The entries of F(m x m, 3x3)'s input transform (m = 2 or 4) of x (n, 3, h, w) with padding p, signed
+// zeros, infinities and NaNs among random values, whose bits differ between the vectorized transform
+// and the reference loops, except between NaNs: where two NaNs meet in a sum, x86 returns the first
+// operand's, and the compiler may swap the operands of the scalar loops' additions.
+int64_t transform_bits_differ(int64_t m, int64_t h, int64_t w, int64_t p, int64_t n) {
+  const int64_t c = 3;
+  const Window2d win{3, 3, 1, 1, p, p};
+  const WinogradConv g = WinogradConv::forward_of(image_geometry("test", {c, h, w}, win), win, 4, m);
+  Tensor x = random_tensor({n, c, h, w}, 7, -1.0, 1.0, DType::f32);
+  float* xs = x.data<float>();
+  const float special[] = {-0.0f,
+                           0.0f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(),
+                           -std::numeric_limits<float>::quiet_NaN()};
+  for (int64_t i = 0; i < x.numel(); i += 5) xs[i] = special[(i / 5) % 6];
+  const int64_t size = (m + 2) * (m + 2) * c * n * g.tiles();
+  std::vector<float> reference(static_cast<size_t>(size), 1.0f), fast(static_cast<size_t>(size), 2.0f);
+  auto transform = m == 2 ? &winograd_input_transform<float> : &winograd4_input_transform<float>;
+  transform(g, xs, n, reference.data(), true);
+  transform(g, xs, n, fast.data(), false);
+  int64_t differ = 0;
+  for (size_t i = 0; i < reference.size(); ++i)
+    if (std::memcmp(&reference[i], &fast[i], sizeof(float)) != 0 && !(std::isnan(reference[i]) && std::isnan(fast[i])))
+      ++differ;
+  return differ;
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("conv2d's Winograd path agrees with its im2col path", "[layers][conv2d][winograd]", float, double) {
@@ -142,38 +171,19 @@ TEST_CASE("winograd_fits: 3x3 kernels, stride 1, padding at most 2", "[layers][c
   CHECK_FALSE(winograd_fits({3, 2, 1, 1, 1, 1}));
 }
 
-TEST_CASE("winograd: the vectorized input transform writes the reference's bits", "[layers][conv2d][winograd]") {
-  // Widths giving tw = 1 .. 18 tiles (4 and 8: the vectors spanning 4 and 2 tile rows; 17, 18: a
-  // second, partial chunk of a row), heights with a last group of tile rows cut short, paddings 0..2
-  // (dx's flipped padding is 2 - p), and inputs with signed zeros, infinities and NaNs among the
-  // values. Bits must match except between NaNs: where two NaNs meet in a sum, x86 returns the first
-  // operand's, and the compiler may swap the operands of the scalar loops' additions.
-  const int64_t w = GENERATE(1, 2, 5, 7, 8, 9, 16, 17, 24, 31, 34, 35);
+TEST_CASE("winograd: the vectorized input transforms write the reference's bits", "[layers][conv2d][winograd]") {
+  // F(2x2, 3x3) and F(4x4, 3x3). Widths 1..35: tw = 1 .. 18 tiles of 2 (4 and 8: the vectors spanning
+  // 4 and 2 tile rows; 17, 18: a second, partial chunk of a row) and 1 .. 9 of 4 (2, 4 and 8: the
+  // vectors of 8, 4 and 2 tile rows, across samples for tw = 2); heights with a last group of tile rows
+  // cut short, paddings 0..2 (dx's flipped padding is 2 - p), 5 samples, and inputs with signed zeros,
+  // infinities and NaNs among the values. Bits must match except between NaNs (transform_bits_differ).
+  const int64_t m = GENERATE(2, 4);
+  const int64_t w = GENERATE(range(1, 36));
   const int64_t h = GENERATE(1, 3, 8, 13);
   const int64_t p = GENERATE(0, 1, 2);
-  const int64_t c = 3, n = 2;
   if (w + 2 * p < 3 || h + 2 * p < 3) return;
-  INFO(h << "x" << w << ", padding " << p);
-  const Window2d win{3, 3, 1, 1, p, p};
-  const WinogradConv g = WinogradConv::forward_of(image_geometry("test", {c, h, w}, win), win, 4);
-  Tensor x = random_tensor({n, c, h, w}, 7, -1.0, 1.0, DType::f32);
-  float* xs = x.data<float>();
-  const float special[] = {-0.0f,
-                           0.0f,
-                           std::numeric_limits<float>::infinity(),
-                           -std::numeric_limits<float>::infinity(),
-                           std::numeric_limits<float>::quiet_NaN(),
-                           -std::numeric_limits<float>::quiet_NaN()};
-  for (int64_t i = 0; i < x.numel(); i += 5) xs[i] = special[(i / 5) % 6];
-  const int64_t size = 16 * c * n * g.tiles();
-  std::vector<float> reference(static_cast<size_t>(size), 1.0f), fast(static_cast<size_t>(size), 2.0f);
-  winograd_input_transform(g, xs, n, reference.data(), true);
-  winograd_input_transform(g, xs, n, fast.data(), false);
-  int64_t differ = 0;
-  for (size_t i = 0; i < reference.size(); ++i)
-    if (std::memcmp(&reference[i], &fast[i], sizeof(float)) != 0 && !(std::isnan(reference[i]) && std::isnan(fast[i])))
-      ++differ;
-  CHECK(differ == 0);
+  INFO("F(" << m << "x" << m << ", 3x3), " << h << "x" << w << ", padding " << p);
+  CHECK(transform_bits_differ(m, h, w, p, 5) == 0);
 }
 
 TEST_CASE("winograd: the weight gradient's vectorized dy transform writes the reference's bits",
@@ -222,39 +232,6 @@ TEMPLATE_TEST_CASE("winograd: the weight gradient has the same bits for any bloc
   winograd_weight_grad(g, x.data<T>() + 2 * g.in_size(), dy.data<T>() + 2 * g.out_size(), 3, 3, work.data(),
                        split.data(), true);
   CHECK(std::memcmp(one.data(), split.data(), one.size() * sizeof(T)) == 0);
-}
-
-TEST_CASE("winograd4: the vectorized input transform writes the reference's bits", "[layers][conv2d][winograd]") {
-  // Widths 1..35: tw = 1 .. 9 tiles of 4 (2, 4 and 8: the vectors of 8, 4 and 2 tile rows, across
-  // samples for tw = 2; the others one tile row per vector), heights with a last vector of tile rows
-  // cut short, paddings 0..2 (dx's flipped padding is 2 - p), 5 samples, and inputs with signed zeros,
-  // infinities and NaNs among the values. Bits must match except between NaNs (as for F(2x2, 3x3)).
-  const int64_t w = GENERATE(range(1, 36));
-  const int64_t h = GENERATE(1, 3, 8, 13);
-  const int64_t p = GENERATE(0, 1, 2);
-  const int64_t c = 3, n = 5;
-  if (w + 2 * p < 3 || h + 2 * p < 3) return;
-  INFO(h << "x" << w << ", padding " << p);
-  const Window2d win{3, 3, 1, 1, p, p};
-  const WinogradConv g = WinogradConv::forward_of(image_geometry("test", {c, h, w}, win), win, 4, 4);
-  Tensor x = random_tensor({n, c, h, w}, 7, -1.0, 1.0, DType::f32);
-  float* xs = x.data<float>();
-  const float special[] = {-0.0f,
-                           0.0f,
-                           std::numeric_limits<float>::infinity(),
-                           -std::numeric_limits<float>::infinity(),
-                           std::numeric_limits<float>::quiet_NaN(),
-                           -std::numeric_limits<float>::quiet_NaN()};
-  for (int64_t i = 0; i < x.numel(); i += 5) xs[i] = special[(i / 5) % 6];
-  const int64_t size = 36 * c * n * g.tiles();
-  std::vector<float> reference(static_cast<size_t>(size), 1.0f), fast(static_cast<size_t>(size), 2.0f);
-  winograd4_input_transform(g, xs, n, reference.data(), true);
-  winograd4_input_transform(g, xs, n, fast.data(), false);
-  int64_t differ = 0;
-  for (size_t i = 0; i < reference.size(); ++i)
-    if (std::memcmp(&reference[i], &fast[i], sizeof(float)) != 0 && !(std::isnan(reference[i]) && std::isnan(fast[i])))
-      ++differ;
-  CHECK(differ == 0);
 }
 
 TEMPLATE_TEST_CASE("winograd4: the output has the same bits for any block size", "[layers][conv2d][winograd]", float,
