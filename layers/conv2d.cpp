@@ -19,7 +19,9 @@
 // scatter, which for few channels wrote and re-read far more memory than dx itself.
 // A 3x3 stride-1 convolution with padding <= 2 (ResNet's) runs as Winograd F(2x2, 3x3) instead
 // (winograd.h): forward and dx (the same flipped convolution) with 2.25x fewer multiplies and no 9x
-// column matrix, the weight gradient as F(3x3, 2x2); the lanes split the batch the same way.
+// column matrix, the weight gradient as F(3x3, 2x2); the lanes split the batch the same way. Forward
+// and dx on larger maps run as F(4x4, 3x3) (winograd4.h, 4x fewer multiplies than im2col; see
+// winograd4_preferred).
 #include "layers/conv2d.h"
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include "layers/blas.h"
 #include "layers/dispatch.h"
 #include "layers/im2col.h"
+#include "layers/winograd4.h"
 
 namespace qtrain {
 
@@ -53,6 +56,37 @@ int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
 int lanes_for(Context& ctx, int64_t batch) {
   return static_cast<int>(std::clamp<int64_t>(batch, 1, ctx.cpu_pool().lanes()));
 }
+
+// Whether a Winograd forward or dx pass with an oh x ow output map runs as F(4x4, 3x3) rather than
+// F(2x2, 3x3): where both axes have at least 8 outputs. Below that the partial 4x4 tiles waste what
+// the larger tile saves (a 5x5 or 6x6 map: 4 tiles x 36 products against 9 x 16, the same count),
+// and F(4x4, 3x3)'s larger rounding error buys nothing. ResNet-110's 32x32, 16x16 and 8x8 stages all
+// take F(4x4, 3x3); docs/performance.md ("Seventh pass") has the per-stage times. The rule is by shape
+// only: the same on AMD and Intel, AVX-512 and AVX2.
+bool winograd4_preferred(int64_t oh, int64_t ow) { return oh >= 8 && ow >= 8; }
+
+// One Winograd pass of conv2d (forward, or dx as a convolution): F(2x2, 3x3) (winograd.h) or
+// F(4x4, 3x3) (winograd4.h) on the geometry g, whose m says which.
+struct WinogradPass {
+  WinogradConv g;
+
+  bool f4() const { return g.m == 4; }
+  int64_t block_samples(int64_t samples) const {
+    return f4() ? winograd4_block_samples(g, samples) : winograd_block_samples(g, samples);
+  }
+  int64_t work_size(int64_t block) const { return f4() ? winograd4_work_size(g, block) : winograd_work_size(g, block); }
+  int64_t weights_size() const { return (f4() ? 36 : 16) * g.oc * g.c; }
+  template <typename T>
+  void weights(const T* w, int64_t oc, int64_t c, bool flipped, T* u) const {
+    if (f4()) return winograd4_weights(w, oc, c, flipped, u);
+    winograd_weights(w, oc, c, flipped, u);
+  }
+  template <typename T>
+  void conv(const T* u, const T* bias, const T* x, T* y, int64_t n, int64_t block, T* work) const {
+    if (f4()) return winograd4_conv(g, u, bias, x, y, n, block, work);
+    winograd_conv(g, u, bias, x, y, n, block, work);
+  }
+};
 
 // fn(lane) for lane in [0, lanes) on the context's pool (directly for one lane).
 template <typename F>
@@ -86,6 +120,11 @@ std::vector<ParamSpec> Conv2d::param_specs() const {
   specs.push_back({"weight", {out_channels_, geom_.c, win_.kh, win_.kw}, Init::uniform_fan_in, fan_in, fan_out});
   if (bias_) specs.push_back({"bias", {out_channels_}, Init::uniform_fan_in, fan_in, fan_out});
   return specs;
+}
+
+bool Conv2d::use_winograd4(int64_t oh, int64_t ow) const {
+  return cpu_algorithm_ == Conv2dCpuAlgorithm::winograd4 ||
+         (cpu_algorithm_ == Conv2dCpuAlgorithm::automatic && winograd4_preferred(oh, ow));
 }
 
 int64_t Conv2d::block_samples(int64_t per_sample, int64_t samples) {
@@ -236,41 +275,42 @@ void Conv2d::backward_reference(Context& ctx, const T* x, const T* dy, T* dx, in
 
 template <typename T>
 void Conv2d::forward_winograd(Context& ctx, const T* x, T* y, int64_t batch) {
-  const WinogradConv g = WinogradConv::forward_of(geom_, win_, out_channels_);
+  const WinogradPass pass{
+      WinogradConv::forward_of(geom_, win_, out_channels_, use_winograd4(geom_.oh, geom_.ow) ? 4 : 2)};
+  const WinogradConv& g = pass.g;
   const T* b = bias_ ? params_[1].data<T>() : nullptr;
   const int lanes = lanes_for(ctx, batch);
-  const int64_t block = winograd_block_samples(g, ceil_div(batch, lanes));
-  const int64_t u_size = padded(16 * g.oc * g.c), lane_size = padded(winograd_work_size(g, block));
+  const int64_t block = pass.block_samples(ceil_div(batch, lanes));
+  const int64_t u_size = padded(pass.weights_size()), lane_size = padded(pass.work_size(block));
   T* u = scratch_.get<T>(static_cast<size_t>(u_size + lanes * lane_size));
   // The transformed weights, once per call and shared by the lanes.
-  winograd_weights(params_[0].data<T>(), g.oc, g.c, false, u);
+  pass.weights(params_[0].data<T>(), g.oc, g.c, false, u);
   run_lanes(ctx, lanes, [&](int lane) {
     const int64_t first = batch * lane / lanes, last = batch * (lane + 1) / lanes;
-    winograd_conv(g, u, b, x + first * g.in_size(), y + first * g.out_size(), last - first, block,
-                  u + u_size + lane * lane_size);
+    pass.conv(u, b, x + first * g.in_size(), y + first * g.out_size(), last - first, block,
+              u + u_size + lane * lane_size);
   });
 }
 
 // The weight gradient by F(3x3, 2x2), summed per lane in the transformed domain (the lanes' partials
 // added in lane order, then one output transform: deterministic for a given thread count), and dx by
-// F(2x2, 3x3) on dy with the flipped, transposed kernel. Both run block by block of samples, the
+// F(2x2, 3x3) or F(4x4, 3x3) on dy with the flipped, transposed kernel. Both run block by block of samples, the
 // weight gradient's block then dx's, so that dx's transform finds the block of dy that the weight
 // gradient just read still in the cache: dy comes from memory once instead of twice.
 template <typename T>
 void Conv2d::backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch) {
   const WinogradConv g = WinogradConv::forward_of(geom_, win_, out_channels_);
-  const WinogradConv gdx = WinogradConv::dx_of(geom_, win_, out_channels_);
+  const WinogradPass dx_pass{WinogradConv::dx_of(geom_, win_, out_channels_, use_winograd4(geom_.h, geom_.w) ? 4 : 2)};
   const int lanes = lanes_for(ctx, batch);
   const int64_t per_lane = ceil_div(batch, lanes);
-  const int64_t block = std::min(winograd_block_samples(g, per_lane), winograd_block_samples(gdx, per_lane));
-  const int64_t lane_size =
-      padded(std::max(winograd_work_size(g, block), dx ? winograd_work_size(gdx, block) : int64_t{0}));
+  const int64_t block = std::min(winograd_block_samples(g, per_lane), dx_pass.block_samples(per_lane));
+  const int64_t lane_size = padded(std::max(winograd_work_size(g, block), dx ? dx_pass.work_size(block) : int64_t{0}));
   const int64_t dwt_used = winograd_weight_grad_size(g), dwt_size = padded(dwt_used);
-  const int64_t u_size = dx ? padded(16 * g.oc * g.c) : 0;
+  const int64_t u_size = dx ? padded(dx_pass.weights_size()) : 0;
   T* u = scratch_.get<T>(static_cast<size_t>(u_size + lanes * (dwt_size + lane_size)));
   T* dwt = u + u_size;  // lane l's transformed weight gradient at dwt + l * dwt_size
   T* work = dwt + lanes * dwt_size;
-  if (dx) winograd_weights(params_[0].data<T>(), g.oc, g.c, true, u);
+  if (dx) dx_pass.weights(params_[0].data<T>(), g.oc, g.c, true, u);
   run_lanes(ctx, lanes, [&](int lane) {
     const int64_t first = batch * lane / lanes, n = batch * (lane + 1) / lanes - first;
     T* lane_work = work + lane * lane_size;
@@ -280,8 +320,8 @@ void Conv2d::backward_winograd(Context& ctx, const T* x, const T* dy, T* dx, int
       winograd_weight_grad(g, x + s * g.in_size(), dy + s * g.out_size(), nb, block, lane_work, dwt + lane * dwt_size,
                            s0 > 0);
       if (dx)
-        winograd_conv(gdx, u, static_cast<const T*>(nullptr), dy + s * g.out_size(), dx + s * g.in_size(), nb, block,
-                      lane_work);
+        dx_pass.conv(u, static_cast<const T*>(nullptr), dy + s * g.out_size(), dx + s * g.in_size(), nb, block,
+                     lane_work);
     }
   });
   for (int l = 1; l < lanes; ++l) {

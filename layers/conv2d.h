@@ -6,7 +6,8 @@
 // padding (default 0), bias (default true).
 // CPU: im2col + one OpenBLAS GEMM per group of samples, the batch split over the context's CPU
 // threads (conv2d.cpp); a 1x1 stride-1 unpadded convolution is a plain GEMM on the input; a 3x3
-// stride-1 convolution with padding <= 2 runs as Winograd F(2x2, 3x3) (winograd.h). CUDA: cuDNN (conv2d.cu).
+// stride-1 convolution with padding <= 2 runs as Winograd F(2x2, 3x3) (winograd.h) or, for its
+// forward and dx on maps of at least 8x8, F(4x4, 3x3) (winograd4.h). CUDA: cuDNN (conv2d.cu).
 #pragma once
 
 #include <memory>
@@ -26,10 +27,12 @@ struct Conv2dCudnnDeleter {
 };
 using Conv2dCudnnPtr = std::unique_ptr<Conv2dCudnn, Conv2dCudnnDeleter>;
 
-// How the CPU path computes a convolution: `automatic` picks Winograd where it fits (winograd_fits)
-// and im2col elsewhere; `im2col` forces the im2col path for every geometry (the reference the tests
-// compare Winograd against).
-enum class Conv2dCpuAlgorithm { automatic, im2col };
+// How the CPU path computes a convolution: `automatic` picks Winograd where it fits (winograd_fits),
+// for the forward and dx passes F(4x4, 3x3) where conv2d.cpp's winograd4_preferred says so and
+// F(2x2, 3x3) otherwise, and im2col elsewhere; `im2col` forces the im2col path for every geometry (the
+// reference the tests compare Winograd against); `winograd2` and `winograd4` force one Winograd tile
+// for forward and dx where Winograd fits. The weight gradient is F(3x3, 2x2) in every Winograd case.
+enum class Conv2dCpuAlgorithm { automatic, im2col, winograd2, winograd4 };
 
 class Conv2d : public Layer {
  public:
@@ -57,7 +60,9 @@ class Conv2d : public Layer {
   void forward_reference(Context& ctx, const T* x, T* y, int64_t batch);
   template <typename T>
   void backward_reference(Context& ctx, const T* x, const T* dy, T* dx, int64_t batch);
-  bool use_winograd() const { return cpu_algorithm_ == Conv2dCpuAlgorithm::automatic && winograd_fits(win_); }
+  bool use_winograd() const { return cpu_algorithm_ != Conv2dCpuAlgorithm::im2col && winograd_fits(win_); }
+  // Whether a Winograd pass with an oh x ow output map runs as F(4x4, 3x3).
+  bool use_winograd4(int64_t oh, int64_t ow) const;
   template <typename T>
   void forward_winograd(Context& ctx, const T* x, T* y, int64_t batch);
   template <typename T>

@@ -41,15 +41,16 @@ inline bool winograd_fits(const Window2d& win) {
 }
 
 // One 3x3 stride-1 convolution: input (c, h, w) per sample, zero padding (ph, pw), output (oc, oh, ow)
-// with oh = h + 2ph - 2, ow = w + 2pw - 2, cut into th x tw tiles of 2x2 (the last ones partial when
-// oh or ow is odd).
+// with oh = h + 2ph - 2, ow = w + 2pw - 2, cut into th x tw tiles of m x m outputs (the last ones
+// partial when m does not divide oh or ow): m = 2 for this file's F(2x2, 3x3) and F(3x3, 2x2), 4 for
+// winograd4.h's F(4x4, 3x3).
 struct WinogradConv {
-  int64_t c = 0, h = 0, w = 0, oc = 0, oh = 0, ow = 0, ph = 0, pw = 0, th = 0, tw = 0;
+  int64_t c = 0, h = 0, w = 0, oc = 0, oh = 0, ow = 0, ph = 0, pw = 0, th = 0, tw = 0, m = 2;
 
   // conv2d's forward (and weight gradient): x (C, H, W) -> y (OC, OH, OW).
-  static WinogradConv forward_of(const ImageGeometry& g, const Window2d& win, int64_t out_channels);
+  static WinogradConv forward_of(const ImageGeometry& g, const Window2d& win, int64_t out_channels, int64_t m = 2);
   // Its dx as a convolution: dy (OC, OH, OW) with padding 2 - p -> dx (C, H, W).
-  static WinogradConv dx_of(const ImageGeometry& g, const Window2d& win, int64_t out_channels);
+  static WinogradConv dx_of(const ImageGeometry& g, const Window2d& win, int64_t out_channels, int64_t m = 2);
 
   int64_t tiles() const { return th * tw; }
   int64_t in_size() const { return c * h * w; }

@@ -86,6 +86,11 @@ TEST_CASE("conv2d gradients", "[layers][gradcheck][conv2d]") {
     require_ok(check(c, {3, 4, 7}, 2, 53, {}, threads));
     Conv2d d(1, window(3, 3, 1, 1, 1, 1), true);  // one channel each way, a 1x1 map
     require_ok(check(d, {1, 1, 1}, 4, 54, {}, threads));
+    Conv2d e(3, window(3, 3, 1, 1, 1, 1), true);  // 9x10: F(4x4, 3x3) forward and dx, partial 4x4 tiles
+    require_ok(check(e, {2, 9, 10}, 3, 55, {}, threads));
+    Conv2d f(2, window(3, 3, 1, 1, 2, 0), false);  // F(4x4, 3x3) forced on a small map: dx padded by 0x2
+    f.set_cpu_algorithm(Conv2dCpuAlgorithm::winograd4);
+    require_ok(check(f, {3, 5, 7}, 2, 56, {}, threads));
   }
   SECTION("5x3 kernel, stride 2x1, padding 2x0, non-square input, no bias") {
     Conv2d layer(3, window(5, 3, 2, 1, 2, 0), false);
