@@ -152,7 +152,8 @@ Tiles make_tiles(Carver& carver, int64_t n) {
   return t;
 }
 
-// Exclusive scan of one flag over a block of kTileThreads threads (all threads must call it).
+// Exclusive scan of one flag over a block of Threads threads (all threads must call it).
+template <int Threads = kTileThreads>
 __device__ __forceinline__ int block_exclusive_count(bool flag, int* warp_totals, int& total) {
   const unsigned ballot = __ballot_sync(kFullMask, flag);
   const int lane = static_cast<int>(threadIdx.x % kWarp), warp = static_cast<int>(threadIdx.x / kWarp);
@@ -160,7 +161,7 @@ __device__ __forceinline__ int block_exclusive_count(bool flag, int* warp_totals
   __syncthreads();
   int before = 0;
   total = 0;
-  for (int w = 0; w < kTileThreads / kWarp; ++w) {
+  for (int w = 0; w < Threads / kWarp; ++w) {
     const int t = warp_totals[w];
     if (w < warp) before += t;
     total += t;
@@ -368,6 +369,196 @@ __global__ void topk_codes_kernel(const float* values, const uint32_t* indices, 
   }
 }
 
+// ---- topk, chunk-local selection (chunk: C) --------------------------------------------------------
+// One block per chunk (64 threads for chunks of up to 256 values, else 256): the radix selection of
+// quant/select.h in shared histograms (the chunk's k-th largest |v|, a value, so the order of the
+// atomics does not matter), then the chunk's compaction in index order, a block of values at a time,
+// as tile_write_kernel does for a tile. Chunks of up to 32 values: one thread each.
+
+// Inclusive scan of one int per thread over the block (whole warps).
+__device__ __forceinline__ int tile_inclusive_scan(int x, int* warp_sums) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp), warp = static_cast<int>(threadIdx.x / kWarp);
+  for (int off = 1; off < kWarp; off *= 2) {
+    const int y = __shfl_up_sync(kFullMask, x, off);
+    if (lane >= off) x += y;
+  }
+  if (lane == kWarp - 1) warp_sums[warp] = x;
+  __syncthreads();
+  int before = 0;
+  for (int w = 0; w < warp; ++w) before += warp_sums[w];
+  __syncthreads();  // warp_sums is reused by the next call
+  return before + x;
+}
+
+struct ChunkBucket {
+  uint32_t bucket;
+  int rank;
+};
+
+// select_detail::find_bucket over a shared histogram of Bins bins, by the block of Threads: thread t
+// sums the t-th group of Bins / Threads bins counted from the top, a scan gives the counts above each
+// group, and the thread whose group holds the sought rank walks it down.
+template <int Bins, int Threads>
+__device__ void chunk_find_bucket(const unsigned int* h, int rank, ChunkBucket* found, int* warp_sums) {
+  constexpr int kPer = Bins / Threads;
+  const int top = Bins - 1 - static_cast<int>(threadIdx.x) * kPer;
+  int sum = 0;
+  for (int q = 0; q < kPer; ++q) sum += static_cast<int>(h[top - q]);
+  int above = tile_inclusive_scan(sum, warp_sums) - sum;
+  if (above < rank && rank <= above + sum) {
+    for (int q = 0; q < kPer; ++q) {
+      const int count = static_cast<int>(h[top - q]);
+      if (above + count >= rank) {
+        found->bucket = static_cast<uint32_t>(top - q);
+        found->rank = rank - above;
+        break;
+      }
+      above += count;
+    }
+  }
+  __syncthreads();
+}
+
+// Per chunk: its entries' global indices into indices[c K ..] and values into values[c K ..] (the
+// payload's f32 values, or the workspace the codes kernel reads); e = v where dropped, and (Exact)
+// e = 0 where sent. The selected counts add up in status->count.
+template <bool Exact, int Threads>
+__global__ void topk_chunk_kernel(SpanValues v, wire::TopkChunks ch, uint32_t* indices, float* values, float* residual,
+                                  EncodeStatus* status) {
+  static_assert(kBins % Threads == 0 && 512 % Threads == 0, "bins per thread");
+  __shared__ unsigned int h[kBins];
+  __shared__ int warp_ints[Threads / kWarp];
+  __shared__ ChunkBucket found;
+  for (int64_t c = blockIdx.x; c < ch.count; c += gridDim.x) {
+    const int64_t start = c * ch.size;
+    const auto len = static_cast<int>(ch.size_of(c));
+    int rank = static_cast<int>(ch.keep_of(c));
+    uint32_t prefix = 0;
+    bool non_finite = false;
+    for (int level = 1; level <= 3; ++level) {
+      for (int b = threadIdx.x; b < kBins; b += blockDim.x) h[b] = 0;
+      if (threadIdx.x == 0) found = ChunkBucket{0u, rank};
+      __syncthreads();
+      for (int i = threadIdx.x; i < len; i += blockDim.x) {
+        const uint32_t bits = abs_bits(v(start + i));
+        if (level == 1) {
+          non_finite = non_finite || bits >= kNonFinite;
+          atomicAdd(&h[bits >> 20], 1u);
+        } else if (level == 2 && (bits >> 20) == (prefix >> 20)) {
+          atomicAdd(&h[(bits >> 9) & 0x7ffu], 1u);
+        } else if (level == 3 && (bits & ~0x1ffu) == prefix) {
+          atomicAdd(&h[bits & 0x1ffu], 1u);
+        }
+      }
+      __syncthreads();
+      if (level == 3)
+        chunk_find_bucket<512, Threads>(h, rank, &found, warp_ints);
+      else
+        chunk_find_bucket<kBins, Threads>(h, rank, &found, warp_ints);
+      prefix |= level == 1 ? found.bucket << 20 : (level == 2 ? found.bucket << 9 : found.bucket);
+      rank = found.rank;
+      __syncthreads();  // found and h are rewritten by the next level
+    }
+    if (non_finite) atomicOr(&status->non_finite, 1u);
+    const uint32_t threshold = prefix;
+    const int ties = rank;
+    int secondary_seen = 0, selected_seen = 0;
+    for (int round = 0; round < len; round += Threads) {
+      const int i = round + static_cast<int>(threadIdx.x);
+      const float x = i < len ? v(start + i) : 0.0f;
+      const uint32_t b = abs_bits(x);
+      int total = 0;
+      const bool secondary = i < len && b == threshold;
+      const int q_rank = block_exclusive_count<Threads>(secondary, warp_ints, total);
+      const bool take = secondary && secondary_seen + q_rank < ties;
+      secondary_seen += total;
+      const bool selected = (i < len && b > threshold) || take;
+      const int s_rank = block_exclusive_count<Threads>(selected, warp_ints, total);
+      if (selected) {
+        const int64_t j = c * ch.keep + selected_seen + s_rank;
+        indices[j] = static_cast<uint32_t>(start + i);
+        values[j] = x;
+      }
+      if (residual && i < len && (Exact || !selected)) residual[start + i] = selected ? 0.0f : x;
+      selected_seen += total;
+    }
+    if (threadIdx.x == 0)
+      atomicAdd(reinterpret_cast<unsigned long long*>(&status->count), static_cast<unsigned long long>(selected_seen));
+    __syncthreads();
+  }
+}
+
+// Chunks of up to kSmallChunk values, one thread each: the k-th largest |v| is the magnitude with
+// fewer than k larger ones and at least k at least as large; then the chunk in index order, ties
+// while they last (topk.cpp's compact).
+constexpr int kSmallChunk = 32;
+
+template <bool Exact>
+__global__ void topk_small_chunk_kernel(SpanValues v, wire::TopkChunks ch, uint32_t* indices, float* values,
+                                        float* residual, EncodeStatus* status) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < ch.count;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t start = c * ch.size;
+    const auto len = static_cast<int>(ch.size_of(c));
+    const auto keep = static_cast<int>(ch.keep_of(c));
+    float x[kSmallChunk];
+    uint32_t bits[kSmallChunk];
+    bool non_finite = false;
+    for (int i = 0; i < len; ++i) {
+      x[i] = v(start + i);
+      bits[i] = abs_bits(x[i]);
+      non_finite = non_finite || bits[i] >= kNonFinite;
+    }
+    uint32_t threshold = 0;
+    int above_threshold = 0;
+    for (int i = 0; i < len; ++i) {
+      int above = 0, same = 0;
+      for (int m = 0; m < len; ++m) {
+        above += bits[m] > bits[i] ? 1 : 0;
+        same += bits[m] == bits[i] ? 1 : 0;
+      }
+      if (above < keep && keep <= above + same) {
+        threshold = bits[i];
+        above_threshold = above;
+      }
+    }
+    if (non_finite) atomicOr(&status->non_finite, 1u);
+    int ties = keep - above_threshold;
+    int64_t j = c * ch.keep;
+    for (int i = 0; i < len; ++i) {
+      const bool tie = bits[i] == threshold && ties > 0;
+      ties -= tie ? 1 : 0;
+      const bool selected = bits[i] > threshold || tie;
+      if (selected) {
+        indices[j] = static_cast<uint32_t>(start + i);
+        values[j] = x[i];
+        ++j;
+      }
+      if (residual && (Exact || !selected)) residual[start + i] = selected ? 0.0f : x[i];
+    }
+    atomicAdd(reinterpret_cast<unsigned long long*>(&status->count), static_cast<unsigned long long>(j - c * ch.keep));
+  }
+}
+
+// One thread per index word: the local indices (index & (C - 1)) of the entries whose bits fall in
+// it, packed in l.index_bits bits LSB first (topk.cpp's pack_indices); bits after the last are zero.
+__global__ void topk_pack_indices_kernel(const uint32_t* indices, wire::TopkLayout l, uint32_t* words, int64_t count) {
+  const int s = l.index_bits;
+  const auto mask = static_cast<uint32_t>(l.chunks.size) - 1u;
+  for (int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; w < count;
+       w += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bit0 = 32 * w;
+    const int64_t last = (bit0 + 32 + s - 1) / s < l.k ? (bit0 + 32 + s - 1) / s : l.k;
+    uint32_t word = 0;
+    for (int64_t j = bit0 / s; j < last; ++j) {
+      const uint32_t field = indices[j] & mask;
+      const int64_t at = j * s - bit0;  // in (-s, 32)
+      word |= at >= 0 ? field << at : field >> -at;
+    }
+    words[w] = word;
+  }
+}
+
 // ---- adaptive ------------------------------------------------------------------------------------
 
 struct Thresholds {
@@ -489,6 +680,22 @@ __global__ void topk_check_kernel(const uint32_t* indices, int64_t k, int64_t n,
     if (indices[j] >= n || (j > 0 && indices[j] <= indices[j - 1])) atomicOr(&status->bad, 1u);
 }
 
+// Chunked indices: each entry's local index below its chunk's length and above the one before it in
+// the chunk; no bits after the last index.
+__global__ void topk_chunk_check_kernel(const uint32_t* words, wire::TopkLayout l, EncodeStatus* status) {
+  const wire::TopkChunks& ch = l.chunks;
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < l.k;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = ch.chunk_of_entry(j);
+    const uint32_t at = wire::topk_index_field(words, j, l.index_bits);
+    if (at >= ch.size_of(c) || (j > c * ch.keep && at <= wire::topk_index_field(words, j - 1, l.index_bits)))
+      atomicOr(&status->bad, 1u);
+  }
+  const auto used = static_cast<uint32_t>(static_cast<uint64_t>(l.k) * static_cast<uint64_t>(l.index_bits) % 32);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && used != 0 && (words[l.k * l.index_bits / 32] >> used) != 0)
+    atomicOr(&status->bad, 1u);
+}
+
 // Quantized values: every range finite with 0 <= lo <= hi (float bits: a set sign bit is above
 // kNonFinite too), no bits after the last code.
 __global__ void topk_ranges_check_kernel(const uint8_t* payload, wire::TopkLayout l, EncodeStatus* status) {
@@ -503,15 +710,17 @@ __global__ void topk_ranges_check_kernel(const uint8_t* payload, wire::TopkLayou
 }
 
 template <bool Add>
-__global__ void topk_scatter_kernel(const uint32_t* indices, const float* values, int64_t k, float* out) {
-  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < k;
-       j += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[indices[j]] = Add ? out[indices[j]] + values[j] : values[j];
+__global__ void topk_scatter_kernel(const uint32_t* words, const float* values, wire::TopkLayout l, float* out) {
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < l.k;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t i = wire::topk_index(words, l, j);
+    out[i] = Add ? out[i] + values[j] : values[j];
+  }
 }
 
 template <bool Add>
 __global__ void topk_quantized_scatter_kernel(const uint8_t* payload, wire::TopkLayout l, float* out) {
-  const auto* indices = reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes);
+  const auto* words = reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes);
   const auto* ranges = reinterpret_cast<const float*>(payload + l.ranges);
   const uint32_t top = topk_top_level(l.bits), mask = (1u << l.bits) - 1u;
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < l.k;
@@ -520,7 +729,8 @@ __global__ void topk_quantized_scatter_kernel(const uint8_t* payload, wire::Topk
     const float lo = ranges[2 * g], hi = ranges[2 * g + 1], step = topk_step(lo, hi, top);
     const auto bit = static_cast<size_t>(j) * static_cast<size_t>(l.bits);
     const float y = topk_decoded((payload[l.codes + bit / 8] >> (bit % 8)) & mask, lo, hi, step, top, l.bits);
-    out[indices[j]] = Add ? out[indices[j]] + y : y;
+    const uint32_t i = wire::topk_index(words, l, j);
+    out[i] = Add ? out[i] + y : y;
   }
 }
 
@@ -601,10 +811,72 @@ __global__ void adaptive_scatter_kernel(const uint8_t* payload, wire::AdaptiveLa
 
 }  // namespace
 
+namespace {
+
+// The ranges and codes of the k values in index order (indices: their positions in the span).
+void topk_quantize_cuda(Context& ctx, const EncodeArgs& a, const wire::TopkLayout& l, const float* values,
+                        const uint32_t* indices) {
+  constexpr int kThreads = 256;
+  cudaStream_t s = stream_of(ctx);
+  auto* ranges = reinterpret_cast<uint32_t*>(a.out + l.ranges);
+  topk_range_init_kernel<<<grid_for(l.groups, kThreads), kThreads, 0, s>>>(ranges, l.groups);
+  topk_range_kernel<<<grid_for(l.k, kThreads), kThreads, 0, s>>>(values, l.k, l.group, ranges);
+  const auto code_bytes = static_cast<int64_t>(wire::packed_bytes(l.k, l.bits));
+  topk_codes_kernel<<<grid_for(code_bytes, kThreads), kThreads, 0, s>>>(values, indices, l, a.out, a.residual);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// chunk: C. One block per chunk selects and compacts (no host round trip: the ties are the block's);
+// then the indices are packed and the values coded.
+void topk_encode_chunked_cuda(Context& ctx, const EncodeArgs& a, const wire::TopkLayout& l) {
+  const bool exact = l.bits == 32;
+  const auto k = static_cast<size_t>(l.k);
+  const size_t need = 256 + Carver::bytes<uint32_t>(k) + (exact ? 0 : Carver::bytes<float>(k));
+  Carver carver(a.state->workspace(ctx.device(), need));
+  EncodeStatus* status = fresh_status(ctx, carver);
+  auto* indices = carver.take<uint32_t>(k);
+  auto* values = exact ? reinterpret_cast<float*>(a.out + l.values) : carver.take<float>(k);
+  cudaStream_t s = stream_of(ctx);
+  const SpanValues v{a.in, a.residual};
+  constexpr int kThreads = 256, kNarrow = 64;
+  const int grid = l.chunks.count < 65535 ? static_cast<int>(l.chunks.count) : 65535;
+  const int threads_grid = grid_for(l.chunks.count, kThreads);
+  if (l.chunks.size <= kSmallChunk && exact)
+    topk_small_chunk_kernel<true><<<threads_grid, kThreads, 0, s>>>(v, l.chunks, indices, values, a.residual, status);
+  else if (l.chunks.size <= kSmallChunk)
+    topk_small_chunk_kernel<false><<<threads_grid, kThreads, 0, s>>>(v, l.chunks, indices, values, a.residual, status);
+  else if (l.chunks.size <= 256 && exact)
+    topk_chunk_kernel<true, kNarrow><<<grid, kNarrow, 0, s>>>(v, l.chunks, indices, values, a.residual, status);
+  else if (l.chunks.size <= 256)
+    topk_chunk_kernel<false, kNarrow><<<grid, kNarrow, 0, s>>>(v, l.chunks, indices, values, a.residual, status);
+  else if (exact)
+    topk_chunk_kernel<true, kTileThreads>
+        <<<grid, kTileThreads, 0, s>>>(v, l.chunks, indices, values, a.residual, status);
+  else
+    topk_chunk_kernel<false, kTileThreads>
+        <<<grid, kTileThreads, 0, s>>>(v, l.chunks, indices, values, a.residual, status);
+  const auto words = static_cast<int64_t>(wire::topk_index_bytes(l.k, l.index_bits) / 4);
+  topk_pack_indices_kernel<<<grid_for(words, kThreads), kThreads, 0, s>>>(
+      indices, l, reinterpret_cast<uint32_t*>(a.out + wire::kHeaderBytes), words);
+  CUDA_CHECK(cudaGetLastError());
+  if (!exact) topk_quantize_cuda(ctx, a, l, values, indices);
+  check_status(ctx, status, [n = a.n, k = l.k](const EncodeStatus& done) {
+    if (done.non_finite)
+      throw NonFiniteInputError(fmt::format("topk encode: the input of {} values holds NaN or Inf", n));
+    QT_CHECK_EQ(static_cast<int64_t>(done.count), k, "topk (CUDA): selected values");
+  });
+}
+
+}  // namespace
+
 void topk_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::TopkLayout& l, const WireHeader& h) {
   cuda_write_header(ctx, a.out, h);
   const int64_t k = l.k;
   if (k == 0) return;
+  if (l.index_bits != 32) {
+    topk_encode_chunked_cuda(ctx, a, l);
+    return;
+  }
   const bool exact = l.bits == 32;
   const size_t need =
       256 + select_bytes() + tiles_bytes(a.n) + (exact ? 0 : Carver::bytes<float>(static_cast<size_t>(k)));
@@ -624,16 +896,7 @@ void topk_encode_cuda(Context& ctx, const EncodeArgs& a, const wire::TopkLayout&
   auto* indices = reinterpret_cast<uint32_t*>(a.out + wire::kHeaderBytes);
   auto* values = exact ? reinterpret_cast<float*>(a.out + l.values) : carver.take<float>(static_cast<size_t>(k));
   compact(ctx, tiles, TopkFlags{v, state}, a.n, host.ties, TopkEmit{v, a.residual, indices, values, exact}, status);
-  if (!exact) {
-    constexpr int kThreads = 256;
-    cudaStream_t s = stream_of(ctx);
-    auto* ranges = reinterpret_cast<uint32_t*>(a.out + l.ranges);
-    topk_range_init_kernel<<<grid_for(l.groups, kThreads), kThreads, 0, s>>>(ranges, l.groups);
-    topk_range_kernel<<<grid_for(k, kThreads), kThreads, 0, s>>>(values, k, l.group, ranges);
-    const auto code_bytes = static_cast<int64_t>(wire::packed_bytes(k, l.bits));
-    topk_codes_kernel<<<grid_for(code_bytes, kThreads), kThreads, 0, s>>>(values, indices, l, a.out, a.residual);
-    CUDA_CHECK(cudaGetLastError());
-  }
+  if (!exact) topk_quantize_cuda(ctx, a, l, values, indices);
   check_status(ctx, status, [k](const EncodeStatus& done) {
     QT_CHECK_EQ(static_cast<int64_t>(done.count), k, "topk (CUDA): selected values");
   });
@@ -647,7 +910,10 @@ void topk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, const wir
   const auto* indices = reinterpret_cast<const uint32_t*>(payload + wire::kHeaderBytes);
   if (k > 0) {
     DecodeStatus status(ctx);
-    topk_check_kernel<<<grid_for(k, kThreads), kThreads, 0, s>>>(indices, k, n, status.get());
+    if (l.index_bits == 32)
+      topk_check_kernel<<<grid_for(k, kThreads), kThreads, 0, s>>>(indices, k, n, status.get());
+    else
+      topk_chunk_check_kernel<<<grid_for(k, kThreads), kThreads, 0, s>>>(indices, l, status.get());
     if (l.bits != 32)
       topk_ranges_check_kernel<<<grid_for(l.groups, kThreads), kThreads, 0, s>>>(payload, l, status.get());
     CUDA_CHECK(cudaGetLastError());
@@ -664,9 +930,9 @@ void topk_decode_cuda(Context& ctx, const uint8_t* payload, int64_t n, const wir
   if (l.bits == 32) {
     const auto* values = reinterpret_cast<const float*>(payload + l.values);
     if (add)
-      topk_scatter_kernel<true><<<grid, kThreads, 0, s>>>(indices, values, k, out);
+      topk_scatter_kernel<true><<<grid, kThreads, 0, s>>>(indices, values, l, out);
     else
-      topk_scatter_kernel<false><<<grid, kThreads, 0, s>>>(indices, values, k, out);
+      topk_scatter_kernel<false><<<grid, kThreads, 0, s>>>(indices, values, l, out);
   } else if (add) {
     topk_quantized_scatter_kernel<true><<<grid, kThreads, 0, s>>>(payload, l, out);
   } else {

@@ -52,6 +52,10 @@ TEST_CASE("methods and their parameters", "[quant][config]") {
   REQUIRE(c.base.str() == "topk(fraction=0.02, value_bits=2, value_block=128)");
   c = parse("quantization: {method: topk, value_bits: 8, value_block: 0}\n");
   REQUIRE(c.base.str() == "topk(fraction=0.01, value_bits=8, value_block=0)");
+  c = parse("quantization: {method: topk, fraction: 0.02, value_bits: 2, chunk: 4096}\n");
+  REQUIRE(c.base.integer("chunk") == 4096);
+  REQUIRE(c.base.str() == "topk(fraction=0.02, value_bits=2, value_block=128, chunk=4096)");
+  REQUIRE(parse_method_entry("topk:fraction=0.02:value_bits=2:chunk=4096").integer("chunk") == 4096);
 }
 
 TEST_CASE("invalid values are errors that list what is allowed", "[quant][config]") {
@@ -94,6 +98,13 @@ TEST_CASE("invalid values are errors that list what is allowed", "[quant][config
                       Catch::Contains("quantization.value_block") && Catch::Contains("value_bits: 2, 4 or 8 only"));
   REQUIRE_THROWS_WITH(parse("quantization: {method: topk, value_bits: 2, value_block: -1}\n"),
                       Catch::Contains("quantization.value_block must be >= 0"));
+  for (const char* chunk : {"1", "3", "4095", "6000"})
+    REQUIRE_THROWS_WITH(parse(std::string("quantization: {method: topk, chunk: ") + chunk + "}\n"),
+                        Catch::Contains("quantization.chunk must be 0 (global selection) or a power of two from 2 "
+                                        "to 65536, got " +
+                                        std::string(chunk)));
+  REQUIRE_THROWS_WITH(parse("quantization: {method: topk, chunk: 131072}\n"),
+                      Catch::Contains("quantization.chunk must be <= 65536"));
 }
 
 TEST_CASE("min_numel keeps small tensors in fp32", "[quant][config]") {

@@ -284,6 +284,40 @@ TEST_CASE("CUDA topk quantized values write the CPU's bytes at level midpoints a
   }
 }
 
+// topk's chunk-local selection on every kernel path (a thread per chunk up to 32 values, blocks of 64
+// threads up to 256, of 256 above), with ties at the chunks' thresholds (magnitudes from a set of 5,
+// either sign) and without, a short last chunk, and three steps of error feedback.
+TEST_CASE("CUDA topk chunk writes the CPU's bytes and residuals on every kernel path and on ties", "[quant][cuda]") {
+  Context cpu = Context::cpu(1, 1);
+  Context gpu = Context::cuda(0, 1);
+  for (int64_t chunk : {2, 8, 32, 64, 256, 512, 4096}) {
+    for (int bits : {32, 2}) {
+      for (bool ties : {true, false}) {
+        QuantSpec s = QuantSpec::defaults(QuantMethod::topk);
+        s.set("chunk", static_cast<double>(chunk));
+        s.set("fraction", 0.1);
+        s.set("value_bits", bits);
+        s.error_feedback = true;
+        const int64_t n = 3 * chunk + chunk / 2 + 1;
+        CAPTURE(s.str(), n, ties);
+        auto q = make_quantizer(s);
+        QuantState cs(5, 1, 3), gs(5, 1, 3);
+        for (int step = 0; step < 3; ++step) {
+          std::vector<float> x = normal_data(n, 20 + step);
+          if (ties)
+            for (int64_t i = 0; i < n; ++i)
+              x[static_cast<size_t>(i)] = static_cast<float>((i * 7 + step) % 5 + 1) * (i % 3 == 0 ? -0.25f : 0.25f);
+          const TwinPayloads p = require_same_encode(*q, cpu, gpu, x, 1, cs, gs);
+          Tensor gd = to_cuda(std::vector<float>(static_cast<size_t>(n), 9.0f));
+          q->decode(gpu, std::span<const uint8_t>(p.gpu.data<uint8_t>(), p.size), n,
+                    std::span<float>(gd.data<float>(), static_cast<size_t>(n)));
+          REQUIRE(same_bits(to_host(gpu, gd), decode(*q, cpu, p.cpu, n)));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("CUDA encoders refuse sums beyond the float range as the CPU does", "[quant][cuda]") {
   // +-3e38: finite, but onebit's and adaptive's sums and qsgd's l2 norms overflow. Both paths throw
   // NonFiniteInputError; the other methods write the CPU's bytes.
@@ -434,19 +468,38 @@ TEST_CASE("CUDA decoders reject malformed payloads without writing", "[quant][cu
     wrong[3] = 9;  // version
     bad.push_back(wrong);
     if (s.method == QuantMethod::topk) {
+      uint32_t k, a;
+      std::memcpy(&k, good.data() + 24, 4);
+      std::memcpy(&a, good.data() + 4, 4);
+      const uint32_t shift = (a >> 8) & 0xffu;  // chunk: C = 2^shift, local indices of shift bits
+      const size_t index_bytes = shift == 0 ? 4 * static_cast<size_t>(k) : 4 * ((k * shift + 31) / 32);
       auto p = good;
-      const uint32_t big = 5000;
-      std::memcpy(p.data() + 32, &big, 4);  // index out of range
-      bad.push_back(p);
+      const uint32_t big = shift == 0 ? 5000 : 0xffffffffu;
+      std::memcpy(p.data() + 32, &big, 4);  // index out of range (chunked: or repeated)
+      std::vector<float> cpu_out(static_cast<size_t>(n));
+      // Chunks of 2 keeping 1 take any local index: nothing to corrupt in the first word.
+      if (shift == 0 || shift > 1) {
+        REQUIRE_THROWS_AS(q->decode(cpu, p, n, cpu_out), InputError);
+        bad.push_back(p);
+      }
+      if (shift != 0 && k * shift % 32 != 0) {
+        p = good;
+        p[32 + k * shift / 8] |= static_cast<uint8_t>(1u << (k * shift % 8));  // the first bit after the last index
+        bad.push_back(p);
+      }
+      if (shift != 0 && (int64_t{1} << shift) < n) {
+        p = good;
+        const uint32_t more = a + (1u << 16);  // K + 1 entries per chunk: more than field b holds
+        std::memcpy(p.data() + 4, &more, 4);
+        bad.push_back(p);
+      }
       if (s.integer("value_bits") != 32) {
-        uint32_t k;
-        std::memcpy(&k, good.data() + 24, 4);
         const uint32_t nan = 0x7fc00000u, above = 0x7f000000u;
         p = good;
-        std::memcpy(p.data() + 32 + 4 * static_cast<size_t>(k), &nan, 4);  // lo of range 0
+        std::memcpy(p.data() + 32 + index_bytes, &nan, 4);  // lo of range 0
         bad.push_back(p);
         p = good;
-        std::memcpy(p.data() + 32 + 4 * static_cast<size_t>(k), &above, 4);  // lo > hi
+        std::memcpy(p.data() + 32 + index_bytes, &above, 4);  // lo > hi
         bad.push_back(p);
       }
     }

@@ -50,6 +50,28 @@ Outcome checked_decode(const Quantizer& q, Context& ctx, const std::vector<uint8
 
 void put_u32(std::vector<uint8_t>& p, size_t off, uint32_t v) { std::memcpy(p.data() + off, &v, 4); }
 void put_u64(std::vector<uint8_t>& p, size_t off, uint64_t v) { std::memcpy(p.data() + off, &v, 8); }
+uint32_t u32_of(const std::vector<uint8_t>& p, size_t off) {
+  uint32_t v;
+  std::memcpy(&v, p.data() + off, 4);
+  return v;
+}
+
+// topk's chunk-local index j (`bits` wide, LSB first from byte 32).
+uint32_t field_of(const std::vector<uint8_t>& p, int64_t j, int bits) {
+  uint32_t v = 0;
+  for (int b = 0; b < bits; ++b) {
+    const int64_t bit = j * bits + b;
+    v |= static_cast<uint32_t>((p[32 + static_cast<size_t>(bit / 8)] >> (bit % 8)) & 1u) << b;
+  }
+  return v;
+}
+void put_field(std::vector<uint8_t>& p, int64_t j, int bits, uint32_t v) {
+  for (int b = 0; b < bits; ++b) {
+    const int64_t bit = j * bits + b;
+    auto& byte = p[32 + static_cast<size_t>(bit / 8)];
+    byte = static_cast<uint8_t>((byte & ~(1u << (bit % 8))) | (((v >> b) & 1u) << (bit % 8)));
+  }
+}
 
 struct Encoded {
   std::unique_ptr<Quantizer> q;
@@ -188,6 +210,55 @@ TEST_CASE("malformed: indices and offsets out of range", "[quant][malformed]") {
     p = e.payload;
     std::memcpy(p.data() + 32 + 8, p.data() + 32 + 4, 4);  // duplicate index
     REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("indices must increase"));
+  }
+  SECTION("topk chunk") {
+    QuantSpec s = with(QuantMethod::topk);
+    s.set("chunk", 64);
+    s.set("fraction", 0.1);
+    // 15 chunks of 64 keep 6 each, the last of 40 keeps 4: k = 94 local indices of 6 bits in 18 words
+    // (564 bits used), then 94 f32 values.
+    const Encoded e = encoded(s, 1000, 1);
+    REQUIRE(u32_of(e.payload, 4) == (6u << 8 | 5u << 16));
+    REQUIRE(u32_of(e.payload, 24) == 94);
+    REQUIRE(e.payload.size() == wire::pad8(32 + 72 + 4 * 94));
+    REQUIRE(checked_decode(*e.q, ctx, e.payload, 1000, false) == Outcome::decoded);
+    auto p = e.payload;
+    put_field(p, 90, 6, 40);  // the last chunk's first local index == its length
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000),
+                        Catch::Contains("local index 40 of entry 90 is outside chunk 15's [0, 40)"));
+    REQUIRE(checked_decode(*e.q, ctx, p, 1000, true) == Outcome::rejected);
+    p = e.payload;
+    put_field(p, 8, 6, field_of(p, 7, 6));  // a duplicate in chunk 1
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("indices must increase: entry 8"));
+    p = e.payload;
+    put_field(p, 6, 6, 63);  // chunk 1's first entry above chunk 0's last: fine, another chunk
+    put_field(p, 7, 6, 0);   // but then its second below it
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000),
+                        Catch::Contains("indices must increase: entry 7 is 0 after 63 in chunk 1"));
+    p = e.payload;
+    p[32 + 564 / 8] |= static_cast<uint8_t>(1u << (564 % 8));  // the first bit after the last index
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("bits after the last index"));
+    p = e.payload;
+    put_u32(p, 4, 17u << 8 | 5u << 16);
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("chunks of 2^17 values"));
+    put_u32(p, 4, 6u << 8 | 64u << 16);  // K = 65 > 64
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("65 entries per chunk (field a) for chunks of 64"));
+    put_u32(p, 4, 5u << 16);  // chunk entries without chunks
+    REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("bits 16..31 must be zero"));
+    for (uint32_t k : {90u, 131u}) {  // the last chunk would keep 0 or 41 of its 40 values
+      p = e.payload;
+      put_u32(p, 24, k);
+      REQUIRE_THROWS_WITH(dec(*e.q, ctx, p, 1000), Catch::Contains("do not split into 16 chunks of 6 entries"));
+    }
+    p = e.payload;
+    put_u32(p, 4, 6u << 8 | 6u << 16);  // K = 7: 15 chunks take 105 > 94 entries
+    REQUIRE(checked_decode(*e.q, ctx, p, 1000, false) == Outcome::rejected);
+    // A whole last chunk keeps K entries, no fewer.
+    const Encoded whole = encoded(s, 1024, 1);
+    REQUIRE(u32_of(whole.payload, 24) == 96);
+    p = whole.payload;
+    put_u32(p, 24, 95);
+    REQUIRE_THROWS_WITH(dec(*whole.q, ctx, p, 1024), Catch::Contains("do not split"));
   }
   SECTION("adaptive") {
     const int64_t n = 3200, column = 100;

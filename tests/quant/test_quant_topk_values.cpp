@@ -4,9 +4,14 @@
 // value decodes with its sign to the nearest of the 2^(bits-1) even grid points from lo to hi (2 bits:
 // lo or hi); error feedback keeps v at the dropped positions and v - decoded at the sent ones; the
 // payloads written before value_bits (value format 0) still decode, and value_bits: 32 writes them.
+// The chunk-local selection (`chunk: C`, SparseLoCo's and CCLoco's chunked top-k) against the same
+// model per chunk: each chunk of C values (the last one maybe shorter) keeps max(1, round(fraction *
+// its length)); field a is value format | log2(C) << 8 | (K - 1) << 16; the local indices travel in
+// log2(C) bits LSB first in u32 words.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -98,6 +103,67 @@ std::vector<Range> check_against_model(const std::vector<float>& x, const std::v
   return ranges;
 }
 
+// g + e, the values an error-feedback encode sends.
+std::vector<float> plus(const std::vector<float>& g, const std::vector<float>& e) {
+  std::vector<float> v(g.size());
+  for (size_t i = 0; i < g.size(); ++i) v[i] = g[i] + e[i];
+  return v;
+}
+
+// chunk: C, value_block 128.
+QuantSpec chunk_spec(int64_t chunk, double fraction, int bits) {
+  QuantSpec s = topk_spec(fraction, bits, 128);
+  s.set("chunk", static_cast<double>(chunk));
+  return s;
+}
+
+int64_t keep_of(double fraction, int64_t len) {
+  return std::min(len, std::max<int64_t>(1, std::llround(fraction * static_cast<double>(len))));
+}
+
+// Each chunk's kept indices (global, increasing): top_indices of the chunk, keep_of(its length).
+std::vector<uint32_t> chunk_top_indices(const std::vector<float>& x, int64_t chunk, double fraction) {
+  std::vector<uint32_t> all;
+  const auto n = static_cast<int64_t>(x.size());
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t len = std::min(chunk, n - start);
+    const std::vector<float> part(x.begin() + start, x.begin() + start + len);
+    for (uint32_t i : top_indices(part, keep_of(fraction, len))) all.push_back(static_cast<uint32_t>(start) + i);
+  }
+  return all;
+}
+
+// The payload of docs/quantizers.md's layout, by hand: header, local indices of log2(C) bits in u32
+// words, then the k f32 values.
+std::vector<uint8_t> exact_payload_by_hand(const std::vector<float>& x, int64_t chunk, double fraction) {
+  const auto idx = chunk_top_indices(x, chunk, fraction);
+  const auto k = static_cast<int64_t>(idx.size());
+  const int s = std::countr_zero(static_cast<uint64_t>(chunk));
+  const size_t index_bytes = 4 * static_cast<size_t>((k * s + 31) / 32);
+  const size_t end = 32 + index_bytes + 4 * static_cast<size_t>(k);
+  std::vector<uint8_t> p((end + 7) / 8 * 8, 0);
+  p[0] = 'Q';
+  p[1] = 'T';
+  p[2] = 8;  // topk
+  p[3] = 1;  // version
+  const uint32_t a = static_cast<uint32_t>(s) << 8 | static_cast<uint32_t>(keep_of(fraction, chunk) - 1) << 16;
+  const uint64_t n = x.size(), total = p.size();
+  const auto kk = static_cast<uint32_t>(k);
+  std::memcpy(p.data() + 4, &a, 4);
+  std::memcpy(p.data() + 8, &n, 8);
+  std::memcpy(p.data() + 16, &total, 8);
+  std::memcpy(p.data() + 24, &kk, 4);
+  for (int64_t j = 0; j < k; ++j) {
+    const uint32_t local = idx[static_cast<size_t>(j)] % static_cast<uint32_t>(chunk);
+    for (int b = 0; b < s; ++b) {
+      const int64_t bit = j * s + b;
+      if ((local >> b) & 1u) p[32 + static_cast<size_t>(bit / 8)] |= static_cast<uint8_t>(1u << (bit % 8));
+    }
+    std::memcpy(p.data() + 32 + index_bytes + 4 * static_cast<size_t>(j), &x[idx[static_cast<size_t>(j)]], 4);
+  }
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("topk value_bits 2: each sent value is its sign and the nearer of its range's lo and hi", "[quant][topk]") {
@@ -159,8 +225,7 @@ TEST_CASE("topk quantized error feedback keeps what was not sent exactly", "[qua
     int64_t sent = 0, sterbenz = 0;
     for (int step = 0; step < 4; ++step) {
       const auto g = heavy_data(n, 40 + step);
-      std::vector<float> v(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = g[static_cast<size_t>(i)] + e[static_cast<size_t>(i)];
+      const std::vector<float> v = plus(g, e);
       const auto p = encode(*q, ctx, g, 1, st);
       const auto y = decode(*q, ctx, p, n);
       const float* r = st.residual().data<float>();
@@ -261,4 +326,124 @@ TEST_CASE("topk quantized values: equal magnitudes, zeros, signed zeros and the 
       }
     }
   }
+}
+
+TEST_CASE("topk chunk: the payload of the documented layout, byte for byte", "[quant][topk][chunk]") {
+  Context ctx = Context::cpu(1, 1);
+  struct Case {
+    int64_t n, chunk;
+    double fraction;
+  };
+  // Whole chunks, a short last chunk, one short chunk (n < C), chunks of 2 with an odd n, 16-bit
+  // indices, 12-bit indices that straddle the words.
+  for (const Case& c : {Case{4096 * 3, 4096, 0.02}, Case{10007, 4096, 0.02}, Case{1000, 4096, 0.01}, Case{999, 2, 0.5},
+                        Case{70000, 65536, 0.001}, Case{5000, 64, 0.1}, Case{33, 8, 1.0}}) {
+    CAPTURE(c.n, c.chunk, c.fraction);
+    const auto x = heavy_data(c.n, 5);
+    auto q = make_quantizer(chunk_spec(c.chunk, c.fraction, 32));
+    QuantState st;
+    const auto p = encode(*q, ctx, x, 1, st);
+    REQUIRE(p == exact_payload_by_hand(x, c.chunk, c.fraction));
+    std::vector<float> expect(x.size(), 0.0f);
+    for (uint32_t i : chunk_top_indices(x, c.chunk, c.fraction)) expect[i] = x[i];
+    REQUIRE(decode(*q, ctx, p, c.n) == expect);
+  }
+}
+
+TEST_CASE("topk chunk: ties at a chunk's threshold go to its lowest indices", "[quant][topk][chunk]") {
+  Context ctx = Context::cpu(1, 1);
+  for (int64_t chunk : {int64_t{8}, int64_t{512}}) {  // nth_element below 256 values a chunk, radix above
+    CAPTURE(chunk);
+    const int64_t n = 3 * chunk + 3;
+    std::vector<float> x(static_cast<size_t>(n), 0.5f);
+    for (int64_t i = 0; i < n; i += 3) x[static_cast<size_t>(i)] = -0.5f;  // equal magnitudes, either sign
+    x[static_cast<size_t>(chunk + 5)] = 2.0f;                              // one above the ties in chunk 1
+    auto q = make_quantizer(chunk_spec(chunk, 0.25, 32));
+    QuantState st;
+    const auto p = encode(*q, ctx, x, 1, st);
+    REQUIRE(p == exact_payload_by_hand(x, chunk, 0.25));
+    const auto y = decode(*q, ctx, p, n);
+    REQUIRE(y[0] == -0.5f);                                                   // chunk 0 starts with its ties
+    REQUIRE(y[static_cast<size_t>(chunk + 5)] == 2.0f);                       // chunk 1 keeps its largest
+    REQUIRE(y[static_cast<size_t>(chunk)] == x[static_cast<size_t>(chunk)]);  // and then its first ties
+    REQUIRE(y[static_cast<size_t>(3 * chunk + 2)] == 0.0f);                   // the last chunk of 3 keeps 1
+    REQUIRE(y[static_cast<size_t>(3 * chunk)] == x[static_cast<size_t>(3 * chunk)]);
+  }
+}
+
+TEST_CASE("topk chunk: error feedback keeps v where dropped and v - decoded where sent", "[quant][topk][chunk][ef]") {
+  Context ctx = Context::cpu(1, 1);
+  const int64_t n = 20011, chunk = 4096;
+  for (int bits : {32, 2, 4}) {
+    CAPTURE(bits);
+    const QuantSpec s = chunk_spec(chunk, 0.02, bits);
+    auto q = make_quantizer(s);
+    QuantState st(1, 0, 2);
+    std::vector<float> e(static_cast<size_t>(n), 0.0f);
+    for (int step = 0; step < 3; ++step) {
+      const auto g = heavy_data(n, 70 + step);
+      const std::vector<float> v = plus(g, e);
+      const auto p = encode(*q, ctx, g, 1, st);
+      const auto y = decode(*q, ctx, p, n);
+      const auto kept = chunk_top_indices(v, chunk, 0.02);
+      REQUIRE(at<uint32_t>(p, 24) == kept.size());
+      std::vector<bool> sent(static_cast<size_t>(n), false);
+      for (uint32_t i : kept) sent[i] = true;
+      const float* r = st.residual().data<float>();
+      RoundTripValue rt;
+      rt.payload = p;
+      for (int64_t i = 0; i < n; ++i) {
+        const float vi = v[static_cast<size_t>(i)], yi = y[static_cast<size_t>(i)];
+        CAPTURE(step, i, vi, yi);
+        if (!sent[static_cast<size_t>(i)]) {
+          REQUIRE(yi == 0.0f);
+          REQUIRE(std::memcmp(&r[i], &vi, 4) == 0);
+          continue;
+        }
+        const float diff = vi - yi;
+        REQUIRE(std::memcmp(&r[i], &diff, 4) == 0);
+        rt.x = vi;
+        rt.y = yi;
+        rt.index = static_cast<size_t>(i);
+        REQUIRE(method_info(QuantMethod::topk).within_bound(s, rt));
+      }
+      e.assign(r, r + n);
+    }
+  }
+}
+
+TEST_CASE("topk chunk: the quantized values are global topk's for the same entries", "[quant][topk][chunk]") {
+  // With one chunk covering the span, the chunked payload holds the same entries, ranges and codes as
+  // the global one; only the header's field a and the index words differ.
+  Context ctx = Context::cpu(1, 1);
+  const int64_t n = 3000;
+  const auto x = heavy_data(n, 9);
+  QuantSpec global = chunk_spec(0, 0.02, 2);
+  auto qg = make_quantizer(global);
+  auto qc = make_quantizer(chunk_spec(4096, 0.02, 2));
+  QuantState sg, sc;
+  const auto pg = encode(*qg, ctx, x, 1, sg);
+  const auto pc = encode(*qc, ctx, x, 1, sc);
+  const int64_t k = at<uint32_t>(pg, 24);
+  REQUIRE(k == 60);
+  REQUIRE(at<uint32_t>(pc, 24) == k);
+  REQUIRE(at<uint32_t>(pc, 4) == (2u | 12u << 8 | static_cast<uint32_t>(keep_of(0.02, 4096) - 1) << 16));
+  const size_t gi = 32 + 4 * static_cast<size_t>(k), ci = 32 + 4 * static_cast<size_t>((k * 12 + 31) / 32);
+  const size_t body = 8 * static_cast<size_t>((k + 127) / 128) + static_cast<size_t>((k * 2 + 7) / 8);
+  REQUIRE(std::equal(pg.begin() + static_cast<std::ptrdiff_t>(gi), pg.begin() + static_cast<std::ptrdiff_t>(gi + body),
+                     pc.begin() + static_cast<std::ptrdiff_t>(ci)));
+  REQUIRE(decode(*qg, ctx, pg, n) == decode(*qc, ctx, pc, n));
+}
+
+TEST_CASE("topk chunk: SparseLoCo's setting takes 12-bit indices", "[quant][topk][chunk]") {
+  Context ctx = Context::cpu(1, 1);
+  const int64_t n = int64_t{1} << 20;
+  auto q = make_quantizer(chunk_spec(4096, 0.02, 2));
+  QuantState st;
+  const auto p = encode(*q, ctx, normal_data(n, 3), 1, st);
+  const int64_t k = 256 * 82;  // round(0.02 * 4096) = 82 per chunk
+  REQUIRE(at<uint32_t>(p, 24) == k);
+  // 12 + 2 bits a value and a (lo, hi) pair per 128: 14.5 bits against global topk's 34.5.
+  REQUIRE(p.size() == wire::pad8(32 + 4 * static_cast<size_t>((k * 12 + 31) / 32) + 8 * ((k + 127) / 128) +
+                                 static_cast<size_t>(k * 2 / 8)));
 }

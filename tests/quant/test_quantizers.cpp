@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -70,12 +71,27 @@ size_t documented_size(const QuantSpec& s, int64_t n, int64_t column, const std:
       return pad8(32 + 12 * (n / column) + 4 + (column <= 32767 ? 2 : 4) * entries);
     }
     case QuantMethod::topk: {
-      const int64_t k = n == 0 ? 0 : std::max<int64_t>(1, std::llround(s.number("fraction") * static_cast<double>(n)));
+      const auto keep = [&s](int64_t len) {
+        return len == 0
+                   ? 0
+                   : std::min(len, std::max<int64_t>(1, std::llround(s.number("fraction") * static_cast<double>(len))));
+      };
+      // Chunked: each chunk of C values (the last one maybe shorter) keeps its own count, and an index
+      // takes log2(C) bits, in u32 words; global: k u32 indices.
+      const int64_t chunk = s.integer("chunk");
+      int64_t k = 0, index_bytes = 0;
+      if (chunk == 0) {
+        k = keep(n);
+        index_bytes = 4 * k;
+      } else {
+        for (int64_t start = 0; start < n; start += chunk) k += keep(std::min(chunk, n - start));
+        index_bytes = 4 * cdiv(k * std::countr_zero(static_cast<uint64_t>(chunk)), 32);
+      }
       const int64_t bits = s.integer("value_bits");
-      if (bits == 32) return pad8(32 + 8 * k);
+      if (bits == 32) return pad8(32 + index_bytes + 4 * k);
       // k indices, a (lo, hi) pair per range of value_block entries (0: one range), k codes of `bits`.
       const int64_t block = s.integer("value_block") > 0 ? s.integer("value_block") : std::max<int64_t>(k, 1);
-      return pad8(32 + 4 * k + 8 * cdiv(k, block) + cdiv(k * bits, 8));
+      return pad8(32 + index_bytes + 8 * cdiv(k, block) + cdiv(k * bits, 8));
     }
     case QuantMethod::fp8: return pad8(32 + n);
     case QuantMethod::mx: {
