@@ -95,7 +95,7 @@ size_t documented_size(const QuantSpec& s, int64_t n, int64_t column, const std:
     }
     case QuantMethod::fp8: return pad8(32 + n);
     case QuantMethod::mx: {
-      const std::string e = s.choice("element");
+      const std::string& e = s.choice("element");
       const int64_t bits = e.rfind("fp8", 0) == 0 ? 8 : (e.rfind("fp6", 0) == 0 ? 6 : 4);
       return pad8(32 + cdiv(n * bits, 8) + cdiv(n, 32));
     }
