@@ -28,6 +28,7 @@ plot 'data/bf16.epochs.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs tr
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:3:4 with filledcurves fc rgb '#000000' fs transparent solid 0.18 noborder notitle, \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:3:4 with filledcurves fc rgb '#F0E442' fs transparent solid 0.18 noborder notitle, \
      'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs transparent solid 0.18 noborder notitle, \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:3:4 with filledcurves fc rgb '#E69F00' fs transparent solid 0.18 noborder notitle, \
      'data/bf16.epochs.dat' using 1:2 with linespoints ls 1 title 'bf16', \
      'data/bf16@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 2 title 'bf16@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/qsgd_bits4.epochs.dat' using 1:2 with linespoints ls 3 title 'qsgd:bits=4', \
@@ -36,7 +37,8 @@ plot 'data/bf16.epochs.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs tr
      'data/qsgd_bits4@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 6 title 'qsgd:bits=4@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 7 title 'bf16@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 8 title 'codebook@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
-     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
+     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 10 title 'qsgd:bits=4@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
 set terminal svg noenhanced size 1000,560 font 'sans,10'
 set output 'accuracy.svg'
 reset session
@@ -66,6 +68,7 @@ plot 'data/bf16.epochs.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs tr
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:3:4 with filledcurves fc rgb '#000000' fs transparent solid 0.18 noborder notitle, \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:3:4 with filledcurves fc rgb '#F0E442' fs transparent solid 0.18 noborder notitle, \
      'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs transparent solid 0.18 noborder notitle, \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:3:4 with filledcurves fc rgb '#E69F00' fs transparent solid 0.18 noborder notitle, \
      'data/bf16.epochs.dat' using 1:2 with linespoints ls 1 title 'bf16', \
      'data/bf16@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 2 title 'bf16@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/qsgd_bits4.epochs.dat' using 1:2 with linespoints ls 3 title 'qsgd:bits=4', \
@@ -74,7 +77,8 @@ plot 'data/bf16.epochs.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs tr
      'data/qsgd_bits4@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 6 title 'qsgd:bits=4@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 7 title 'bf16@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 8 title 'codebook@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
-     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
+     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:2 with linespoints ls 10 title 'qsgd:bits=4@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
 set terminal pngcairo noenhanced size 1000,560 font 'sans,10'
 set output 'loss_time.png'
 reset session
@@ -103,6 +107,7 @@ plot 'data/bf16.loss.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs tran
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:3:4 with filledcurves fc rgb '#000000' fs transparent solid 0.18 noborder notitle, \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:3:4 with filledcurves fc rgb '#F0E442' fs transparent solid 0.18 noborder notitle, \
      'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs transparent solid 0.18 noborder notitle, \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:3:4 with filledcurves fc rgb '#E69F00' fs transparent solid 0.18 noborder notitle, \
      'data/bf16.loss.dat' using 1:2 with linespoints ls 1 pi 6 title 'bf16', \
      'data/bf16@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 2 pi 6 title 'bf16@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/qsgd_bits4.loss.dat' using 1:2 with linespoints ls 3 pi 6 title 'qsgd:bits=4', \
@@ -111,7 +116,8 @@ plot 'data/bf16.loss.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs tran
      'data/qsgd_bits4@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 6 pi 6 title 'qsgd:bits=4@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 7 pi 6 title 'bf16@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 8 pi 6 title 'codebook@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
-     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 9 pi 6 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
+     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 9 pi 6 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 10 pi 6 title 'qsgd:bits=4@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
 set terminal svg noenhanced size 1000,560 font 'sans,10'
 set output 'loss_time.svg'
 reset session
@@ -140,6 +146,7 @@ plot 'data/bf16.loss.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs tran
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:3:4 with filledcurves fc rgb '#000000' fs transparent solid 0.18 noborder notitle, \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:3:4 with filledcurves fc rgb '#F0E442' fs transparent solid 0.18 noborder notitle, \
      'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs transparent solid 0.18 noborder notitle, \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:3:4 with filledcurves fc rgb '#E69F00' fs transparent solid 0.18 noborder notitle, \
      'data/bf16.loss.dat' using 1:2 with linespoints ls 1 pi 6 title 'bf16', \
      'data/bf16@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 2 pi 6 title 'bf16@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/qsgd_bits4.loss.dat' using 1:2 with linespoints ls 3 pi 6 title 'qsgd:bits=4', \
@@ -148,7 +155,8 @@ plot 'data/bf16.loss.dat' using 1:3:4 with filledcurves fc rgb '#0072B2' fs tran
      'data/qsgd_bits4@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 6 pi 6 title 'qsgd:bits=4@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 7 pi 6 title 'bf16@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 8 pi 6 title 'codebook@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
-     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 9 pi 6 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
+     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 9 pi 6 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.loss.dat' using 1:2 with linespoints ls 10 pi 6 title 'qsgd:bits=4@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
 set terminal pngcairo noenhanced size 1000,560 font 'sans,10'
 set output 'cer.png'
 reset session
@@ -178,6 +186,7 @@ plot 'data/bf16.epochs.dat' using 1:6:7 with filledcurves fc rgb '#0072B2' fs tr
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:6:7 with filledcurves fc rgb '#000000' fs transparent solid 0.18 noborder notitle, \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:6:7 with filledcurves fc rgb '#F0E442' fs transparent solid 0.18 noborder notitle, \
      'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:6:7 with filledcurves fc rgb '#0072B2' fs transparent solid 0.18 noborder notitle, \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:6:7 with filledcurves fc rgb '#E69F00' fs transparent solid 0.18 noborder notitle, \
      'data/bf16.epochs.dat' using 1:5 with linespoints ls 1 title 'bf16', \
      'data/bf16@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 2 title 'bf16@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/qsgd_bits4.epochs.dat' using 1:5 with linespoints ls 3 title 'qsgd:bits=4', \
@@ -186,7 +195,8 @@ plot 'data/bf16.epochs.dat' using 1:6:7 with filledcurves fc rgb '#0072B2' fs tr
      'data/qsgd_bits4@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 6 title 'qsgd:bits=4@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 7 title 'bf16@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 8 title 'codebook@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
-     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
+     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 10 title 'qsgd:bits=4@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
 set terminal svg noenhanced size 1000,560 font 'sans,10'
 set output 'cer.svg'
 reset session
@@ -216,6 +226,7 @@ plot 'data/bf16.epochs.dat' using 1:6:7 with filledcurves fc rgb '#0072B2' fs tr
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:6:7 with filledcurves fc rgb '#000000' fs transparent solid 0.18 noborder notitle, \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:6:7 with filledcurves fc rgb '#F0E442' fs transparent solid 0.18 noborder notitle, \
      'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:6:7 with filledcurves fc rgb '#0072B2' fs transparent solid 0.18 noborder notitle, \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:6:7 with filledcurves fc rgb '#E69F00' fs transparent solid 0.18 noborder notitle, \
      'data/bf16.epochs.dat' using 1:5 with linespoints ls 1 title 'bf16', \
      'data/bf16@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 2 title 'bf16@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/qsgd_bits4.epochs.dat' using 1:5 with linespoints ls 3 title 'qsgd:bits=4', \
@@ -224,7 +235,8 @@ plot 'data/bf16.epochs.dat' using 1:6:7 with filledcurves fc rgb '#0072B2' fs tr
      'data/qsgd_bits4@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 6 title 'qsgd:bits=4@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 7 title 'bf16@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 8 title 'codebook@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
-     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
+     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:5 with linespoints ls 10 title 'qsgd:bits=4@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
 set terminal pngcairo noenhanced size 1000,560 font 'sans,10'
 set output 'wer.png'
 reset session
@@ -254,6 +266,7 @@ plot 'data/bf16.epochs.dat' using 1:9:10 with filledcurves fc rgb '#0072B2' fs t
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:9:10 with filledcurves fc rgb '#000000' fs transparent solid 0.18 noborder notitle, \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:9:10 with filledcurves fc rgb '#F0E442' fs transparent solid 0.18 noborder notitle, \
      'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:9:10 with filledcurves fc rgb '#0072B2' fs transparent solid 0.18 noborder notitle, \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:9:10 with filledcurves fc rgb '#E69F00' fs transparent solid 0.18 noborder notitle, \
      'data/bf16.epochs.dat' using 1:8 with linespoints ls 1 title 'bf16', \
      'data/bf16@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 2 title 'bf16@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/qsgd_bits4.epochs.dat' using 1:8 with linespoints ls 3 title 'qsgd:bits=4', \
@@ -262,7 +275,8 @@ plot 'data/bf16.epochs.dat' using 1:9:10 with filledcurves fc rgb '#0072B2' fs t
      'data/qsgd_bits4@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 6 title 'qsgd:bits=4@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 7 title 'bf16@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 8 title 'codebook@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
-     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
+     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 10 title 'qsgd:bits=4@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
 set terminal svg noenhanced size 1000,560 font 'sans,10'
 set output 'wer.svg'
 reset session
@@ -292,6 +306,7 @@ plot 'data/bf16.epochs.dat' using 1:9:10 with filledcurves fc rgb '#0072B2' fs t
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:9:10 with filledcurves fc rgb '#000000' fs transparent solid 0.18 noborder notitle, \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:9:10 with filledcurves fc rgb '#F0E442' fs transparent solid 0.18 noborder notitle, \
      'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:9:10 with filledcurves fc rgb '#0072B2' fs transparent solid 0.18 noborder notitle, \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:9:10 with filledcurves fc rgb '#E69F00' fs transparent solid 0.18 noborder notitle, \
      'data/bf16.epochs.dat' using 1:8 with linespoints ls 1 title 'bf16', \
      'data/bf16@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 2 title 'bf16@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/qsgd_bits4.epochs.dat' using 1:8 with linespoints ls 3 title 'qsgd:bits=4', \
@@ -300,7 +315,8 @@ plot 'data/bf16.epochs.dat' using 1:9:10 with filledcurves fc rgb '#0072B2' fs t
      'data/qsgd_bits4@diloco_inner_steps10_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 6 title 'qsgd:bits=4@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/bf16@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 7 title 'bf16@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
      'data/codebook@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 8 title 'codebook@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
-     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
+     'data/fp32@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 9 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
+     'data/qsgd_bits4@diloco_inner_steps50_outer.lr0.5_outer.momentum0.8.epochs.dat' using 1:8 with linespoints ls 10 title 'qsgd:bits=4@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
 set terminal pngcairo noenhanced size 1000,560 font 'sans,10'
 set output 'tradeoff.png'
 reset session
@@ -329,7 +345,8 @@ plot 'data/tradeoff.dat' every ::0::0 using 2:3:4 with yerrorbars ls 1 ps 1.6 ti
      'data/tradeoff.dat' every ::5::5 using 2:3:4 with yerrorbars ls 6 ps 1.6 title 'qsgd:bits=4@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/tradeoff.dat' every ::6::6 using 2:3:4 with yerrorbars ls 7 ps 1.6 title 'bf16@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
      'data/tradeoff.dat' every ::7::7 using 2:3:4 with yerrorbars ls 8 ps 1.6 title 'codebook@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
-     'data/tradeoff.dat' every ::8::8 using 2:3:4 with yerrorbars ls 9 ps 1.6 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
+     'data/tradeoff.dat' every ::8::8 using 2:3:4 with yerrorbars ls 9 ps 1.6 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
+     'data/tradeoff.dat' every ::9::9 using 2:3:4 with yerrorbars ls 10 ps 1.6 title 'qsgd:bits=4@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
 set terminal svg noenhanced size 1000,560 font 'sans,10'
 set output 'tradeoff.svg'
 reset session
@@ -358,7 +375,8 @@ plot 'data/tradeoff.dat' every ::0::0 using 2:3:4 with yerrorbars ls 1 ps 1.6 ti
      'data/tradeoff.dat' every ::5::5 using 2:3:4 with yerrorbars ls 6 ps 1.6 title 'qsgd:bits=4@diloco:inner_steps=10:outer.lr=0.5:outer.momentum=0.8', \
      'data/tradeoff.dat' every ::6::6 using 2:3:4 with yerrorbars ls 7 ps 1.6 title 'bf16@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
      'data/tradeoff.dat' every ::7::7 using 2:3:4 with yerrorbars ls 8 ps 1.6 title 'codebook@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
-     'data/tradeoff.dat' every ::8::8 using 2:3:4 with yerrorbars ls 9 ps 1.6 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
+     'data/tradeoff.dat' every ::8::8 using 2:3:4 with yerrorbars ls 9 ps 1.6 title 'fp32@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8', \
+     'data/tradeoff.dat' every ::9::9 using 2:3:4 with yerrorbars ls 10 ps 1.6 title 'qsgd:bits=4@diloco:inner_steps=50:outer.lr=0.5:outer.momentum=0.8'
 set terminal pngcairo noenhanced size 1000,560 font 'sans,10'
 set output 'phases.png'
 reset session
