@@ -75,7 +75,7 @@ struct WinogradPass {
     return f4() ? winograd4_block_samples(g, samples) : winograd_block_samples(g, samples);
   }
   int64_t work_size(int64_t block) const { return f4() ? winograd4_work_size(g, block) : winograd_work_size(g, block); }
-  int64_t weights_size() const { return (f4() ? 36 : 16) * g.oc * g.c; }
+  int64_t weights_size() const { return (g.m + 2) * (g.m + 2) * g.oc * g.c; }  // (m + 2)^2 positions
   template <typename T>
   void weights(const T* w, int64_t oc, int64_t c, bool flipped, T* u) const {
     if (f4()) return winograd4_weights(w, oc, c, flipped, u);
