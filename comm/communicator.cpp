@@ -119,10 +119,12 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Devi
 
 // ---- the default streaming forms -------------------------------------------------------------------
 
-void Communicator::all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
-                                       std::vector<uint8_t>& recv, const Consume& consume) {
+void Communicator::all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& send_capacity,
+                                       const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
+                                       const Consume& consume) {
   const int P = size(), me = rank();
-  QT_CHECK(recv_capacity.size() == static_cast<size_t>(P), "all_to_all_streamed: {} receive capacities for {} ranks",
+  QT_CHECK(recv_capacity.size() == static_cast<size_t>(P) && send_capacity.size() == static_cast<size_t>(P),
+           "all_to_all_streamed: {} send and {} receive capacities for {} ranks", send_capacity.size(),
            recv_capacity.size(), P);
   stream_sizes_.assign(static_cast<size_t>(P), 0);
   stream_offsets_.assign(static_cast<size_t>(P), 0);
@@ -130,6 +132,9 @@ void Communicator::all_to_all_streamed(Context& ctx, const Produce& produce, con
   for (int k = 1; k <= P; ++k) {
     const int d = (me + k) % P;
     const std::span<const uint8_t> bytes = produce(d);
+    QT_CHECK(bytes.size() <= send_capacity[static_cast<size_t>(d)],
+             "all_to_all_streamed: {} bytes produced for rank {}, more than its capacity {}", bytes.size(), d,
+             send_capacity[static_cast<size_t>(d)]);
     stream_offsets_[static_cast<size_t>(d)] = stream_send_.size();
     stream_sizes_[static_cast<size_t>(d)] = bytes.size();
     stream_send_.insert(stream_send_.end(), bytes.begin(), bytes.end());

@@ -64,12 +64,16 @@ class Communicator {
   // rank, and every produce call comes before the first consume call. Rank s's bytes for this rank
   // arrive in host memory (inside `recv`, which is resized) and go to `consume(s, bytes)` in rank
   // order, each as soon as it and those before it have arrived. `recv_capacity[s]` bounds what rank s
-  // may send here: more is an error. These defaults produce everything, run the plain collective and
-  // then consume; MpiComm overrides them with nonblocking point-to-point messages.
+  // may send here: more is an error. In all_to_all_streamed, `send_capacity[d]` bounds what this
+  // rank produces for rank d and is what rank d gives as its recv_capacity for this rank, so that a
+  // transport whose collectives need every block's length in advance (PythonCollectivesComm) can
+  // size them without a round of sizes. These defaults produce everything, run the plain collective
+  // and then consume; MpiComm overrides them with nonblocking point-to-point messages.
   using Produce = std::function<std::span<const uint8_t>(int rank)>;
   using Consume = std::function<void(int rank, std::span<const uint8_t> bytes)>;
-  virtual void all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
-                                   std::vector<uint8_t>& recv, const Consume& consume);
+  virtual void all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& send_capacity,
+                                   const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
+                                   const Consume& consume);
   // Every rank sends `send` (host memory) to every rank, itself included.
   virtual void all_gather_streamed(Context& ctx, std::span<const uint8_t> send,
                                    const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,

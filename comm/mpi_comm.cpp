@@ -448,10 +448,14 @@ void MpiComm::complete_all() {
   p2p_peers_.clear();
 }
 
-void MpiComm::all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
-                                  std::vector<uint8_t>& recv, const Consume& consume) {
+void MpiComm::all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& send_capacity,
+                                  const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
+                                  const Consume& consume) {
   CommWatch watch("all_to_all_streamed");
-  if (!streamable(recv_capacity)) return Communicator::all_to_all_streamed(ctx, produce, recv_capacity, recv, consume);
+  if (!streamable(recv_capacity))
+    return Communicator::all_to_all_streamed(ctx, produce, send_capacity, recv_capacity, recv, consume);
+  QT_CHECK(send_capacity.size() == static_cast<size_t>(size_), "all_to_all_streamed: {} send capacities for {} ranks",
+           send_capacity.size(), size_);
   const auto P = static_cast<size_t>(size_);
   const auto me = static_cast<size_t>(rank_);
   recv.resize(exclusive_offsets(recv_capacity, stream_recv_offsets_));
@@ -471,8 +475,9 @@ void MpiComm::all_to_all_streamed(Context& ctx, const Produce& produce, const st
       if (!bytes.empty()) std::memcpy(recv.data() + stream_recv_offsets_[me], bytes.data(), bytes.size());
       stream_recv_sizes_[me] = bytes.size();
     } else {
-      QT_CHECK(bytes.size() <= max_message_bytes_, "all_to_all_streamed: {} bytes for rank {} exceed one message",
-               bytes.size(), d);
+      QT_CHECK(bytes.size() <= max_message_bytes_ && bytes.size() <= send_capacity[d],
+               "all_to_all_streamed: {} bytes for rank {} exceed one message ({}) or its capacity ({})", bytes.size(),
+               d, max_message_bytes_, send_capacity[d]);
       MPI_CHECK(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, static_cast<int>(d), kStreamTag,
                           comm_, &requests_[P + d]));
     }

@@ -34,8 +34,9 @@ class MpiComm final : public Communicator {
   void all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
                         const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
                         std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) override;
-  void all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& recv_capacity,
-                           std::vector<uint8_t>& recv, const Consume& consume) override;
+  void all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& send_capacity,
+                           const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
+                           const Consume& consume) override;
   void all_gather_streamed(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& recv_capacity,
                            std::vector<uint8_t>& recv, const Consume& consume) override;
   bool has_point_to_point() const override { return true; }

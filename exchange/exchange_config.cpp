@@ -43,6 +43,7 @@ ExchangeConfig ExchangeConfig::parse(ConfigNode& section) {
   c.hierarchy = section.get_choice("hierarchy", c.hierarchy, {"auto", "flat", "two_level"});
   c.intra = section.get_choice("intra", c.intra, {"fp32", "bf16"});
   c.payload_path = section.get_choice("payload_path", c.payload_path, {"auto", "host"});
+  c.small_tensors = section.get_choice("small_tensors", c.small_tensors, {"native", "with_quantized"});
   c.ranks_per_node = section.get_int("ranks_per_node", c.ranks_per_node, 0, 1 << 20);
   return c;
 }

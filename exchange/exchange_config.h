@@ -53,6 +53,14 @@ struct ExchangeConfig {
   // before those collectives), for measuring one path against the other and for checking that both
   // give the same bits (tests/e2e/cuda_emu_train.sh, tools/gpu_check.sh). CPU runs have one path.
   std::string payload_path = "auto";  // auto | host
+  // The fp32 tensors (those below quantization.min_numel): native sums them with the transport's
+  // allreduce, one collective of their own per bucket; with_quantized sends them as fp32 payloads
+  // in the collectives of the bucket's quantized tensors (their algorithm, where all of them share
+  // allgather or reduce_scatter_allgather; else natively), so that a bucket takes one set of
+  // collectives. The sums are the same fp32 additions in rank order where the transport's allreduce
+  // adds in rank order (the DDP hook's does); for transports where every collective costs rounds of
+  // latency (python/: ranks that share cores). Flat exchange only.
+  std::string small_tensors = "native";  // native | with_quantized
 
   // Reads its keys of `section`; the caller finishes the section (it holds the transport's keys too).
   static ExchangeConfig parse(ConfigNode& section);

@@ -21,19 +21,39 @@ FlatExchange::FlatExchange(Communicator& comm, Device device, uint64_t seed, con
   const int P = comm.size();
   auto ctx = std::make_unique<Context>(device.is_cuda() ? Context::cuda(device.index, seed) : Context::cpu(seed, 0));
   const exchange::PlanContext pc{seed, comm.rank(), P, config_.piece_mb, device};
-  std::vector<exchange::TensorPlan> plans;
-  for (size_t t = 0; t < tensors.size(); ++t) {
-    const ExchangeTensor& x = tensors[t];
-    const QuantSpec spec =
-        quantization.resolve(x.layer_name, x.layer_type, x.decided_numel > 0 ? x.decided_numel : x.numel);
-    plans.push_back(exchange::make_plan(x, static_cast<int>(t), spec, config_.algorithm_for(spec), pc));
+  std::vector<QuantSpec> specs;
+  std::vector<ReduceAlgorithm> algorithms;
+  for (const ExchangeTensor& x : tensors) {
+    specs.push_back(quantization.resolve(x.layer_name, x.layer_type, x.decided_numel > 0 ? x.decided_numel : x.numel));
+    algorithms.push_back(config_.algorithm_for(specs.back()));
   }
+  if (config_.small_tensors == "with_quantized") carry_small_tensors(specs, algorithms);
+  std::vector<exchange::TensorPlan> plans;
+  for (size_t t = 0; t < tensors.size(); ++t)
+    plans.push_back(exchange::make_plan(tensors[t], static_cast<int>(t), specs[t], algorithms[t], pc));
   const float scale = config_.mean ? 1.0f / static_cast<float>(P) : 1.0f;
   work_ =
       std::make_unique<exchange::Workspace>(comm, device, std::move(ctx), scale, std::move(tensors), std::move(plans));
   work_->host_payloads = config_.payload_path == "host";
   make_buckets(config_.bucket_mb);
   if (config_.overlap) thread_ = std::thread([this] { run_thread(); });
+}
+
+// communication.small_tensors: with_quantized (exchange_config.h). The same choice on every rank:
+// it depends on the tensors and the configuration only.
+void FlatExchange::carry_small_tensors(const std::vector<QuantSpec>& specs, std::vector<ReduceAlgorithm>& algorithms) {
+  std::optional<ReduceAlgorithm> carrier;
+  for (size_t t = 0; t < specs.size(); ++t) {
+    if (algorithms[t] == ReduceAlgorithm::allreduce) continue;
+    const bool payload =
+        algorithms[t] == ReduceAlgorithm::allgather || algorithms[t] == ReduceAlgorithm::reduce_scatter_allgather;
+    if (!payload || (carrier && *carrier != algorithms[t])) return;  // no single payload algorithm
+    carrier = algorithms[t];
+  }
+  if (!carrier) return;
+  for (size_t t = 0; t < specs.size(); ++t)
+    if (algorithms[t] == ReduceAlgorithm::allreduce && method_info(specs[t].method).cast_bits == 32)
+      algorithms[t] = *carrier;
 }
 
 // Buckets in the order backward completes tensors: from the last tensor to the first (or as the

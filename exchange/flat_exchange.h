@@ -55,6 +55,9 @@ class FlatExchange final : public ExchangeImpl {
     std::unique_ptr<StreamEvent> done = std::make_unique<StreamEvent>();
   };
 
+  // communication.small_tensors: with_quantized: the fp32 tensors' algorithm becomes the quantized
+  // tensors' one, where they all share a payload algorithm.
+  static void carry_small_tensors(const std::vector<QuantSpec>& specs, std::vector<ReduceAlgorithm>& algorithms);
   void make_buckets(double bucket_mb);
   void run_thread();
   void process_bucket(int b);

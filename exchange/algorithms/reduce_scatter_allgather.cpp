@@ -34,8 +34,12 @@ void reduce_scatter_allgather_piece(Workspace& w, const std::vector<int>& ids, i
   //    and each owner's bytes leave while the next owner's are encoded. The owner decodes and sums
   //    its piece from every rank (its own contribution from its own encoding), in rank order.
   w.send_offsets.assign(static_cast<size_t>(P) + 1, 0);
-  for (int s = 0; s < P; ++s)
-    w.send_offsets[static_cast<size_t>(s) + 1] = w.send_offsets[static_cast<size_t>(s)] + w.piece_capacity(ids, s, k);
+  w.send_capacity.resize(static_cast<size_t>(P));
+  for (int s = 0; s < P; ++s) {
+    w.send_capacity[static_cast<size_t>(s)] = w.piece_capacity(ids, s, k);
+    w.send_offsets[static_cast<size_t>(s) + 1] =
+        w.send_offsets[static_cast<size_t>(s)] + w.send_capacity[static_cast<size_t>(s)];
+  }
   uint8_t* send = w.send_buffer(w.send_offsets.back());
   w.capacity.assign(static_cast<size_t>(P), w.piece_capacity(ids, me, k));
   w.comm.all_to_all_streamed(
@@ -52,7 +56,7 @@ void reduce_scatter_allgather_piece(Workspace& w, const std::vector<int>& ids, i
         tally.encode_s += since(t0);
         return {host, used};
       },
-      w.capacity, w.recv_host,
+      w.send_capacity, w.capacity, w.recv_host,
       [&](int s, std::span<const uint8_t> bytes) {
         const auto t0 = Clock::now();
         w.decode_from(s, bytes, ids, /*add=*/s > 0, [&](int t) { return w.piece(t, me, k); });

@@ -44,7 +44,7 @@ struct Workspace {
   // Buffers reused across steps (no allocation in steady state).
   Tensor send_dev, recv_dev, stage_dev;
   std::vector<uint8_t> send_host, recv_host;
-  std::vector<size_t> send_offsets, capacity, send_sizes, recv_sizes, recv_offsets;
+  std::vector<size_t> send_offsets, send_capacity, capacity, send_sizes, recv_sizes, recv_offsets;
   std::vector<std::vector<uint8_t>> pipeline_buffers;  // the pipelined reduce-scatter's messages
   Tensor low_rank_p, low_rank_q;                       // powersgd: the P and the Q matrices of a bucket, back to back
 

@@ -27,27 +27,17 @@ __all__ = ["hook", "HookState"]
 
 class _ProcessGroupCollectives:
     """The collectives qtrain's exchange calls (python/src/python_collectives_comm.h), on NumPy arrays
-    over qtrain's buffers, run by torch.distributed on one process group."""
+    over qtrain's buffers, run by torch.distributed on one process group. Every reduction and gather is
+    built on all_to_all in C++: one round of messages where gloo's ring allreduce takes 2(P - 1)."""
 
     def __init__(self, group):
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
 
-    def all_reduce(self, array):
-        dist.all_reduce(torch.from_numpy(array), group=self.group)
-
-    def all_gather(self, array):
-        t = torch.from_numpy(array)
-        out = torch.empty(self.size * t.numel(), dtype=t.dtype)
-        dist.all_gather(list(out.chunk(self.size)), t, group=self.group)
-        return out.numpy()
-
-    def all_to_all(self, array):
-        t = torch.from_numpy(array)
-        out = torch.empty_like(t)
-        dist.all_to_all_single(out, t, group=self.group)
-        return out.numpy()
+    def all_to_all(self, send, send_splits, recv, recv_splits):
+        dist.all_to_all_single(torch.from_numpy(recv), torch.from_numpy(send), output_split_sizes=list(recv_splits),
+                               input_split_sizes=list(send_splits), group=self.group)
 
     def broadcast(self, array, root):
         src = root if self.group is None or self.group == dist.group.WORLD else \
@@ -63,7 +53,7 @@ class HookState:
     and the step that keys its random streams."""
 
     def __init__(self, method, model=None, algorithm="auto", process_group=None, seed=0, min_numel=10000,
-                 piece_mb=4.0):
+                 piece_mb=4.0, small_tensors="with_quantized"):
         if not isinstance(method, str):
             raise TypeError(f"qtrain.torch.hook: expected a method such as 'qsgd:bits=4', got {method!r}")
         self.method = method
@@ -71,6 +61,7 @@ class HookState:
         self.seed = int(seed)
         self.min_numel = int(min_numel)
         self.piece_mb = float(piece_mb)
+        self.small_tensors = small_tensors
         self.process_group = process_group if process_group is not None else dist.group.WORLD
         self.step = 0
         self._names, self._shapes, self._index = [], [], {}
@@ -91,7 +82,8 @@ class HookState:
     def _build(self):
         group = _ProcessGroupCollectives(self.process_group)
         self._exchange = _qtrain.Exchange(group, self._names, self._shapes, self.method, algorithm=self.algorithm,
-                                          seed=self.seed, min_numel=self.min_numel, piece_mb=self.piece_mb)
+                                          seed=self.seed, min_numel=self.min_numel, piece_mb=self.piece_mb,
+                                          small_tensors=self.small_tensors)
         self._rank, self._world = group.rank, group.size
         if self._pending is not None:
             self._load(self._pending)
@@ -116,11 +108,12 @@ class HookState:
 
     def _header(self, tensors):
         return {"method": self.method, "algorithm": self.algorithm, "seed": self.seed, "step": self.step,
-                "min_numel": self.min_numel, "piece_mb": self.piece_mb, "exchange": tensors}
+                "min_numel": self.min_numel, "piece_mb": self.piece_mb, "small_tensors": self.small_tensors,
+                "exchange": tensors}
 
     def load_state_dict(self, state):
         """Restores what state_dict() gave on this rank (the same method, algorithm and seed)."""
-        for key in ("method", "algorithm", "seed", "min_numel", "piece_mb"):
+        for key in ("method", "algorithm", "seed", "min_numel", "piece_mb", "small_tensors"):
             if key not in state:
                 raise ValueError(f"load_state_dict: '{key}' is missing")
             if state[key] != getattr(self, key):
@@ -201,9 +194,13 @@ def qtrain_hook(state, bucket):
     return fut
 
 
-def hook(method, model=None, *, algorithm="auto", process_group=None, seed=0, min_numel=10000, piece_mb=4.0):
+def hook(method, model=None, *, algorithm="auto", process_group=None, seed=0, min_numel=10000, piece_mb=4.0,
+         small_tensors="with_quantized"):
     """(state, hook) for DistributedDataParallel.register_comm_hook: qtrain's `method` ("qsgd:bits=4",
     "onebit", "powersgd:rank=2", ...) on every gradient of at least `min_numel` values (smaller ones in
     fp32, as qtrain's trainer does), reduced with `algorithm` ("auto": the method's own; "allgather",
-    "reduce_scatter_allgather"). `seed` keys the random streams (give every rank the same)."""
-    return HookState(method, model, algorithm, process_group, seed, min_numel, piece_mb), qtrain_hook
+    "reduce_scatter_allgather"). `seed` keys the random streams (give every rank the same).
+    `small_tensors`: "with_quantized" sends the fp32 gradients in the quantized ones' collectives (one
+    set of collectives per step; the same fp32 sums in rank order), "native" in an allreduce of their
+    own (qtrain's trainer's default, communication.small_tensors)."""
+    return HookState(method, model, algorithm, process_group, seed, min_numel, piece_mb, small_tensors), qtrain_hook

@@ -13,9 +13,10 @@ namespace qtrain::python {
 
 namespace py = pybind11;
 
-void bind_errors(py::module_& m);     // qtrain's InputError as ValueError, its other errors as RuntimeError
-void bind_quantizer(py::module_& m);  // qtrain.Quantizer's core (quantizer_binding.cpp)
-void bind_exchange(py::module_& m);   // the DDP hook's exchange (exchange_binding.cpp)
+void bind_errors(py::module_& m);       // qtrain's InputError as ValueError, its other errors as RuntimeError
+void bind_quantizer(py::module_& m);    // qtrain.Quantizer's core (quantizer_binding.cpp)
+void bind_exchange(py::module_& m);     // the DDP hook's exchange (exchange_binding.cpp)
+void bind_collectives(py::module_& m);  // its transport's collectives one by one, for tests (collectives_binding.cpp)
 
 // A C-contiguous buffer of float32 values (any shape): its values; raises TypeError naming `what`
 // otherwise (a float64 array, a non-contiguous view). `writable`: a read-only buffer is refused too.

@@ -38,7 +38,7 @@ class HookExchange {
   // column of the methods that quantize per column, its leading one PowerSGD's rows.
   HookExchange(py::object collectives, const std::vector<std::string>& names,
                const std::vector<std::vector<int64_t>>& shapes, const std::string& method, const std::string& algorithm,
-               uint64_t seed, int64_t min_numel, double piece_mb)
+               uint64_t seed, int64_t min_numel, double piece_mb, const std::string& small_tensors)
       : comm_(std::move(collectives)) {
     const FlushedFloats flushed;
     const std::string where = "qtrain.torch.hook('" + method + "')";
@@ -53,6 +53,7 @@ class HookExchange {
     c["piece_mb"] = piece_mb;
     c["overlap"] = false;  // DDP calls in bucket by bucket; the exchange runs on its thread
     c["hierarchy"] = "flat";
+    c["small_tensors"] = small_tensors;
     ConfigNode communication(c, "communication", source_named(where));
     const ExchangeConfig ec = ExchangeConfig::parse(communication);
     communication.finish();
@@ -178,9 +179,10 @@ class HookExchange {
 void bind_exchange(py::module_& m) {
   py::class_<HookExchange>(m, "Exchange")
       .def(py::init<py::object, const std::vector<std::string>&, const std::vector<std::vector<int64_t>>&,
-                    const std::string&, const std::string&, uint64_t, int64_t, double>(),
+                    const std::string&, const std::string&, uint64_t, int64_t, double, const std::string&>(),
            py::arg("collectives"), py::arg("names"), py::arg("shapes"), py::arg("method"),
-           py::arg("algorithm") = "auto", py::arg("seed") = 0, py::arg("min_numel") = 10000, py::arg("piece_mb") = 4.0)
+           py::arg("algorithm") = "auto", py::arg("seed") = 0, py::arg("min_numel") = 10000, py::arg("piece_mb") = 4.0,
+           py::arg("small_tensors") = "native")
       .def("reduce", &HookExchange::reduce, py::arg("buckets"), py::arg("step"))
       .def("state", &HookExchange::state)
       .def("load_state", &HookExchange::load_state)

@@ -11,4 +11,5 @@ PYBIND11_MODULE(_qtrain, m) {
   qtrain::python::bind_errors(m);
   qtrain::python::bind_quantizer(m);
   qtrain::python::bind_exchange(m);
+  qtrain::python::bind_collectives(m);
 }

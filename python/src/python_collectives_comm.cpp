@@ -2,6 +2,7 @@
 #include "python/src/python_collectives_comm.h"
 
 #include <pybind11/numpy.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,19 +15,11 @@ namespace {
 
 constexpr size_t kLengthBytes = 8;
 
-// A NumPy array over `count` elements at `data` (no copy; valid while the caller's buffer is).
-template <typename T>
-py::array_t<T> view(T* data, size_t count) {
-  return py::array_t<T>({static_cast<py::ssize_t>(count)}, {static_cast<py::ssize_t>(sizeof(T))}, data,
-                        py::capsule(data, [](void*) {}));
-}
-
-// The uint8 array a Python collective returned, checked for its length.
-py::array_t<uint8_t, py::array::c_style> returned_bytes(const py::object& result, size_t expected, const char* op) {
-  auto a = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(result);
-  QT_CHECK(a && static_cast<size_t>(a.size()) == expected, "{}: the process group returned {} bytes, expected {}", op,
-           a ? a.size() : 0, expected);
-  return a;
+// A NumPy array over `count` bytes at `data` (no copy; valid while the caller's buffer is).
+py::array_t<uint8_t> view(const uint8_t* data, size_t count) {
+  static uint8_t nothing = 0;  // an empty vector's data() may be null, which a capsule refuses
+  auto* p = data != nullptr ? const_cast<uint8_t*>(data) : &nothing;  // writable for torch.from_numpy; only read
+  return py::array_t<uint8_t>({static_cast<py::ssize_t>(count)}, {py::ssize_t{1}}, p, py::capsule(p, [](void*) {}));
 }
 
 void put_length(uint8_t* at, uint64_t length) { std::memcpy(at, &length, kLengthBytes); }
@@ -34,6 +27,72 @@ uint64_t get_length(const uint8_t* at) {
   uint64_t length = 0;
   std::memcpy(&length, at, kLengthBytes);
   return length;
+}
+
+size_t total(const std::vector<size_t>& sizes) {
+  size_t sum = 0;
+  for (size_t s : sizes) sum += s;
+  return sum;
+}
+
+// Elements [share_begin(n, d, P), share_begin(n, d + 1, P)) are rank d's share of an allreduce of n.
+size_t share_begin(size_t n, size_t d, size_t P) { return n * d / P; }
+
+// dst = the sum of the P blocks of `count` values at `blocks` (block s from rank s), added in rank
+// order: the same bits on every rank. 16-bit values: fp16 rounds after every addition (as a sum of
+// fp16 values in fp16 arithmetic does); bf16 sums in fp32 and rounds once (gloo sums no bf16: the
+// MPI transport's combine rounds a pair's fp32 sum once as well).
+void sum_blocks(ReduceType type, const uint8_t* blocks, size_t count, size_t P, void* dst) {
+  const size_t stride = count * reduce_type_size(type);
+  switch (type) {
+    case ReduceType::f32: {
+      auto* out = static_cast<float*>(dst);
+      for (size_t i = 0; i < count; ++i) {
+        float acc;
+        std::memcpy(&acc, blocks + i * 4, 4);
+        for (size_t s = 1; s < P; ++s) {
+          float v;
+          std::memcpy(&v, blocks + s * stride + i * 4, 4);
+          acc += v;
+        }
+        out[i] = acc;
+      }
+      break;
+    }
+    case ReduceType::f64: {
+      auto* out = static_cast<double*>(dst);
+      for (size_t i = 0; i < count; ++i) {
+        double acc;
+        std::memcpy(&acc, blocks + i * 8, 8);
+        for (size_t s = 1; s < P; ++s) {
+          double v;
+          std::memcpy(&v, blocks + s * stride + i * 8, 8);
+          acc += v;
+        }
+        out[i] = acc;
+      }
+      break;
+    }
+    case ReduceType::f16:
+    case ReduceType::bf16: {
+      const bool bf = type == ReduceType::bf16;
+      auto widen = [bf](const uint8_t* at) {
+        uint16_t h;
+        std::memcpy(&h, at, 2);
+        return bf ? bf16_to_float(h) : half_to_float(h);
+      };
+      auto* out = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < count; ++i) {
+        float acc = widen(blocks + i * 2);
+        for (size_t s = 1; s < P; ++s) {
+          acc += widen(blocks + s * stride + i * 2);
+          if (!bf) acc = half_to_float(float_to_half(acc));
+        }
+        out[i] = bf ? float_to_bf16(acc) : float_to_half(acc);
+      }
+      break;
+    }
+  }
 }
 
 }  // namespace
@@ -44,85 +103,79 @@ PythonCollectivesComm::PythonCollectivesComm(py::object collectives) : collectiv
   QT_CHECK(size_ >= 1 && rank_ >= 0 && rank_ < size_, "process group: rank {} of {}", rank_, size_);
 }
 
+void PythonCollectivesComm::all_to_all(std::span<const uint8_t> send, const std::vector<size_t>& send_splits,
+                                       uint8_t* recv, const std::vector<size_t>& recv_splits) {
+  QT_CHECK(send_splits.size() == static_cast<size_t>(size_) && recv_splits.size() == static_cast<size_t>(size_) &&
+               total(send_splits) == send.size(),
+           "all_to_all: {} send splits ({} bytes) for {} bytes, {} receive splits, {} ranks", send_splits.size(),
+           total(send_splits), send.size(), recv_splits.size(), size_);
+  collectives_.attr("all_to_all")(view(send.data(), send.size()), send_splits, view(recv, total(recv_splits)),
+                                  recv_splits);
+}
+
 void PythonCollectivesComm::all_reduce_sum(Context& ctx, void* data, int64_t count, ReduceType type) {
-  QT_CHECK(count >= 0 && (count == 0 || data != nullptr), "all_reduce_sum: {} elements at {}", count, data);
   QT_CHECK(ctx.device().is_cpu(), "all_reduce_sum over a Python process group: CPU memory only");
+  reduce(data, count, type);
+}
+
+void PythonCollectivesComm::reduce(void* data, int64_t count, ReduceType type) {
+  QT_CHECK(count >= 0 && (count == 0 || data != nullptr), "all_reduce_sum: {} elements at {}", count, data);
   const auto n = static_cast<size_t>(count);
-  switch (type) {
-    case ReduceType::f32: collectives_.attr("all_reduce")(view(static_cast<float*>(data), n)); break;
-    case ReduceType::f64: collectives_.attr("all_reduce")(view(static_cast<double*>(data), n)); break;
-    case ReduceType::f16: {
-      // NumPy's float16 is IEEE binary16, the bits of qtrain's f16_t.
-      auto a = py::array(py::dtype("float16"), {static_cast<py::ssize_t>(n)}, {py::ssize_t{2}}, data,
-                         py::capsule(data, [](void*) {}));
-      collectives_.attr("all_reduce")(a);
-      break;
-    }
-    case ReduceType::bf16: {
-      // gloo sums no bfloat16: the sum runs in fp32 and is rounded to bf16 once (nearest even), as
-      // the MPI transport's combine does for two values.
-      auto* v = static_cast<uint16_t*>(data);
-      std::vector<float> wide(n);
-      for (size_t i = 0; i < n; ++i) wide[i] = bf16_to_float(v[i]);
-      collectives_.attr("all_reduce")(view(wide.data(), n));
-      for (size_t i = 0; i < n; ++i) v[i] = float_to_bf16(wide[i]);
-      break;
-    }
-  }
-}
-
-void PythonCollectivesComm::unpack(const uint8_t* blocks, size_t block, std::vector<uint8_t>& recv,
-                                   std::vector<size_t>& sizes, std::vector<size_t>& offsets, const char* op) const {
   const auto P = static_cast<size_t>(size_);
-  sizes.assign(P, 0);
-  offsets.assign(P, 0);
-  size_t total = 0;
-  for (size_t r = 0; r < P; ++r) {
-    const uint64_t length = get_length(blocks + r * block);
-    QT_CHECK(length <= block - kLengthBytes, "{}: rank {} announced {} bytes in a block of {}", op, r, length,
-             block - kLengthBytes);
-    sizes[r] = length;
-    offsets[r] = total;
-    total += length;
-  }
-  recv.resize(total);
-  for (size_t r = 0; r < P; ++r)
-    if (sizes[r] > 0) std::memcpy(recv.data() + offsets[r], blocks + r * block + kLengthBytes, sizes[r]);
+  const auto me = static_cast<size_t>(rank_);
+  if (n == 0 || P == 1) return;
+  const size_t elem = reduce_type_size(type);
+  auto* bytes = static_cast<uint8_t*>(data);
+  // 1. Reduce-scatter: block d of every rank to rank d, which sums them in rank order.
+  const size_t mine = share_begin(n, me + 1, P) - share_begin(n, me, P);
+  send_splits_.resize(P);
+  for (size_t d = 0; d < P; ++d) send_splits_[d] = (share_begin(n, d + 1, P) - share_begin(n, d, P)) * elem;
+  recv_splits_.assign(P, mine * elem);
+  recv_.resize(P * mine * elem);
+  all_to_all({bytes, n * elem}, send_splits_, recv_.data(), recv_splits_);
+  uint8_t* my_block = bytes + share_begin(n, me, P) * elem;
+  sum_blocks(type, recv_.data(), mine, P, my_block);
+  // 2. Allgather of the reduced blocks: this rank's to every rank, rank s's into its place.
+  send_.resize(P * mine * elem);
+  for (size_t d = 0; d < P; ++d) std::memcpy(send_.data() + d * mine * elem, my_block, mine * elem);
+  all_to_all(send_, recv_splits_, bytes, send_splits_);
 }
 
-void PythonCollectivesComm::gather_blocks(std::span<const uint8_t> send, size_t block, std::vector<uint8_t>& recv,
-                                          std::vector<size_t>& sizes, std::vector<size_t>& offsets, const char* op) {
-  QT_CHECK(send.size() + kLengthBytes <= block, "{}: {} bytes to send, blocks of {}", op, send.size(), block);
-  packed_.assign(block, 0);
-  put_length(packed_.data(), send.size());
-  if (!send.empty()) std::memcpy(packed_.data() + kLengthBytes, send.data(), send.size());
-  const py::object result = collectives_.attr("all_gather")(view(packed_.data(), block));
-  const auto all = returned_bytes(result, block * static_cast<size_t>(size_), op);
-  unpack(all.data(), block, recv, sizes, offsets, op);
+void PythonCollectivesComm::gather_known(std::span<const uint8_t> send, const std::vector<size_t>& sizes,
+                                         std::vector<uint8_t>& recv, std::vector<size_t>& offsets) {
+  const auto P = static_cast<size_t>(size_);
+  send_.resize(P * send.size());
+  for (size_t d = 0; d < P; ++d)
+    if (!send.empty()) std::memcpy(send_.data() + d * send.size(), send.data(), send.size());
+  send_splits_.assign(P, send.size());
+  recv.resize(total(sizes));
+  all_to_all(send_, send_splits_, recv.data(), sizes);
+  offsets.resize(P);
+  size_t at = 0;
+  for (size_t s = 0; s < P; ++s) {
+    offsets[s] = at;
+    at += sizes[s];
+  }
 }
 
 void PythonCollectivesComm::all_gather_bytes(Context&, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
                                              std::vector<size_t>& sizes, std::vector<size_t>& offsets) {
-  // The largest payload first, so that every rank gathers blocks of one size.
-  size_t largest = 0;
-  for (uint64_t s : all_gather_u64(send.size())) largest = std::max<size_t>(largest, s);
-  gather_blocks(send, largest + kLengthBytes, recv, sizes, offsets, "all_gather_bytes");
+  const std::vector<uint64_t> all = all_gather_u64(send.size());
+  sizes.assign(all.begin(), all.end());
+  QT_CHECK(sizes[static_cast<size_t>(rank_)] == send.size(),
+           "all_gather_bytes: the process group lost this rank's size");
+  gather_known(send, sizes, recv, offsets);
 }
 
-void PythonCollectivesComm::all_gather_streamed(Context&, std::span<const uint8_t> send,
-                                                const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
-                                                const Consume& consume) {
-  QT_CHECK(recv_capacity.size() == static_cast<size_t>(size_), "all_gather_streamed: {} capacities for {} ranks",
-           recv_capacity.size(), size_);
-  // The exchange gives every rank the same capacities, so the largest is known everywhere.
-  const size_t largest = *std::max_element(recv_capacity.begin(), recv_capacity.end());
-  gather_blocks(send, largest + kLengthBytes, recv, stream_sizes_, stream_offsets_, "all_gather_streamed");
-  for (int r = 0; r < size_; ++r) {
-    const auto i = static_cast<size_t>(r);
-    QT_CHECK(stream_sizes_[i] <= recv_capacity[i], "all_gather_streamed: rank {} sent {} bytes, at most {} expected", r,
-             stream_sizes_[i], recv_capacity[i]);
-    consume(r, {recv.data() + stream_offsets_[i], stream_sizes_[i]});
-  }
+std::vector<uint64_t> PythonCollectivesComm::all_gather_u64(uint64_t value) {
+  const auto P = static_cast<size_t>(size_);
+  unit_.assign(P, kLengthBytes);
+  std::vector<uint8_t> all;
+  std::vector<size_t> offsets;
+  gather_known({reinterpret_cast<const uint8_t*>(&value), kLengthBytes}, unit_, all, offsets);
+  std::vector<uint64_t> out(P);
+  std::memcpy(out.data(), all.data(), P * kLengthBytes);
+  return out;
 }
 
 void PythonCollectivesComm::all_to_all_bytes(Context&, std::span<const uint8_t> send,
@@ -132,26 +185,112 @@ void PythonCollectivesComm::all_to_all_bytes(Context&, std::span<const uint8_t> 
   const auto P = static_cast<size_t>(size_);
   QT_CHECK(send_sizes.size() == P && send_offsets.size() >= P, "all_to_all_bytes: {} sizes and {} offsets for {} ranks",
            send_sizes.size(), send_offsets.size(), P);
-  size_t mine = 0;
-  for (size_t d = 0; d < P; ++d) {
+  for (size_t d = 0; d < P; ++d)
     QT_CHECK(send_offsets[d] + send_sizes[d] <= send.size(),
-             "all_to_all_bytes: the block for rank {} lies outside "
-             "the {} bytes to send",
-             d, send.size());
-    mine = std::max(mine, send_sizes[d]);
-  }
-  size_t largest = 0;
-  for (uint64_t s : all_gather_u64(mine)) largest = std::max<size_t>(largest, s);
-  const size_t block = largest + kLengthBytes;
-  packed_.assign(block * P, 0);
+             "all_to_all_bytes: the block for rank {} lies outside the {} bytes to send", d, send.size());
+  // The sizes first (one all_to_all of a length per pair), then the blocks, back to back in rank order.
+  std::vector<uint64_t> lengths(send_sizes.begin(), send_sizes.end()), incoming(P);
+  unit_.assign(P, kLengthBytes);
+  all_to_all({reinterpret_cast<const uint8_t*>(lengths.data()), P * kLengthBytes}, unit_,
+             reinterpret_cast<uint8_t*>(incoming.data()), unit_);
+  recv_sizes.assign(incoming.begin(), incoming.end());
+  send_.resize(total(send_sizes));
+  size_t at = 0;
   for (size_t d = 0; d < P; ++d) {
-    put_length(packed_.data() + d * block, send_sizes[d]);
-    if (send_sizes[d] > 0)
-      std::memcpy(packed_.data() + d * block + kLengthBytes, send.data() + send_offsets[d], send_sizes[d]);
+    if (send_sizes[d] > 0) std::memcpy(send_.data() + at, send.data() + send_offsets[d], send_sizes[d]);
+    at += send_sizes[d];
   }
-  const py::object result = collectives_.attr("all_to_all")(view(packed_.data(), packed_.size()));
-  const auto all = returned_bytes(result, packed_.size(), "all_to_all_bytes");
-  unpack(all.data(), block, recv, recv_sizes, recv_offsets, "all_to_all_bytes");
+  recv.resize(total(recv_sizes));
+  all_to_all(send_, send_sizes, recv.data(), recv_sizes);
+  recv_offsets.resize(P);
+  at = 0;
+  for (size_t s = 0; s < P; ++s) {
+    recv_offsets[s] = at;
+    at += recv_sizes[s];
+  }
+}
+
+void PythonCollectivesComm::unpack(const uint8_t* blocks, const std::vector<size_t>& capacity,
+                                   std::vector<uint8_t>& payloads, std::vector<size_t>& sizes,
+                                   std::vector<size_t>& offsets, const char* op) const {
+  const auto P = static_cast<size_t>(size_);
+  sizes.assign(P, 0);
+  offsets.assign(P, 0);
+  size_t at = 0, sum = 0;
+  for (size_t s = 0; s < P; ++s) {
+    const uint64_t length = get_length(blocks + at);
+    if (length > capacity[s])
+      input_error("{}: rank {} sent {} bytes, more than the {} this rank expects at most", op, s, length, capacity[s]);
+    sizes[s] = length;
+    offsets[s] = sum;
+    sum += length;
+    at += capacity[s] + kLengthBytes;
+  }
+  payloads.resize(sum);
+  at = 0;
+  for (size_t s = 0; s < P; ++s) {
+    if (sizes[s] > 0) std::memcpy(payloads.data() + offsets[s], blocks + at + kLengthBytes, sizes[s]);
+    at += capacity[s] + kLengthBytes;
+  }
+}
+
+void PythonCollectivesComm::all_to_all_streamed(Context&, const Produce& produce,
+                                                const std::vector<size_t>& send_capacity,
+                                                const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
+                                                const Consume& consume) {
+  const auto P = static_cast<size_t>(size_);
+  const auto me = static_cast<size_t>(rank_);
+  QT_CHECK(send_capacity.size() == P && recv_capacity.size() == P,
+           "all_to_all_streamed: {} send and {} receive capacities for {} ranks", send_capacity.size(),
+           recv_capacity.size(), P);
+  send_splits_.resize(P);
+  recv_splits_.resize(P);
+  std::vector<size_t> at(P);
+  size_t sum = 0;
+  for (size_t d = 0; d < P; ++d) {
+    send_splits_[d] = send_capacity[d] + kLengthBytes;
+    recv_splits_[d] = recv_capacity[d] + kLengthBytes;
+    at[d] = sum;
+    sum += send_splits_[d];
+  }
+  send_.assign(sum, 0);
+  for (size_t k = 1; k <= P; ++k) {
+    const size_t d = (me + k) % P;
+    const std::span<const uint8_t> bytes = produce(static_cast<int>(d));
+    QT_CHECK(bytes.size() <= send_capacity[d], "all_to_all_streamed: {} bytes produced for rank {}, capacity {}",
+             bytes.size(), d, send_capacity[d]);
+    put_length(send_.data() + at[d], bytes.size());
+    if (!bytes.empty()) std::memcpy(send_.data() + at[d] + kLengthBytes, bytes.data(), bytes.size());
+  }
+  recv_.resize(total(recv_splits_));
+  all_to_all(send_, send_splits_, recv_.data(), recv_splits_);
+  unpack(recv_.data(), recv_capacity, recv, stream_sizes_, stream_offsets_, "all_to_all_streamed");
+  for (size_t s = 0; s < P; ++s) consume(static_cast<int>(s), {recv.data() + stream_offsets_[s], stream_sizes_[s]});
+}
+
+void PythonCollectivesComm::all_gather_streamed(Context&, std::span<const uint8_t> send,
+                                                const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
+                                                const Consume& consume) {
+  const auto P = static_cast<size_t>(size_);
+  const auto me = static_cast<size_t>(rank_);
+  QT_CHECK(recv_capacity.size() == P, "all_gather_streamed: {} capacities for {} ranks", recv_capacity.size(), P);
+  if (send.size() > recv_capacity[me])
+    input_error("all_gather_streamed: this rank sends {} bytes, more than its capacity {}", send.size(),
+                recv_capacity[me]);
+  // This rank's block (its length, its payload, zeros up to its capacity) once for every rank.
+  const size_t block = recv_capacity[me] + kLengthBytes;
+  send_.assign(P * block, 0);
+  for (size_t d = 0; d < P; ++d) {
+    put_length(send_.data() + d * block, send.size());
+    if (!send.empty()) std::memcpy(send_.data() + d * block + kLengthBytes, send.data(), send.size());
+  }
+  send_splits_.assign(P, block);
+  recv_splits_.resize(P);
+  for (size_t s = 0; s < P; ++s) recv_splits_[s] = recv_capacity[s] + kLengthBytes;
+  recv_.resize(total(recv_splits_));
+  all_to_all(send_, send_splits_, recv_.data(), recv_splits_);
+  unpack(recv_.data(), recv_capacity, recv, stream_sizes_, stream_offsets_, "all_gather_streamed");
+  for (size_t s = 0; s < P; ++s) consume(static_cast<int>(s), {recv.data() + stream_offsets_[s], stream_sizes_[s]});
 }
 
 void PythonCollectivesComm::broadcast_bytes(Context&, std::span<uint8_t> data, int root) {
@@ -159,16 +298,8 @@ void PythonCollectivesComm::broadcast_bytes(Context&, std::span<uint8_t> data, i
   collectives_.attr("broadcast")(view(data.data(), data.size()), root);
 }
 
-std::vector<uint64_t> PythonCollectivesComm::all_gather_u64(uint64_t value) {
-  const py::object result = collectives_.attr("all_gather")(view(reinterpret_cast<uint8_t*>(&value), kLengthBytes));
-  const auto all = returned_bytes(result, kLengthBytes * static_cast<size_t>(size_), "all_gather_u64");
-  std::vector<uint64_t> out(static_cast<size_t>(size_));
-  std::memcpy(out.data(), all.data(), out.size() * kLengthBytes);
-  return out;
-}
-
 void PythonCollectivesComm::all_reduce_sum_f64(std::span<double> values) {
-  collectives_.attr("all_reduce")(view(values.data(), values.size()));
+  reduce(values.data(), static_cast<int64_t>(values.size()), ReduceType::f64);
 }
 
 void PythonCollectivesComm::barrier() { collectives_.attr("barrier")(); }

@@ -3,15 +3,22 @@
 // unchanged inside a PyTorch program, over the process group DDP itself uses. CPU memory only.
 //
 // The object has `rank` and `size`, and methods on NumPy arrays over qtrain's buffers (no copies):
-//   all_reduce(a)          in-place sum (float32, float64, float16)
-//   all_gather(a) -> b     b: the `size` ranks' arrays (all of one length) back to back, rank order
-//   all_to_all(a) -> b     a and b: `size` blocks of equal length; block d of a goes to rank d, block
-//                          s of b came from rank s
+//   all_to_all(send, send_splits, recv, recv_splits)
+//                          uint8 arrays: the first send_splits[0] bytes of `send` go to rank 0, the
+//                          next send_splits[1] to rank 1, ...; rank s's bytes for this rank land in
+//                          `recv` at the prefix sum of recv_splits[:s] (recv_splits[s] of them)
 //   broadcast(a, root)     in place, from rank `root` of the group
 //   barrier()
-// Payloads of different sizes travel in blocks of the largest (every rank learns it first, or knows
-// it from the capacities the exchange gives), each block led by its length. Every call holds the GIL
-// (the exchange runs on the thread that called it from Python); a Python exception passes through
+// Every other collective is built on all_to_all, because each call of a process group's collective
+// costs its rounds of messages, and on loaded hosts a round costs milliseconds (the ranks' threads
+// wait to be scheduled): gloo's ring allreduce takes 2(P - 1) rounds and its allgather P - 1, an
+// all_to_all one. So an allreduce is a reduce-scatter and an allgather of the reduced blocks, two
+// all_to_alls with the ring's bytes (2(P - 1)/P of the data from each rank), each rank summing its
+// block in rank order (every rank gets the same bits); an allgather is an all_to_all of P copies of
+// the block. Block lengths come from the capacities the exchange gives (all_to_all_streamed,
+// all_gather_streamed: no round of sizes; each block is led by the length used) or from one
+// all_to_all of the sizes first (all_gather_bytes, all_to_all_bytes). Every call holds the GIL (the
+// exchange runs on the thread that called it from Python); a Python exception passes through
 // qtrain's code unchanged.
 #pragma once
 
@@ -38,8 +45,10 @@ class PythonCollectivesComm final : public Communicator {
   void all_to_all_bytes(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& send_sizes,
                         const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
                         std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) override;
-  // One collective where every rank knows the largest payload (the capacities are the same list on
-  // every rank for an allgather).
+  // One all_to_all of blocks sized by the capacities (every rank knows them): no round of sizes.
+  void all_to_all_streamed(Context& ctx, const Produce& produce, const std::vector<size_t>& send_capacity,
+                           const std::vector<size_t>& recv_capacity, std::vector<uint8_t>& recv,
+                           const Consume& consume) override;
   void all_gather_streamed(Context& ctx, std::span<const uint8_t> send, const std::vector<size_t>& recv_capacity,
                            std::vector<uint8_t>& recv, const Consume& consume) override;
   void broadcast_bytes(Context& ctx, std::span<uint8_t> data, int root) override;
@@ -48,17 +57,24 @@ class PythonCollectivesComm final : public Communicator {
   void barrier() override;
 
  private:
-  // The blocks of `block` bytes (a length, then up to block - 8 bytes) of every rank, gathered; their
-  // payloads to recv/sizes/offsets.
-  void gather_blocks(std::span<const uint8_t> send, size_t block, std::vector<uint8_t>& recv,
-                     std::vector<size_t>& sizes, std::vector<size_t>& offsets, const char* op);
-  // Unpacks `size_` blocks of `block` bytes (a length, then the payload) into recv/sizes/offsets.
-  void unpack(const uint8_t* blocks, size_t block, std::vector<uint8_t>& recv, std::vector<size_t>& sizes,
-              std::vector<size_t>& offsets, const char* op) const;
+  // all_reduce_sum: a reduce-scatter and an allgather, two all_to_alls.
+  void reduce(void* data, int64_t count, ReduceType type);
+  // The process group's all_to_all: send_splits[d] bytes of `send` (back to back in rank order) to
+  // rank d; rank s's recv_splits[s] bytes into `recv` (back to back in rank order).
+  void all_to_all(std::span<const uint8_t> send, const std::vector<size_t>& send_splits, uint8_t* recv,
+                  const std::vector<size_t>& recv_splits);
+  // Every rank's `send` (sizes[s] bytes from rank s, known everywhere) into recv at offsets.
+  void gather_known(std::span<const uint8_t> send, const std::vector<size_t>& sizes, std::vector<uint8_t>& recv,
+                    std::vector<size_t>& offsets);
+  // Blocks of capacity + 8 bytes, each a length and then the payload, into sizes/offsets of `payloads`
+  // (in rank order, back to back); capacity[s] bounds rank s's length.
+  void unpack(const uint8_t* blocks, const std::vector<size_t>& capacity, std::vector<uint8_t>& payloads,
+              std::vector<size_t>& sizes, std::vector<size_t>& offsets, const char* op) const;
 
   py::object collectives_;
   int rank_ = 0, size_ = 1;
-  std::vector<uint8_t> packed_;  // this rank's blocks, reused
+  std::vector<uint8_t> send_, recv_;                      // blocks, reused between calls
+  std::vector<size_t> send_splits_, recv_splits_, unit_;  // bytes per rank, reused
 };
 
 }  // namespace qtrain::python

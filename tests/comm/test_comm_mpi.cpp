@@ -349,8 +349,9 @@ TEST_CASE("the streaming all-to-all and allgather produce once per rank and cons
   auto length = [](int s, int d) { return static_cast<size_t>((3 + 5 * s + d) % 11); };
   std::vector<std::vector<uint8_t>> outgoing(static_cast<size_t>(p));
   std::vector<int> produced, consumed;
-  std::vector<size_t> capacity(static_cast<size_t>(p));
+  std::vector<size_t> capacity(static_cast<size_t>(p)), send_capacity(static_cast<size_t>(p));
   for (int s = 0; s < p; ++s) capacity[static_cast<size_t>(s)] = length(s, me) + static_cast<size_t>(s);  // slack
+  for (int d = 0; d < p; ++d) send_capacity[static_cast<size_t>(d)] = length(me, d) + static_cast<size_t>(me);
   std::vector<uint8_t> recv;
   size_t wrong = 0;
   comm.all_to_all_streamed(
@@ -362,7 +363,7 @@ TEST_CASE("the streaming all-to-all and allgather produce once per rank and cons
         v.assign(length(me, d), static_cast<uint8_t>(16 * me + d));
         return v;
       },
-      capacity, recv,
+      send_capacity, capacity, recv,
       [&](int s, std::span<const uint8_t> bytes) {
         consumed.push_back(s);
         wrong += bytes.size() != length(s, me);

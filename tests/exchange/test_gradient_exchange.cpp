@@ -344,6 +344,45 @@ TEST_CASE("fp32 allreduce is exact on crafted values", "[exchange][mpi]") {
   CHECK(wrong == 0);
 }
 
+TEST_CASE("small_tensors: with_quantized carries the fp32 bias in the payload collectives, exactly",
+          "[exchange][mpi]") {
+  auto comm = make_communicator("auto", Device::cpu());
+  const int P = comm->size(), me = comm->rank();
+  const auto bias = layout()[1];
+  for (const char* algorithm : {"reduce_scatter_allgather", "allgather"}) {
+    ExchangeConfig native = communication(algorithm, true);
+    ExchangeConfig carried = native;
+    carried.small_tensors = "with_quantized";
+    GradientExchange a(*comm, Device::cpu(), kSeed, native, quantization("{method: qsgd}"), layout());
+    GradientExchange b(*comm, Device::cpu(), kSeed, carried, quantization("{method: qsgd}"), layout());
+    INFO(algorithm << " on " << P << " ranks");
+    CHECK(reduce_algorithm_name(a.algorithm(1)) == std::string("allreduce"));
+    CHECK(reduce_algorithm_name(b.algorithm(1)) == std::string(algorithm));
+    Context ctx = Context::cpu(kSeed, 1);
+    for (int k = 0; k < 2; ++k) {
+      std::vector<float> mine(static_cast<size_t>(arena_size()));
+      fill(mine, me, k);
+      // The bias: small integers times a power of two, so that every order of the sum is exact.
+      for (int64_t i = 0; i < bias.numel; ++i)
+        mine[static_cast<size_t>(bias.offset + i)] = static_cast<float>((i % 13 - 6) * (me + 1)) * 0.5f;
+      Tensor ga = Tensor::zeros({arena_size()}, DType::f32), gb = Tensor::zeros({arena_size()}, DType::f32);
+      std::memcpy(ga.data<float>(), mine.data(), mine.size() * 4);
+      std::memcpy(gb.data<float>(), mine.data(), mine.size() * 4);
+      a.exchange(ctx, ga, static_cast<uint64_t>(k));
+      b.exchange(ctx, gb, static_cast<uint64_t>(k));
+      CHECK_FALSE(comm->first_disagreement(bits_hash(gb)).has_value());
+      // The quantized weights keep their own streams and payloads: the same bits either way.
+      CHECK(std::memcmp(ga.data<float>(), gb.data<float>(), static_cast<size_t>(arena_size()) * 4) == 0);
+      const float ranks_sum = static_cast<float>(P * (P + 1) / 2);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < bias.numel; ++i)
+        wrong += gb.data<float>()[bias.offset + i] !=
+                 static_cast<float>(i % 13 - 6) * 0.5f * ranks_sum / static_cast<float>(P);
+      CHECK(wrong == 0);
+    }
+  }
+}
+
 TEST_CASE("allreduce of quantized payloads is a configuration error", "[exchange]") {
   auto comm = make_communicator("auto", Device::cpu());
   REQUIRE_THROWS_WITH(GradientExchange(*comm, Device::cpu(), kSeed, communication("allreduce", true),

@@ -48,11 +48,12 @@ class Recorder:
         self.hook = recording_qtrain_hook
 
 
-def train(method, algorithm, steps, rank, pass_model=True, bucket_mb=0.01):
+def train(method, algorithm, steps, rank, pass_model=True, bucket_mb=0.01, small_tensors="with_quantized"):
     m = model()
     # 0.01 MB: several buckets, rebuilt after the first iteration.
     ddp = DDP(m, bucket_cap_mb=bucket_mb)
-    state, _ = qt.hook(method, ddp if pass_model else None, algorithm=algorithm, seed=7, min_numel=100)
+    state, _ = qt.hook(method, ddp if pass_model else None, algorithm=algorithm, seed=7, min_numel=100,
+                       small_tensors=small_tensors)
     rec = Recorder()
     ddp.register_comm_hook(state, rec.hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
@@ -78,17 +79,17 @@ def check_replicas(m, world):
         assert torch.equal(other, mine), f"rank {r}'s parameters differ from this rank's"
 
 
-def equivalence(rank, world, port, method, algorithm, pass_model):
+def equivalence(rank, world, port, method, algorithm, pass_model, small_tensors="with_quantized"):
     """The hook's averaged gradients equal qtrain's GradientExchange's for the same local gradients, tensors,
     seed and steps, bit for bit; the replicas stay identical."""
     init(rank, world, port)
     steps = 4
-    m, state, rec = train(method, algorithm, steps, rank, pass_model)
+    m, state, rec = train(method, algorithm, steps, rank, pass_model, small_tensors=small_tensors)
     check_replicas(m, world)
     # The reference: qtrain's exchange fed every step's local gradients at once, as qtrain's trainer does.
     names, shapes = state._names, state._shapes
     ref = _qtrain.Exchange(qt._ProcessGroupCollectives(dist.group.WORLD), names, shapes, method, algorithm=algorithm,
-                           seed=7, min_numel=100)
+                           seed=7, min_numel=100, small_tensors=state.small_tensors)
     first = 0 if pass_model else 1  # without the model, the first iteration is a plain allreduce
     compared = 0
     for step in range(first, steps):
@@ -112,6 +113,20 @@ def equivalence(rank, world, port, method, algorithm, pass_model):
     assert compared > 0
     if rank == 0:
         print(f"{method} {algorithm}: {compared} tensors bit for bit; {state.describe().count(chr(10))} tensors")
+    dist.destroy_process_group()
+
+
+def small_tensor_modes(rank, world, port, method, algorithm):
+    """The fp32 gradients sent in the quantized ones' collectives (small_tensors="with_quantized") and in
+    an allreduce of their own ("native") are the same fp32 sums in rank order, and the quantized ones
+    keep their streams: the two trainings give the same parameters bit for bit."""
+    init(rank, world, port)
+    carried, state, _ = train(method, algorithm, 4, rank, small_tensors="with_quantized")
+    native, native_state, _ = train(method, algorithm, 4, rank, small_tensors="native")
+    assert "allreduce" in native_state.describe() and state.describe() != native_state.describe(), \
+        "the modes should plan the fp32 tensors differently:\n" + state.describe()
+    for (name, a), b in zip(carried.named_parameters(), native.parameters()):
+        assert torch.equal(a, b), f"{name}: with_quantized and native differ (max |diff| {float((a - b).abs().max())})"
     dist.destroy_process_group()
 
 
@@ -146,4 +161,51 @@ def resume(rank, world, port, method, algorithm):
         raise AssertionError("a state of another method was accepted")
     except ValueError as e:
         assert "method" in str(e), str(e)
+    dist.destroy_process_group()
+
+
+def collectives(rank, world, port):
+    """The hook's transport (python/src/python_collectives_comm.h: every collective built on
+    all_to_all) against torch.distributed's own collectives and against what each rank knows the others
+    sent: sums of integers (exact in any order) as gloo's allreduce gives them, bf16 as the fp32 sum
+    rounded once, and byte blocks of every length from 0 up, the capacities padded with slack."""
+    init(rank, world, port)
+    c = _qtrain._Collectives(qt._ProcessGroupCollectives(dist.group.WORLD))
+    g = torch.Generator().manual_seed(rank)
+    for n in (1, world - 1, world, world + 1, 1000, 4099):
+        for dtype in (torch.float32, torch.float64, torch.float16):
+            values = torch.randint(-50, 50, (n,), generator=g).to(dtype)
+            want = values.clone()
+            dist.all_reduce(want)
+            got = values.clone()
+            c.all_reduce(got.numpy())
+            assert torch.equal(got, want), f"all_reduce of {n} {dtype}: {got[:8]} against gloo's {want[:8]}"
+        # bf16: the fp32 sum of the ranks' values, rounded to bf16 once.
+        wide = torch.randn(n, generator=g).to(torch.bfloat16).float()
+        every = [torch.empty_like(wide) for _ in range(world)]
+        dist.all_gather(every, wide)
+        want = torch.zeros(n)
+        for v in every:
+            want += v
+        bits = wide.to(torch.bfloat16).view(torch.int16).numpy().view("uint16").copy()
+        c.all_reduce(bits, bf16=True)
+        got = torch.from_numpy(bits.view("int16")).view(torch.bfloat16)
+        assert torch.equal(got, want.to(torch.bfloat16)), f"bf16 all_reduce of {n}"
+
+    def payload(s, d, length):  # what rank s sends rank d: `length` bytes that name both
+        return bytes((7 * s + 3 * d + i) % 251 for i in range(length))
+
+    length = lambda s, d: (5 * s + 3 * d) % 9  # some empty
+    ranks = range(world)
+    assert c.all_gather_u64(1000 + rank) == [1000 + s for s in ranks]
+    assert c.all_gather(payload(rank, 0, length(rank, 0))) == [payload(s, 0, length(s, 0)) for s in ranks]
+    got = c.all_to_all([payload(rank, d, length(rank, d)) for d in ranks])
+    assert got == [payload(s, rank, length(s, rank)) for s in ranks], "all_to_all"
+    # Capacities: rank d expects at most length(s, d) + s + d from rank s; rank s sends it length(s, d).
+    got = c.all_to_all_streamed([payload(rank, d, length(rank, d)) for d in ranks],
+                                [length(rank, d) + rank + d for d in ranks],
+                                [length(s, rank) + s + rank for s in ranks])
+    assert got == [payload(s, rank, length(s, rank)) for s in ranks], "all_to_all_streamed"
+    got = c.all_gather_streamed(payload(rank, 0, length(rank, 0)), [length(s, 0) + s for s in ranks])
+    assert got == [payload(s, 0, length(s, 0)) for s in ranks], "all_gather_streamed"
     dist.destroy_process_group()

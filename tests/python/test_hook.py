@@ -1,6 +1,7 @@
 """qtrain's DDP communication hook (python/qtrain/torch.py) on 4 gloo ranks on localhost: its averaged
 gradient equals qtrain's GradientExchange's bit for bit for every algorithm (the quantized payloads,
-PowerSGD, fp16), the replicas stay identical, and a resume from its state_dict is exact."""
+PowerSGD, fp16), the replicas stay identical, a resume from its state_dict is exact, and the
+transport under it (every collective built on all_to_all) gives what gloo's own collectives give."""
 import socket
 
 import pytest
@@ -22,6 +23,10 @@ def spawn(fn, *args):
     mp.spawn(fn, args=(WORLD, free_port()) + args, nprocs=WORLD, join=True)
 
 
+def test_transport_collectives_match_gloo():
+    spawn(hook_workers.collectives)
+
+
 @pytest.mark.parametrize("method,algorithm", [
     ("qsgd:bits=4", "reduce_scatter_allgather"),
     ("qsgd:bits=4", "allgather"),
@@ -33,6 +38,15 @@ def spawn(fn, *args):
 ])
 def test_hook_equals_exchange(method, algorithm):
     spawn(hook_workers.equivalence, method, algorithm, True)
+
+
+def test_hook_with_small_tensors_native():
+    spawn(hook_workers.equivalence, "qsgd:bits=4", "reduce_scatter_allgather", True, "native")
+
+
+@pytest.mark.parametrize("method,algorithm", [("qsgd:bits=4", "reduce_scatter_allgather"), ("onebit", "auto")])
+def test_small_tensor_modes_agree(method, algorithm):
+    spawn(hook_workers.small_tensor_modes, method, algorithm)
 
 
 def test_hook_without_model_learns_parameters():

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # qtrain's DDP communication hooks (docs/python.md) against PyTorch DDP's own, end to end on the
 # bandwidth-limited testbed: the MNIST MLP of configs/mnist_mlp.yaml in PyTorch 1.13
-# (tools/bench/ddp_mlp_peer.py: RMSProp lr 0.003, constant, batch 128 per rank, 1 thread per rank),
+# (tools/bench/ddp_mlp_peer.py: RMSProp lr 0.003, constant, batch 128 per rank, 1 thread per rank:
+# torch.set_num_threads(1) and OPENBLAS_NUM_THREADS=1, since Debian's PyTorch does its GEMMs in
+# OpenBLAS, whose thread count torch.set_num_threads does not reach: left at its default, each rank's
+# second OpenBLAS thread polls with sched_yield on the cores the other ranks need),
 # HOSTS ranks (4) over RATE links (1gbit), EPOCHS whole epochs (2), then the test accuracy, for each
 # seed of SEEDS (1 2 3). Rows: DDP without hook, with its fp16 hook and with its PowerSGD hook (rank 2,
 # from step 10), qtrain's hook with qsgd 4-bit, onebit, dettmers8 and powersgd (rank 2, from step 10),
@@ -36,7 +39,7 @@ rows=("ddp|none|--hook none"
 run_ddp() {  # run_ddp SEED ARGS... -> "samples/s accuracy"
   local seed=$1
   shift
-  tools/netbed.sh run --hosts "$hosts" --rate "$rate" -- env GLOO_SOCKET_IFNAME=eth0 \
+  tools/netbed.sh run --hosts "$hosts" --rate "$rate" -- env GLOO_SOCKET_IFNAME=eth0 OPENBLAS_NUM_THREADS=1 \
     PYTHONPATH="$root/build/python" /usr/bin/python3 tools/bench/ddp_mlp_peer.py --master 10.77.0.1 \
     --epochs "$epochs" --seed "$seed" "$@" 2>/dev/null |
     /usr/bin/python3 tools/bench/run_result.py peer

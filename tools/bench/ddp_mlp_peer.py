@@ -7,7 +7,11 @@ qtrain's hook (qtrain.torch.hook, docs/python.md: --hook qtrain --method qsgd:bi
 needs PYTHONPATH=build/python). Launched by mpirun (it reads Open MPI's rank variables),
 e.g. on the 1 Gbit/s testbed:
 
-  tools/netbed.sh run --hosts 4 --rate 1gbit -- tools/bench/ddp_mlp_peer.py --master 10.77.0.1 --hook fp16
+  tools/netbed.sh run --hosts 4 --rate 1gbit -- env OPENBLAS_NUM_THREADS=1 tools/bench/ddp_mlp_peer.py \
+      --master 10.77.0.1 --hook fp16
+
+(OPENBLAS_NUM_THREADS as --threads: Debian's PyTorch does its GEMMs in OpenBLAS, which
+torch.set_num_threads does not reach; its extra threads poll on the cores the other ranks need.)
 
 --steps N times N steps; --epochs E trains E whole epochs of each rank's shard (the config's cosine
 schedule is not applied: a constant learning rate, as the throughput runs) and then evaluates the test
