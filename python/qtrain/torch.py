@@ -53,7 +53,7 @@ class HookState:
     and the step that keys its random streams."""
 
     def __init__(self, method, model=None, algorithm="auto", process_group=None, seed=0, min_numel=10000,
-                 piece_mb=4.0, small_tensors="with_quantized"):
+                 piece_mb=4.0, small_tensors="with_quantized", bucket_mb=0.0):
         if not isinstance(method, str):
             raise TypeError(f"qtrain.torch.hook: expected a method such as 'qsgd:bits=4', got {method!r}")
         self.method = method
@@ -62,6 +62,7 @@ class HookState:
         self.min_numel = int(min_numel)
         self.piece_mb = float(piece_mb)
         self.small_tensors = small_tensors
+        self.bucket_mb = float(bucket_mb)
         self.process_group = process_group if process_group is not None else dist.group.WORLD
         self.step = 0
         self._names, self._shapes, self._index = [], [], {}
@@ -83,7 +84,7 @@ class HookState:
         group = _ProcessGroupCollectives(self.process_group)
         self._exchange = _qtrain.Exchange(group, self._names, self._shapes, self.method, algorithm=self.algorithm,
                                           seed=self.seed, min_numel=self.min_numel, piece_mb=self.piece_mb,
-                                          small_tensors=self.small_tensors)
+                                          small_tensors=self.small_tensors, bucket_mb=self.bucket_mb)
         self._rank, self._world = group.rank, group.size
         if self._pending is not None:
             self._load(self._pending)
@@ -154,7 +155,9 @@ def qtrain_hook(state, bucket):
     DDP hands the buckets over one by one and waits for their futures only at the end of backward;
     the hook keeps them until the last one and exchanges them all at once: one set of collectives per
     step instead of one per bucket (each collective costs its hops' latency, which dominates on
-    loaded hosts and slow links), and results that do not depend on DDP's bucketing."""
+    loaded hosts and slow links), and results that do not depend on DDP's bucketing. With bucket_mb
+    > 0 each bucket's tensors go to the exchange's thread at once, which exchanges its own buckets
+    under the rest of backward; the last bucket waits for them."""
     buf = bucket.buffer()
     if buf.device.type != "cpu":
         raise TypeError(f"qtrain.torch.hook: gradients on {buf.device}; this build of qtrain exchanges CPU tensors "
@@ -176,13 +179,19 @@ def qtrain_hook(state, bucket):
         except KeyError:
             raise ValueError("qtrain.torch.hook: a parameter that the model given to the hook does not have "
                              "(pass the model DDP wraps)") from None
-        state._waiting.append(((ids, buf.numpy(), _offsets(bucket)), buf, fut))
+        entry = (ids, buf.numpy(), _offsets(bucket))
+        state._waiting.append((entry, buf, fut))
+        if state._exchange is None:
+            state._build()
+        if state.bucket_mb > 0:
+            state._exchange.ready(entry, state.step)  # exchanged on the exchange's thread, under backward
         if bucket.is_last():
-            if state._exchange is None:
-                state._build()
             waiting, state._waiting = state._waiting, []
             try:
-                state._exchange.reduce([w[0] for w in waiting], state.step)
+                if state.bucket_mb > 0:
+                    state._exchange.finish([w[0] for w in waiting])
+                else:
+                    state._exchange.reduce([w[0] for w in waiting], state.step)
             except BaseException as e:
                 for _, _, f in waiting[:-1]:
                     f.set_exception(e)
@@ -195,12 +204,15 @@ def qtrain_hook(state, bucket):
 
 
 def hook(method, model=None, *, algorithm="auto", process_group=None, seed=0, min_numel=10000, piece_mb=4.0,
-         small_tensors="with_quantized"):
+         small_tensors="with_quantized", bucket_mb=0.0):
     """(state, hook) for DistributedDataParallel.register_comm_hook: qtrain's `method` ("qsgd:bits=4",
     "onebit", "powersgd:rank=2", ...) on every gradient of at least `min_numel` values (smaller ones in
     fp32, as qtrain's trainer does), reduced with `algorithm` ("auto": the method's own; "allgather",
     "reduce_scatter_allgather"). `seed` keys the random streams (give every rank the same).
     `small_tensors`: "with_quantized" sends the fp32 gradients in the quantized ones' collectives (one
     set of collectives per step; the same fp32 sums in rank order), "native" in an allreduce of their
-    own (qtrain's trainer's default, communication.small_tensors)."""
-    return HookState(method, model, algorithm, process_group, seed, min_numel, piece_mb, small_tensors), qtrain_hook
+    own (qtrain's trainer's default, communication.small_tensors). `bucket_mb` > 0: the exchange's own
+    buckets of that many MB of gradients, each exchanged on a thread of the exchange as soon as DDP has
+    handed over its tensors, under the rest of backward; 0: every tensor at once at DDP's last bucket."""
+    return HookState(method, model, algorithm, process_group, seed, min_numel, piece_mb, small_tensors,
+                     bucket_mb), qtrain_hook

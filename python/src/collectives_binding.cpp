@@ -33,10 +33,14 @@ class Collectives {
     QT_CHECK((a.flags() & py::array::c_style) && a.writeable(), "all_reduce: a writable C-contiguous array");
     ReduceType type = ReduceType::f32;
     const std::string kind = py::str(a.dtype()).cast<std::string>();
-    if (kind == "float64") type = ReduceType::f64;
-    else if (kind == "float16") type = ReduceType::f16;
-    else if (kind == "uint16" && bf16) type = ReduceType::bf16;
-    else QT_CHECK(kind == "float32", "all_reduce: float32, float64, float16 or uint16 (bf16) values, got {}", kind);
+    if (kind == "float64")
+      type = ReduceType::f64;
+    else if (kind == "float16")
+      type = ReduceType::f16;
+    else if (kind == "uint16" && bf16)
+      type = ReduceType::bf16;
+    else
+      QT_CHECK(kind == "float32", "all_reduce: float32, float64, float16 or uint16 (bf16) values, got {}", kind);
     comm_.all_reduce_sum(ctx_, a.mutable_data(), static_cast<int64_t>(a.size()), type);
   }
   Blocks all_gather(const std::string& send) {

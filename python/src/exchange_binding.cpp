@@ -7,7 +7,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -16,6 +18,7 @@
 #include "exchange/exchange_config.h"
 #include "exchange/gradient_exchange.h"
 #include "framework/core/config_node.h"
+#include "framework/core/context.h"
 #include "framework/core/phase_timers.h"
 #include "python/src/bindings.h"
 #include "python/src/float_env_scope.h"
@@ -38,8 +41,8 @@ class HookExchange {
   // column of the methods that quantize per column, its leading one PowerSGD's rows.
   HookExchange(py::object collectives, const std::vector<std::string>& names,
                const std::vector<std::vector<int64_t>>& shapes, const std::string& method, const std::string& algorithm,
-               uint64_t seed, int64_t min_numel, double piece_mb, const std::string& small_tensors)
-      : comm_(std::move(collectives)) {
+               uint64_t seed, int64_t min_numel, double piece_mb, const std::string& small_tensors, double bucket_mb)
+      : comm_(std::move(collectives)), overlap_(bucket_mb > 0), compute_(Context::cpu(seed, 0)) {
     const FlushedFloats flushed;
     const std::string where = "qtrain.torch.hook('" + method + "')";
     QT_CHECK(names.size() == shapes.size(), "{} names for {} shapes", names.size(), shapes.size());
@@ -51,7 +54,11 @@ class HookExchange {
     YAML::Node c(YAML::NodeType::Map);
     c["algorithm"] = algorithm;
     c["piece_mb"] = piece_mb;
-    c["overlap"] = false;  // DDP calls in bucket by bucket; the exchange runs on its thread
+    // bucket_mb > 0: the exchange's own buckets of that size, each exchanged on the exchange's thread
+    // as soon as DDP has handed over its tensors (under the rest of backward); 0: every tensor at
+    // once when DDP hands over its last bucket, on the hook's thread.
+    c["overlap"] = overlap_;
+    if (overlap_) c["bucket_mb"] = bucket_mb;
     c["hierarchy"] = "flat";
     c["small_tensors"] = small_tensors;
     ConfigNode communication(c, "communication", source_named(where));
@@ -81,43 +88,51 @@ class HookExchange {
     exchange_ = std::make_unique<GradientExchange>(comm_, Device::cpu(), seed, ec, qc, std::move(tensors));
   }
 
-  // Averages the tensors of `buckets` (DDP's buckets of one step: the tensors `ids` of each, whose
-  // gradients lie in its buffer at `offsets`), in place, as one exchange.
-  void reduce(const std::vector<std::tuple<std::vector<int>, py::buffer, std::vector<int64_t>>>& buckets,
-              uint64_t step) {
-    const std::vector<ExchangeTensor>& ts = exchange_->tensors();
-    std::vector<std::span<float>> values;
+  using Bucket = std::tuple<std::vector<int>, py::buffer, std::vector<int64_t>>;
+
+  // Stops the exchange's thread without the GIL: the thread may be waiting for it in a collective.
+  ~HookExchange() {
+    const py::gil_scoped_release release;
+    exchange_.reset();
+  }
+  HookExchange(const HookExchange&) = delete;
+  HookExchange& operator=(const HookExchange&) = delete;
+
+  // Without overlap: averages the tensors of `buckets` (DDP's buckets of one step: the tensors `ids`
+  // of each, whose gradients lie in its buffer at `offsets`), in place, as one exchange.
+  void reduce(const std::vector<Bucket>& buckets, uint64_t step) {
+    QT_CHECK(!overlap_, "reduce: this exchange overlaps backward (ready / finish)");
     std::vector<int> all;
-    for (const auto& [ids, buffer, offsets] : buckets) {
-      values.push_back(float_buffer(buffer, "the bucket's gradients", true));
-      QT_CHECK(ids.size() == offsets.size(), "{} tensors with {} offsets", ids.size(), offsets.size());
-      for (size_t i = 0; i < ids.size(); ++i) {
-        QT_CHECK(ids[i] >= 0 && ids[i] < static_cast<int>(ts.size()), "tensor index {} of {}", ids[i], ts.size());
-        const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
-        QT_CHECK(offsets[i] >= 0 && offsets[i] + x.numel <= static_cast<int64_t>(values.back().size()),
-                 "tensor {} at {} outside the bucket's {} values", x.name, offsets[i], values.back().size());
-        all.push_back(ids[i]);
-      }
-    }
+    for (const Bucket& b : buckets) copy_in(b, all);
     const FlushedFloats flushed;
-    // Through the exchange's own arena: its tensors sit at fixed offsets of one Tensor, and a Tensor
-    // cannot stand for PyTorch's memory (two copies of the step's values, against an encode's pass).
-    float* arena = arena_.data<float>();
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      const auto& [ids, buffer, offsets] = buckets[b];
-      for (size_t i = 0; i < ids.size(); ++i) {
-        const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
-        std::copy_n(values[b].data() + offsets[i], x.numel, arena + x.offset);
-      }
-    }
     exchange_->exchange_now(arena_, step, all);
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      const auto& [ids, buffer, offsets] = buckets[b];
-      for (size_t i = 0; i < ids.size(); ++i) {
-        const ExchangeTensor& x = ts[static_cast<size_t>(ids[i])];
-        std::copy_n(arena + x.offset, x.numel, values[b].data() + offsets[i]);
-      }
+    for (const Bucket& b : buckets) copy_out(b);
+  }
+
+  // With overlap: DDP's bucket `b` is final. Its gradients go into the arena and its tensors to the
+  // exchange's thread, which exchanges each of the exchange's own buckets as soon as all of its tensors
+  // are in, while backward goes on; the step's first call starts the step.
+  void ready(const Bucket& b, uint64_t step) {
+    QT_CHECK(overlap_, "ready: this exchange runs at the last bucket (reduce)");
+    if (!in_step_) {
+      exchange_->begin_step(arena_, step);
+      in_step_ = true;
     }
+    std::vector<int> ids;
+    copy_in(b, ids);
+    for (int t : ids) exchange_->tensor_ready(compute_, t);
+  }
+
+  // With overlap: waits for the step's exchange (without the GIL, which the exchange's thread needs
+  // for the process group's collectives) and copies the averages into `buckets`.
+  void finish(const std::vector<Bucket>& buckets) {
+    QT_CHECK(overlap_ && in_step_, "finish: no step of an overlapping exchange is pending");
+    in_step_ = false;
+    {
+      const py::gil_scoped_release release;
+      exchange_->finish_step();
+    }
+    for (const Bucket& b : buckets) copy_out(b);
   }
 
   // The exchange's state (error-feedback residuals, PowerSGD's Q and residuals), copied out by name.
@@ -169,7 +184,37 @@ class HookExchange {
   }
 
  private:
+  // Through the exchange's own arena: its tensors sit at fixed offsets of one Tensor, and a Tensor
+  // cannot stand for PyTorch's memory (two copies of the step's values, against an encode's pass).
+  // Checks the bucket and appends its tensors to `ids`.
+  void copy_in(const Bucket& b, std::vector<int>& ids) {
+    const auto& [bucket_ids, buffer, offsets] = b;
+    const std::span<float> values = float_buffer(buffer, "the bucket's gradients", true);
+    const std::vector<ExchangeTensor>& ts = exchange_->tensors();
+    QT_CHECK(bucket_ids.size() == offsets.size(), "{} tensors with {} offsets", bucket_ids.size(), offsets.size());
+    for (size_t i = 0; i < bucket_ids.size(); ++i) {
+      QT_CHECK(bucket_ids[i] >= 0 && bucket_ids[i] < static_cast<int>(ts.size()), "tensor index {} of {}",
+               bucket_ids[i], ts.size());
+      const ExchangeTensor& x = ts[static_cast<size_t>(bucket_ids[i])];
+      QT_CHECK(offsets[i] >= 0 && offsets[i] + x.numel <= static_cast<int64_t>(values.size()),
+               "tensor {} at {} outside the bucket's {} values", x.name, offsets[i], values.size());
+      std::copy_n(values.data() + offsets[i], x.numel, arena_.data<float>() + x.offset);
+      ids.push_back(bucket_ids[i]);
+    }
+  }
+  void copy_out(const Bucket& b) {
+    const auto& [bucket_ids, buffer, offsets] = b;
+    const std::span<float> values = float_buffer(buffer, "the bucket's gradients", true);
+    for (size_t i = 0; i < bucket_ids.size(); ++i) {
+      const ExchangeTensor& x = exchange_->tensors()[static_cast<size_t>(bucket_ids[i])];
+      std::copy_n(arena_.data<float>() + x.offset, x.numel, values.data() + offsets[i]);
+    }
+  }
+
   PythonCollectivesComm comm_;
+  bool overlap_ = false;
+  bool in_step_ = false;
+  Context compute_;  // the context tensor_ready names as the gradients' producer (no device work on the CPU)
   Tensor arena_;
   std::unique_ptr<GradientExchange> exchange_;
 };
@@ -179,11 +224,13 @@ class HookExchange {
 void bind_exchange(py::module_& m) {
   py::class_<HookExchange>(m, "Exchange")
       .def(py::init<py::object, const std::vector<std::string>&, const std::vector<std::vector<int64_t>>&,
-                    const std::string&, const std::string&, uint64_t, int64_t, double, const std::string&>(),
+                    const std::string&, const std::string&, uint64_t, int64_t, double, const std::string&, double>(),
            py::arg("collectives"), py::arg("names"), py::arg("shapes"), py::arg("method"),
            py::arg("algorithm") = "auto", py::arg("seed") = 0, py::arg("min_numel") = 10000, py::arg("piece_mb") = 4.0,
-           py::arg("small_tensors") = "native")
+           py::arg("small_tensors") = "native", py::arg("bucket_mb") = 0.0)
       .def("reduce", &HookExchange::reduce, py::arg("buckets"), py::arg("step"))
+      .def("ready", &HookExchange::ready, py::arg("bucket"), py::arg("step"))
+      .def("finish", &HookExchange::finish, py::arg("buckets"))
       .def("state", &HookExchange::state)
       .def("load_state", &HookExchange::load_state)
       .def("describe", &HookExchange::describe)

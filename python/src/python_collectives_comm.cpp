@@ -109,6 +109,7 @@ void PythonCollectivesComm::all_to_all(std::span<const uint8_t> send, const std:
                total(send_splits) == send.size(),
            "all_to_all: {} send splits ({} bytes) for {} bytes, {} receive splits, {} ranks", send_splits.size(),
            total(send_splits), send.size(), recv_splits.size(), size_);
+  const py::gil_scoped_acquire gil;  // the exchange's thread holds no GIL of its own
   collectives_.attr("all_to_all")(view(send.data(), send.size()), send_splits, view(recv, total(recv_splits)),
                                   recv_splits);
 }
@@ -295,6 +296,7 @@ void PythonCollectivesComm::all_gather_streamed(Context&, std::span<const uint8_
 
 void PythonCollectivesComm::broadcast_bytes(Context&, std::span<uint8_t> data, int root) {
   QT_CHECK(root >= 0 && root < size_, "broadcast_bytes: root {} of {} ranks", root, size_);
+  const py::gil_scoped_acquire gil;
   collectives_.attr("broadcast")(view(data.data(), data.size()), root);
 }
 
@@ -302,6 +304,9 @@ void PythonCollectivesComm::all_reduce_sum_f64(std::span<double> values) {
   reduce(values.data(), static_cast<int64_t>(values.size()), ReduceType::f64);
 }
 
-void PythonCollectivesComm::barrier() { collectives_.attr("barrier")(); }
+void PythonCollectivesComm::barrier() {
+  const py::gil_scoped_acquire gil;
+  collectives_.attr("barrier")();
+}
 
 }  // namespace qtrain::python

@@ -17,9 +17,9 @@
 // block in rank order (every rank gets the same bits); an allgather is an all_to_all of P copies of
 // the block. Block lengths come from the capacities the exchange gives (all_to_all_streamed,
 // all_gather_streamed: no round of sizes; each block is led by the length used) or from one
-// all_to_all of the sizes first (all_gather_bytes, all_to_all_bytes). Every call holds the GIL (the
-// exchange runs on the thread that called it from Python); a Python exception passes through
-// qtrain's code unchanged.
+// all_to_all of the sizes first (all_gather_bytes, all_to_all_bytes). The calls into Python take the
+// GIL (the exchange may run them on its own thread, under backward, while the thread that called it
+// waits without the GIL); a Python exception passes through qtrain's code unchanged.
 #pragma once
 
 #include <pybind11/pybind11.h>

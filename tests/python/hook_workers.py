@@ -48,12 +48,13 @@ class Recorder:
         self.hook = recording_qtrain_hook
 
 
-def train(method, algorithm, steps, rank, pass_model=True, bucket_mb=0.01, small_tensors="with_quantized"):
+def train(method, algorithm, steps, rank, pass_model=True, bucket_mb=0.01, small_tensors="with_quantized",
+          exchange_bucket_mb=0.0):
     m = model()
     # 0.01 MB: several buckets, rebuilt after the first iteration.
     ddp = DDP(m, bucket_cap_mb=bucket_mb)
     state, _ = qt.hook(method, ddp if pass_model else None, algorithm=algorithm, seed=7, min_numel=100,
-                       small_tensors=small_tensors)
+                       small_tensors=small_tensors, bucket_mb=exchange_bucket_mb)
     rec = Recorder()
     ddp.register_comm_hook(state, rec.hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
@@ -79,12 +80,13 @@ def check_replicas(m, world):
         assert torch.equal(other, mine), f"rank {r}'s parameters differ from this rank's"
 
 
-def equivalence(rank, world, port, method, algorithm, pass_model, small_tensors="with_quantized"):
+def equivalence(rank, world, port, method, algorithm, pass_model, small_tensors="with_quantized", exchange_bucket_mb=0.0):
     """The hook's averaged gradients equal qtrain's GradientExchange's for the same local gradients, tensors,
     seed and steps, bit for bit; the replicas stay identical."""
     init(rank, world, port)
     steps = 4
-    m, state, rec = train(method, algorithm, steps, rank, pass_model, small_tensors=small_tensors)
+    m, state, rec = train(method, algorithm, steps, rank, pass_model, small_tensors=small_tensors,
+                          exchange_bucket_mb=exchange_bucket_mb)
     check_replicas(m, world)
     # The reference: qtrain's exchange fed every step's local gradients at once, as qtrain's trainer does.
     names, shapes = state._names, state._shapes

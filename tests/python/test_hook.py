@@ -40,6 +40,18 @@ def test_hook_equals_exchange(method, algorithm):
     spawn(hook_workers.equivalence, method, algorithm, True)
 
 
+@pytest.mark.parametrize("method,algorithm,small_tensors", [
+    ("qsgd:bits=4", "reduce_scatter_allgather", "with_quantized"),
+    ("qsgd:bits=4", "allgather", "native"),
+    ("powersgd:rank=2", "auto", "with_quantized"),
+    ("fp16", "auto", "native"),
+])
+def test_hook_overlapping_backward_equals_exchange(method, algorithm, small_tensors):
+    # The exchange's own buckets of 0.02 MB (several, each exchanged on its thread as soon as DDP has
+    # handed over its tensors): the bits of the exchange of every tensor at once.
+    spawn(hook_workers.equivalence, method, algorithm, True, small_tensors, 0.02)
+
+
 def test_hook_with_small_tensors_native():
     spawn(hook_workers.equivalence, "qsgd:bits=4", "reduce_scatter_allgather", True, "native")
 

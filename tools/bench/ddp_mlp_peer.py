@@ -45,6 +45,9 @@ def main():
                         "ceiling that compute alone sets")
     p.add_argument("--method", default="qsgd:bits=4", help="--hook qtrain: qtrain's method")
     p.add_argument("--algorithm", default="auto", help="--hook qtrain: qtrain's exchange algorithm")
+    p.add_argument("--exchange-bucket-mb", type=float, default=0.0,
+                   help="--hook qtrain: the exchange's own buckets, exchanged under backward (0: all at once "
+                        "at DDP's last bucket)")
     p.add_argument("--epochs", type=int, default=0, help="whole epochs, then the test accuracy (0: --steps)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--bucket-mb", type=float, default=25, help="DDP's bucket_cap_mb (its default 25)")
@@ -74,7 +77,8 @@ def main():
         ddp.register_comm_hook(None, local_hook)
     elif args.hook == "qtrain":
         import qtrain.torch
-        state, hook = qtrain.torch.hook(args.method, ddp, algorithm=args.algorithm, seed=args.seed)
+        state, hook = qtrain.torch.hook(args.method, ddp, algorithm=args.algorithm, seed=args.seed,
+                                        bucket_mb=args.exchange_bucket_mb)
         ddp.register_comm_hook(state, hook)
     elif args.hook == "powersgd":
         state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
