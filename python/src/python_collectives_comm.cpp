@@ -38,6 +38,22 @@ size_t total(const std::vector<size_t>& sizes) {
 // Elements [share_begin(n, d, P), share_begin(n, d + 1, P)) are rank d's share of an allreduce of n.
 size_t share_begin(size_t n, size_t d, size_t P) { return n * d / P; }
 
+// The float or double sum of the P blocks of `count` values at `blocks`, in rank order.
+template <typename T>
+void sum_in_order(const uint8_t* blocks, size_t count, size_t P, T* out) {
+  const size_t stride = count * sizeof(T);
+  for (size_t i = 0; i < count; ++i) {
+    T acc;
+    std::memcpy(&acc, blocks + i * sizeof(T), sizeof(T));
+    for (size_t s = 1; s < P; ++s) {
+      T v;
+      std::memcpy(&v, blocks + s * stride + i * sizeof(T), sizeof(T));
+      acc += v;
+    }
+    out[i] = acc;
+  }
+}
+
 // dst = the sum of the P blocks of `count` values at `blocks` (block s from rank s), added in rank
 // order: the same bits on every rank. 16-bit values: fp16 rounds after every addition (as a sum of
 // fp16 values in fp16 arithmetic does); bf16 sums in fp32 and rounds once (gloo sums no bf16: the
@@ -45,34 +61,8 @@ size_t share_begin(size_t n, size_t d, size_t P) { return n * d / P; }
 void sum_blocks(ReduceType type, const uint8_t* blocks, size_t count, size_t P, void* dst) {
   const size_t stride = count * reduce_type_size(type);
   switch (type) {
-    case ReduceType::f32: {
-      auto* out = static_cast<float*>(dst);
-      for (size_t i = 0; i < count; ++i) {
-        float acc;
-        std::memcpy(&acc, blocks + i * 4, 4);
-        for (size_t s = 1; s < P; ++s) {
-          float v;
-          std::memcpy(&v, blocks + s * stride + i * 4, 4);
-          acc += v;
-        }
-        out[i] = acc;
-      }
-      break;
-    }
-    case ReduceType::f64: {
-      auto* out = static_cast<double*>(dst);
-      for (size_t i = 0; i < count; ++i) {
-        double acc;
-        std::memcpy(&acc, blocks + i * 8, 8);
-        for (size_t s = 1; s < P; ++s) {
-          double v;
-          std::memcpy(&v, blocks + s * stride + i * 8, 8);
-          acc += v;
-        }
-        out[i] = acc;
-      }
-      break;
-    }
+    case ReduceType::f32: sum_in_order(blocks, count, P, static_cast<float*>(dst)); break;
+    case ReduceType::f64: sum_in_order(blocks, count, P, static_cast<double*>(dst)); break;
     case ReduceType::f16:
     case ReduceType::bf16: {
       const bool bf = type == ReduceType::bf16;
