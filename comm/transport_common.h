@@ -1,6 +1,6 @@
-// Argument checks and buffer bookkeeping shared by the transports (LocalComm, MpiComm, NcclComm), so
-// that every implementation rejects the same mistakes with the same words: each check names the
-// operation, and runs once at the entry. Internal to comm/.
+// Argument checks and buffer bookkeeping shared by the transports (LocalComm, MpiComm, NcclComm, and
+// python/'s PythonCollectivesComm), so that every implementation rejects the same mistakes with the
+// same words: each check names the operation, and runs once at the entry. For the transports only.
 #pragma once
 
 #include <cstddef>

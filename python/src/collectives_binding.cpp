@@ -17,6 +17,13 @@ namespace {
 
 using Blocks = std::vector<py::bytes>;
 
+// A streamed collective's consume: rank s's bytes into out[s].
+Communicator::Consume keep_in(Blocks& out) {
+  return [&out](int s, std::span<const uint8_t> b) {
+    out[static_cast<size_t>(s)] = py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+  };
+}
+
 Blocks split(const std::vector<uint8_t>& recv, const std::vector<size_t>& sizes, const std::vector<size_t>& offsets) {
   Blocks out;
   for (size_t s = 0; s < sizes.size(); ++s)
@@ -63,16 +70,12 @@ class Collectives {
     Blocks out(static_cast<size_t>(comm_.size()));
     comm_.all_to_all_streamed(
         ctx_, [&](int d) { return bytes(blocks.at(static_cast<size_t>(d))); }, send_capacity, recv_capacity, recv_,
-        [&](int s, std::span<const uint8_t> b) {
-          out[static_cast<size_t>(s)] = py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
-        });
+        keep_in(out));
     return out;
   }
   Blocks all_gather_streamed(const std::string& send, const std::vector<size_t>& recv_capacity) {
     Blocks out(static_cast<size_t>(comm_.size()));
-    comm_.all_gather_streamed(ctx_, bytes(send), recv_capacity, recv_, [&](int s, std::span<const uint8_t> b) {
-      out[static_cast<size_t>(s)] = py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
-    });
+    comm_.all_gather_streamed(ctx_, bytes(send), recv_capacity, recv_, keep_in(out));
     return out;
   }
   std::vector<uint64_t> all_gather_u64(uint64_t value) { return comm_.all_gather_u64(value); }

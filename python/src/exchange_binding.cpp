@@ -42,7 +42,7 @@ class HookExchange {
   HookExchange(py::object collectives, const std::vector<std::string>& names,
                const std::vector<std::vector<int64_t>>& shapes, const std::string& method, const std::string& algorithm,
                uint64_t seed, int64_t min_numel, double piece_mb, const std::string& small_tensors, double bucket_mb)
-      : comm_(std::move(collectives)), overlap_(bucket_mb > 0), compute_(Context::cpu(seed, 0)) {
+      : comm_(std::move(collectives)), overlap_(bucket_mb > 0) {
     const FlushedFloats flushed;
     const std::string where = "qtrain.torch.hook('" + method + "')";
     QT_CHECK(names.size() == shapes.size(), "{} names for {} shapes", names.size(), shapes.size());
@@ -58,7 +58,10 @@ class HookExchange {
     // as soon as DDP has handed over its tensors (under the rest of backward); 0: every tensor at
     // once when DDP hands over its last bucket, on the hook's thread.
     c["overlap"] = overlap_;
-    if (overlap_) c["bucket_mb"] = bucket_mb;
+    if (overlap_) {
+      c["bucket_mb"] = bucket_mb;
+      compute_ = std::make_unique<Context>(Context::cpu(seed, 0));
+    }
     c["hierarchy"] = "flat";
     c["small_tensors"] = small_tensors;
     ConfigNode communication(c, "communication", source_named(where));
@@ -120,7 +123,7 @@ class HookExchange {
     }
     std::vector<int> ids;
     copy_in(b, ids);
-    for (int t : ids) exchange_->tensor_ready(compute_, t);
+    for (int t : ids) exchange_->tensor_ready(*compute_, t);
   }
 
   // With overlap: waits for the step's exchange (without the GIL, which the exchange's thread needs
@@ -214,7 +217,8 @@ class HookExchange {
   PythonCollectivesComm comm_;
   bool overlap_ = false;
   bool in_step_ = false;
-  Context compute_;  // the context tensor_ready names as the gradients' producer (no device work on the CPU)
+  // With overlap: the context tensor_ready names as the gradients' producer (no device work on the CPU).
+  std::unique_ptr<Context> compute_;
   Tensor arena_;
   std::unique_ptr<GradientExchange> exchange_;
 };

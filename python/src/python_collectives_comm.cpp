@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/transport_common.h"
 #include "framework/core/check.h"
 #include "framework/core/float16.h"
 
@@ -110,7 +111,7 @@ void PythonCollectivesComm::all_reduce_sum(Context& ctx, void* data, int64_t cou
 }
 
 void PythonCollectivesComm::reduce(void* data, int64_t count, ReduceType type) {
-  QT_CHECK(count >= 0 && (count == 0 || data != nullptr), "all_reduce_sum: {} elements at {}", count, data);
+  comm_detail::check_reduce_args("all_reduce_sum", data, count, type);
   const auto n = static_cast<size_t>(count);
   const auto P = static_cast<size_t>(size_);
   const auto me = static_cast<size_t>(rank_);
@@ -139,14 +140,8 @@ void PythonCollectivesComm::gather_known(std::span<const uint8_t> send, const st
   for (size_t d = 0; d < P; ++d)
     if (!send.empty()) std::memcpy(send_.data() + d * send.size(), send.data(), send.size());
   send_splits_.assign(P, send.size());
-  recv.resize(total(sizes));
+  recv.resize(comm_detail::exclusive_offsets(sizes, offsets));
   all_to_all(send_, send_splits_, recv.data(), sizes);
-  offsets.resize(P);
-  size_t at = 0;
-  for (size_t s = 0; s < P; ++s) {
-    offsets[s] = at;
-    at += sizes[s];
-  }
 }
 
 void PythonCollectivesComm::all_gather_bytes(Context&, std::span<const uint8_t> send, std::vector<uint8_t>& recv,
@@ -174,11 +169,7 @@ void PythonCollectivesComm::all_to_all_bytes(Context&, std::span<const uint8_t> 
                                              const std::vector<size_t>& send_offsets, std::vector<uint8_t>& recv,
                                              std::vector<size_t>& recv_sizes, std::vector<size_t>& recv_offsets) {
   const auto P = static_cast<size_t>(size_);
-  QT_CHECK(send_sizes.size() == P && send_offsets.size() >= P, "all_to_all_bytes: {} sizes and {} offsets for {} ranks",
-           send_sizes.size(), send_offsets.size(), P);
-  for (size_t d = 0; d < P; ++d)
-    QT_CHECK(send_offsets[d] + send_sizes[d] <= send.size(),
-             "all_to_all_bytes: the block for rank {} lies outside the {} bytes to send", d, send.size());
+  comm_detail::check_all_to_all_args("all_to_all_bytes", send.size(), send_sizes, send_offsets, size_);
   // The sizes first (one all_to_all of a length per pair), then the blocks, back to back in rank order.
   std::vector<uint64_t> lengths(send_sizes.begin(), send_sizes.end()), incoming(P);
   unit_.assign(P, kLengthBytes);
@@ -191,38 +182,18 @@ void PythonCollectivesComm::all_to_all_bytes(Context&, std::span<const uint8_t> 
     if (send_sizes[d] > 0) std::memcpy(send_.data() + at, send.data() + send_offsets[d], send_sizes[d]);
     at += send_sizes[d];
   }
-  recv.resize(total(recv_sizes));
+  recv.resize(comm_detail::exclusive_offsets(recv_sizes, recv_offsets));
   all_to_all(send_, send_sizes, recv.data(), recv_sizes);
-  recv_offsets.resize(P);
-  at = 0;
-  for (size_t s = 0; s < P; ++s) {
-    recv_offsets[s] = at;
-    at += recv_sizes[s];
-  }
 }
 
-void PythonCollectivesComm::unpack(const uint8_t* blocks, const std::vector<size_t>& capacity,
-                                   std::vector<uint8_t>& payloads, std::vector<size_t>& sizes,
-                                   std::vector<size_t>& offsets, const char* op) const {
+void PythonCollectivesComm::consume_blocks(const std::vector<uint8_t>& recv, const std::vector<size_t>& capacity,
+                                           const Consume& consume, const char* op) {
   const auto P = static_cast<size_t>(size_);
-  sizes.assign(P, 0);
-  offsets.assign(P, 0);
-  size_t at = 0, sum = 0;
-  for (size_t s = 0; s < P; ++s) {
-    const uint64_t length = get_length(blocks + at);
-    if (length > capacity[s])
-      input_error("{}: rank {} sent {} bytes, more than the {} this rank expects at most", op, s, length, capacity[s]);
-    sizes[s] = length;
-    offsets[s] = sum;
-    sum += length;
-    at += capacity[s] + kLengthBytes;
-  }
-  payloads.resize(sum);
-  at = 0;
-  for (size_t s = 0; s < P; ++s) {
-    if (sizes[s] > 0) std::memcpy(payloads.data() + offsets[s], blocks + at + kLengthBytes, sizes[s]);
-    at += capacity[s] + kLengthBytes;
-  }
+  stream_sizes_.resize(P);
+  for (size_t s = 0; s < P; ++s) stream_sizes_[s] = get_length(recv.data() + stream_offsets_[s]);
+  comm_detail::check_capacities(op, capacity, stream_sizes_, size_);
+  for (size_t s = 0; s < P; ++s)
+    consume(static_cast<int>(s), {recv.data() + stream_offsets_[s] + kLengthBytes, stream_sizes_[s]});
 }
 
 void PythonCollectivesComm::all_to_all_streamed(Context&, const Produce& produce,
@@ -236,15 +207,12 @@ void PythonCollectivesComm::all_to_all_streamed(Context&, const Produce& produce
            recv_capacity.size(), P);
   send_splits_.resize(P);
   recv_splits_.resize(P);
-  std::vector<size_t> at(P);
-  size_t sum = 0;
   for (size_t d = 0; d < P; ++d) {
     send_splits_[d] = send_capacity[d] + kLengthBytes;
     recv_splits_[d] = recv_capacity[d] + kLengthBytes;
-    at[d] = sum;
-    sum += send_splits_[d];
   }
-  send_.assign(sum, 0);
+  std::vector<size_t> at;
+  send_.assign(comm_detail::exclusive_offsets(send_splits_, at), 0);
   for (size_t k = 1; k <= P; ++k) {
     const size_t d = (me + k) % P;
     const std::span<const uint8_t> bytes = produce(static_cast<int>(d));
@@ -253,10 +221,9 @@ void PythonCollectivesComm::all_to_all_streamed(Context&, const Produce& produce
     put_length(send_.data() + at[d], bytes.size());
     if (!bytes.empty()) std::memcpy(send_.data() + at[d] + kLengthBytes, bytes.data(), bytes.size());
   }
-  recv_.resize(total(recv_splits_));
-  all_to_all(send_, send_splits_, recv_.data(), recv_splits_);
-  unpack(recv_.data(), recv_capacity, recv, stream_sizes_, stream_offsets_, "all_to_all_streamed");
-  for (size_t s = 0; s < P; ++s) consume(static_cast<int>(s), {recv.data() + stream_offsets_[s], stream_sizes_[s]});
+  recv.resize(comm_detail::exclusive_offsets(recv_splits_, stream_offsets_));
+  all_to_all(send_, send_splits_, recv.data(), recv_splits_);
+  consume_blocks(recv, recv_capacity, consume, "all_to_all_streamed");
 }
 
 void PythonCollectivesComm::all_gather_streamed(Context&, std::span<const uint8_t> send,
@@ -278,14 +245,13 @@ void PythonCollectivesComm::all_gather_streamed(Context&, std::span<const uint8_
   send_splits_.assign(P, block);
   recv_splits_.resize(P);
   for (size_t s = 0; s < P; ++s) recv_splits_[s] = recv_capacity[s] + kLengthBytes;
-  recv_.resize(total(recv_splits_));
-  all_to_all(send_, send_splits_, recv_.data(), recv_splits_);
-  unpack(recv_.data(), recv_capacity, recv, stream_sizes_, stream_offsets_, "all_gather_streamed");
-  for (size_t s = 0; s < P; ++s) consume(static_cast<int>(s), {recv.data() + stream_offsets_[s], stream_sizes_[s]});
+  recv.resize(comm_detail::exclusive_offsets(recv_splits_, stream_offsets_));
+  all_to_all(send_, send_splits_, recv.data(), recv_splits_);
+  consume_blocks(recv, recv_capacity, consume, "all_gather_streamed");
 }
 
 void PythonCollectivesComm::broadcast_bytes(Context&, std::span<uint8_t> data, int root) {
-  QT_CHECK(root >= 0 && root < size_, "broadcast_bytes: root {} of {} ranks", root, size_);
+  comm_detail::check_root("broadcast_bytes", root, size_);
   const py::gil_scoped_acquire gil;
   collectives_.attr("broadcast")(view(data.data(), data.size()), root);
 }

@@ -66,14 +66,14 @@ class PythonCollectivesComm final : public Communicator {
   // Every rank's `send` (sizes[s] bytes from rank s, known everywhere) into recv at offsets.
   void gather_known(std::span<const uint8_t> send, const std::vector<size_t>& sizes, std::vector<uint8_t>& recv,
                     std::vector<size_t>& offsets);
-  // Blocks of capacity + 8 bytes, each a length and then the payload, into sizes/offsets of `payloads`
-  // (in rank order, back to back); capacity[s] bounds rank s's length.
-  void unpack(const uint8_t* blocks, const std::vector<size_t>& capacity, std::vector<uint8_t>& payloads,
-              std::vector<size_t>& sizes, std::vector<size_t>& offsets, const char* op) const;
+  // The streamed forms' arrivals: block s of `recv` (at stream_offsets_[s]) is a length, at most
+  // capacity[s], and then rank s's payload, consumed where it arrived.
+  void consume_blocks(const std::vector<uint8_t>& recv, const std::vector<size_t>& capacity, const Consume& consume,
+                      const char* op);
 
   py::object collectives_;
   int rank_ = 0, size_ = 1;
-  std::vector<uint8_t> send_, recv_;                      // blocks, reused between calls
+  std::vector<uint8_t> send_, recv_;                      // blocks to send, an allreduce's shares: reused
   std::vector<size_t> send_splits_, recv_splits_, unit_;  // bytes per rank, reused
 };
 
