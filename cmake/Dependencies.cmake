@@ -58,8 +58,12 @@ if(QTRAIN_HAS_CUDA)
   find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
   find_library(NCCL_LIBRARY NAMES nccl HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
+  # cuBLAS is opened on the first call, not linked: loading it costs every process 0.37 s and 210 MB
+  # before main, GPU or not (framework/core/cublas_on_demand.cpp).
+  add_library(qtrain_cublas_on_demand STATIC ${PROJECT_SOURCE_DIR}/framework/core/cublas_on_demand.cpp)
+  target_link_libraries(qtrain_cublas_on_demand PRIVATE qtrain_flags CUDA::toolkit ${CMAKE_DL_LIBS})
   add_library(qtrain_cuda_libs INTERFACE)
-  target_link_libraries(qtrain_cuda_libs INTERFACE CUDA::cudart CUDA::cublas CUDA::curand ${CUDNN_LIBRARY})
+  target_link_libraries(qtrain_cuda_libs INTERFACE CUDA::cudart qtrain_cublas_on_demand CUDA::curand ${CUDNN_LIBRARY})
   target_include_directories(qtrain_cuda_libs SYSTEM INTERFACE ${CUDNN_INCLUDE_DIR})
   # NCCL apart: only the transports (comm/) link it (tools/check_includes.py).
   add_library(qtrain_nccl INTERFACE)

@@ -14,6 +14,7 @@
 #include "comm/cuda_staging.h"
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
+#include "comm/mpi_runtime.h"
 #include "comm/nccl_comm.h"
 #include "comm/transport_common.h"
 #include "comm/watchdog.h"
@@ -89,7 +90,7 @@ int nccl_problem(Device device, int world, int& mine) {
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Device device) {
   if (backend != "auto" && backend != "local" && backend != "mpi" && backend != "nccl")
     input_error("communication.backend: unknown backend '{}' (known: auto, local, mpi, nccl)", backend);
-  const int world = mpi_world_size();
+  int world = mpi_world_size();
   if (backend == "local") {
     if (world > 1)
       input_error(
@@ -99,6 +100,8 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Devi
     return std::make_unique<LocalComm>(device);
   }
   if (backend == "auto" && world <= 1) return std::make_unique<LocalComm>(device);
+  // mpi and nccl run over MPI: a process started alone starts its singleton now (MpiRuntime defers it).
+  if (world == 0 && start_mpi_on_demand()) world = mpi_world_size();
 
   if (backend == "nccl") {
     if (!nccl_built())

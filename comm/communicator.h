@@ -163,7 +163,8 @@ class Communicator {
 
 // The backend the config asks for: "local", "mpi", "nccl" or "auto" (nccl for CUDA devices when
 // there is more than one rank and every rank runs on a GPU, else mpi; a world of one always gets
-// LocalComm). mpi and nccl need an MpiRuntime (MPI initialized); "mpi" also works in a world of one.
+// LocalComm). mpi and nccl need MPI running or an MpiRuntime that deferred it (a process started
+// alone: its singleton starts here); "mpi" also works in a world of one.
 // An impossible request (nccl without a GPU on every rank or without NCCL in this build, local with
 // several ranks, an unknown name) is an InputError saying why, raised on every rank alike.
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Device device);

@@ -3,13 +3,45 @@
 #include "comm/transport_check.h"
 
 #include <mpi.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include "comm/mpi_transport_defaults.h"
 #include "framework/core/check.h"
 
 namespace qtrain {
 
+namespace {
+// The runtime of a process started alone, until start_mpi_on_demand() starts MPI in it.
+MpiRuntime* g_deferred = nullptr;
+}  // namespace
+
+bool launched_by_mpi() {
+  // Open MPI's mpirun and prterun (OMPI_COMM_WORLD_SIZE), PMIx launchers such as srun --mpi=pmix
+  // (PMIX_RANK), PMI-1/2 launchers such as MPICH's hydra and srun --mpi=pmi2 (PMI_RANK, PMI_FD).
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_FD"})
+    if (std::getenv(name) != nullptr) return true;
+  return false;
+}
+
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_CHECK(MPI_Initialized(&initialized));
+  if (initialized || launched_by_mpi()) {
+    start(argc, argv);
+    return;
+  }
+  // A world of one until a transport needs MPI: the facts MPI would give it.
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) std::snprintf(name, sizeof(name), "localhost");
+  host_ = name;
+  detail::set_error_origin(rank_, host_);
+  g_deferred = this;
+}
+
+void MpiRuntime::start(int* argc, char*** argv) {
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
@@ -39,7 +71,19 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   detail::set_error_origin(rank_, host_);
 }
 
+bool start_mpi_on_demand() {
+  int initialized = 0;
+  MPI_CHECK(MPI_Initialized(&initialized));
+  if (initialized) return true;
+  if (g_deferred == nullptr) return false;
+  // MPI_Init_thread may be given no arguments (MPI-2 on): the singleton needs none.
+  g_deferred->start(nullptr, nullptr);
+  g_deferred = nullptr;
+  return true;
+}
+
 MpiRuntime::~MpiRuntime() {
+  if (g_deferred == this) g_deferred = nullptr;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (owns_ && !finalized) MPI_Finalize();

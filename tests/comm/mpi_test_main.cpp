@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   }
 #endif
   g_mpi = std::make_unique<qtrain::MpiRuntime>(&argc, &argv);
+  qtrain::start_mpi_on_demand();  // run without mpirun: a world of one, MPI running all the same
   Catch::Session session;
   int result = session.run(argc, argv);
   int worst = result;
