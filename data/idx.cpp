@@ -4,6 +4,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -66,6 +67,11 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t max_bytes
   if (f == nullptr) input_error("{}: cannot open: {}", path, std::strerror(errno));
   gzbuffer(f, 1 << 20);
   std::vector<uint8_t> out;
+  // Room for the file's bytes on disk (a plain file's whole content, a gzip file's least) up to the
+  // limit, so that the chunks below do not reallocate and copy what they read: reading MNIST's 47 MB of
+  // training images took 0.6 s of a shortened run with the vector's doublings, page faults included.
+  const uint64_t on_disk = std::filesystem::file_size(path, ec);
+  if (!ec) out.reserve(static_cast<size_t>(std::min(on_disk, max_bytes)));
   constexpr size_t kChunk = 1 << 20;
   for (;;) {
     const size_t old = out.size();
@@ -93,19 +99,33 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t max_bytes
   return out;
 }
 
-IdxImages read_idx_images(const std::string& path) {
+IdxImages read_idx_images(const std::string& path, int64_t max_images) {
   // The header first, then no more than it announces (a gzip file may expand much further).
   const std::vector<uint8_t> head = read_file_head(path, 16);
   check_layout(path, head, kIdxImagesMagic, "image", "unsigned bytes, 3 dimensions", 16);
   IdxImages out;
-  out.count = read_be32(head.data() + 4);
+  out.announced = read_be32(head.data() + 4);
   out.rows = read_be32(head.data() + 8);
   out.cols = read_be32(head.data() + 12);
-  const std::string announced = fmt::format("{} images of {}x{}", out.count, out.rows, out.cols);
+  out.count = max_images >= 0 ? std::min(max_images, out.announced) : out.announced;
+  const std::string announced = fmt::format("{} images of {}x{}", out.announced, out.rows, out.cols);
   // Three 32-bit counts can overflow 64 bits; the wrapped product would be a meaningless "expected" size.
   uint64_t pixels = 0;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(out.count) * out.rows, static_cast<uint64_t>(out.cols), &pixels))
+  if (__builtin_mul_overflow(static_cast<uint64_t>(out.announced) * out.rows, static_cast<uint64_t>(out.cols), &pixels))
     input_error("{}: the header announces {}, more bytes than any file holds (a damaged header)", path, announced);
+  if (out.count < out.announced) {
+    // Only the images asked for: a prefix of at most `pixels` bytes, which the header's check bounds.
+    const uint64_t wanted = static_cast<uint64_t>(out.count) * out.rows * out.cols;
+    if (16 + wanted > UINT32_MAX)
+      input_error("{}: {} images of {}x{} are more than one read of 4 GiB; read them all (no limit)", path, out.count,
+                  out.rows, out.cols);
+    std::vector<uint8_t> bytes = read_file_head(path, 16 + wanted);
+    if (bytes.size() < 16 + wanted)
+      input_error("{}: truncated: the header announces {}, and the first {} of them need {} bytes, found {}", path,
+                  announced, out.count, 16 + wanted, bytes.size());
+    out.pixels.assign(bytes.begin() + 16, bytes.end());
+    return out;
+  }
   std::vector<uint8_t> bytes =
       read_file_bytes(path, 16 + pixels, fmt::format("that its header announces ({})", announced));
   check_size(path, bytes.size(), 16 + pixels, announced);

@@ -83,24 +83,20 @@ std::unique_ptr<Dataset> open_mnist(const std::string& folder, Split split, cons
   const std::string images_path = find_idx_file(folder, prefix + "-images-idx3-ubyte", options.variant);
   const std::string labels_path = find_idx_file(folder, prefix + "-labels-idx1-ubyte", options.variant);
 
-  IdxImages images = read_idx_images(images_path);
+  IdxImages images = read_idx_images(images_path, options.limit > 0 ? options.limit : -1);
   if (images.rows != kSide || images.cols != kSide)
     input_error("{}: {} images must be {}x{}, found {}x{}", images_path, variant_name(options.variant), kSide, kSide,
                 images.rows, images.cols);
   std::vector<uint8_t> labels = read_idx_labels(labels_path);
-  if (static_cast<int64_t>(labels.size()) != images.count)
-    input_error("{} holds {} images but {} holds {} labels; they must match", images_path, images.count, labels_path,
-                labels.size());
+  if (static_cast<int64_t>(labels.size()) != images.announced)
+    input_error("{} holds {} images but {} holds {} labels; they must match", images_path, images.announced,
+                labels_path, labels.size());
   for (size_t i = 0; i < labels.size(); ++i)
     if (labels[i] >= kClasses)
       input_error("{}: label {} at index {} is out of range for {} classes (0..{})", labels_path, labels[i], i,
                   kClasses, kClasses - 1);
 
-  if (options.limit > 0 && options.limit < images.count) {
-    images.count = options.limit;
-    images.pixels.resize(static_cast<size_t>(options.limit * kSide * kSide));
-    labels.resize(static_cast<size_t>(options.limit));
-  }
+  labels.resize(static_cast<size_t>(images.count));  // the limit's (read_idx_images read only those images)
   double mean = 0, std = 0;
   mnist_mean_std(options.variant, &mean, &std);
   mean = options.mean.value_or(mean);

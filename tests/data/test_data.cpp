@@ -157,6 +157,28 @@ TEST_CASE("idx: gzip files read the same as plain ones", "[data][idx]") {
   REQUIRE(read_idx_labels(dir.file("labels.gz")) == Bytes{0, 9, 8, 7});
 }
 
+TEST_CASE("idx: a limit reads the first images only, and a file cut after them is enough", "[data][idx]") {
+  TempDir dir;
+  const Bytes full = idx_images(5);  // 16 + 5 * 784 bytes
+  write_bytes(dir.file("images"), full);
+  write_bytes(dir.file("images.gz"), full, /*gzip=*/true);
+  const IdxImages all = read_idx_images(dir.file("images"));
+  for (const char* name : {"images", "images.gz"}) {
+    const IdxImages two = read_idx_images(dir.file(name), 2);
+    REQUIRE(two.count == 2);
+    REQUIRE(two.announced == 5);
+    REQUIRE(two.pixels == Bytes(all.pixels.begin(), all.pixels.begin() + 2 * 784));
+  }
+  REQUIRE(read_idx_images(dir.file("images"), 9).count == 5);  // a limit above the count reads them all
+  REQUIRE(read_idx_images(dir.file("images"), 9).announced == 5);
+  // Cut inside the third image: two images read, three refused with the bytes they need.
+  write_bytes(dir.file("cut"), Bytes(full.begin(), full.begin() + 16 + 2 * 784 + 100));
+  REQUIRE(read_idx_images(dir.file("cut"), 2).pixels == Bytes(all.pixels.begin(), all.pixels.begin() + 2 * 784));
+  REQUIRE_THROWS_WITH(read_idx_images(dir.file("cut"), 3),
+                      Catch::Contains(dir.file("cut")) && Catch::Contains("truncated") &&
+                          Catch::Contains("the first 3 of them need 2368 bytes, found 1684"));
+}
+
 TEST_CASE("idx: wrong magic numbers print found and expected", "[data][idx]") {
   TempDir dir;
   write_bytes(dir.file("labels"), idx_labels({1, 2}));
