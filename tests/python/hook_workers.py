@@ -211,3 +211,19 @@ def collectives(rank, world, port):
     got = c.all_gather_streamed(payload(rank, 0, length(rank, 0)), [length(s, 0) + s for s in ranks])
     assert got == [payload(s, 0, length(s, 0)) for s in ranks], "all_gather_streamed"
     dist.destroy_process_group()
+
+
+def serve(rank, conn):
+    """One rank of test_hook.py's RankPool: runs the functions above, one test after another, in a process
+    that imported torch once. Each request is (name, args); the answer None, or the traceback."""
+    import traceback
+    while True:
+        request = conn.recv()
+        if request is None:
+            return
+        name, args = request
+        try:
+            globals()[name](rank, *args)
+            conn.send(None)
+        except BaseException:  # the test's failure, reported to the parent with where it happened
+            conn.send(traceback.format_exc())
