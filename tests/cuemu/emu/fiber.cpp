@@ -2,8 +2,9 @@
 // swapped, the registers popped from the new one, and a jump to the return address saved there. A jump,
 // not `ret`: the return stack predicts the address of the last call on this stack, never the other
 // fiber's, so every `ret` mispredicted; the indirect jump's target is predicted from its history (the
-// fibers of a warp resume at the same collective), which took 28% off the emulated quantizer tests. x87/SSE control words are not switched: every fiber
-// runs with the host thread's rounding mode, as every CUDA thread runs with round-to-nearest.
+// fibers of a warp resume at the same collective), which took 28% off the emulated quantizer tests.
+// x87/SSE control words are not switched: every fiber runs with the host thread's rounding mode, as
+// every CUDA thread runs with round-to-nearest.
 #include "tests/cuemu/emu/fiber.h"
 
 #include <sys/mman.h>
