@@ -51,9 +51,18 @@ struct Launch {
   void* context = nullptr;
   std::vector<ThreadState> threads;
   // Stacks not in use by a started, unfinished thread. A thread that runs to its end without waiting
-  // hands its stack to the next one, so kernels without barriers touch one hot stack, not hundreds.
+  // frees its stack for the thread after the next, so kernels without barriers touch two hot stacks,
+  // not hundreds.
   std::vector<int> free_stacks;
   FiberContext scheduler;
+  bool scheduler_known = false;  // ASan: the scheduler's stack bounds learned (fiber_entry)
+  FiberContext discard;          // ASan: the bounds of a fiber that started another, not needed
+  // The lanes of the warp step in progress and the order in which they run (null: index order), with
+  // the position of the next to consider: a lane that waits or exits switches straight to the next
+  // Ready lane of the step, and only the last one back to the scheduler (half the switches).
+  ThreadState* step_lanes = nullptr;
+  const int* step_order = nullptr;
+  int step_count = 0, step_next = 0;
   LaunchCost cost;  // counted when the launch ends (emu/counters.h)
 };
 
@@ -103,34 +112,15 @@ void describe_launch(char* out, size_t size) {
        a.site.file ? a.site.file : "-", a.site.line);
 }
 
-// Not instrumented by AddressSanitizer: before a call to a [[noreturn]] function (exit_fiber) ASan
-// unpoisons the whole stack it leaves (__asan_handle_no_return: a sigaltstack system call and the
-// shadow of the fiber's 512 KB stack, per CUDA thread), which was a third of the ASan runs' time. This
-// frame has no locals in memory, so it leaves no poisoned shadow on the stack the next thread reuses;
-// the body's frames have returned and unpoisoned theirs.
-__attribute__((no_sanitize_address)) void fiber_entry() {
-  Launch& l = *g_launch;
-  fiber_started(l.scheduler);
-  l.body(l.context);
-  ThreadState* self = g_geometry.thread;
-  self->wait = Wait::Done;
-  exit_fiber(self->ctx, l.scheduler);
-}
-
-// Gives control back to the block scheduler until this thread may go on.
-void park(Wait wait) {
-  ThreadState* self = g_geometry.thread;
-  self->wait = wait;
-  switch_fiber(self->ctx, g_launch->scheduler);
-}
-
 FiberStacks& stacks() {
   static thread_local FiberStacks s;
   return s;
 }
 
-// Runs one thread until it waits or exits.
-void resume(Launch& l, ThreadState& t) {
+void fiber_entry();
+
+// Makes t the running thread: its stack and starting frame on its first run, its geometry, the count.
+void enter(Launch& l, ThreadState& t) {
   if (t.stack < 0) {
     t.stack = l.free_stacks.back();
     l.free_stacks.pop_back();
@@ -140,9 +130,65 @@ void resume(Launch& l, ThreadState& t) {
   ++l.cost.switches;
   g_geometry.thread = &t;
   g_geometry.thread_idx = t.tid;
-  switch_fiber(l.scheduler, t.ctx);
+}
+
+// The next Ready lane of the step in progress (the others passed over), or null at its end. The same
+// sequence as a loop over the step's order that checks each lane when it comes to it: only a lane
+// itself changes its state while the step runs.
+ThreadState* next_in_step(Launch& l) {
+  while (l.step_next < l.step_count) {
+    const int i = l.step_order != nullptr ? l.step_order[l.step_next] : l.step_next;
+    ++l.step_next;
+    if (l.step_lanes[i].wait == Wait::Ready) return &l.step_lanes[i];
+  }
+  return nullptr;
+}
+
+// Not instrumented by AddressSanitizer: before a call to a [[noreturn]] function (exit_fiber) ASan
+// unpoisons the whole stack it leaves (__asan_handle_no_return: a sigaltstack system call and the
+// shadow of the fiber's 512 KB stack, per CUDA thread), which was a third of the ASan runs' time. This
+// frame has no locals in memory, so it leaves no poisoned shadow on the stack the next thread reuses;
+// the body's frames have returned and unpoisoned theirs.
+__attribute__((no_sanitize_address)) void fiber_entry() {
+  Launch& l = *g_launch;
+  // The first thread of a launch starts from the scheduler; later ones may start from another lane.
+  fiber_started(l.scheduler_known ? l.discard : l.scheduler);
+  l.scheduler_known = true;
+  l.body(l.context);
+  ThreadState* self = g_geometry.thread;
+  self->wait = Wait::Done;
+  ThreadState* next = next_in_step(l);
+  if (next != nullptr) enter(l, *next);  // takes another stack than this one
+  l.free_stacks.push_back(self->stack);  // free once the switch below has left it
+  exit_fiber(self->ctx, next != nullptr ? next->ctx : l.scheduler);
+}
+
+// Gives control to the next lane of the step, or back to the block scheduler, until this thread may
+// go on (whoever switches back here has entered it).
+void park(Wait wait) {
+  ThreadState* self = g_geometry.thread;
+  self->wait = wait;
+  Launch& l = *g_launch;
+  ThreadState* next = next_in_step(l);
+  if (next != nullptr) {
+    enter(l, *next);
+    switch_fiber(self->ctx, next->ctx);
+  } else {
+    switch_fiber(self->ctx, l.scheduler);
+  }
+}
+
+// Runs the Ready lanes of `lanes` in `order` (null: index order), each until it waits or exits.
+void run_step(Launch& l, ThreadState* lanes, int count, const int* order) {
+  l.step_lanes = lanes;
+  l.step_order = order;
+  l.step_count = count;
+  l.step_next = 0;
+  ThreadState* first = next_in_step(l);
+  if (first == nullptr) return;
+  enter(l, *first);
+  switch_fiber(l.scheduler, first->ctx);
   g_geometry.thread = nullptr;
-  if (t.wait == Wait::Done) l.free_stacks.push_back(t.stack);
 }
 
 // Resolves the collective all live lanes of a warp wait at.
@@ -207,11 +253,9 @@ bool step_warp(Launch& l, int w, int n, bool shuffled, std::mt19937_64& rng, std
     order.resize(static_cast<size_t>(count));
     for (int i = 0; i < count; ++i) order[static_cast<size_t>(i)] = i;
     std::shuffle(order.begin(), order.end(), rng);
-    for (int i : order)
-      if (lanes[i].wait == Wait::Ready) resume(l, lanes[i]);
+    run_step(l, lanes, count, order.data());
   } else {
-    for (int i = 0; i < count; ++i)
-      if (lanes[i].wait == Wait::Ready) resume(l, lanes[i]);
+    run_step(l, lanes, count, nullptr);
   }
   int at_warp = 0;
   const ThreadState* warp_waiter = nullptr;
