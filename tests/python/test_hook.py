@@ -39,7 +39,7 @@ class RankPool:
             self.procs.append(p)
 
     def run(self, fn, *args, timeout=600, grace=20):
-        """fn(rank, WORLD, port, *args) on every rank; raises with the failing ranks' tracebacks."""
+        """fn(rank, WORLD, port, *args) on every rank; returns the failing ranks' tracebacks (none: passed)."""
         port = free_port()
         for c in self.conns:
             c.send((fn.__name__, (WORLD, port) + args))
@@ -70,7 +70,7 @@ class RankPool:
                     c.send(None)
                 except OSError:
                     pass
-            p.join(timeout=None if not kill else 0)
+            p.join(timeout=0 if kill else 30)  # a rank stuck at the end is killed rather than waited for
             if p.is_alive():
                 p.kill()
                 p.join()
