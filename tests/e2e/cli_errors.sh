@@ -70,14 +70,23 @@ for sub in "" train eval; do
 done
 
 if [[ -f "$src/data/mnist/train-images-idx3-ubyte" ]]; then
+  # Backend auto is LocalComm in a world of one; backend mpi without mpirun starts MPI's singleton on
+  # demand (MpiRuntime defers it), under mpirun it is running from the start.
   for launcher in "" "mpirun -np 1"; do
-    if $launcher "$qtrain" train "$cfg" --set data.path="$src/data/mnist" --set train.max_steps=3 \
-         --set data.limit_test=500 --set output.dir="$tmp/w1" --set output.progress=none >"$tmp/log" 2>&1; then
-      echo "ok: world of size 1 ${launcher:-without mpirun}"
-    else
-      echo "FAIL: world of size 1 ${launcher:-without mpirun}:"; sed 's/^/    /' "$tmp/log"; failures=$((failures + 1))
-    fi
-    rm -rf "$tmp/w1"
+    for backend in auto mpi; do
+      want=$([[ $backend == mpi ]] && echo mpi || echo local)
+      if $launcher "$qtrain" train "$cfg" --set data.path="$src/data/mnist" --set train.max_steps=3 \
+           --set data.limit_test=500 --set output.dir="$tmp/w1" --set output.progress=none \
+           --set communication.backend=$backend >"$tmp/log" 2>&1 &&
+         grep -q "data parallel: 1 rank(s) over $want" "$tmp/w1/train.log"; then
+        echo "ok: world of size 1 ${launcher:-without mpirun}, backend $backend: over $want"
+      else
+        echo "FAIL: world of size 1 ${launcher:-without mpirun}, backend $backend (expected over $want):"
+        sed 's/^/    /' "$tmp/log"; grep "data parallel" "$tmp/w1/train.log" 2>/dev/null | sed 's/^/    /'
+        failures=$((failures + 1))
+      fi
+      rm -rf "$tmp/w1"
+    done
   done
   cat >"$tmp/lstm_mnist.yaml" <<'YAML'
 data: {dataset: mnist, batch_size: 8}
