@@ -79,8 +79,12 @@ for method in onebit qsgd; do
     if [[ -f "$dir/checkpoint.safetensors" ]]; then train "$dir" "$method" --resume >>"$tmp/killed.log" 2>&1 &
     else rm -rf "$dir"; train "$dir" "$method" >>"$tmp/killed.log" 2>&1 & fi
     job=$!
-    # 0.1 s .. the whole run's time: start-up, training steps and checkpoint writes alike.
-    delay_ms=$((100 + (RANDOM * 32768 + RANDOM) % (run_ms > 200 ? run_ms - 100 : 100)))
+    # 0.1 s .. half the whole run's time: start-up, training steps and checkpoint writes alike. Half,
+    # because a resumed leg has less left to do: over the whole time most legs finished first (24
+    # restarts from scratch for 20 kills under ctest -j2), and the committed steps still walk the whole
+    # run as each leg resumes where the last was killed.
+    half_ms=$((run_ms / 2 > 200 ? run_ms / 2 - 100 : 100))
+    delay_ms=$((100 + (RANDOM * 32768 + RANDOM) % half_ms))
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
     if kill -0 "$job" 2>/dev/null; then
       # A write in progress: a temporary file, or rank files of a step not yet committed (two per rank).
