@@ -16,6 +16,12 @@ namespace qtrain {
 namespace {
 // The runtime of a process started alone, until start_mpi_on_demand() starts MPI in it.
 MpiRuntime* g_deferred = nullptr;
+
+bool mpi_initialized() {
+  int initialized = 0;
+  MPI_CHECK(MPI_Initialized(&initialized));
+  return initialized != 0;
+}
 }  // namespace
 
 bool launched_by_mpi() {
@@ -27,9 +33,7 @@ bool launched_by_mpi() {
 }
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
-  int initialized = 0;
-  MPI_CHECK(MPI_Initialized(&initialized));
-  if (initialized || launched_by_mpi()) {
+  if (mpi_initialized() || launched_by_mpi()) {
     start(argc, argv);
     return;
   }
@@ -42,9 +46,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
 }
 
 void MpiRuntime::start(int* argc, char*** argv) {
-  int initialized = 0;
-  MPI_CHECK(MPI_Initialized(&initialized));
-  if (!initialized) {
+  if (!mpi_initialized()) {
     set_mpi_transport_defaults();
     int provided = 0;
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
@@ -72,9 +74,7 @@ void MpiRuntime::start(int* argc, char*** argv) {
 }
 
 bool start_mpi_on_demand() {
-  int initialized = 0;
-  MPI_CHECK(MPI_Initialized(&initialized));
-  if (initialized) return true;
+  if (mpi_initialized()) return true;
   if (g_deferred == nullptr) return false;
   // MPI_Init_thread may be given no arguments (MPI-2 on): the singleton needs none.
   g_deferred->start(nullptr, nullptr);

@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 
 #include <string>
+#include <type_traits>
 
 namespace {
 
@@ -48,48 +49,52 @@ const Library& library() {
   return lib;
 }
 
-// The real function of the same name and type as `declared`, or null where cuBLAS is missing or lacks it.
-template <typename F>
-F* resolve(F* /*declared*/, const char* name) {
-  const Library& lib = library();
-  return lib.handle != nullptr ? reinterpret_cast<F*>(dlsym(lib.handle, name)) : nullptr;
+// The real function of the same name and type as `Declared`, looked up once, or null where cuBLAS is
+// missing or lacks it.
+template <auto Declared>
+auto real(const char* name) {
+  using F = std::remove_pointer_t<decltype(Declared)>;
+  static F* const found = [name]() -> F* {
+    const Library& lib = library();
+    return lib.handle != nullptr ? reinterpret_cast<F*>(dlsym(lib.handle, name)) : nullptr;
+  }();
+  return found;
+}
+
+// Calls the real `Declared` with `args`, or says cuBLAS is not there.
+template <auto Declared, typename... Args>
+cublasStatus_t forward(const char* name, Args... args) {
+  auto* const f = real<Declared>(name);
+  return f != nullptr ? f(args...) : CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
 }  // namespace
 
+// One definition per entry point: the signature as cublas_v2.h declares it, the body a forward.
+#define QTRAIN_CUBLAS_FORWARD(fn, ...) return forward<&fn>(#fn, __VA_ARGS__)
+
 extern "C" {
 
-cublasStatus_t CUBLASWINAPI cublasCreate_v2(cublasHandle_t* handle) {
-  static auto* const real = resolve(&cublasCreate_v2, "cublasCreate_v2");
-  return real != nullptr ? real(handle) : CUBLAS_STATUS_NOT_INITIALIZED;
-}
+cublasStatus_t CUBLASWINAPI cublasCreate_v2(cublasHandle_t* handle) { QTRAIN_CUBLAS_FORWARD(cublasCreate_v2, handle); }
 
-cublasStatus_t CUBLASWINAPI cublasDestroy_v2(cublasHandle_t handle) {
-  static auto* const real = resolve(&cublasDestroy_v2, "cublasDestroy_v2");
-  return real != nullptr ? real(handle) : CUBLAS_STATUS_NOT_INITIALIZED;
-}
+cublasStatus_t CUBLASWINAPI cublasDestroy_v2(cublasHandle_t handle) { QTRAIN_CUBLAS_FORWARD(cublasDestroy_v2, handle); }
 
 cublasStatus_t CUBLASWINAPI cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
-  static auto* const real = resolve(&cublasSetStream_v2, "cublasSetStream_v2");
-  return real != nullptr ? real(handle, stream) : CUBLAS_STATUS_NOT_INITIALIZED;
+  QTRAIN_CUBLAS_FORWARD(cublasSetStream_v2, handle, stream);
 }
 
 cublasStatus_t CUBLASWINAPI cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* stream) {
-  static auto* const real = resolve(&cublasGetStream_v2, "cublasGetStream_v2");
-  return real != nullptr ? real(handle, stream) : CUBLAS_STATUS_NOT_INITIALIZED;
+  QTRAIN_CUBLAS_FORWARD(cublasGetStream_v2, handle, stream);
 }
 
 cublasStatus_t CUBLASWINAPI cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
-  static auto* const real = resolve(&cublasSetMathMode, "cublasSetMathMode");
-  return real != nullptr ? real(handle, mode) : CUBLAS_STATUS_NOT_INITIALIZED;
+  QTRAIN_CUBLAS_FORWARD(cublasSetMathMode, handle, mode);
 }
 
 cublasStatus_t CUBLASWINAPI cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                                            int m, int n, int k, const float* alpha, const float* A, int lda,
                                            const float* B, int ldb, const float* beta, float* C, int ldc) {
-  static auto* const real = resolve(&cublasSgemm_v2, "cublasSgemm_v2");
-  return real != nullptr ? real(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)
-                         : CUBLAS_STATUS_NOT_INITIALIZED;
+  QTRAIN_CUBLAS_FORWARD(cublasSgemm_v2, handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 cublasStatus_t CUBLASWINAPI cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
@@ -97,22 +102,22 @@ cublasStatus_t CUBLASWINAPI cublasSgemmStridedBatched(cublasHandle_t handle, cub
                                                       const float* A, int lda, long long int strideA, const float* B,
                                                       int ldb, long long int strideB, const float* beta, float* C,
                                                       int ldc, long long int strideC, int batchCount) {
-  static auto* const real = resolve(&cublasSgemmStridedBatched, "cublasSgemmStridedBatched");
-  return real != nullptr ? real(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
-                                strideC, batchCount)
-                         : CUBLAS_STATUS_NOT_INITIALIZED;
+  QTRAIN_CUBLAS_FORWARD(cublasSgemmStridedBatched, handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
+                        strideB, beta, C, ldc, strideC, batchCount);
 }
 
 // Where cuBLAS could not be opened, the status of every call above is CUBLAS_STATUS_NOT_INITIALIZED and
 // its string says why (the first call is cublasCreate, from a CUDA Context: CUBLAS_CHECK reports it).
 const char* CUBLASWINAPI cublasGetStatusName(cublasStatus_t status) {
-  static auto* const real = resolve(&cublasGetStatusName, "cublasGetStatusName");
-  return real != nullptr ? real(status) : "CUBLAS_STATUS_NOT_INITIALIZED";
+  auto* const f = real<&cublasGetStatusName>("cublasGetStatusName");
+  return f != nullptr ? f(status) : "CUBLAS_STATUS_NOT_INITIALIZED";
 }
 
 const char* CUBLASWINAPI cublasGetStatusString(cublasStatus_t status) {
-  static auto* const real = resolve(&cublasGetStatusString, "cublasGetStatusString");
-  return real != nullptr ? real(status) : library().error.c_str();
+  auto* const f = real<&cublasGetStatusString>("cublasGetStatusString");
+  return f != nullptr ? f(status) : library().error.c_str();
 }
 
 }  // extern "C"
+
+#undef QTRAIN_CUBLAS_FORWARD

@@ -253,10 +253,8 @@ bool step_warp(Launch& l, int w, int n, bool shuffled, std::mt19937_64& rng, std
     order.resize(static_cast<size_t>(count));
     for (int i = 0; i < count; ++i) order[static_cast<size_t>(i)] = i;
     std::shuffle(order.begin(), order.end(), rng);
-    run_step(l, lanes, count, order.data());
-  } else {
-    run_step(l, lanes, count, nullptr);
   }
+  run_step(l, lanes, count, shuffled ? order.data() : nullptr);
   int at_warp = 0;
   const ThreadState* warp_waiter = nullptr;
   const ThreadState* other = nullptr;
